@@ -1,0 +1,264 @@
+"""The ``warpforge`` command line: the same jobs as the editor, headless.
+
+Human output by default (rich), ``--json`` for machines. Bad input is one clear line on stderr and a
+non-zero exit (2 for input the user must fix, 1 for a failure of the job itself) — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .cuda import FileModel, Kernel, SourceText, parse
+from .cuda.rewrite import apply_edits, make_edit
+from .cuda.text import Span
+from .spec import KernelSpec, SpecError, build_spec, guess_spec
+from .spec.annotations import MARK
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _read(path: str) -> SourceText:
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{path}: no such file")
+    if p.is_dir():
+        raise CliError(f"{path}: is a directory; pass .cu files (e.g. {path}/*.cu)")
+    try:
+        return SourceText(p.read_bytes())
+    except OSError as e:
+        raise CliError(f"{path}: cannot read: {e.strerror}") from e
+
+
+def load_file(path: str) -> tuple[SourceText, FileModel]:
+    src = _read(path)
+    return src, parse(src.data)
+
+
+def pick_kernel(path: str, model: FileModel, name: str | None) -> Kernel:
+    """The kernel named ``name``, or the only kernel in the file when no name is given."""
+    names = ", ".join(k.name for k in model.kernels) or "none"
+    if name is None:
+        if len(model.kernels) == 1:
+            return model.kernels[0]
+        if not model.kernels:
+            raise CliError(f"{path}: no __global__ kernels found")
+        raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
+    k = model.kernel(name)
+    if k is None:
+        raise CliError(f"{path}: no __global__ kernel named `{name}` (kernels here: {names})")
+    return k
+
+
+# --------------------------------------------------------------------------- kernels
+def cmd_kernels(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
+    for path in args.files:
+        src, model = load_file(path)
+        for k in model.kernels:
+            pos = src.position(k.name_span.start)
+            rows.append({
+                "file": path,
+                "kernel": k.name,
+                "qualified_name": k.qualified_name,
+                "line": pos.line + 1,
+                "column": pos.character + 1,
+                "end_line": k.end_line + 1,
+                "params": [p.text for p in k.params],
+                "template_params": [t.name for t in k.template_params],
+                "launch_bounds": list(k.launch_bounds.args) if k.launch_bounds else None,
+                "extern_c": k.extern_c,
+                "annotated": k.comment_span is not None and MARK in src.slice(k.comment_span),
+                "launch_sites": [s.line + 1 for s in model.launches_of(k.name)],
+            })
+        for prob in model.problems:
+            print(f"{path}:{prob.line + 1}: warning: {prob.message}; kernels elsewhere in the file are still "
+                  "listed", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    con = _out()
+    for r in rows:
+        extra = []
+        if r["template_params"]:
+            extra.append("template<" + ", ".join(r["template_params"]) + ">")
+        if r["launch_bounds"]:
+            extra.append("__launch_bounds__(" + ", ".join(r["launch_bounds"]) + ")")
+        if r["extern_c"]:
+            extra.append('extern "C"')
+        if r["annotated"]:
+            extra.append("spec annotated")
+        elif r["launch_sites"]:
+            extra.append("launched at line " + ", ".join(map(str, r["launch_sites"])))
+        params = ", ".join(r["params"])
+        con.print(f"{r['file']}:{r['line']}:{r['column']}: [bold]{r['kernel']}[/]({params})"
+                  + (f"  [dim]{'; '.join(extra)}[/]" if extra else ""))
+    if not rows:
+        con.print("no __global__ kernels found")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- spec
+def _print_spec(spec: KernelSpec) -> None:
+    con = _out()
+    con.print(f"[bold]{spec.kernel}[/] in {spec.file}" + (f"  [dim]({'; '.join(spec.notes)})[/]" if spec.notes
+                                                            else ""))
+    r = spec.resolve()
+    rp = spec.resolve(perturbed=True) if spec.symbolic else None
+    t = Table(title="sizes", show_edge=False)
+    for col in ("name", "expression", "value", "perturbed", "from"):
+        t.add_column(col)
+    for s in spec.sizes:
+        pv = "fixed" if s.fixed or rp is None else str(rp.sizes[s.name])
+        t.add_row(s.name, s.expr, str(r.sizes[s.name]), pv, s.source)
+    con.print(t)
+    t = Table(title="arguments", show_edge=False)
+    for col in ("name", "role", "dtype", "length / value", "data", "tolerance", "from"):
+        t.add_column(col)
+    for a, ra in zip(spec.args, r.args, strict=True):
+        if a.is_buffer:
+            rt, at = spec.tolerance_for(a)
+            tol = "exact" if rt == 0 and at == 0 else f"rtol={rt:g} atol={at:g}"
+            data = "poison" if a.distribution is None else str(a.distribution)
+            t.add_row(a.name, a.role.value, a.dtype, f"{a.count} = {ra.count}", data,
+                      tol if a.writable else "", a.source)
+        else:
+            t.add_row(a.name, "scalar", a.dtype, f"{a.value} = {ra.value}", "", "", a.source)
+    con.print(t)
+    smem = f", smem {spec.launch.smem} = {r.smem}" if spec.launch.smem != "0" else ""
+    con.print(f"launch: grid {r.grid[:max(1, len(spec.launch.grid))]} block "
+              f"{r.block[:max(1, len(spec.launch.block))]}{smem}  [dim]({spec.launch.source})[/]")
+    for tun in spec.tunables:
+        con.print(f"tunable {tun.name}: {', '.join(tun.values)} (default {tun.values[0]})")
+    if spec.template_args:
+        con.print(f"template arguments: <{', '.join(spec.template_args)}>")
+    con.print(f"seeds: {', '.join(map(str, spec.seeds))}")
+
+
+def _annotation_edit(src: SourceText, kernel: Kernel, block: str) -> str:
+    """The file text with the kernel's @warpforge lines replaced by ``block`` (other comments kept)."""
+    lines_to_drop: list[int] = []
+    if kernel.comment_span is not None:
+        first = src.line_of(kernel.comment_span.start)
+        last = src.line_of(kernel.comment_span.end)
+        lines_to_drop = [ln for ln in range(first, last + 1) if MARK in src.line_text(ln)]
+    edits = []
+    for ln in lines_to_drop:
+        start = src.line_starts[ln]
+        end = src.line_starts[ln + 1] if ln + 1 < src.line_count else len(src.data)
+        edits.append(make_edit(src, Span(start, end), ""))
+    at = src.line_starts[kernel.start_line]
+    edits.append(make_edit(src, Span(at, at), block))
+    return apply_edits(src, edits)
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    src, model = load_file(args.file)
+    kernel = pick_kernel(args.file, model, args.kernel)
+    if args.write:
+        spec = guess_spec(src, model, kernel, args.file)
+        text = _annotation_edit(src, kernel, spec.to_annotation())
+        Path(args.file).write_text(text, encoding="utf-8")
+        guessed = "guessed: check every line" in spec.notes
+        msg = (f"{args.file}:{kernel.start_line + 1}: wrote the spec of `{kernel.name}`"
+               + (" (a starting point: sizes and lengths are guesses, edit them)" if guessed else ""))
+        if args.json:
+            print(json.dumps({"written": True, "guessed": guessed, "spec": spec.to_json()}, indent=2))
+        else:
+            print(msg)
+        return EXIT_OK
+    spec = build_spec(src, model, kernel, args.file)
+    if args.json:
+        out = spec.to_json()
+        out["resolved"] = _resolved_json(spec, False)
+        if spec.symbolic:
+            out["perturbed"] = _resolved_json(spec, True)
+        out["spec_hash"] = spec.spec_hash()
+        print(json.dumps(out, indent=2))
+    else:
+        _print_spec(spec)
+    return EXIT_OK
+
+
+def _resolved_json(spec: KernelSpec, perturbed: bool) -> dict[str, Any]:
+    r = spec.resolve(perturbed=perturbed)
+    return {
+        "sizes": r.sizes,
+        "grid": list(r.grid),
+        "block": list(r.block),
+        "smem": r.smem,
+        "args": {a.name: (a.count if a.count is not None else a.value) for a in r.args},
+        "defines": r.defines,
+    }
+
+
+# --------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="warpforge",
+        description="Make the CUDA kernel under your cursor faster, and prove it.",
+    )
+    parser.add_argument("--version", action="version", version=f"warpforge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("kernels", help="list the __global__ kernels in CUDA files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_kernels)
+
+    p = sub.add_parser("spec", help="print (or --write) the benchmark spec of a kernel")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--write", action="store_true",
+                   help="insert a filled-in `// @warpforge` annotation block above the kernel")
+    p.set_defaults(func=cmd_spec)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+#: later pipeline stages register their subcommands here (hints, bench, verify, profile, optimize, serve)
+_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except CliError as e:
+        print(f"warpforge: error: {e}", file=sys.stderr)
+        return e.code
+    except SpecError as e:
+        print(f"warpforge: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("warpforge: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK

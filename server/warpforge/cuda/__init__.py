@@ -1,0 +1,34 @@
+"""CUDA source model on tree-sitter-cuda: kernels, dependencies, launch sites, byte-exact rewrites."""
+
+from .model import (
+    Declaration,
+    DeclKind,
+    FileModel,
+    Include,
+    Kernel,
+    LaunchBounds,
+    LaunchSite,
+    Param,
+    SyntaxProblem,
+    TemplateParam,
+)
+from .parser import parse
+from .text import Position, Range, SourceText, Span
+
+__all__ = [
+    "DeclKind",
+    "Declaration",
+    "FileModel",
+    "Include",
+    "Kernel",
+    "LaunchBounds",
+    "LaunchSite",
+    "Param",
+    "Position",
+    "Range",
+    "SourceText",
+    "Span",
+    "SyntaxProblem",
+    "TemplateParam",
+    "parse",
+]

@@ -1,0 +1,156 @@
+"""Which pointer parameters a kernel reads, writes or updates atomically.
+
+Spec inference uses this to give arguments their roles (a buffer the kernel only reads is an input, one
+it writes without reading is an output that must be fully written), and the hints use it to find
+read-only pointers that lack ``const __restrict__``. Local pointers derived from a parameter
+(``const float* row = x + r * C;``) are followed, so row-wise kernels are classified correctly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from .model import Kernel
+from .parser import parse_tree
+from .text import SourceText
+
+_ATOMICS = frozenset(
+    {
+        "atomicAdd", "atomicSub", "atomicExch", "atomicMin", "atomicMax", "atomicInc", "atomicDec",
+        "atomicCAS", "atomicAnd", "atomicOr", "atomicXor", "atomicAdd_block", "atomicAdd_system",
+    }
+)
+
+
+@dataclass
+class Access:
+    read: bool = False
+    write: bool = False
+    atomic: bool = False
+    #: an assignment or call we could not see through (e.g. the pointer passed to a helper function)
+    escapes: bool = False
+
+
+def _text(n: Node, data: bytes) -> str:
+    return data[n.start_byte : n.end_byte].decode("utf-8", errors="replace")
+
+
+def _base_identifier(node: Node | None, data: bytes) -> str | None:
+    """The pointer variable an lvalue/pointer expression is based on: ``p[i]``, ``*(p+i)``, ``p + i``."""
+    while node is not None:
+        t = node.type
+        if t == "identifier":
+            return _text(node, data)
+        if t == "subscript_expression" or t == "pointer_expression":
+            node = node.child_by_field_name("argument")
+        elif t == "parenthesized_expression" or t == "cast_expression":
+            node = node.child_by_field_name("value") if t == "cast_expression" else node.named_children[0]
+        elif t == "binary_expression":
+            left = node.child_by_field_name("left")
+            right = node.child_by_field_name("right")
+            lb = _base_identifier(left, data)
+            node = left if lb is not None else right
+            if lb is not None:
+                return lb
+        elif t == "field_expression":
+            node = node.child_by_field_name("argument")
+        else:
+            return None
+    return None
+
+
+def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
+    """Access summary for every pointer parameter of ``kernel``."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    data = src.data[kernel.definition_span.start : kernel.definition_span.end]
+    tree = parse_tree(data)
+    pointers = [p.name for p in kernel.params if p.is_pointer]
+    alias: dict[str, str] = {p: p for p in pointers}
+    result = {p: Access() for p in pointers}
+    body = tree.root_node
+
+    # Pass 1: local pointer aliases (to a fixpoint: aliases of aliases).
+    changed = True
+    while changed:
+        changed = False
+        stack = [body]
+        while stack:
+            n = stack.pop()
+            if n.type == "init_declarator":
+                decl = n.child_by_field_name("declarator")
+                val = n.child_by_field_name("value")
+                if decl is not None and val is not None and decl.type in ("pointer_declarator",
+                                                                         "reference_declarator"):
+                    nm = decl.child_by_field_name("declarator") or (decl.named_children[-1]
+                                                                    if decl.named_children else None)
+                    base = _base_identifier(val, data)
+                    if nm is not None and base in alias:
+                        local = _text(nm, data)
+                        if alias.get(local) != alias[base]:
+                            alias[local] = alias[base]
+                            changed = True
+            stack.extend(n.children)
+
+    def mark(node: Node | None, *, read: bool = False, write: bool = False, atomic: bool = False) -> None:
+        base = _base_identifier(node, data)
+        if base is None or base not in alias:
+            return
+        acc = result[alias[base]]
+        acc.read |= read
+        acc.write |= write
+        acc.atomic |= atomic
+
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        t = n.type
+        if t == "assignment_expression":
+            left = n.child_by_field_name("left")
+            op = n.child_by_field_name("operator")
+            compound = op is not None and _text(op, data) != "="
+            if left is not None and left.type in ("subscript_expression", "pointer_expression"):
+                mark(left, write=True, read=compound)
+                # Index expressions on the left are reads of other things; walk them but not the base.
+                idx = left.child_by_field_name("indices") or left.child_by_field_name("index")
+                if idx is not None:
+                    stack.append(idx)
+                right = n.child_by_field_name("right")
+                if right is not None:
+                    stack.append(right)
+                continue
+        elif t == "update_expression":
+            arg = n.child_by_field_name("argument")
+            if arg is not None and arg.type in ("subscript_expression", "pointer_expression"):
+                mark(arg, write=True, read=True)
+                continue
+        elif t == "call_expression":
+            fn = n.child_by_field_name("function")
+            args = n.child_by_field_name("arguments")
+            name = _text(fn, data) if fn is not None else ""
+            if name in _ATOMICS and args is not None and args.named_children:
+                first = args.named_children[0]
+                mark(first, write=True, read=True, atomic=True)
+                stack.extend(args.named_children[1:])
+                continue
+            if args is not None:
+                for a in args.named_children:
+                    base = _base_identifier(a, data)
+                    # Passing the pointer itself (not an element) to a helper: assume it may write.
+                    if base in alias and a.type in ("identifier", "binary_expression", "pointer_expression") \
+                            and not (a.type == "pointer_expression" and _text(a, data).startswith("*")):
+                        acc = result[alias[base]]
+                        acc.escapes = True
+                        acc.read = True
+                        if not _is_const_param(kernel, alias[base]):
+                            acc.write = True
+        elif t == "subscript_expression" or (t == "pointer_expression" and _text(n, data).startswith("*")):
+            mark(n, read=True)
+        stack.extend(n.children)
+    return result
+
+
+def _is_const_param(kernel: Kernel, name: str) -> bool:
+    p = kernel.param(name)
+    return p is not None and p.is_const

@@ -1,0 +1,125 @@
+"""Extract a kernel into a standalone translation unit.
+
+Why: a candidate is compiled to a cubin on its own, without the host code around it (host code proposed
+by a model must never be compiled for the host or run), and compiling only what a kernel needs is also
+what keeps compilation fast. ``#line`` directives keep compiler messages, ``-lineinfo`` and SASS line
+tables pointing at the user's file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import Declaration, DeclKind, FileModel, Kernel
+from .text import SourceText, Span
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
+    """The transitive closure of top-level declarations a kernel refers to, in source order.
+
+    Host functions are never included: a kernel cannot call them, and a name they share with a device
+    helper must resolve to the device one.
+    """
+    by_name: dict[str, list[Declaration]] = {}
+    for d in model.declarations:
+        if d.kind is DeclKind.HOST_FUNCTION:
+            continue
+        for n in d.names:
+            by_name.setdefault(n, []).append(d)
+    # Other kernels launched or referenced (dynamic parallelism, forward declarations) are not pulled in.
+    own = {kernel.name}
+    todo = list(kernel.uses - own)
+    seen_names: set[str] = set(own)
+    chosen: dict[int, Declaration] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen_names:
+            continue
+        seen_names.add(name)
+        for d in by_name.get(name, ()):
+            if d.span.start not in chosen and not kernel.span.contains_span(d.span):
+                chosen[d.span.start] = d
+                todo.extend(d.uses - seen_names)
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def _line_directive(src: SourceText, offset: int, filename: str | None) -> str:
+    line = src.line_of(offset) + 1
+    return f'#line {line} "{filename}"\n' if filename else f"#line {line}\n"
+
+
+def _wrap_namespace(text: str, namespace: tuple[str, ...]) -> str:
+    if not namespace:
+        return text
+    opening = " ".join(f"namespace {n} {{" for n in namespace)
+    return f"{opening}\n{text}\n{'}' * len(namespace)}\n"
+
+
+def standalone(
+    source: str | SourceText,
+    model: FileModel,
+    kernel: Kernel,
+    *,
+    body: str | None = None,
+    definition: str | None = None,
+    filename: str | None = None,
+    instantiate: tuple[str, ...] | None = None,
+) -> str:
+    """A translation unit holding ``kernel`` and everything it needs.
+
+    ``definition`` replaces the whole kernel definition text (a candidate), ``body`` only its body.
+    ``instantiate`` gives template arguments for an explicit instantiation, needed to get any code for a
+    templated kernel out of a cubin build.
+    """
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    parts: list[str] = []
+    for inc in model.includes:
+        parts.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
+    emitted_conditionals: set[Span] = set()
+    for d in needed_declarations(model, kernel):
+        if d.conditional is not None:
+            if d.conditional in emitted_conditionals:
+                continue
+            emitted_conditionals.add(d.conditional)
+            span = d.conditional
+            parts.append(_line_directive(src, span.start, filename) + src.slice(span).rstrip() + "\n")
+            continue
+        text = src.slice(d.span)
+        if d.kind is DeclKind.TYPE and not text.rstrip().endswith(";"):
+            text += ";"
+        parts.append(_line_directive(src, d.span.start, filename) + _wrap_namespace(text, d.namespace) + "\n")
+    if definition is not None:
+        ktext = definition
+    elif body is not None:
+        ktext = src.slice(Span(kernel.span.start, kernel.body_span.start)) + body
+    else:
+        ktext = src.slice(kernel.span)
+    parts.append(_line_directive(src, kernel.span.start, filename) + _wrap_namespace(ktext, kernel.namespace))
+    if instantiate is not None and kernel.template_params:
+        parts.append("\n" + instantiation(kernel, instantiate) + "\n")
+    return "\n".join(parts) + "\n"
+
+
+def instantiation(kernel: Kernel, template_args: tuple[str, ...]) -> str:
+    """An explicit instantiation ``template __global__ void k<args>(types);`` for a templated kernel."""
+    if len(template_args) != len(kernel.template_params):
+        raise ValueError(
+            f"kernel `{kernel.name}` has {len(kernel.template_params)} template parameters "
+            f"({', '.join(p.name for p in kernel.template_params)}); got {len(template_args)} arguments"
+        )
+    subst = {p.name: a for p, a in zip(kernel.template_params, template_args, strict=True)}
+
+    def sub(text: str) -> str:
+        return _IDENT.sub(lambda m: subst.get(m.group(0), m.group(0)), text)
+
+    types = []
+    for p in kernel.params:
+        const = "const " if p.is_const else ""
+        stars = "*" * p.pointer_depth + ("&" if p.is_reference else "")
+        arr = "".join(f"[{d}]" for d in p.array_dims[1:])
+        star = "*" if p.array_dims else ""
+        types.append(f"{const}{sub(p.type)}{stars}{star}{sub(arr)}")
+    prefix = "::".join(kernel.namespace) + "::" if kernel.namespace else ""
+    return f"template __global__ void {prefix}{kernel.name}<{', '.join(template_args)}>({', '.join(types)});"

@@ -1,0 +1,192 @@
+"""The source model's types: what a CUDA file contains, as plain immutable data.
+
+Everything carries byte spans into the original file (see ``text.Span``); nothing here holds a
+tree-sitter node, so models can be cached, pickled to worker processes and compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .text import Span
+
+
+@dataclass(frozen=True)
+class TemplateParam:
+    """A template parameter: ``typename T`` (kind "type") or ``int BLOCK`` (kind "value")."""
+
+    name: str
+    kind: str
+    type: str
+    default: str | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter.
+
+    ``type`` is the base type as written without the pointer declarators and without a leading
+    ``const`` (e.g. ``float``, ``unsigned int``, ``T``); ``is_const`` says whether the pointee (or the
+    scalar) is const; ``is_restrict`` whether the outermost pointer is ``__restrict__``.
+    """
+
+    name: str
+    type: str
+    pointer_depth: int
+    is_const: bool
+    is_restrict: bool
+    is_reference: bool
+    array_dims: tuple[str, ...]
+    text: str
+    span: Span
+    name_span: Span
+    const_span: Span | None
+    restrict_span: Span | None
+    #: byte offset right after the outermost ``*`` where ``__restrict__`` would be inserted
+    star_end: int | None
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.pointer_depth > 0 or bool(self.array_dims)
+
+
+@dataclass(frozen=True)
+class LaunchBounds:
+    """``__launch_bounds__(max_threads[, min_blocks[, max_blocks_per_cluster]])`` as written."""
+
+    args: tuple[str, ...]
+    span: Span
+
+    @property
+    def max_threads(self) -> str:
+        return self.args[0]
+
+    @property
+    def min_blocks(self) -> str | None:
+        return self.args[1] if len(self.args) > 1 else None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A ``__global__`` function definition."""
+
+    name: str
+    namespace: tuple[str, ...]
+    template_params: tuple[TemplateParam, ...]
+    params: tuple[Param, ...]
+    launch_bounds: LaunchBounds | None
+    extern_c: bool
+    #: whole definition including any ``template <...>`` and ``extern "C"`` prefix
+    span: Span
+    #: the function_definition itself (from ``__global__`` or the first specifier to the closing brace)
+    definition_span: Span
+    #: from the start of the definition to the end of the parameter list
+    signature_span: Span
+    body_span: Span
+    name_span: Span
+    params_span: Span
+    #: byte offset where a ``__launch_bounds__`` would be inserted (before the declarator)
+    declarator_start: int
+    #: the ``//`` comment block directly above the kernel, if any
+    comment_span: Span | None
+    start_line: int
+    end_line: int
+    #: identifiers the definition refers to (for dependency closure)
+    uses: frozenset[str]
+    #: True when the kernel was recovered by re-parsing its own text after a syntax error elsewhere
+    recovered: bool = False
+
+    @property
+    def qualified_name(self) -> str:
+        return "::".join((*self.namespace, self.name))
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+
+class DeclKind(str, Enum):
+    DEVICE_FUNCTION = "device_function"
+    HOST_FUNCTION = "host_function"
+    GLOBAL = "global"
+    MACRO = "macro"
+    TYPE = "type"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A top-level declaration a kernel may depend on.
+
+    ``names`` are the identifiers it defines; ``uses`` those it refers to. ``space`` is the CUDA
+    memory space of a global (``__constant__``, ``__device__``, ``__managed__``) or "" otherwise.
+    ``wrapper`` holds the text of enclosing preprocessor conditionals or namespaces, outermost first, so
+    the declaration can be re-emitted in context.
+    """
+
+    kind: DeclKind
+    names: tuple[str, ...]
+    span: Span
+    uses: frozenset[str]
+    space: str = ""
+    namespace: tuple[str, ...] = ()
+    #: the top-level preprocessor conditional this lives in (emitted whole when needed)
+    conditional: Span | None = None
+
+
+@dataclass(frozen=True)
+class Include:
+    path: str
+    system: bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """A host-side launch ``k<<<grid, block, smem, stream>>>(args)``."""
+
+    kernel: str
+    template_args: tuple[str, ...]
+    grid: str
+    block: str
+    smem: str | None
+    stream: str | None
+    args: tuple[str, ...]
+    span: Span
+    config_span: Span
+    #: the host function the launch is in ("" at top level)
+    function: str
+    line: int
+
+
+@dataclass(frozen=True)
+class SyntaxProblem:
+    """A region tree-sitter could not parse, reported once per top-level error."""
+
+    span: Span
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
+class FileModel:
+    """Everything the pipeline needs to know about one CUDA file."""
+
+    kernels: tuple[Kernel, ...]
+    declarations: tuple[Declaration, ...]
+    includes: tuple[Include, ...]
+    launch_sites: tuple[LaunchSite, ...]
+    problems: tuple[SyntaxProblem, ...] = field(default=())
+
+    def kernel(self, name: str) -> Kernel | None:
+        for k in self.kernels:
+            if k.name == name or k.qualified_name == name:
+                return k
+        return None
+
+    def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
+        return tuple(s for s in self.launch_sites if s.kernel == kernel)

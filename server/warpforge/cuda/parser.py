@@ -1,0 +1,626 @@
+"""Parse a CUDA file with tree-sitter-cuda into the plain ``FileModel``.
+
+Why this shape: tree-sitter's error recovery is local but not perfect — an unbalanced parenthesis in a
+host function can swallow the kernels after it into an ERROR node. A user typing in one function must
+never lose the hints on the others, so every ``__global__`` that the whole-file parse did not yield
+cleanly is re-parsed from its own text (``_recover``), and its spans are shifted back.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+
+import tree_sitter_cuda
+from tree_sitter import Language, Node, Parser, Tree
+
+from .model import (
+    Declaration,
+    DeclKind,
+    FileModel,
+    Include,
+    Kernel,
+    LaunchBounds,
+    LaunchSite,
+    Param,
+    SyntaxProblem,
+    TemplateParam,
+)
+from .text import SourceText, Span
+
+LANGUAGE = Language(tree_sitter_cuda.language())
+_local = threading.local()
+
+_IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_PUNCT = frozenset({"(", ")", ",", "<<<", ">>>", "<", ">", "{", "}", ";"})
+_ID_TYPES = frozenset(
+    {"identifier", "type_identifier", "namespace_identifier", "field_identifier", "statement_identifier"}
+)
+
+
+def _parser() -> Parser:
+    p: Parser | None = getattr(_local, "parser", None)
+    if p is None:
+        p = Parser(LANGUAGE)
+        _local.parser = p
+    return p
+
+
+_ALIGN = re.compile(rb"__align__\s*\(\s*[^()]*\)")
+
+
+def _blank(m: re.Match[bytes]) -> bytes:
+    return b" " * (m.end() - m.start())
+
+
+def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
+    """Parse bytes (incrementally when ``old`` was edited with ``Tree.edit``).
+
+    ``__align__(N)`` is a grammar gap that turns a whole struct into an ERROR; it is blanked to spaces of
+    the same length before parsing, so every byte offset stays true to the original text.
+    """
+    if b"__align__" in data:
+        data = _ALIGN.sub(_blank, data)
+    return _parser().parse(data, old) if old is not None else _parser().parse(data)
+
+
+def _text(node: Node, data: bytes) -> str:
+    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+
+def _span(node: Node, base: int = 0) -> Span:
+    return Span(node.start_byte + base, node.end_byte + base)
+
+
+def _has_token(node: Node, token: str) -> bool:
+    return any(c.type == token for c in node.children)
+
+
+def _uses(node: Node, data: bytes) -> frozenset[str]:
+    """Identifiers a subtree refers to, including those inside macro bodies and preprocessor args."""
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        t = n.type
+        if t in _ID_TYPES:
+            out.add(_text(n, data))
+        elif t == "preproc_arg":
+            out.update(m.decode() for m in _IDENT.findall(data[n.start_byte : n.end_byte]))
+        if n.child_count:
+            stack.extend(n.children)
+    return frozenset(out)
+
+
+def _declarator_name(node: Node | None, data: bytes) -> tuple[str, Node | None]:
+    """Walk nested declarators down to the declared identifier."""
+    while node is not None:
+        if node.type in ("identifier", "field_identifier", "type_identifier", "operator_name"):
+            return _text(node, data), node
+        if node.type in ("qualified_identifier",):
+            name = node.child_by_field_name("name")
+            return (_text(name, data), name) if name is not None else (_text(node, data), node)
+        if node.type == "template_function":
+            name = node.child_by_field_name("name")
+            return (_text(name, data), name) if name is not None else ("", None)
+        nxt = node.child_by_field_name("declarator")
+        if nxt is None:
+            named = [c for c in node.named_children if c.type not in ("type_qualifier", "attribute_specifier")]
+            nxt = named[0] if named else None
+        node = nxt
+    return "", None
+
+
+def _param(node: Node, data: bytes, base: int) -> Param:
+    is_const = False
+    const_span: Span | None = None
+    for c in node.children:
+        if c.type == "type_qualifier" and _text(c, data) == "const":
+            is_const = True
+            const_span = _span(c, base)
+    type_node = node.child_by_field_name("type")
+    base_type = _text(type_node, data) if type_node is not None else ""
+    # `unsigned int`, `long long`: sized_type_specifier covers them; keep what is written.
+    depth = 0
+    restrict = False
+    restrict_span: Span | None = None
+    star_end: int | None = None
+    reference = False
+    dims: list[str] = []
+    decl = node.child_by_field_name("declarator")
+    cur = decl
+    first_pointer = True
+    while cur is not None:
+        if cur.type == "pointer_declarator":
+            depth += 1
+            for c in cur.children:
+                if c.type == "*" and first_pointer:
+                    star_end = c.end_byte + base
+                if c.type == "type_qualifier":
+                    q = _text(c, data)
+                    if q in ("__restrict__", "__restrict", "restrict") and first_pointer:
+                        restrict = True
+                        restrict_span = _span(c, base)
+            first_pointer = False
+            cur = cur.child_by_field_name("declarator")
+        elif cur.type == "reference_declarator":
+            reference = True
+            named = cur.named_children
+            cur = named[-1] if named else None
+        elif cur.type == "array_declarator":
+            size = cur.child_by_field_name("size")
+            dims.append(_text(size, data) if size is not None else "")
+            cur = cur.child_by_field_name("declarator")
+        elif cur.type == "parenthesized_declarator":
+            named = cur.named_children
+            cur = named[0] if named else None
+        else:
+            break
+    name, name_node = _declarator_name(decl, data) if decl is not None else ("", None)
+    name_span = _span(name_node, base) if name_node is not None else _span(node, base)
+    return Param(
+        name=name,
+        type=base_type,
+        pointer_depth=depth,
+        is_const=is_const,
+        is_restrict=restrict,
+        is_reference=reference,
+        array_dims=tuple(dims),
+        text=_text(node, data),
+        span=_span(node, base),
+        name_span=name_span,
+        const_span=const_span,
+        restrict_span=restrict_span,
+        star_end=star_end,
+    )
+
+
+def _template_params(node: Node, data: bytes, base: int) -> tuple[TemplateParam, ...]:
+    plist = node.child_by_field_name("parameters")
+    out: list[TemplateParam] = []
+    if plist is None:
+        return ()
+    for c in plist.named_children:
+        default = c.child_by_field_name("default_value") or c.child_by_field_name("default_type")
+        if c.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
+            names = [x for x in c.named_children if x.type == "type_identifier"]
+            nm = _text(names[0], data) if names else ""
+            out.append(TemplateParam(nm, "type", "typename", _text(default, data) if default else None,
+                                     _span(c, base)))
+        elif c.type in ("parameter_declaration", "optional_parameter_declaration"):
+            decl = c.child_by_field_name("declarator")
+            nm, _ = _declarator_name(decl, data)
+            tnode = c.child_by_field_name("type")
+            out.append(TemplateParam(nm, "value", _text(tnode, data) if tnode else "",
+                                     _text(default, data) if default else None, _span(c, base)))
+        elif c.type == "variadic_type_parameter_declaration":
+            out.append(TemplateParam(_text(c, data), "pack", "typename", None, _span(c, base)))
+    return tuple(out)
+
+
+def _comment_block_above(src: SourceText, offset: int) -> Span | None:
+    """The run of ``//`` comment lines ending on the line directly above ``offset``."""
+    line = src.line_of(offset)
+    first = line
+    while first > 0 and src.line_text(first - 1).lstrip().startswith("//"):
+        first -= 1
+    if first == line:
+        return None
+    return Span(src.line_starts[first], src.line_starts[line] - 1)
+
+
+def _kernel(
+    fn: Node,
+    outer: Node,
+    data: bytes,
+    src: SourceText,
+    base: int,
+    namespace: tuple[str, ...],
+    template: Node | None,
+    extern_c: bool,
+    recovered: bool,
+) -> Kernel | None:
+    declarator = fn.child_by_field_name("declarator")
+    body = fn.child_by_field_name("body")
+    if declarator is None or body is None:
+        return None
+    # Find the function_declarator (it may sit under pointer/reference declarators for odd returns).
+    fdecl: Node | None = declarator
+    while fdecl is not None and fdecl.type != "function_declarator":
+        fdecl = fdecl.child_by_field_name("declarator")
+    if fdecl is None:
+        return None
+    name, name_node = _declarator_name(fdecl.child_by_field_name("declarator"), data)
+    plist = fdecl.child_by_field_name("parameters")
+    if not name or name_node is None or plist is None:
+        return None
+    params = tuple(
+        _param(c, data, base) for c in plist.named_children if c.type == "parameter_declaration"
+    )
+    lb: LaunchBounds | None = None
+    for c in fn.children:
+        if c.type == "launch_bounds":
+            args = tuple(
+                _text(x, data)
+                for x in c.named_children
+                if x.type != "ERROR"
+            )
+            # The grammar cannot parse the 3-argument form: its middle argument lands in ERROR.
+            err = [x for x in c.named_children if x.type == "ERROR"]
+            if err:
+                inner = data[c.start_byte : c.end_byte].decode("utf-8", errors="replace")
+                inner = inner[inner.index("(") + 1 : inner.rindex(")")]
+                args = tuple(a.strip() for a in inner.split(","))
+            lb = LaunchBounds(args, _span(c, base))
+    abs_start = outer.start_byte + base
+    comment = _comment_block_above(src, abs_start)
+    sig_end = plist.end_byte + base
+    return Kernel(
+        name=name,
+        namespace=namespace,
+        template_params=_template_params(template, data, base) if template is not None else (),
+        params=params,
+        launch_bounds=lb,
+        extern_c=extern_c,
+        span=Span(abs_start, outer.end_byte + base),
+        definition_span=_span(fn, base),
+        signature_span=Span(fn.start_byte + base, sig_end),
+        body_span=_span(body, base),
+        name_span=_span(name_node, base),
+        params_span=_span(plist, base),
+        declarator_start=declarator.start_byte + base,
+        comment_span=comment,
+        start_line=src.line_of(abs_start),
+        end_line=src.line_of(max(abs_start, outer.end_byte + base - 1)),
+        uses=_uses(fn, data) | (_uses(template, data) if template is not None else frozenset()),
+        recovered=recovered,
+    )
+
+
+class _Collector:
+    """One pass over the tree collecting kernels, declarations, includes and launch sites."""
+
+    def __init__(self, src: SourceText, data: bytes, base: int, recovered: bool) -> None:
+        self.src = src
+        self.data = data
+        self.base = base
+        self.recovered = recovered
+        self.kernels: list[Kernel] = []
+        self.decls: list[Declaration] = []
+        self.includes: list[Include] = []
+        self.launches: list[LaunchSite] = []
+        self.problems: list[SyntaxProblem] = []
+
+    def top(self, root: Node) -> None:
+        for child in root.children:
+            self.item(child, (), None)
+
+    def item(self, node: Node, namespace: tuple[str, ...], conditional: Span | None) -> None:
+        t = node.type
+        data = self.data
+        base = self.base
+        if t == "namespace_definition":
+            nm = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            inner = (*namespace, _text(nm, data)) if nm is not None else namespace
+            if body is not None:
+                for c in body.children:
+                    self.item(c, inner, conditional)
+            return
+        if t in ("preproc_ifdef", "preproc_if", "preproc_else", "preproc_elif", "preproc_elifdef"):
+            cond = conditional if conditional is not None else _span(node, base)
+            for i, c in enumerate(node.children):
+                if c.is_named and node.field_name_for_child(i) not in ("name", "condition"):
+                    self.item(c, namespace, cond)
+            return
+        if t == "linkage_specification":
+            body = node.child_by_field_name("body")
+            if body is None:
+                return
+            if body.type == "function_definition":
+                self.function(body, node, namespace, None, True, conditional)
+            elif body.type == "declaration_list":
+                for c in body.children:
+                    if c.type == "function_definition":
+                        self.function(c, c, namespace, None, True, conditional)
+                    else:
+                        self.item(c, namespace, conditional)
+            else:
+                self.item(body, namespace, conditional)
+            return
+        if t == "template_declaration":
+            inner_fn = next((c for c in node.named_children if c.type == "function_definition"), None)
+            if inner_fn is not None:
+                self.function(inner_fn, node, namespace, node, False, conditional)
+            else:
+                names = self.declared_names(node)
+                self.decls.append(Declaration(DeclKind.TYPE, names, _span(node, base),
+                                              _uses(node, data), "", namespace, conditional))
+            return
+        if t == "function_definition":
+            self.function(node, node, namespace, None, False, conditional)
+            return
+        if t == "preproc_include":
+            path = node.child_by_field_name("path")
+            if path is not None:
+                ptxt = _text(path, data)
+                self.includes.append(Include(ptxt.strip('<>"'), path.type == "system_lib_string",
+                                             _span(node, base)))
+            return
+        if t in ("preproc_def", "preproc_function_def"):
+            nm = node.child_by_field_name("name")
+            if nm is not None:
+                self.decls.append(Declaration(DeclKind.MACRO, (_text(nm, data),), _span(node, base),
+                                              _uses(node, data) - {_text(nm, data)}, "", namespace,
+                                              conditional))
+            return
+        if t == "declaration":
+            # Forward declarations of kernels/functions and global variables.
+            space = next((_text(c, data) for c in node.children
+                          if _text(c, data) in ("__constant__", "__device__", "__managed__", "__shared__")),
+                         "")
+            names = self.declared_names(node)
+            is_fn = any(self._is_function_declarator(d) for d in node.children_by_field_name("declarator"))
+            kind = DeclKind.GLOBAL if not is_fn else (
+                DeclKind.DEVICE_FUNCTION if space or _has_token(node, "__global__") else DeclKind.HOST_FUNCTION)
+            self.decls.append(Declaration(kind, names, _span(node, base), _uses(node, data) - set(names),
+                                          space, namespace, conditional))
+            self.scan_launches(node, "")
+            return
+        if t in ("type_definition", "struct_specifier", "class_specifier", "union_specifier",
+                 "enum_specifier", "alias_declaration", "using_declaration"):
+            names = self.declared_names(node)
+            self.decls.append(Declaration(DeclKind.TYPE, names, _span(node, base), _uses(node, data),
+                                          "", namespace, conditional))
+            return
+        if t == "ERROR":
+            self.problems.append(SyntaxProblem(_span(node, base), self.src.line_of(node.start_byte + base),
+                                               "syntax error: tree-sitter could not parse this region"))
+            self.scan_launches(node, "")
+            return
+        if t in ("comment", ";", "{", "}", "preproc_call", "#endif", "#else"):
+            return
+        self.scan_launches(node, "")
+
+    @staticmethod
+    def _is_function_declarator(node: Node) -> bool:
+        cur: Node | None = node
+        while cur is not None:
+            if cur.type == "function_declarator":
+                return True
+            cur = cur.child_by_field_name("declarator")
+        return False
+
+    def declared_names(self, node: Node) -> tuple[str, ...]:
+        data = self.data
+        names: list[str] = []
+        nm = node.child_by_field_name("name")
+        if nm is not None:
+            names.append(_text(nm, data))
+        for d in node.children_by_field_name("declarator"):
+            n, _ = _declarator_name(d, data)
+            if n:
+                names.append(n)
+        if node.type == "template_declaration":
+            for c in node.named_children:
+                if c.type not in ("template_parameter_list",):
+                    names.extend(self.declared_names(c))
+        if node.type in ("type_definition",):
+            pass
+        # Enumerators are names too; struct bodies of typedefs carry the struct tag.
+        for c in node.named_children:
+            if c.type in ("struct_specifier", "enum_specifier", "class_specifier", "union_specifier"):
+                tag = c.child_by_field_name("name")
+                if tag is not None:
+                    names.append(_text(tag, data))
+                names.extend(self._enumerators(c))
+        if node.type == "enum_specifier":
+            names.extend(self._enumerators(node))
+        return tuple(dict.fromkeys(names))
+
+    def _enumerators(self, node: Node) -> list[str]:
+        body = node.child_by_field_name("body")
+        if body is None or body.type != "enumerator_list":
+            return []
+        out = []
+        for e in body.named_children:
+            nm = e.child_by_field_name("name")
+            if nm is not None:
+                out.append(_text(nm, self.data))
+        return out
+
+    def function(
+        self,
+        fn: Node,
+        outer: Node,
+        namespace: tuple[str, ...],
+        template: Node | None,
+        extern_c: bool,
+        conditional: Span | None,
+    ) -> None:
+        data = self.data
+        if _has_token(fn, "__global__"):
+            k = _kernel(fn, outer, data, self.src, self.base, namespace, template, extern_c, self.recovered)
+            if k is not None and not _contains_error(fn.child_by_field_name("declarator")):
+                self.kernels.append(k)
+            return
+        is_device = _has_token(fn, "__device__")
+        name, _ = _declarator_name(fn.child_by_field_name("declarator"), data)
+        kind = DeclKind.DEVICE_FUNCTION if is_device else DeclKind.HOST_FUNCTION
+        self.decls.append(Declaration(kind, (name,) if name else (), _span(outer, self.base),
+                                      _uses(outer, data) - {name}, "", namespace, conditional))
+        if not is_device or _has_token(fn, "__host__"):
+            self.scan_launches(fn, name)
+
+    def scan_launches(self, node: Node, function: str) -> None:
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.type == "call_expression":
+                cfg = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
+                if cfg is not None:
+                    site = self._launch(n, cfg, function)
+                    if site is not None:
+                        self.launches.append(site)
+            stack.extend(reversed(n.children))
+
+    def _launch(self, call: Node, cfg: Node, function: str) -> LaunchSite | None:
+        data = self.data
+        fn = call.child_by_field_name("function")
+        if fn is None:
+            return None
+        targs: tuple[str, ...] = ()
+        if fn.type == "template_function":
+            nm = fn.child_by_field_name("name")
+            al = fn.child_by_field_name("arguments")
+            targs = tuple(_text(a, data) for a in al.named_children) if al is not None else ()
+            name = _text(nm, data) if nm is not None else _text(fn, data)
+        elif fn.type == "qualified_identifier":
+            name, _ = _declarator_name(fn, data)
+        else:
+            name = _text(fn, data)
+        config = [_text(c, data) for c in cfg.children if c.type not in _PUNCT and c.is_named]
+        if len(config) < 2:
+            return None
+        args_node = call.child_by_field_name("arguments")
+        args = tuple(_text(a, data) for a in args_node.named_children
+                     if a.type != "comment") if args_node is not None else ()
+        return LaunchSite(
+            kernel=name.split("::")[-1],
+            template_args=targs,
+            grid=config[0],
+            block=config[1],
+            smem=config[2] if len(config) > 2 else None,
+            stream=config[3] if len(config) > 3 else None,
+            args=args,
+            span=_span(call, self.base),
+            config_span=_span(cfg, self.base),
+            function=function,
+            line=self.src.line_of(call.start_byte + self.base),
+        )
+
+
+def _contains_error(node: Node | None) -> bool:
+    return node is not None and (node.has_error)
+
+
+_GLOBAL_RE = re.compile(rb"__global__")
+
+
+def _iter_global_tokens(data: bytes) -> Iterator[int]:
+    """Byte offsets of ``__global__`` tokens outside comments and string literals."""
+    i = 0
+    n = len(data)
+    while i < n:
+        c = data[i]
+        if c == 0x2F and i + 1 < n and data[i + 1] == 0x2F:  # //
+            j = data.find(b"\n", i)
+            i = n if j < 0 else j
+            continue
+        if c == 0x2F and i + 1 < n and data[i + 1] == 0x2A:  # /*
+            j = data.find(b"*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        if c in (0x22, 0x27):  # string or char literal
+            j = i + 1
+            while j < n and data[j] != c and data[j] != 0x0A:
+                j += 2 if data[j] == 0x5C else 1
+            i = j + 1
+            continue
+        if c == 0x5F and data.startswith(b"__global__", i):
+            before = data[i - 1 : i] if i else b" "
+            after = data[i + 10 : i + 11]
+            if not (before.isalnum() or before == b"_") and not (after.isalnum() or after == b"_"):
+                yield i
+            i += 10
+            continue
+        i += 1
+
+
+def _chunk_for(data: bytes, at: int) -> tuple[int, int] | None:
+    """The text of the definition starting at the ``__global__`` token at ``at``.
+
+    Starts at the beginning of its line (or an immediately preceding ``template <...>`` line) and ends at
+    the brace that closes its body, counting braces outside comments and strings.
+    """
+    start = data.rfind(b"\n", 0, at) + 1
+    prev_end = start - 1
+    if prev_end > 0:
+        prev_start = data.rfind(b"\n", 0, prev_end) + 1
+        if data[prev_start:prev_end].strip().startswith(b"template"):
+            start = prev_start
+    depth = 0
+    i = at
+    n = len(data)
+    opened = False
+    while i < n:
+        c = data[i]
+        if c == 0x2F and data.startswith(b"//", i):
+            j = data.find(b"\n", i)
+            i = n if j < 0 else j
+            continue
+        if c == 0x2F and data.startswith(b"/*", i):
+            j = data.find(b"*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        if c in (0x22, 0x27):
+            j = i + 1
+            while j < n and data[j] != c and data[j] != 0x0A:
+                j += 2 if data[j] == 0x5C else 1
+            i = j + 1
+            continue
+        if c == 0x3B and not opened:  # a declaration, not a definition
+            return None
+        if c == 0x7B:
+            depth += 1
+            opened = True
+        elif c == 0x7D:
+            depth -= 1
+            if opened and depth == 0:
+                return start, i + 1
+        i += 1
+    return None
+
+
+def parse(text: str | bytes, tree: Tree | None = None) -> FileModel:
+    """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``."""
+    src = SourceText(text)
+    data = src.data
+    tree = tree if tree is not None else parse_tree(data)
+    col = _Collector(src, data, 0, False)
+    col.top(tree.root_node)
+    if tree.root_node.has_error:
+        _recover(src, col)
+    kernels = sorted(col.kernels, key=lambda k: k.span.start)
+    return FileModel(
+        kernels=tuple(kernels),
+        declarations=tuple(sorted(col.decls, key=lambda d: d.span.start)),
+        includes=tuple(col.includes),
+        launch_sites=tuple(sorted(col.launches, key=lambda s: s.span.start)),
+        problems=tuple(col.problems),
+    )
+
+
+def _recover(src: SourceText, col: _Collector) -> None:
+    """Re-parse each ``__global__`` definition the main parse lost to a neighbouring syntax error."""
+    data = src.data
+    have = [k.definition_span for k in col.kernels]
+    for at in _iter_global_tokens(data):
+        if any(at in s for s in have):
+            continue
+        chunk = _chunk_for(data, at)
+        if chunk is None:
+            continue
+        start, end = chunk
+        sub = _Collector(src, data[start:end], start, True)
+        # Spans and lines are computed against the whole file: _Collector uses ``base`` for bytes and
+        # ``src`` for lines, but slices its own bytes for text.
+        sub.data = data[start:end]
+        subtree = parse_tree(sub.data)
+        sub.top(subtree.root_node)
+        for k in sub.kernels:
+            if not any(k.definition_span.start == s.start for s in have):
+                col.kernels.append(k)
+                have.append(k.definition_span)
+        col.launches.extend(sub.launches)

@@ -1,0 +1,323 @@
+"""Parse the ``// @warpforge`` annotation block above a kernel (format: docs/spec-format.md).
+
+Every error names the file and line and says what to write instead, because the person reading it is
+in the middle of writing the block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..cuda.model import Kernel, Param
+from ..cuda.text import SourceText
+from .expr import ExprError, is_constant, parse
+from .model import ArgSpec, Distribution, LaunchSpec, Role, SizeSpec, SpecError, Tunable, canonical_dtype
+
+MARK = "@warpforge"
+DIRECTIVES = ("size", "arg", "launch", "tol", "tune", "template", "seeds", "flops", "bytes")
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_SIZE = re.compile(rf"^({_NAME})\s*=\s*(.+?)$")
+_ARG_BUF = re.compile(rf"^({_NAME})\s*:\s*(\w+)\s+([A-Za-z_][\w ]*?)\s*\[(.*)\]\s*(.*)$")
+_ARG_SCALAR = re.compile(rf"^({_NAME})\s*=\s*(.+)$")
+_DIST = re.compile(r"^(uniform|normal|int|const)\s*\((.*)\)$|^(zeros)$")
+
+
+@dataclass
+class Annotation:
+    """What the block says; fields left None/empty were not given."""
+
+    sizes: list[SizeSpec] = field(default_factory=list)
+    args: dict[str, ArgSpec] = field(default_factory=dict)
+    launch: LaunchSpec | None = None
+    tolerance: tuple[float, float] | None = None
+    tunables: list[Tunable] = field(default_factory=list)
+    template_args: tuple[str, ...] = ()
+    seeds: tuple[int, ...] | None = None
+    flops: str | None = None
+    bytes: str | None = None
+    present: bool = False
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on ``sep`` outside parentheses/brackets."""
+    out: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def _check_expr(text: str, file: str, line: int, what: str) -> str:
+    try:
+        parse(text)
+    except ExprError as e:
+        raise SpecError(file, line, f"{what}: {e}", "write a C-like arithmetic expression") from e
+    return text.strip()
+
+
+def _dims(text: str, file: str, line: int, what: str) -> tuple[str, ...]:
+    t = text.strip()
+    if t.startswith("(") and t.endswith(")"):
+        inner = t[1:-1]
+        parts = _split_top(inner)
+        # `(N + 255) / 256` starts and ends with parens but is one expression: only a top-level comma
+        # inside the outer parentheses makes a tuple, and the outer parens must match each other.
+        if len(parts) > 1 and _balanced(inner):
+            if len(parts) > 3:
+                raise SpecError(file, line, f"{what} has {len(parts)} dimensions", "use at most 3: (x, y, z)")
+            return tuple(_check_expr(p, file, line, what) for p in parts)
+    if t.startswith("dim3(") and t.endswith(")"):
+        return _dims(t[4:], file, line, what)
+    return (_check_expr(t, file, line, what),)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _number(text: str, file: str, line: int, what: str) -> float:
+    try:
+        return float(parse(text).evaluate({}))
+    except ExprError as e:
+        raise SpecError(file, line, f"{what}: expected a number, got `{text}`") from e
+
+
+def parse_distribution(text: str, file: str, line: int) -> Distribution:
+    m = _DIST.match(text.strip())
+    if not m:
+        raise SpecError(file, line, f"unknown value distribution `{text}`",
+                        "write uniform(LO, HI), normal(MEAN, STD), int(LO, HI), const(V) or zeros")
+    if m.group(3):
+        return Distribution("zeros")
+    kind = m.group(1)
+    params = _split_top(m.group(2))
+    want = 1 if kind == "const" else 2
+    if len(params) != want:
+        raise SpecError(file, line, f"`{kind}` takes {want} number{'s' if want > 1 else ''}, got {len(params)}",
+                        f"write e.g. {kind}({'0' if want == 1 else '0, 1'})")
+    exprs = [_check_expr(p, file, line, kind) for p in params]
+    if all(is_constant(e) for e in exprs):
+        vals = [_number(e, file, line, kind) for e in exprs]
+        if kind in ("uniform", "int") and vals[1] <= vals[0]:
+            raise SpecError(file, line, f"`{kind}({params[0]}, {params[1]})` is an empty range",
+                            "the second number must be larger than the first")
+        if kind == "normal" and vals[1] < 0:
+            raise SpecError(file, line, "normal(MEAN, STD) needs STD >= 0")
+    return Distribution(kind, exprs[0], exprs[1] if want == 2 else "0")
+
+
+def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
+    """Parse the kernel's annotation block; an empty ``Annotation`` when there is none."""
+    ann = Annotation()
+    if kernel.comment_span is None:
+        return ann
+    first = src.line_of(kernel.comment_span.start)
+    last = src.line_of(kernel.comment_span.end)
+    params = {p.name: p for p in kernel.params}
+    for lineno in range(first, last + 1):
+        raw = src.line_text(lineno).strip()
+        if MARK not in raw:
+            continue
+        ann.present = True
+        line = lineno + 1
+        body = raw.split(MARK, 1)[1].strip()
+        directive, _, rest = body.partition(" ")
+        rest = rest.strip()
+        if directive not in DIRECTIVES:
+            raise SpecError(file, line, f"unknown @warpforge directive `{directive}`",
+                            f"use one of: {', '.join(DIRECTIVES)} (see docs/spec-format.md)")
+        if directive == "size":
+            ann.sizes.append(_size(rest, file, line))
+        elif directive == "arg":
+            a = _arg(rest, file, line, params, kernel)
+            if a.name in ann.args:
+                raise SpecError(file, line, f"argument `{a.name}` is described twice",
+                                "keep one `@warpforge arg` line per argument")
+            ann.args[a.name] = a
+        elif directive == "launch":
+            ann.launch = _launch(rest, file, line)
+        elif directive == "tol":
+            ann.tolerance = _tol(rest, file, line)
+        elif directive == "tune":
+            m = _SIZE.match(rest)
+            if not m:
+                raise SpecError(file, line, f"cannot read `tune {rest}`", "write `tune NAME = V1, V2, ...`")
+            values = tuple(v for v in _split_top(m.group(2)) if v)
+            if not values:
+                raise SpecError(file, line, f"tunable `{m.group(1)}` has no values", "list at least one value")
+            ann.tunables.append(Tunable(m.group(1), values))
+        elif directive == "template":
+            ann.template_args = _template(rest, kernel, file, line)
+        elif directive == "seeds":
+            try:
+                ann.seeds = tuple(int(s) for s in _split_top(rest))
+            except ValueError as e:
+                raise SpecError(file, line, f"seeds must be integers, got `{rest}`", "write `seeds 0, 1, 2`") from e
+            if not ann.seeds:
+                raise SpecError(file, line, "no seeds given", "write `seeds 0, 1, 2`")
+        elif directive == "flops":
+            ann.flops = _check_expr(rest, file, line, "flops")
+        elif directive == "bytes":
+            ann.bytes = _check_expr(rest, file, line, "bytes")
+    return ann
+
+
+def _size(rest: str, file: str, line: int) -> SizeSpec:
+    m = _SIZE.match(rest)
+    if not m:
+        raise SpecError(file, line, f"cannot read `size {rest}`", "write `size N = 1 << 20`")
+    name, value = m.group(1), m.group(2).strip()
+    fixed = False
+    odd: str | None = None
+    # Trailing options: `fixed`, `odd=EXPR`.
+    om = re.search(r"\s+odd\s*=\s*(.+)$", value)
+    if om:
+        odd = _check_expr(om.group(1), file, line, f"odd size of `{name}`")
+        value = value[: om.start()].strip()
+    if re.search(r"\s+fixed$", value) or value == "fixed":
+        fixed = True
+        value = value[: -len("fixed")].strip()
+    if not value:
+        raise SpecError(file, line, f"size `{name}` has no value", f"write `size {name} = 4096`")
+    return SizeSpec(name, _check_expr(value, file, line, f"size `{name}`"), fixed, odd, "annotation", line)
+
+
+def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kernel) -> ArgSpec:
+    mb = _ARG_BUF.match(rest)
+    ms = _ARG_SCALAR.match(rest) if not mb else None
+    m = mb or ms
+    name = m.group(1) if m else rest.split(":")[0].split("=")[0].strip()
+    if name not in params:
+        raise SpecError(file, line, f"`{name}` is not a parameter of `{kernel.name}`",
+                        f"its parameters are: {', '.join(params) or '(none)'}")
+    p = params[name]
+    if mb:
+        if not p.is_pointer:
+            raise SpecError(file, line, f"`{name}` is a scalar parameter ({p.text})",
+                            f"write `arg {name} = VALUE`")
+        role_txt, dtype_txt, count, tail = mb.group(2), mb.group(3).strip(), mb.group(4), mb.group(5)
+        try:
+            role = Role(role_txt)
+        except ValueError as e:
+            raise SpecError(file, line, f"unknown role `{role_txt}` for `{name}`",
+                            "write in, out or inout") from e
+        if role is Role.SCALAR:
+            raise SpecError(file, line, f"`{name}` is a pointer", "write in, out or inout")
+        dtype = canonical_dtype(dtype_txt)
+        if dtype is None:
+            raise SpecError(file, line, f"unknown element type `{dtype_txt}` for `{name}`",
+                            "write a C or numpy type: float, half, double, int, unsigned, int64, uint8, ...")
+        count = _check_expr(count, file, line, f"length of `{name}`") if count.strip() else ""
+        if not count:
+            raise SpecError(file, line, f"`{name}` has no length", f"write `arg {name}: {role.value} {dtype_txt}[N]`")
+        dist = None
+        align = 16
+        for tok in _split_top(tail, " ") if tail.strip() else []:
+            if tok.startswith("align="):
+                try:
+                    align = int(tok[6:])
+                except ValueError as e:
+                    raise SpecError(file, line, f"bad alignment `{tok}`", "write align=16") from e
+                if align <= 0 or align & (align - 1):
+                    raise SpecError(file, line, f"alignment {align} is not a power of two", "write align=16")
+            else:
+                dist = parse_distribution(tok, file, line)
+        if dist is not None and role is Role.OUT:
+            raise SpecError(file, line, f"`{name}` is an output: its initial values are poison, not `{dist}`",
+                            f"drop the distribution, or make it `inout` if the kernel reads `{name}` first")
+        return ArgSpec(name, role, dtype, count=count, distribution=dist, align=align, source="annotation",
+                       line=line)
+    if ms:
+        if p.is_pointer:
+            raise SpecError(file, line, f"`{name}` is a pointer parameter ({p.text})",
+                            f"write `arg {name}: in|out|inout TYPE[COUNT]`")
+        dtype = canonical_dtype(p.type) or "float32"
+        value = _check_expr(ms.group(2), file, line, f"value of `{name}`")
+        return ArgSpec(name, Role.SCALAR, dtype, value=value, source="annotation", line=line)
+    hint = f"`arg {name}: in float[N]`" if p.is_pointer else f"`arg {name} = N`"
+    raise SpecError(file, line, f"cannot read `arg {rest}`", f"write {hint}")
+
+
+def _launch(rest: str, file: str, line: int) -> LaunchSpec:
+    fields: dict[str, str] = {}
+    for part in _split_top(rest):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in ("grid", "block", "smem"):
+            raise SpecError(file, line, f"cannot read `{part}` in launch",
+                            "write `launch grid=(N + 255) / 256, block=256[, smem=BYTES]`")
+        fields[key] = value.strip()
+    for need in ("grid", "block"):
+        if need not in fields:
+            raise SpecError(file, line, f"launch has no {need}", "write `launch grid=..., block=...`")
+    return LaunchSpec(
+        _dims(fields["grid"], file, line, "grid"),
+        _dims(fields["block"], file, line, "block"),
+        _check_expr(fields.get("smem", "0"), file, line, "smem"),
+        "annotation",
+        line,
+    )
+
+
+def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
+    rtol = atol = None
+    for part in _split_top(rest.replace(" ", ","), ","):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("rtol", "atol"):
+            raise SpecError(file, line, f"cannot read `{part}` in tol", "write `tol rtol=1e-4 atol=1e-5`")
+        v = _number(value.strip(), file, line, key.strip())
+        if v < 0:
+            raise SpecError(file, line, f"{key.strip()} must not be negative")
+        if key.strip() == "rtol":
+            rtol = v
+        else:
+            atol = v
+    if rtol is None and atol is None:
+        raise SpecError(file, line, "tol gives no tolerance", "write `tol rtol=1e-4 atol=1e-5`")
+    return (rtol if rtol is not None else 0.0, atol if atol is not None else 0.0)
+
+
+def _template(rest: str, kernel: Kernel, file: str, line: int) -> tuple[str, ...]:
+    if not kernel.template_params:
+        raise SpecError(file, line, f"`{kernel.name}` is not a template", "remove the `template` line")
+    parts = _split_top(rest)
+    names = [p.name for p in kernel.template_params]
+    if all("=" in p for p in parts):
+        given = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in parts)}
+        unknown = set(given) - set(names)
+        if unknown:
+            raise SpecError(file, line, f"unknown template parameter(s) {', '.join(sorted(unknown))}",
+                            f"`{kernel.name}` has: {', '.join(names)}")
+        out = []
+        for tp in kernel.template_params:
+            if tp.name in given:
+                out.append(given[tp.name])
+            elif tp.default is not None:
+                out.append(tp.default)
+            else:
+                raise SpecError(file, line, f"template parameter `{tp.name}` has no value",
+                                f"add `{tp.name}=...`")
+        return tuple(out)
+    if len(parts) != len(names):
+        raise SpecError(file, line, f"`{kernel.name}` takes {len(names)} template arguments ({', '.join(names)})",
+                        f"write `template {', '.join(n + '=...' for n in names)}`")
+    return tuple(parts)

@@ -1,0 +1,354 @@
+"""The benchmark spec: everything needed to run a kernel, as plain data.
+
+A ``KernelSpec`` keeps expressions as text (``(N + 255) / 256``) so it can be printed back as an
+annotation and perturbed; ``resolve`` turns it into concrete numbers for one run (spec size or the odd,
+perturbed size used to catch tail bugs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from .expr import ExprError, Number, parse
+
+
+class SpecError(ValueError):
+    """A spec problem located in a file: ``file:line: message`` plus what to write instead."""
+
+    def __init__(self, file: str, line: int | None, message: str, fix: str | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.message = message
+        self.fix = fix
+        where = f"{file}:{line}" if line is not None else file
+        super().__init__(f"{where}: {message}" + (f"; {fix}" if fix else ""))
+
+
+class Role(str, Enum):
+    IN = "in"
+    OUT = "out"
+    INOUT = "inout"
+    SCALAR = "scalar"
+
+
+#: canonical dtype name -> (bytes, kind) ; kind "f" float, "i" signed, "u" unsigned
+DTYPES: dict[str, tuple[int, str]] = {
+    "float32": (4, "f"), "float16": (2, "f"), "bfloat16": (2, "f"), "float64": (8, "f"),
+    "int8": (1, "i"), "int16": (2, "i"), "int32": (4, "i"), "int64": (8, "i"),
+    "uint8": (1, "u"), "uint16": (2, "u"), "uint32": (4, "u"), "uint64": (8, "u"),
+}
+
+#: C/CUDA spellings -> canonical dtype
+C_TYPES: dict[str, str] = {
+    "float": "float32", "double": "float64", "half": "float16", "__half": "float16",
+    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "int": "int32", "signed": "int32", "signed int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
+    "uint": "uint32", "long": "int64", "long long": "int64", "long int": "int64", "long long int": "int64",
+    "unsigned long": "uint64", "unsigned long long": "uint64", "size_t": "uint64", "ptrdiff_t": "int64",
+    "short": "int16", "unsigned short": "uint16", "char": "int8", "signed char": "int8",
+    "unsigned char": "uint8", "bool": "uint8",
+    "int8_t": "int8", "int16_t": "int16", "int32_t": "int32", "int64_t": "int64",
+    "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32", "uint64_t": "uint64",
+    **{k: k for k in DTYPES},
+    "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32", "u32": "uint32",
+}
+
+#: (rtol, atol) per dtype: |got - want| <= atol + rtol * |want|
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float64": (1e-10, 1e-12),
+}
+
+DEFAULT_SEEDS = (0, 1, 2)
+
+
+def canonical_dtype(ctype: str) -> str | None:
+    """Canonical dtype of a C type spelling (``const`` and extra spaces ignored), or None."""
+    t = " ".join(ctype.replace("const", " ").replace("volatile", " ").split())
+    return C_TYPES.get(t)
+
+
+def is_float(dtype: str) -> bool:
+    return DTYPES[dtype][1] == "f"
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How input values are drawn: uniform(a, b), normal(a=mean, b=std), int(a, b) in [a, b), const(a), zeros.
+
+    The parameters are expressions (``int(0, NBINS)``), evaluated with the sizes of each run.
+    """
+
+    kind: str
+    a: str = "0"
+    b: str = "0"
+
+    def __str__(self) -> str:
+        if self.kind == "zeros":
+            return "zeros"
+        if self.kind == "const":
+            return f"const({self.a})"
+        return f"{self.kind}({self.a}, {self.b})"
+
+    def resolve(self, env: dict[str, Number]) -> ResolvedDistribution:
+        return ResolvedDistribution(self.kind, float(parse(self.a).evaluate(env)),
+                                    float(parse(self.b).evaluate(env)))
+
+
+@dataclass(frozen=True)
+class ResolvedDistribution:
+    kind: str
+    a: float
+    b: float
+
+
+def default_distribution(dtype: str) -> Distribution:
+    return Distribution("uniform", "-1", "1") if is_float(dtype) else Distribution("int", "0", "100")
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    name: str
+    expr: str
+    fixed: bool = False
+    odd: str | None = None
+    source: str = "annotation"
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One kernel argument. Buffers have ``count``; scalars have ``value``."""
+
+    name: str
+    role: Role
+    dtype: str
+    count: str | None = None
+    value: str | None = None
+    distribution: Distribution | None = None
+    align: int = 16
+    source: str = "annotation"
+    line: int | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.role is not Role.SCALAR
+
+    @property
+    def writable(self) -> bool:
+        return self.role in (Role.OUT, Role.INOUT)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    grid: tuple[str, ...]
+    block: tuple[str, ...]
+    smem: str = "0"
+    source: str = "annotation"
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Tunable:
+    name: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedArg:
+    name: str
+    role: Role
+    dtype: str
+    count: int | None
+    value: Number | None
+    distribution: ResolvedDistribution | None
+    align: int
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """Concrete numbers for one run."""
+
+    sizes: dict[str, Number]
+    args: tuple[ResolvedArg, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    defines: dict[str, str]
+    perturbed: bool
+    flops: float | None
+    bytes: float | None
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    file: str
+    kernel: str
+    sizes: tuple[SizeSpec, ...]
+    args: tuple[ArgSpec, ...]
+    launch: LaunchSpec
+    tolerance: tuple[float, float] | None = None
+    tunables: tuple[Tunable, ...] = ()
+    template_args: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    flops: str | None = None
+    bytes: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    # ----------------------------------------------------------------- queries
+    def arg(self, name: str) -> ArgSpec | None:
+        return next((a for a in self.args if a.name == name), None)
+
+    def tolerance_for(self, arg: ArgSpec) -> tuple[float, float]:
+        if self.tolerance is not None:
+            return self.tolerance
+        return DEFAULT_TOLERANCES.get(arg.dtype, (0.0, 0.0))
+
+    @property
+    def symbolic(self) -> bool:
+        """True when at least one size can be perturbed."""
+        return any(not s.fixed for s in self.sizes)
+
+    # ----------------------------------------------------------------- resolution
+    def size_values(self, perturbed: bool = False, tunables: dict[str, str] | None = None) -> dict[str, Number]:
+        env: dict[str, Number] = {}
+        for t in self.tunables:
+            raw = (tunables or {}).get(t.name, t.values[0])
+            # A non-numeric tunable (a type, a flag) is a define only, not an arithmetic name.
+            with contextlib.suppress(ExprError):
+                env[t.name] = parse(str(raw)).evaluate({})
+        for s in self.sizes:
+            try:
+                v = parse(s.expr).evaluate(env)
+            except ExprError as e:
+                raise SpecError(self.file, s.line, f"size `{s.name}`: {e}") from e
+            if perturbed and not s.fixed:
+                if s.odd is not None:
+                    try:
+                        v = parse(s.odd).evaluate({**env, s.name: v})
+                    except ExprError as e:
+                        raise SpecError(self.file, s.line, f"odd size of `{s.name}`: {e}") from e
+                elif isinstance(v, int):
+                    v = perturb(v)
+            env[s.name] = v
+        return env
+
+    def resolve(self, perturbed: bool = False, tunables: dict[str, str] | None = None) -> ResolvedSpec:
+        env = self.size_values(perturbed, tunables)
+        args: list[ResolvedArg] = []
+        for a in self.args:
+            count: int | None = None
+            value: Number | None = None
+            dist: ResolvedDistribution | None = None
+            if a.is_buffer:
+                count = int(self._eval(a.count or "0", env, a.line, f"length of `{a.name}`"))
+                if count < 0:
+                    raise SpecError(self.file, a.line, f"length of `{a.name}` is negative ({count})")
+                if a.distribution is not None:
+                    try:
+                        dist = a.distribution.resolve(env)
+                    except ExprError as e:
+                        raise SpecError(self.file, a.line, f"distribution of `{a.name}`: {e}") from e
+                    if dist.kind in ("uniform", "int") and dist.b <= dist.a:
+                        raise SpecError(self.file, a.line, f"`{a.distribution}` of `{a.name}` is an empty range",
+                                        "the second number must be larger than the first")
+            else:
+                value = self._eval(a.value or "0", env, a.line, f"value of `{a.name}`")
+            args.append(ResolvedArg(a.name, a.role, a.dtype, count, value, dist, a.align))
+        grid = self._dims(self.launch.grid, env, "grid")
+        block = self._dims(self.launch.block, env, "block")
+        smem = int(self._eval(self.launch.smem, env, self.launch.line, "dynamic shared memory"))
+        defines = {t.name: str((tunables or {}).get(t.name, t.values[0])) for t in self.tunables}
+        flops = float(self._eval(self.flops, env, None, "flops")) if self.flops else None
+        nbytes = float(self._eval(self.bytes, env, None, "bytes")) if self.bytes else None
+        return ResolvedSpec(env, tuple(args), grid, block, smem, defines, perturbed, flops, nbytes)
+
+    def _eval(self, text: str, env: dict[str, Number], line: int | None, what: str) -> Number:
+        try:
+            return parse(text).evaluate(env)
+        except ExprError as e:
+            raise SpecError(self.file, line, f"{what}: {e}") from e
+
+    def _dims(self, exprs: tuple[str, ...], env: dict[str, Number], what: str) -> tuple[int, int, int]:
+        vals = [int(self._eval(e, env, self.launch.line, what)) for e in exprs]
+        while len(vals) < 3:
+            vals.append(1)
+        if any(v < 1 for v in vals):
+            raise SpecError(self.file, self.launch.line, f"{what} {tuple(vals)} has a dimension below 1")
+        return vals[0], vals[1], vals[2]
+
+    # ----------------------------------------------------------------- output
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for a, arg in zip(d["args"], self.args, strict=True):
+            a["role"] = arg.role.value
+            a["distribution"] = None if arg.distribution is None else str(arg.distribution)
+        return d
+
+    def spec_hash(self) -> str:
+        """Stable hash of what determines a measurement (not where the spec came from)."""
+        d = self.to_json()
+        for key in ("file", "notes"):
+            d.pop(key, None)
+        for group in ("sizes", "args"):
+            for item in d[group]:
+                item.pop("source", None)
+                item.pop("line", None)
+        d["launch"].pop("source", None)
+        d["launch"].pop("line", None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_annotation(self) -> str:
+        """The spec as an annotation block (see docs/spec-format.md)."""
+        p = "// @warpforge "
+        lines = []
+        for s in self.sizes:
+            extra = " fixed" if s.fixed else (f" odd={s.odd}" if s.odd else "")
+            lines.append(f"{p}size {s.name} = {s.expr}{extra}")
+        for a in self.args:
+            if a.is_buffer:
+                dist = f" {a.distribution}" if a.distribution and a.role is not Role.OUT else ""
+                align = f" align={a.align}" if a.align != 16 else ""
+                lines.append(f"{p}arg {a.name}: {a.role.value} {a.dtype}[{a.count}]{dist}{align}")
+            else:
+                lines.append(f"{p}arg {a.name} = {a.value}")
+        lines.append(f"{p}launch {_launch_text(self.launch)}")
+        if self.tolerance is not None:
+            lines.append(f"{p}tol rtol={self.tolerance[0]:g} atol={self.tolerance[1]:g}")
+        for t in self.tunables:
+            lines.append(f"{p}tune {t.name} = {', '.join(t.values)}")
+        if self.template_args:
+            lines.append(f"{p}template {', '.join(self.template_args)}")
+        if self.seeds != DEFAULT_SEEDS:
+            lines.append(f"{p}seeds {', '.join(map(str, self.seeds))}")
+        if self.flops:
+            lines.append(f"{p}flops {self.flops}")
+        if self.bytes:
+            lines.append(f"{p}bytes {self.bytes}")
+        return "\n".join(lines) + "\n"
+
+
+def _dims_text(d: tuple[str, ...]) -> str:
+    return d[0] if len(d) == 1 else "(" + ", ".join(d) + ")"
+
+
+def _launch_text(launch: LaunchSpec) -> str:
+    smem = f", smem={launch.smem}" if launch.smem not in ("0", "") else ""
+    return f"grid={_dims_text(launch.grid)}, block={_dims_text(launch.block)}{smem}"
+
+
+def perturb(v: int) -> int:
+    """A smaller odd size: about 10 % less, made odd, at least 1 — exercises tails and odd remainders."""
+    if v <= 2:
+        return v
+    p = v - max(1, v // 10)
+    return p if p % 2 else p - 1 if p > 1 else 1
+

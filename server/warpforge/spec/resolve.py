@@ -1,0 +1,154 @@
+"""Combine inference and the annotation block into the effective spec, and validate it.
+
+The annotation wins field by field: a user who writes only `@warpforge size N = 4096` keeps everything
+else that was inferred from the launch site. Validation resolves the spec at both the spec size and the
+perturbed size, so an unknown name or a negative length is reported now, at its line, and not later in a
+GPU worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cuda.model import FileModel, Kernel
+from ..cuda.parser import parse
+from ..cuda.text import SourceText
+from .annotations import parse_annotation
+from .infer import infer
+from .model import (
+    DEFAULT_SEEDS,
+    ArgSpec,
+    KernelSpec,
+    LaunchSpec,
+    Role,
+    SizeSpec,
+    SpecError,
+    canonical_dtype,
+    default_distribution,
+)
+
+
+def _fix_for_arg(kernel: Kernel, name: str) -> str:
+    p = kernel.param(name)
+    if p is not None and p.is_pointer:
+        role = "in" if p.is_const else "inout"
+        return f"add `// @warpforge arg {name}: {role} {p.type}[N]` above the kernel"
+    return f"add `// @warpforge arg {name} = VALUE` above the kernel"
+
+
+def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
+    """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix."""
+    ann = parse_annotation(src, kernel, file)
+    inf = infer(src, model, kernel, file)
+    kline = kernel.start_line + 1
+    sizes: dict[str, SizeSpec] = {s.name: s for s in inf.sizes}
+    for s in ann.sizes:
+        sizes[s.name] = s
+    args: list[ArgSpec] = []
+    for p in kernel.params:
+        a = ann.args.get(p.name) or inf.args.get(p.name)
+        if a is None:
+            why = inf.problems.get(p.name) or inf.problems.get("*") or (
+                f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
+                f"no launch of `{kernel.name}` in this file")
+            raise SpecError(file, kline, why, _fix_for_arg(kernel, p.name))
+        args.append(a)
+    launch: LaunchSpec | None = ann.launch or inf.launch
+    if launch is None:
+        why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
+        raise SpecError(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}",
+                        "add `// @warpforge launch grid=(N + 255) / 256, block=256` above the kernel")
+    template_args = ann.template_args or inf.template_args
+    if kernel.template_params and not template_args:
+        names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
+        raise SpecError(file, kline, f"`{kernel.name}` is a template and no launch instantiates it",
+                        f"add `// @warpforge template {names}`")
+    notes: list[str] = []
+    if inf.site is not None and any(a.source == "inferred" for a in args):
+        notes.append(f"inferred from the launch at line {inf.site.line + 1}")
+    spec = KernelSpec(
+        file=file,
+        kernel=kernel.name,
+        sizes=tuple(sizes.values()),
+        args=tuple(args),
+        launch=launch,
+        tolerance=ann.tolerance,
+        tunables=tuple(ann.tunables),
+        template_args=tuple(template_args),
+        seeds=ann.seeds or DEFAULT_SEEDS,
+        flops=ann.flops,
+        bytes=ann.bytes,
+        notes=tuple(notes),
+    )
+    _validate(spec)
+    return spec
+
+
+def _validate(spec: KernelSpec) -> None:
+    names = [s.name for s in spec.sizes]
+    for t in spec.tunables:
+        if t.name in names:
+            raise SpecError(spec.file, None, f"`{t.name}` is both a size and a tunable", "keep one of them")
+    for perturbed in (False, True):
+        r = spec.resolve(perturbed=perturbed)
+        for a in r.args:
+            if a.count == 0 and not perturbed:
+                src = spec.arg(a.name)
+                raise SpecError(spec.file, src.line if src else None, f"`{a.name}` has length 0",
+                                "give it a positive length")
+        if r.threads > 1024:
+            raise SpecError(spec.file, spec.launch.line, f"block {r.block} has {r.threads} threads",
+                            "CUDA allows at most 1024 threads per block")
+
+
+def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
+    """A starting-point spec for ``--write`` when inference cannot finish: sizes N, 1D launch.
+
+    Whatever can be inferred or is annotated is kept; the rest gets an obvious guess the user edits.
+    """
+    try:
+        return build_spec(src, model, kernel, file)
+    except SpecError:
+        pass
+    ann = parse_annotation(src, kernel, file)
+    inf = infer(src, model, kernel, file)
+    sizes = {s.name: s for s in inf.sizes}
+    sizes.update({s.name: s for s in ann.sizes})
+    if not sizes:
+        sizes["N"] = SizeSpec("N", "1 << 20", source="guessed")
+    n = next(iter(sizes))
+    args: list[ArgSpec] = []
+    for p in kernel.params:
+        a = ann.args.get(p.name) or inf.args.get(p.name)
+        if a is None:
+            dtype = canonical_dtype(p.type) or "float32"
+            if p.is_pointer:
+                role = Role.IN if p.is_const else Role.INOUT
+                a = ArgSpec(p.name, role, dtype, count=n, distribution=default_distribution(dtype), source="guessed")
+            else:
+                a = ArgSpec(p.name, Role.SCALAR, dtype, value=n if dtype.startswith(("int", "uint")) else "1.0",
+                            source="guessed")
+        args.append(a)
+    launch = ann.launch or inf.launch or LaunchSpec((f"cdiv({n}, 256)",), ("256",), "0", "guessed")
+    targs = ann.template_args or inf.template_args or tuple(
+        t.default or ("float" if t.kind == "type" else "256") for t in kernel.template_params)
+    return KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
+                      tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
+                      ("guessed: check every line",))
+
+
+def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> KernelSpec:
+    """Read a file and build the effective spec of one kernel in it."""
+    p = Path(path)
+    if text is None:
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise SpecError(str(path), None, f"cannot read the file: {e.strerror}") from e
+    src = SourceText(text)
+    model = parse(src.data)
+    kernel = model.kernel(kernel_name)
+    if kernel is None:
+        names = ", ".join(k.name for k in model.kernels) or "none"
+        raise SpecError(str(path), None, f"no __global__ kernel named `{kernel_name}`", f"kernels here: {names}")
+    return build_spec(src, model, kernel, str(path))
