@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,13 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="insert a filled-in `// @warpforge` annotation block above the kernel")
     p.set_defaults(func=cmd_spec)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    from .commands import register_all
+
+    register_all(sub)
     return parser
-
-
-#: later pipeline stages register their subcommands here (hints, bench, verify, profile, optimize, serve)
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,16 @@
+"""Subcommands beyond the foundation's, one module each, registered with the CLI.
+
+Each module exposes ``register(subparsers)``; adding a command is adding a module to ``MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+MODULES: tuple[str, ...] = ()
+
+
+def register_all(sub: Any) -> None:
+    for name in MODULES:
+        importlib.import_module(f"{__name__}.{name}").register(sub)

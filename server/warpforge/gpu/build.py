@@ -1,0 +1,297 @@
+"""nvcc -> cubin, with ptxas resource usage per kernel and compiler messages at source lines.
+
+Only device code is compiled (``-cubin``): host code in a candidate is never compiled for the host and
+never runs. ``-lineinfo`` is always on so SASS and profiler samples map back to the user's lines.
+Results are cached by a hash of (source, flags, arch, compiler), in memory and on disk, because the
+editor recompiles the same file on every save and the search re-proposes the same variants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .mangle import base_name
+from .toolchain import ToolMissing, default_arch, toolchain
+
+
+@dataclass(frozen=True)
+class Resources:
+    """``ptxas -v`` numbers for one function."""
+
+    mangled: str
+    name: str
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_frame: int = 0
+    shared_bytes: int = 0
+    constant_bytes: int = 0
+    barriers: int = 0
+    is_entry: bool = False
+
+
+@dataclass(frozen=True)
+class CompilerMessage:
+    """An nvcc/ptxas diagnostic at a line of the original file (1-based line; 0 when unknown)."""
+
+    file: str
+    line: int
+    severity: str  # "error" | "warning" | "remark"
+    code: str
+    text: str
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    arch: str
+    cubin: bytes = b""
+    resources: dict[str, Resources] = field(default_factory=dict)
+    messages: list[CompilerMessage] = field(default_factory=list)
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    timed_out: bool = False
+    command: list[str] = field(default_factory=list)
+
+    def resources_for(self, kernel: str) -> Resources | None:
+        """Resources of the entry function whose (demangled) base name is ``kernel``."""
+        for r in self.resources.values():
+            if r.is_entry and (r.name == kernel or r.mangled == kernel):
+                return r
+        return None
+
+    def entry_symbol(self, kernel: str) -> str | None:
+        r = self.resources_for(kernel)
+        return r.mangled if r else None
+
+
+_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(\w+)'")
+_PROPS = re.compile(r"ptxas info\s*: Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+_BARS = re.compile(r"used (\d+) barriers")
+_DIAG = re.compile(
+    r"^(?P<file>[^\n(]*?)\((?P<line>\d+)\): (?P<sev>error|warning|remark|catastrophic error)"
+    r"(?: #(?P<code>[\w-]+))?\s*:\s*(?P<text>.*)$"
+)
+_PTXAS_DIAG = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*: (?P<text>.*)$")
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Resource usage per function from ``-Xptxas -v`` output."""
+    out: dict[str, dict[str, int | str | bool]] = {}
+    entries: set[str] = set()
+    current: str | None = None
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            entries.add(m.group(1))
+            current = m.group(1)
+            out.setdefault(current, {})
+            continue
+        m = _PROPS.search(line)
+        if m:
+            current = m.group(1)
+            out.setdefault(current, {})
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            out[current].update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)),
+                                spill_loads=int(m.group(3)))
+            continue
+        m = _USED.search(line)
+        if m:
+            rest = m.group(2)
+            out[current]["registers"] = int(m.group(1))
+            if (s := _SMEM.search(rest)) is not None:
+                out[current]["shared_bytes"] = int(s.group(1))
+            if (c := _CMEM.search(rest)) is not None:
+                out[current]["constant_bytes"] = int(c.group(1))
+            if (b := _BARS.search(rest)) is not None:
+                out[current]["barriers"] = int(b.group(1))
+    result: dict[str, Resources] = {}
+    for mangled, vals in out.items():
+        result[mangled] = Resources(
+            mangled=mangled,
+            name=base_name(mangled),
+            registers=int(vals.get("registers", 0)),
+            spill_stores=int(vals.get("spill_stores", 0)),
+            spill_loads=int(vals.get("spill_loads", 0)),
+            stack_frame=int(vals.get("stack_frame", 0)),
+            shared_bytes=int(vals.get("shared_bytes", 0)),
+            constant_bytes=int(vals.get("constant_bytes", 0)),
+            barriers=int(vals.get("barriers", 0)),
+            is_entry=mangled in entries,
+        )
+    return result
+
+
+def parse_messages(log: str, default_file: str) -> list[CompilerMessage]:
+    """nvcc front-end diagnostics (``file(12): error: ...``) and ptxas errors/warnings."""
+    msgs: list[CompilerMessage] = []
+    for line in log.splitlines():
+        m = _DIAG.match(line.strip())
+        if m:
+            sev = "error" if "error" in m.group("sev") else m.group("sev")
+            msgs.append(CompilerMessage(m.group("file") or default_file, int(m.group("line")), sev,
+                                        m.group("code") or "", m.group("text").strip()))
+            continue
+        m = _PTXAS_DIAG.match(line.strip())
+        if m and "info" not in m.group("sev"):
+            sev = "error" if m.group("sev") in ("error", "fatal") else "warning"
+            msgs.append(CompilerMessage(default_file, 0, sev, "ptxas", m.group("text").strip()))
+    return msgs
+
+
+# --------------------------------------------------------------------------- cache
+def cache_dir() -> Path:
+    base = os.environ.get("WARPFORGE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warpforge")
+    return Path(base) / "build"
+
+
+_memory: dict[str, BuildResult] = {}
+_memory_lock = threading.Lock()
+_MEMORY_MAX = 256
+
+
+def _cache_key(source: str, flags: list[str], arch: str, compiler: str) -> str:
+    h = hashlib.sha256()
+    for part in (source, "\0".join(flags), arch, compiler, "v1"):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()[:32]
+
+
+def _load_disk(key: str) -> BuildResult | None:
+    d = cache_dir() / key[:2] / key
+    meta = d / "result.json"
+    if not meta.is_file():
+        return None
+    try:
+        data = json.loads(meta.read_text())
+        cubin = (d / "kernel.cubin").read_bytes() if data["ok"] else b""
+    except (OSError, ValueError, KeyError):
+        return None
+    return BuildResult(
+        ok=data["ok"], arch=data["arch"], cubin=cubin,
+        resources={k: Resources(**v) for k, v in data["resources"].items()},
+        messages=[CompilerMessage(**m) for m in data["messages"]],
+        log=data["log"], seconds=data["seconds"], cached=True, command=data.get("command", []),
+    )
+
+
+def _store_disk(key: str, res: BuildResult) -> None:
+    d = cache_dir() / key[:2] / key
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if res.ok:
+            (d / "kernel.cubin").write_bytes(res.cubin)
+        data = {
+            "ok": res.ok, "arch": res.arch, "log": res.log, "seconds": res.seconds, "command": res.command,
+            "resources": {k: asdict(v) for k, v in res.resources.items()},
+            "messages": [asdict(m) for m in res.messages],
+        }
+        tmp = d / f"result.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(d / "result.json")
+    except OSError:
+        pass  # a read-only cache is a slower cache, not an error
+
+
+def compile_cubin(
+    source: str,
+    *,
+    arch: str | None = None,
+    defines: dict[str, str] | None = None,
+    flags: list[str] | None = None,
+    filename: str = "kernel.cu",
+    include_dirs: list[str] | None = None,
+    timeout: float = 120.0,
+    nvcc: str | None = None,
+    use_cache: bool = True,
+) -> BuildResult:
+    """Compile device code to a cubin. Never raises for bad source: ``ok`` is False and messages say why.
+
+    Raises ``ToolMissing`` when there is no nvcc at all (the caller reports it once).
+    """
+    tc = toolchain(nvcc)
+    arch = default_arch(arch)
+    all_flags = ["-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
+                 "-std=c++17"]
+    for k, v in sorted((defines or {}).items()):
+        all_flags.append(f"-D{k}={v}")
+    for inc in include_dirs or []:
+        all_flags.append(f"-I{inc}")
+    all_flags.extend(flags or [])
+    key = _cache_key(source, all_flags, arch, tc.key)
+    if use_cache:
+        with _memory_lock:
+            hit = _memory.get(key)
+        if hit is not None:
+            return BuildResult(**{**hit.__dict__, "cached": True})
+        disk = _load_disk(key)
+        if disk is not None:
+            with _memory_lock:
+                _memory[key] = disk
+            return disk
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="warpforge-build-") as tmp:
+        src_path = Path(tmp) / (Path(filename).name or "kernel.cu")
+        if src_path.suffix not in (".cu", ".cuh"):
+            src_path = src_path.with_suffix(".cu")
+        src_path.write_text(source, encoding="utf-8")
+        out_path = Path(tmp) / "kernel.cubin"
+        cmd = [str(tc.nvcc), *all_flags, "-o", str(out_path), str(src_path)]
+        try:
+            # Own process group so a timeout kills cicc/ptxas too, not only the nvcc driver.
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    cwd=tmp, start_new_session=True)
+        except OSError as e:
+            raise ToolMissing("nvcc", f"{tc.nvcc} could not be started: {e}") from e
+        try:
+            log, _ = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+            timed_out = True
+        seconds = time.perf_counter() - t0
+        log = (log or "").replace(str(src_path), filename)
+        if timed_out:
+            log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
+        ok = proc.returncode == 0 and not timed_out and out_path.is_file()
+        cubin = out_path.read_bytes() if ok else b""
+    messages = parse_messages(log, filename)
+    if timed_out:
+        messages.append(CompilerMessage(filename, 0, "error", "timeout",
+                                        f"compilation exceeded {timeout:.0f} s (a compile bomb?)"))
+    elif not ok and not any(m.severity == "error" for m in messages):
+        messages.append(CompilerMessage(filename, 0, "error", "nvcc",
+                                        (log.strip().splitlines() or ["nvcc failed"])[-1]))
+    res = BuildResult(ok=ok, arch=arch, cubin=cubin, resources=parse_ptxas(log), messages=messages, log=log,
+                      seconds=seconds, cached=False, timed_out=timed_out, command=cmd)
+    if use_cache and not timed_out:
+        with _memory_lock:
+            if len(_memory) >= _MEMORY_MAX:
+                _memory.pop(next(iter(_memory)))
+            _memory[key] = res
+        _store_disk(key, res)
+    return res

@@ -1,0 +1,132 @@
+"""Find the CUDA tools (nvcc, nvdisasm, ncu, compute-sanitizer) and the default target architecture.
+
+Why a module: the language server, the CLI and worker processes must all agree on which nvcc they use
+(a cubin cached from one toolkit must not be reused by another), and a missing tool must produce one
+clear message saying what to install, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolMissing(RuntimeError):
+    """A CUDA tool could not be found; the message says how to get it."""
+
+    def __init__(self, tool: str, hint: str) -> None:
+        self.tool = tool
+        self.hint = hint
+        super().__init__(f"{tool} not found: {hint}")
+
+
+_HINTS = {
+    "nvcc": "install the CUDA toolkit (and put its bin/ on PATH or set CUDA_HOME), or `pip install nvidia-cuda-nvcc`",
+    "nvdisasm": "`pip install nvidia-cuda-nvdisasm` (a WarpForge dependency), or install the CUDA toolkit",
+    "cuobjdump": "`pip install nvidia-cuda-cuobjdump`, or install the CUDA toolkit",
+    "ncu": "install Nsight Compute (it ships with the CUDA toolkit) and put `ncu` on PATH",
+    "compute-sanitizer": "install the CUDA toolkit and put compute-sanitizer on PATH",
+}
+
+
+def _pip_bin_dirs() -> list[Path]:
+    """Where pip's nvidia-* wheels put their executables (not on PATH)."""
+    out: list[Path] = []
+    for key in ("purelib", "platlib"):
+        base = Path(sysconfig.get_paths()[key]) / "nvidia"
+        for sub in ("cu13", "cu12", "cuda_nvcc", "cuda_nvdisasm", "cuda_cuobjdump"):
+            d = base / sub / "bin"
+            if d.is_dir():
+                out.append(d)
+    # The interpreter's own prefix (a venv) may hold them too.
+    out.append(Path(sys.prefix) / "bin")
+    return out
+
+
+def find_tool(name: str, override: str | None = None) -> Path:
+    """Locate a CUDA tool: explicit override, PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda, pip wheels."""
+    if override:
+        p = Path(override)
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise ToolMissing(name, f"the configured path {override} is not an executable file")
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(env)
+        if root and (Path(root) / "bin" / name).is_file():
+            return Path(root) / "bin" / name
+    candidates = [Path("/usr/local/cuda/bin"), *_pip_bin_dirs()]
+    if name == "ncu":
+        candidates += sorted(Path("/opt/nvidia").glob("nsight-compute/*"), reverse=True)
+    for d in candidates:
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return d / name
+    raise ToolMissing(name, _HINTS.get(name, "install the CUDA toolkit"))
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    nvcc: Path
+    version: str
+
+    @property
+    def key(self) -> str:
+        """Identifies the compiler for cache keys."""
+        return f"{self.nvcc}:{self.version}"
+
+
+@functools.lru_cache(maxsize=8)
+def toolchain(nvcc_override: str | None = None) -> Toolchain:
+    nvcc = find_tool("nvcc", nvcc_override)
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolMissing("nvcc", f"{nvcc} does not run ({e})") from e
+    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
+    return Toolchain(nvcc, m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else "unknown")
+
+
+@functools.lru_cache(maxsize=1)
+def local_gpu_arch() -> str | None:
+    """``sm_XY`` of the first visible GPU, from nvidia-smi (no CUDA import in this process)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    m = re.match(r"(\d+)\.(\d+)", line)
+    return f"sm_{m.group(1)}{m.group(2)}" if m else None
+
+
+DEFAULT_ARCH = "sm_90"
+
+
+def default_arch(configured: str | None = None) -> str:
+    """The configured arch, else the local GPU's, else sm_90 (Hopper: the common optimization target)."""
+    if configured:
+        return normalize_arch(configured)
+    return local_gpu_arch() or DEFAULT_ARCH
+
+
+def normalize_arch(arch: str) -> str:
+    a = arch.strip().lower()
+    if re.fullmatch(r"\d+\.\d+", a):
+        a = "sm_" + a.replace(".", "")
+    if re.fullmatch(r"\d{2,3}a?", a):
+        a = "sm_" + a
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", a):
+        raise ValueError(f"unknown GPU architecture `{arch}`: write it like sm_90, sm_80 or 9.0")
+    return a
