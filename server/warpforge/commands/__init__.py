@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = ("hints",)
 
 
 def register_all(sub: Any) -> None:

@@ -1,0 +1,79 @@
+"""``warpforge hints FILE... [--kernel K] [--json]``: static bottleneck hints, no GPU needed.
+
+Printed in the compiler format editors and CI logs already understand
+(``file:line:col: severity: message [WF123]``), with the evidence indented below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..profile.findings import Finding
+from ..profile.hints import HintsReport, analyze_file
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("hints", help="static bottleneck hints (compiler, SASS, source patterns); no GPU needed")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--kernel", "-k", action="append", help="only this kernel (repeatable)")
+    p.add_argument("--arch", help="target architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    p.add_argument("--nvcc", help="path to nvcc (default: PATH, CUDA_HOME, /usr/local/cuda, pip)")
+    p.add_argument("--no-compile", action="store_true", help="source patterns only (no nvcc/nvdisasm)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _format(f: Finding) -> str:
+    lines = [f"{f.file}:{f.line}:{f.column}: {f.severity.value}: {f.message} [{f.code}]"]
+    ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+    if ev:
+        lines.append(f"    evidence: {ev}")
+    if f.gain is not None:
+        lines.append(f"    estimated gain: {f.gain:.2f}x" + (f" ({f.gain_basis})" if f.gain_basis else ""))
+    if f.action:
+        lines.append(f"    suggested: {f.action}")
+    for rng, msg in f.related:
+        lines.append(f"    {f.file}:{rng.start.line + 1}: note: {msg}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import CliError
+    from ..gpu.toolchain import normalize_arch
+
+    arch = None
+    if args.arch:
+        try:
+            arch = normalize_arch(args.arch)
+        except ValueError as e:
+            raise CliError(str(e)) from e
+    reports: list[HintsReport] = []
+    for path in args.files:
+        p = Path(path)
+        if not p.is_file():
+            raise CliError(f"{path}: no such file" if not p.exists() else f"{path}: not a file")
+        report = analyze_file(path, kernels=args.kernel, arch=arch, nvcc=args.nvcc,
+                              use_compiler=not args.no_compile)
+        if args.kernel and not report.kernels:
+            raise CliError(f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+        reports.append(report)
+    if args.json:
+        print(json.dumps([{"file": r.file, "kernels": r.kernels, "notes": r.notes,
+                           "findings": [f.to_json() for f in r.findings]} for r in reports], indent=2))
+    else:
+        for r in reports:
+            for note in r.notes:
+                print(f"note: {note}", file=sys.stderr)
+            for f in r.findings:
+                print(_format(f))
+        total = sum(len(r.findings) for r in reports)
+        kernels = sum(len(r.kernels) for r in reports)
+        print(f"{total} finding{'s' if total != 1 else ''} in {kernels} kernel{'s' if kernels != 1 else ''}. "
+              "Timing, verification and profiler-grounded hints need an NVIDIA GPU "
+              "(`warpforge bench`, `warpforge profile`, `warpforge optimize`).", file=sys.stderr)
+    errors = any(f.severity.value == "error" for r in reports for f in r.findings)
+    return 1 if errors else 0

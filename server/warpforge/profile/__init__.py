@@ -1,0 +1,1 @@
+"""Analysis: ptxas + SASS + source patterns (static), Nsight Compute (profile) → findings at lines."""

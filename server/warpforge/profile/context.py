@@ -1,0 +1,108 @@
+"""What an analyzer sees about one kernel: source, tree, spec, ptxas resources, SASS per line.
+
+Analyzers are small functions of a ``KernelContext``; building the context once per kernel (one parse of
+the kernel's text, one spec resolution, one SASS line table) keeps each analyzer cheap and the set of
+them consistent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from tree_sitter import Node, Tree
+
+from ..cuda.access import Access, param_access
+from ..cuda.model import FileModel, Kernel
+from ..cuda.parser import parse_tree
+from ..cuda.text import Position, Range, SourceText, Span
+from ..gpu.build import Resources
+from ..spec.model import KernelSpec, ResolvedSpec
+from .sass import SassFunction
+
+
+@dataclass
+class KernelContext:
+    file: str
+    src: SourceText
+    model: FileModel
+    kernel: Kernel
+    arch: str = "sm_90"
+    spec: KernelSpec | None = None
+    spec_error: str | None = None
+    resources: Resources | None = None
+    sass: SassFunction | None = None
+    #: per 1-based source line: SASS instruction categories (empty without SASS)
+    sass_lines: dict[int, Counter[str]] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------- tree access
+    @cached_property
+    def tree(self) -> Tree:
+        """The kernel's own definition, parsed alone (offsets relative to ``kernel.span.start``)."""
+        return parse_tree(self.src.data[self.kernel.span.start : self.kernel.span.end])
+
+    @property
+    def base(self) -> int:
+        return self.kernel.span.start
+
+    @cached_property
+    def body(self) -> Node | None:
+        """The kernel body's compound_statement."""
+        stack = [self.tree.root_node]
+        while stack:
+            n = stack.pop()
+            if n.type == "function_definition":
+                return n.child_by_field_name("body")
+            stack.extend(reversed(n.children))
+        return None
+
+    @cached_property
+    def access(self) -> dict[str, Access]:
+        return param_access(self.src, self.kernel)
+
+    @cached_property
+    def resolved(self) -> ResolvedSpec | None:
+        if self.spec is None:
+            return None
+        try:
+            return self.spec.resolve()
+        except ValueError:
+            return None
+
+    def text(self, node: Node) -> str:
+        return self.src.data[self.base + node.start_byte : self.base + node.end_byte].decode("utf-8", "replace")
+
+    def span(self, node: Node) -> Span:
+        return Span(self.base + node.start_byte, self.base + node.end_byte)
+
+    def range(self, node: Node) -> Range:
+        return self.src.range(self.span(node))
+
+    def line_range(self, line: int) -> Range:
+        """The non-blank text of a 1-based line of the file."""
+        idx = max(0, min(line - 1, self.src.line_count - 1))
+        text = self.src.line_text(idx)
+        start = len(text) - len(text.lstrip())
+        start_units = len(text[:start].encode("utf-16-le")) // 2
+        end_units = len(text.rstrip().encode("utf-16-le")) // 2
+        return Range(Position(idx, start_units), Position(idx, max(start_units, end_units)))
+
+    def walk(self, node: Node | None = None) -> Iterator[Node]:
+        """Pre-order walk of the kernel's tree (or a subtree)."""
+        stack = [node if node is not None else self.tree.root_node]
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(n.children))
+
+    def node_line(self, node: Node) -> int:
+        """1-based file line of a node's start."""
+        return self.src.line_of(self.base + node.start_byte) + 1
+
+    @property
+    def block_threads(self) -> int | None:
+        """Threads per block from the spec, when known."""
+        r = self.resolved
+        return r.threads if r is not None else None

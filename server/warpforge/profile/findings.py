@@ -1,0 +1,151 @@
+"""Findings: one type for every hint WarpForge gives, static or profiler-grounded.
+
+A finding is what an engineer would say pointing at a line: what is slow or wrong there and why, the
+numbers that show it, the transformation family the optimizer will try (``action``), and the expected
+gain when it can be estimated. Codes are stable (WF0xx compiler, WF1xx source/SASS, WF2xx profiler)
+and each is documented in docs/findings.md, so a user can look one up and a test can hold us to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..cuda.text import Range
+
+
+class Severity(str, Enum):
+    """LSP's four levels. Hazards are warnings; opportunities are information or hints."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    HINT = "hint"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 0, "warning": 1, "info": 2, "hint": 3}[self.value]
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    code: str
+    title: str
+    severity: Severity
+    source: str  # "compiler" | "source" | "sass" | "profile"
+    action: str | None  # the transformation family the optimizer uses to act on it
+
+
+#: The catalogue of stable codes. Adding an analyzer adds its code here and a section to docs/findings.md.
+CODES: dict[str, CodeInfo] = {}
+
+
+def define(code: str, title: str, severity: Severity, source: str, action: str | None) -> CodeInfo:
+    if code in CODES and CODES[code].title != title:
+        raise ValueError(f"finding code {code} defined twice")
+    info = CodeInfo(code, title, severity, source, action)
+    CODES[code] = info
+    return info
+
+
+define("WF000", "compile error", Severity.ERROR, "compiler", None)
+define("WF001", "compiler warning", Severity.WARNING, "compiler", None)
+define("WF002", "toolchain missing", Severity.INFO, "compiler", None)
+
+
+DOCS_URL = "https://github.com/warpforge/warpforge/blob/main/docs/findings.md"
+
+
+def doc_url(code: str) -> str:
+    return f"{DOCS_URL}#{code.lower()}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A hint at a source range.
+
+    ``range`` is in LSP coordinates (0-based line, UTF-16 column) of ``file``; ``evidence`` holds the
+    numbers behind the message (register counts, instruction widths, ...); ``gain`` is an estimated
+    speedup factor of the kernel (1.3 = 30 % faster) when it can be estimated, with ``gain_basis``
+    saying how.
+    """
+
+    code: str
+    severity: Severity
+    file: str
+    range: Range
+    message: str
+    kernel: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    action: str | None = None
+    gain: float | None = None
+    gain_basis: str | None = None
+    related: tuple[tuple[Range, str], ...] = ()
+    source: str = "source"
+
+    @property
+    def line(self) -> int:
+        """1-based line, for humans."""
+        return self.range.start.line + 1
+
+    @property
+    def column(self) -> int:
+        """1-based column, for humans."""
+        return self.range.start.character + 1
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        return (self.range.start.line, self.range.start.character, self.severity.rank, self.code)
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.range
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "file": self.file,
+            "kernel": self.kernel,
+            "line": r.start.line + 1,
+            "column": r.start.character + 1,
+            "range": {"start": {"line": r.start.line, "character": r.start.character},
+                      "end": {"line": r.end.line, "character": r.end.character}},
+            "message": self.message,
+            "evidence": self.evidence,
+            "action": self.action,
+            "gain": self.gain,
+            "gain_basis": self.gain_basis,
+            "related": [{"line": rr.start.line + 1, "message": m} for rr, m in self.related],
+            "source": self.source,
+            "docs": doc_url(self.code),
+        }
+
+
+def make(
+    code: str,
+    file: str,
+    range: Range,
+    message: str,
+    *,
+    kernel: str | None = None,
+    evidence: dict[str, Any] | None = None,
+    gain: float | None = None,
+    gain_basis: str | None = None,
+    severity: Severity | None = None,
+    action: str | None = None,
+    related: tuple[tuple[Range, str], ...] = (),
+) -> Finding:
+    """A finding with the catalogue's severity, source and action for ``code`` (overridable)."""
+    info = CODES[code]
+    return Finding(
+        code=code,
+        severity=severity or info.severity,
+        file=file,
+        range=range,
+        message=message,
+        kernel=kernel,
+        evidence=evidence or {},
+        action=action if action is not None else info.action,
+        gain=gain,
+        gain_basis=gain_basis,
+        related=related,
+        source=info.source,
+    )

@@ -1,0 +1,276 @@
+"""Static hints for a CUDA file: compile (ptxas), disassemble (SASS), run the analyzers, sort findings.
+
+The first thing a user sees on opening a file, so it must be fast and must never fail as a whole:
+- kernels are compiled as standalone translation units (device code only), all missing ones in a single
+  nvcc call the first time, then only the kernels whose text changed — results are cached per kernel
+  by the hash of its translation unit, so editing one kernel of twenty recompiles one;
+- a kernel that does not compile gets its compiler errors as WF000 findings at their lines, and the
+  source-pattern analyzers still run on it and on every other kernel;
+- a missing nvcc or nvdisasm is one WF002 finding saying what to install, not an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..cuda.extract import standalone, standalone_many
+from ..cuda.model import FileModel, Kernel
+from ..cuda.parser import parse
+from ..cuda.text import Position, Range, SourceText
+from ..gpu.build import BuildResult, CompilerMessage, Resources, compile_cubin
+from ..gpu.toolchain import ToolMissing, default_arch
+from ..spec.model import KernelSpec, SpecError
+from ..spec.resolve import build_spec
+from .analyzers import load
+from .context import KernelContext
+from .findings import Finding, Severity, make
+from .sass import SassFunction, disassemble
+
+#: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
+MAX_COMPILED_KERNELS = 200
+
+
+@dataclass
+class KernelBuild:
+    """Compiler evidence for one kernel's translation unit."""
+
+    ok: bool
+    resources: Resources | None
+    sass: SassFunction | None
+    sass_lines: dict[int, Counter[str]]
+    messages: list[CompilerMessage]
+
+
+@dataclass
+class HintsReport:
+    file: str
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    compiled: int = 0
+    cached: int = 0
+
+
+_cache: OrderedDict[str, KernelBuild] = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_MAX = 512
+
+
+def _cache_get(key: str) -> KernelBuild | None:
+    with _cache_lock:
+        kb = _cache.get(key)
+        if kb is not None:
+            _cache.move_to_end(key)
+        return kb
+
+
+def _cache_put(key: str, kb: KernelBuild) -> None:
+    with _cache_lock:
+        _cache[key] = kb
+        _cache.move_to_end(key)
+        while len(_cache) > _CACHE_MAX:
+            _cache.popitem(last=False)
+
+
+def _defines(spec: KernelSpec | None) -> dict[str, str]:
+    return {t.name: t.values[0] for t in spec.tunables} if spec is not None else {}
+
+
+def _match_sass(funcs: dict[str, SassFunction], kernel: Kernel) -> SassFunction | None:
+    for f in funcs.values():
+        if f.name == kernel.name and (not kernel.namespace or f.namespace[-len(kernel.namespace):] == kernel.namespace):
+            return f
+    return None
+
+
+def _kernel_build(kernel: Kernel, build: BuildResult, funcs: dict[str, SassFunction] | None, file: str,
+                  messages: list[CompilerMessage]) -> KernelBuild:
+    res = build.resources_for(kernel.name) if build.ok else None
+    sass = _match_sass(funcs, kernel) if funcs is not None and build.ok else None
+    lines = sass.lines(file) if sass is not None else {}
+    return KernelBuild(build.ok, res, sass, lines, messages)
+
+
+class _Compiler:
+    """Compiles the kernels of one file, reusing cached per-kernel results."""
+
+    def __init__(self, file: str, src: SourceText, model: FileModel, arch: str, nvcc: str | None) -> None:
+        self.file = file
+        self.src = src
+        self.model = model
+        self.arch = arch
+        self.nvcc = nvcc
+        self.notes: list[str] = []
+        self.sass_missing: str | None = None
+        self.compiled = 0
+        self.cached = 0
+
+    def _disasm(self, build: BuildResult) -> dict[str, SassFunction] | None:
+        if not build.ok or self.sass_missing is not None:
+            return None
+        try:
+            return disassemble(build.cubin)
+        except ToolMissing as e:
+            self.sass_missing = str(e)
+            return None
+
+    def run(self, kernels: list[Kernel], specs: dict[str, KernelSpec | None]) -> dict[str, KernelBuild]:
+        out: dict[str, KernelBuild] = {}
+        todo: list[tuple[Kernel, str, str]] = []
+        for k in kernels:
+            spec = specs.get(k.name)
+            inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
+            tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
+            key = hashlib.sha256(
+                f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}".encode()).hexdigest()
+            hit = _cache_get(key)
+            if hit is not None:
+                out[k.name] = hit
+                self.cached += 1
+            else:
+                todo.append((k, key, tu))
+        if not todo:
+            return out
+        defines: dict[str, str] = {}
+        conflict = False
+        for k, _, _ in todo:
+            for name, v in _defines(specs.get(k.name)).items():
+                conflict |= defines.setdefault(name, v) != v
+        if len(todo) > 1 and not conflict:
+            insts = {k.name: s.template_args for k, _, _ in todo
+                     if (s := specs.get(k.name)) is not None and k.template_params and s.template_args}
+            batch_tu = standalone_many(self.src, self.model, [k for k, _, _ in todo], filename=self.file,
+                                       instantiations=insts)
+            build = compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file, nvcc=self.nvcc)
+            self.compiled += 1
+            if build.ok:
+                funcs = self._disasm(build)
+                for k, key, _ in todo:
+                    kb = _kernel_build(k, build, funcs, self.file, build.messages)
+                    out[k.name] = kb
+                    _cache_put(key, kb)
+                return out
+        # One at a time (in parallel): attributes errors to the kernel that has them, salvages the rest.
+        def one(item: tuple[Kernel, str, str]) -> tuple[Kernel, str, KernelBuild]:
+            k, key, tu = item
+            b = compile_cubin(tu, arch=self.arch, defines=_defines(specs.get(k.name)), filename=self.file,
+                              nvcc=self.nvcc)
+            return k, key, _kernel_build(k, b, self._disasm(b), self.file, b.messages)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for k, key, kb in pool.map(one, todo):
+                out[k.name] = kb
+                _cache_put(key, kb)
+                self.compiled += 1
+        return out
+
+
+def _message_findings(file: str, src: SourceText, kernel: Kernel, messages: Iterable[CompilerMessage],
+                      seen: set[tuple[int, str]]) -> list[Finding]:
+    out: list[Finding] = []
+    for m in messages:
+        if m.severity not in ("error", "warning"):
+            continue
+        same_file = Path(m.file).name == Path(file).name
+        line = m.line if same_file and m.line > 0 else kernel.start_line + 1
+        key = (line, m.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        idx = max(0, min(line - 1, src.line_count - 1))
+        text = src.line_text(idx)
+        indent = len(text) - len(text.lstrip())
+        rng = Range(Position(idx, len(text[:indent].encode("utf-16-le")) // 2),
+                    Position(idx, len(text.rstrip().encode("utf-16-le")) // 2))
+        where = "" if same_file else f" (in {m.file}:{m.line})"
+        code = "WF000" if m.severity == "error" else "WF001"
+        out.append(make(code, file, rng, f"{m.text}{where}", kernel=kernel.name,
+                        evidence={"compiler_code": m.code} if m.code else {}))
+    return out
+
+
+def analyze_source(
+    file: str,
+    text: str | bytes,
+    *,
+    kernels: list[str] | None = None,
+    arch: str | None = None,
+    nvcc: str | None = None,
+    use_compiler: bool = True,
+    model: FileModel | None = None,
+) -> HintsReport:
+    """All static findings for a file's kernels (or the named ones), sorted by location."""
+    src = SourceText(text)
+    model = model if model is not None else parse(src.data)
+    report = HintsReport(file)
+    targets = [k for k in model.kernels if kernels is None or k.name in kernels]
+    report.kernels = [k.name for k in targets]
+    arch = default_arch(arch)
+    specs: dict[str, KernelSpec | None] = {}
+    spec_errors: dict[str, str] = {}
+    for k in targets:
+        try:
+            specs[k.name] = build_spec(src, model, k, file)
+        except SpecError as e:
+            specs[k.name] = None
+            spec_errors[k.name] = str(e)
+    builds: dict[str, KernelBuild] = {}
+    compiler_missing: str | None = None
+    compiler = _Compiler(file, src, model, arch, nvcc)
+    if use_compiler and targets:
+        to_compile = targets[:MAX_COMPILED_KERNELS]
+        if len(targets) > MAX_COMPILED_KERNELS:
+            report.notes.append(f"{len(targets)} kernels: compiler and SASS hints cover the first "
+                                f"{MAX_COMPILED_KERNELS}")
+        try:
+            builds = compiler.run(to_compile, specs)
+        except ToolMissing as e:
+            compiler_missing = str(e)
+        report.compiled, report.cached = compiler.compiled, compiler.cached
+    registry = load()
+    seen_msgs: set[tuple[int, str]] = set()
+    for k in targets:
+        kb = builds.get(k.name)
+        ctx = KernelContext(file, src, model, k, arch=arch, spec=specs.get(k.name), spec_error=spec_errors.get(k.name),
+                            resources=kb.resources if kb else None, sass=kb.sass if kb else None,
+                            sass_lines=kb.sass_lines if kb else {})
+        if kb is not None:
+            report.findings.extend(_message_findings(file, src, k, kb.messages, seen_msgs))
+        have = {"source"}
+        if ctx.spec is not None:
+            have.add("spec")
+        if kb is not None and kb.ok and kb.resources is not None:
+            have.add("ptxas")
+        if kb is not None and kb.sass is not None:
+            have.add("sass")
+        for a in registry.values():
+            if not a.needs <= have:
+                continue
+            try:
+                report.findings.extend(a.fn(ctx))
+            except Exception as e:
+                report.notes.append(f"analyzer {a.name} failed on `{k.name}`: {type(e).__name__}: {e}")
+    first_line = Range(Position(0, 0), Position(0, 0))
+    if compiler_missing is not None:
+        report.findings.append(make("WF002", file, first_line,
+                                    f"{compiler_missing}; compiler, register and SASS hints are off",
+                                    severity=Severity.INFO))
+    elif compiler.sass_missing is not None:
+        report.findings.append(make("WF002", file, first_line, f"{compiler.sass_missing}; SASS hints are off",
+                                    severity=Severity.INFO))
+    for prob in model.problems:
+        report.notes.append(f"{file}:{prob.line + 1}: {prob.message}; the kernels elsewhere are still analyzed")
+    report.findings.sort(key=Finding.sort_key)
+    return report
+
+
+def analyze_file(path: str, **kwargs: object) -> HintsReport:
+    """Read ``path`` and analyze it (see ``analyze_source``)."""
+    data = Path(path).read_bytes()
+    return analyze_source(path, data, **kwargs)  # type: ignore[arg-type]
