@@ -1,0 +1,1 @@
+"""Search over verified variants: candidates, the tree, beam search, MCTS, budgets, search memory."""

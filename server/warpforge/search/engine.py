@@ -1,0 +1,257 @@
+"""What every search strategy shares: budgets, cancellation, concurrent evaluation, history, events.
+
+Strategies (beam, MCTS) decide *what* to evaluate; this module decides *how*: many candidates in flight
+at once (the evaluator compiles in parallel and serializes the GPU), never the same candidate twice,
+every evaluation recorded in the tree and in the best-so-far history, and a stop at any moment —
+budget spent, target reached, or the user cancelled — that still returns the best verified variant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .candidate import Candidate
+from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one search. ``None`` means unlimited (at least one limit should be set)."""
+
+    max_candidates: int | None = 64
+    wall_seconds: float | None = 300.0
+    target_speedup: float | None = None
+
+
+@dataclass
+class SearchEvent:
+    """Progress for the CLI's progress bar and the language server's notifications."""
+
+    kind: str  # "round" | "evaluated" | "improved" | "stopped"
+    round: int
+    evaluations: int
+    best_speedup: float
+    node: Node | None = None
+    message: str = ""
+
+
+@dataclass
+class SearchResult:
+    root: Node
+    best: Node
+    history: list[tuple[int, float]]
+    evaluations: int
+    seconds: float
+    stopped: str
+    strategy: str
+    rounds: int = 0
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def best_speedup(self) -> float:
+        return self.best.speedup or 1.0
+
+    @property
+    def improved(self) -> bool:
+        return self.best is not self.root and self.best_speedup > 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "stopped": self.stopped,
+            "evaluations": self.evaluations,
+            "seconds": round(self.seconds, 3),
+            "rounds": self.rounds,
+            "best": self.best.id,
+            "best_speedup": self.best_speedup,
+            "history": [{"evaluations": n, "best_speedup": s} for n, s in self.history],
+            "nodes": [n.to_json() for n in self.root.walk()],
+        }
+
+
+class StopSearch(Exception):
+    """Raised inside a strategy when the budget is spent, the target reached or the user cancelled."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SearchEngine:
+    """Bookkeeping shared by strategies; a strategy implements ``_run``."""
+
+    strategy = "base"
+
+    def __init__(
+        self,
+        policy: Policy,
+        evaluator: EvaluatorLike,
+        *,
+        budget: Budget | None = None,
+        objective: Objective | None = None,
+        cancel: asyncio.Event | None = None,
+        on_event: Callable[[SearchEvent], None] | None = None,
+        context: SearchContext | None = None,
+        min_speedup: float = 1.0,
+    ) -> None:
+        self.policy = policy
+        self.evaluator = evaluator
+        self.budget = budget or Budget()
+        self.objective = objective or Objective()
+        self.cancel = cancel or asyncio.Event()
+        self.on_event = on_event
+        self.context = context
+        #: a variant must beat the baseline by more than this factor to count as faster
+        self.min_speedup = min_speedup
+        self._ids = itertools.count()
+        self._seen: set[str] = set()
+        self.evaluations = 0
+        self.history: list[tuple[int, float]] = []
+        self.round = 0
+        self.root: Node | None = None
+        self.best: Node | None = None
+        self._t0 = 0.0
+
+    # ----------------------------------------------------------------- helpers for strategies
+    def new_node(self, candidate: Candidate, parent: Node | None) -> Node:
+        node = Node(next(self._ids), candidate, parent)
+        if parent is not None:
+            parent.children.append(node)
+        return node
+
+    def fresh(self, candidates: Iterable[Candidate]) -> list[Candidate]:
+        """Drop candidates already evaluated (or proposed twice), by content hash."""
+        out: list[Candidate] = []
+        for c in candidates:
+            if c.content_hash in self._seen:
+                continue
+            self._seen.add(c.content_hash)
+            out.append(c)
+        return out
+
+    def remaining(self) -> int | None:
+        if self.budget.max_candidates is None:
+            return None
+        return max(0, self.budget.max_candidates - self.evaluations)
+
+    def check(self) -> None:
+        """Raise StopSearch if the search must stop now."""
+        if self.cancel.is_set():
+            raise StopSearch("cancelled")
+        if self.budget.wall_seconds is not None and time.monotonic() - self._t0 > self.budget.wall_seconds:
+            raise StopSearch("time budget spent")
+        rem = self.remaining()
+        if rem is not None and rem <= 0:
+            raise StopSearch("candidate budget spent")
+        if (self.budget.target_speedup is not None and self.best is not None
+                and (self.best.speedup or 0) >= self.budget.target_speedup):
+            raise StopSearch(f"target speedup {self.budget.target_speedup:g}x reached")
+
+    def emit(self, kind: str, node: Node | None = None, message: str = "") -> None:
+        if self.on_event is not None:
+            best = self.best.speedup if self.best is not None and self.best.speedup else 1.0
+            self.on_event(SearchEvent(kind, self.round, self.evaluations, best, node, message))
+
+    async def propose(self, node: Node) -> list[Candidate]:
+        assert self.context is not None
+        node.proposed = True
+        try:
+            return self.fresh(await self.policy.propose(node, self.context))
+        except Exception as e: # a failing policy is a dead end, not a failed search
+            self.emit("policy_error", node, f"{type(e).__name__}: {e}")
+            return []
+
+    async def evaluate(self, nodes: list[Node]) -> list[Node]:
+        """Evaluate nodes concurrently (up to the candidate budget); returns those evaluated."""
+        self.check()
+        rem = self.remaining()
+        todo = nodes if rem is None else nodes[:rem]
+        for n in nodes[len(todo):]:
+            if n.parent is not None:
+                n.parent.children.remove(n)
+        tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.evaluator.evaluate(n.candidate))
+                                            for n in todo]
+        cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.cancel.wait())
+        deadline = None
+        if self.budget.wall_seconds is not None:
+            deadline = max(0.0, self.budget.wall_seconds - (time.monotonic() - self._t0))
+        done_nodes: list[Node] = []
+        pending: dict[asyncio.Future[Any], Node] = dict(zip(tasks, todo, strict=True))
+        try:
+            while pending:
+                done, _ = await asyncio.wait([*pending, cancel_wait], timeout=deadline,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if cancel_wait in done or not done:
+                    break
+                for t in done:
+                    n = pending.pop(t)
+                    try:
+                        n.evaluation = t.result()
+                    except Exception as e: # an evaluator bug is this candidate's failure
+                        n.evaluation = _Failed("crashed", f"evaluator error: {type(e).__name__}: {e}")
+                    self._record(n)
+                    done_nodes.append(n)
+                if deadline is not None:
+                    deadline = max(0.0, self.budget.wall_seconds - (time.monotonic() - self._t0))  # type: ignore[operator]
+        finally:
+            cancel_wait.cancel()
+            for t, n in pending.items():
+                t.cancel()
+                if n.parent is not None and n in n.parent.children:
+                    n.parent.children.remove(n)
+        if pending:
+            self.check()
+            raise StopSearch("time budget spent")
+        return done_nodes
+
+    def _record(self, n: Node) -> None:
+        self.evaluations += 1
+        n.eval_index = self.evaluations
+        improved = False
+        if n.ok and (n.speedup or 0) > self.min_speedup and (
+                self.best is None or (n.speedup or 0) > (self.best.speedup or 1.0)):
+            self.best = n
+            improved = True
+        self.history.append((self.evaluations, self.best.speedup or 1.0 if self.best else 1.0))
+        self.emit("evaluated", n)
+        if improved:
+            self.emit("improved", n)
+
+    # ----------------------------------------------------------------- entry point
+    async def run(self, root_candidate: Candidate, context: SearchContext | None = None) -> SearchResult:
+        self._t0 = time.monotonic()
+        self.context = context or self.context or SearchContext(root=root_candidate)
+        root = self.new_node(root_candidate, None)
+        self.root = root
+        self._seen.add(root_candidate.content_hash)
+        stopped = "finished"
+        try:
+            # The root is evaluated like any candidate: it must run and verify against itself (the oracle),
+            # and its timing is the baseline the others are compared with.
+            await self.evaluate([root])
+            if not root.ok:
+                reason = root.evaluation.reason if root.evaluation else "not evaluated"
+                raise StopSearch(f"the original kernel could not be evaluated: {reason}")
+            self.best = root
+            await self._run(root)
+        except StopSearch as s:
+            stopped = s.reason
+        best = self.best if self.best is not None else root
+        self.emit("stopped", best, stopped)
+        return SearchResult(root, best, self.history, self.evaluations, time.monotonic() - self._t0, stopped,
+                            self.strategy, self.round, list(root.walk()))
+
+    async def _run(self, root: Node) -> None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Failed:
+    status: str
+    reason: str
+    speedup: float | None = None

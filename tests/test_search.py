@@ -1,0 +1,256 @@
+"""Search strategies on deterministic SYNTHETIC objective landscapes (labelled as such: no GPU, no nvcc).
+
+A landscape maps a composition of transformation families to a speedup (factors multiply) or a
+failure. The tests prove the strategies' properties — beam keeps family diversity and stops on a
+plateau, MCTS widens progressively and asymmetrically and prunes dead ends, budgets and cancellation
+hold, search memory changes what a rerun tries first — independent of any real kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from warpforge.search.beam import BeamConfig, BeamSearch, select_diverse
+from warpforge.search.candidate import Candidate
+from warpforge.search.engine import Budget, SearchEvent
+from warpforge.search.mcts import MCTS, MCTSConfig
+from warpforge.search.memory import SearchMemory
+from warpforge.search.tree import Node, Objective, SearchContext
+
+
+@dataclass(frozen=True)
+class Ev:
+    status: str
+    reason: str
+    speedup: float | None
+
+
+class Landscape:
+    """Synthetic: each variant of a family multiplies the speed; 'broken' fails to compile."""
+
+    def __init__(self, variants: dict[str, list[float]], delay: float = 0.0, fail: set[str] | None = None) -> None:
+        self.variants = variants
+        self.delay = delay
+        self.fail = fail or {"broken"}
+        self.calls: list[tuple[str, ...]] = []
+
+    def speed(self, steps: tuple[str, ...]) -> float:
+        s = 1.0
+        for step in steps:
+            fam, idx = step.split("#")
+            s *= self.variants[fam][int(idx)]
+        return s
+
+    async def evaluate(self, c: Candidate) -> Ev:
+        self.calls.append(c.steps)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if any(st.split("#")[0] in self.fail for st in c.steps):
+            return Ev("compile_error", "synthetic compile error", None)
+        return Ev("ok", "", self.speed(c.steps))
+
+
+class LandscapePolicy:
+    """Proposes one child per (family, variant) not yet on the path."""
+
+    name = "synthetic"
+
+    def __init__(self, landscape: Landscape) -> None:
+        self.landscape = landscape
+
+    async def propose(self, node: Node, context: SearchContext) -> list[Candidate]:
+        used = {s.split("#")[0] for s in node.candidate.steps}
+        out = []
+        for fam, factors in self.landscape.variants.items():
+            if fam in used:
+                continue
+            for i in range(len(factors)):
+                steps = (*node.candidate.steps, f"{fam}#{i}")
+                out.append(Candidate("k", "k:" + "+".join(sorted(steps)), family=fam, steps=tuple(sorted(steps))))
+        return out
+
+    async def combine(self, a: Node, b: Node, context: SearchContext | None) -> Candidate | None:
+        fams_a = {s.split("#")[0] for s in a.candidate.steps}
+        steps = tuple(sorted({*a.candidate.steps, *(s for s in b.candidate.steps if s.split("#")[0] not in fams_a)}))
+        return Candidate("k", "k:" + "+".join(steps), family="crossover", steps=steps)
+
+
+ROOT = Candidate("k", "k:", family="original")
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_beam_keeps_family_diversity() -> None:
+    land = Landscape({"A": [1.5, 1.49, 1.48, 1.47], "B": [1.3], "C": [1.2], "D": [0.9]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=200),
+                        config=BeamConfig(width=3, rounds=1, branching=3, crossover=False))
+    result = asyncio.run(search.run(ROOT))
+    assert result.evaluations > 1
+    pool = [n for n in result.root.walk() if n.ok and n is not result.root and (n.speedup or 0) > 1.0]
+    beam = select_diverse(pool, 3)
+    assert [n.candidate.family for n in beam] == ["A", "B", "C"]  # not three variants of A
+    assert result.best.candidate.family == "A" and result.best_speedup == pytest.approx(1.5)
+
+
+def test_beam_composes_over_rounds_and_crossover() -> None:
+    land = Landscape({"A": [1.5], "B": [1.3], "C": [1.2]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=200),
+                        config=BeamConfig(width=2, rounds=3, branching=2, min_improvement=0.0))
+    result = asyncio.run(search.run(ROOT))
+    assert result.best_speedup == pytest.approx(1.5 * 1.3 * 1.2)
+    assert any(n.candidate.family == "crossover" for n in result.root.walk())
+    # best-so-far history is monotone and ends at the best
+    values = [s for _, s in result.history]
+    assert values == sorted(values) and values[-1] == pytest.approx(result.best_speedup)
+
+
+def test_beam_early_stop_on_plateau() -> None:
+    land = Landscape({"A": [1.5], "B": [1.01], "C": [1.005]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=500),
+                        config=BeamConfig(width=3, rounds=4, branching=3, crossover=False))
+    result = asyncio.run(search.run(ROOT))
+    assert result.stopped.startswith("plateau")
+    assert result.rounds == 2
+
+
+def test_beam_retires_plateaued_family() -> None:
+    land = Landscape({"A": [1.5, 1.6, 1.7], "B": [1.05], "C": [1.2], "D": [1.15], "E": [1.1]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=500),
+                        config=BeamConfig(width=2, rounds=4, branching=2, crossover=False, min_improvement=0.0,
+                                          retire_after=1, retire_fraction=0.25))
+    asyncio.run(search.run(ROOT))
+    assert "B" in search.retired  # 1.05x: plateaued, far below the leader's 1.7x
+    assert not {"A", "C"} & search.retired  # the leader, and a family that still helps (1.2x)
+
+
+def test_failures_stay_in_the_tree_as_negative_rewards() -> None:
+    land = Landscape({"A": [1.2], "broken": [2.0]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=50),
+                        config=BeamConfig(width=2, rounds=1, branching=2))
+    result = asyncio.run(search.run(ROOT))
+    failed = [n for n in result.root.walk() if n.status == "compile_error"]
+    assert failed and failed[0].evaluation is not None and failed[0].evaluation.reason
+    assert Objective().reward(failed[0].evaluation) < 0
+    assert result.best.candidate.family == "A"
+
+
+def test_candidate_budget_holds() -> None:
+    land = Landscape({f"F{i}": [1.0 + i / 100] for i in range(20)})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=7),
+                        config=BeamConfig(width=4, rounds=4, branching=4))
+    result = asyncio.run(search.run(ROOT))
+    assert result.evaluations == 7
+    assert result.stopped == "candidate budget spent"
+    assert len(land.calls) == 7
+
+
+def test_wall_time_budget_holds() -> None:
+    land = Landscape({f"F{i}": [1.0 + i / 100] for i in range(50)}, delay=0.05)
+    search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=None, wall_seconds=0.4),
+                  config=MCTSConfig(parallel=2))
+    result = asyncio.run(search.run(ROOT))
+    assert result.stopped == "time budget spent"
+    assert result.seconds < 1.0
+
+
+def test_target_speedup_stops() -> None:
+    land = Landscape({"A": [3.0], "B": [1.1], "C": [1.05]})
+    search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=100, target_speedup=2.0),
+                  config=MCTSConfig(parallel=1))
+    result = asyncio.run(search.run(ROOT))
+    assert result.stopped.startswith("target speedup")
+    assert result.best_speedup >= 2.0
+
+
+def test_cancellation_returns_best_so_far() -> None:
+    land = Landscape({f"F{i}": [1.0 + i / 10] for i in range(30)}, delay=0.01)
+
+    async def go() -> tuple[object, list[SearchEvent]]:
+        cancel = asyncio.Event()
+        events: list[SearchEvent] = []
+
+        def on_event(e: SearchEvent) -> None:
+            events.append(e)
+            if e.kind == "evaluated" and e.evaluations >= 6:
+                cancel.set()
+
+        search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=1000), cancel=cancel,
+                      on_event=on_event, config=MCTSConfig(parallel=1))
+        return await search.run(ROOT), events
+
+    result, events = asyncio.run(go())
+    assert result.stopped == "cancelled"  # type: ignore[attr-defined]
+    assert 6 <= result.evaluations <= 8  # type: ignore[attr-defined]
+    assert result.best_speedup > 1.0  # type: ignore[attr-defined]
+    assert events[-1].kind == "stopped"
+
+
+def test_mcts_widens_progressively_and_deepens() -> None:
+    land = Landscape({f"F{i}": [1.0 + (i % 5) / 20] for i in range(12)})
+    cfg = MCTSConfig(widen_k=1.0, widen_alpha=0.5, asymmetry=0.0, parallel=1)
+    search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=30), config=cfg)
+    result = asyncio.run(search.run(ROOT))
+    root = result.root
+    # children <= ceil(k * N^alpha) at the end (N = root visits), far fewer than the 12 proposals
+    assert len(root.children) <= math.ceil(cfg.widen_k * root.visits ** cfg.widen_alpha)
+    assert len(root.children) < 12
+    assert max(n.depth for n in root.walk()) >= 2  # compositions were explored
+
+
+def test_mcts_asymmetric_branching() -> None:
+    land = Landscape({"good": [2.0], "meh": [1.01], **{f"X{i}": [1.0 + i / 100] for i in range(10)}})
+    search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=40),
+                  config=MCTSConfig(widen_k=1.0, asymmetry=3.0, parallel=1))
+    result = asyncio.run(search.run(ROOT))
+    good = next(n for n in result.root.children if n.candidate.family == "good")
+    assert search.width_limit(good) > search.width_limit(
+        next(n for n in result.root.walk() if n.ok and (n.speedup or 0) < 1.02 and n is not result.root))
+    assert len(good.children) >= max(len(n.children) for n in result.root.children if n is not good)
+
+
+def test_mcts_prunes_dead_ends() -> None:
+    land = Landscape({"broken": [2.0], "A": [1.3], "B": [1.2]})
+    search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=50), config=MCTSConfig(parallel=1))
+    result = asyncio.run(search.run(ROOT))
+    for n in result.root.walk():
+        if n.status == "compile_error":
+            assert n.children == [] and n.exhausted
+    assert result.stopped == "search space exhausted"
+    assert result.best_speedup == pytest.approx(1.3 * 1.2)
+
+
+def test_search_memory_makes_a_rerun_start_smarter(tmp_path: Path) -> None:
+    land = Landscape({f"F{i}": [1.01] for i in range(8)} | {"winner": [1.8]})
+    mem = SearchMemory(tmp_path / "warpforge.db")
+    key = "kernel-under-spec"
+    first = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=40), config=MCTSConfig(parallel=1))
+    mem.record_result(key, asyncio.run(first.run(ROOT)))
+    summary = mem.summary(key)
+    assert summary["winner"][1] >= 1 and summary["winner"][2] == pytest.approx(1.8)
+
+    land.calls.clear()
+    second = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=3), config=MCTSConfig(parallel=1))
+    ctx = SearchContext(root=ROOT, memory=mem.summary(key))
+    asyncio.run(second.run(ROOT, ctx))
+    assert land.calls[1] == ("winner#0",)  # first proposal evaluated after the baseline
+
+    mem.record_rejection(key, "winner")
+    assert mem.summary(key)["winner"][0] == summary["winner"][0] + 1
+
+
+def test_original_that_fails_stops_cleanly() -> None:
+    class Broken(Landscape):
+        async def evaluate(self, c: Candidate) -> Ev:
+            return Ev("crashed", "illegal address", None)
+
+    land = Broken({"A": [1.5]})
+    result = asyncio.run(BeamSearch(LandscapePolicy(land), land).run(ROOT))
+    assert "original kernel could not be evaluated" in result.stopped
+    assert result.best is result.root and not result.improved
