@@ -61,6 +61,31 @@ def _base_identifier(node: Node | None, data: bytes) -> str | None:
     return None
 
 
+def _pointer_valued(node: Node, data: bytes) -> str | None:
+    """The variable a *pointer-valued* argument is based on: ``p``, ``p + i``, ``&p[i]``, ``(T*)p``.
+
+    ``x[j] - m`` or ``*p`` are values, not pointers: passing them to ``expf`` cannot write through ``x``.
+    """
+    while node.type in ("parenthesized_expression", "cast_expression"):
+        inner = node.child_by_field_name("value") if node.type == "cast_expression" else (
+            node.named_children[0] if node.named_children else None)
+        if inner is None:
+            return None
+        node = inner
+    if node.type == "identifier":
+        return _text(node, data)
+    if node.type == "pointer_expression" and _text(node, data).startswith("&"):
+        return _base_identifier(node.child_by_field_name("argument"), data)
+    if node.type == "binary_expression":
+        op = node.child_by_field_name("operator")
+        if op is not None and _text(op, data) in ("+", "-"):
+            for side in ("left", "right"):
+                c = node.child_by_field_name(side)
+                if c is not None and c.type == "identifier":
+                    return _text(c, data)
+    return None
+
+
 def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
     """Access summary for every pointer parameter of ``kernel``."""
     src = source if isinstance(source, SourceText) else SourceText(source)
@@ -136,10 +161,9 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                 continue
             if args is not None:
                 for a in args.named_children:
-                    base = _base_identifier(a, data)
+                    base = _pointer_valued(a, data)
                     # Passing the pointer itself (not an element) to a helper: assume it may write.
-                    if base in alias and a.type in ("identifier", "binary_expression", "pointer_expression") \
-                            and not (a.type == "pointer_expression" and _text(a, data).startswith("*")):
+                    if base in alias:
                         acc = result[alias[base]]
                         acc.escapes = True
                         acc.read = True

@@ -1,0 +1,1 @@
+"""Proposal policies: the offline transformation library (rules/) and the LLM policy (llm/)."""

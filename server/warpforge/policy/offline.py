@@ -1,0 +1,108 @@
+"""The offline policy: WarpForge's own transformation library as a search Policy (no API key needed).
+
+It proposes, for a node, every applicable variant of every registered rule, ordered so that rules
+motivated by the kernel's findings come first, then families that worked on this kernel before (search
+memory). ``combine`` (crossover) replays the steps of one branch on top of another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..cuda.model import FileModel, Kernel
+from ..cuda.text import SourceText
+from ..search.candidate import Candidate
+from ..search.tree import Node, SearchContext
+from ..spec.model import KernelSpec
+from .rules import REGISTRY, Rule, RuleContext, load
+
+
+@dataclass
+class OfflinePolicy:
+    file: str
+    source: SourceText
+    model: FileModel
+    kernel: Kernel
+    spec: KernelSpec
+    findings: Sequence[Any] = ()
+    sm_count: int = 132
+    arch: str = "sm_90"
+    families: set[str] | None = None  # restrict to these families (None: all)
+    name: str = "rules"
+    errors: list[str] = field(default_factory=list)
+
+    def root_candidate(self) -> Candidate:
+        return Candidate(self.kernel.name, self.source.slice(self.kernel.span), family="original",
+                         rationale="the original kernel")
+
+    def context(self, candidate: Candidate) -> RuleContext:
+        return RuleContext(self.file, self.source, self.model, self.kernel, self.spec, candidate, self.findings,
+                           self.sm_count, self.arch)
+
+    def rules(self) -> list[Rule]:
+        load()
+        return [r for fam, r in sorted(REGISTRY.items()) if self.families is None or fam in self.families]
+
+    def _ordered(self, rules: list[Rule], memory: dict[str, tuple[int, int, float]]) -> list[Rule]:
+        actions = {str(getattr(f, "action", "")) for f in self.findings} | {
+            str(getattr(f, "code", "")) for f in self.findings}
+
+        def key(r: Rule) -> tuple[int, float]:
+            motivated = 0 if (r.family in actions or any(m in actions for m in r.motivated_by)) else 1
+            tries, wins, best = memory.get(r.family, (0, 0, 1.0))
+            prior = -(wins / tries) * best if tries else 0.0
+            return motivated, prior
+
+        return sorted(rules, key=key)
+
+    def propose_sync(self, candidate: Candidate, memory: dict[str, tuple[int, int, float]] | None = None
+                     ) -> list[Candidate]:
+        ctx = self.context(candidate)
+        if ctx.cand_kernel is None:
+            return []
+        out: list[Candidate] = []
+        for rule in self._ordered(self.rules(), memory or {}):
+            try:
+                for param in rule.variants(ctx):
+                    child = rule.apply(ctx, param)
+                    if child is not None:
+                        out.append(child)
+            except Exception as e:  # a buggy rule must not stop the others from proposing
+                self.errors.append(f"{rule.family}: {type(e).__name__}: {e}")
+        return out
+
+    async def propose(self, node: Node, context: SearchContext) -> list[Candidate]:
+        return await asyncio.to_thread(self.propose_sync, node.candidate, context.memory)
+
+    def replay(self, start: Candidate, steps: Sequence[str]) -> Candidate | None:
+        """Apply ``steps`` (``family:param``) in order on top of ``start``; None if one no longer applies."""
+        load()
+        cur = start
+        for step in steps:
+            fam, _, param = step.partition(":")
+            rule = REGISTRY.get(fam)
+            if rule is None:
+                return None
+            ctx = self.context(cur)
+            if ctx.cand_kernel is None or param not in rule.variants(ctx):
+                return None
+            nxt = rule.apply(ctx, param)
+            if nxt is None:
+                return None
+            cur = nxt
+        return cur
+
+    async def combine(self, a: Node, b: Node, context: SearchContext | None) -> Candidate | None:
+        """Crossover: b's steps whose families a lacks, replayed on a."""
+        fams_a = {s.split(":", 1)[0] for s in a.candidate.steps}
+        extra = [s for s in b.candidate.steps if s.split(":", 1)[0] not in fams_a]
+        if not extra:
+            return None
+        child = await asyncio.to_thread(self.replay, a.candidate, extra)
+        if child is None:
+            return None
+        return replace(child, family="crossover",
+                       rationale=f"compose {' + '.join(a.families)} with {' + '.join(b.families)}")

@@ -1,0 +1,127 @@
+"""The context a transformation sees, and the Rule base class.
+
+The context holds the original file (for the declarations a kernel needs), the spec (sizes, launch),
+the findings that motivate transformations, and the current candidate — whose definition is parsed on
+demand, so a rule edits the variant it is given with the same byte-exact rewrites the editor uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from ...cuda.model import FileModel, Kernel
+from ...cuda.parser import parse
+from ...cuda.text import SourceText
+from ...search.candidate import Candidate, LaunchOverride
+from ...spec.model import KernelSpec, ResolvedSpec
+
+
+@dataclass
+class RuleContext:
+    file: str
+    source: SourceText
+    model: FileModel
+    kernel: Kernel
+    spec: KernelSpec
+    candidate: Candidate
+    findings: Sequence[Any] = ()
+    #: streaming multiprocessors of the target GPU (grid-stride launches use k × SMs)
+    sm_count: int = 132
+    arch: str = "sm_90"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def cand_src(self) -> SourceText:
+        return SourceText(self.candidate.definition)
+
+    @cached_property
+    def cand_model(self) -> FileModel:
+        return parse(self.cand_src.data)
+
+    @cached_property
+    def cand_kernel(self) -> Kernel | None:
+        """The kernel as the current candidate defines it (None if its text no longer parses)."""
+        return self.cand_model.kernel(self.kernel.name)
+
+    @property
+    def grid(self) -> tuple[str, ...]:
+        lo = self.candidate.launch
+        return lo.grid if lo is not None and lo.grid is not None else self.spec.launch.grid
+
+    @property
+    def block(self) -> tuple[str, ...]:
+        lo = self.candidate.launch
+        return lo.block if lo is not None and lo.block is not None else self.spec.launch.block
+
+    @property
+    def smem(self) -> str:
+        lo = self.candidate.launch
+        return lo.smem if lo is not None and lo.smem is not None else self.spec.launch.smem
+
+    @cached_property
+    def resolved(self) -> ResolvedSpec:
+        return self.spec.resolve(tunables=self.candidate.define_map())
+
+    def finding_codes(self) -> set[str]:
+        return {str(getattr(f, "code", "")) for f in self.findings}
+
+    def finding_actions(self) -> set[str]:
+        return {str(getattr(f, "action", "")) for f in self.findings if getattr(f, "action", None)}
+
+    def derive(
+        self,
+        family: str,
+        param: str,
+        rationale: str,
+        *,
+        definition: str | None = None,
+        grid: tuple[str, ...] | None = None,
+        block: tuple[str, ...] | None = None,
+        smem: str | None = None,
+        defines: dict[str, str] | None = None,
+        flags: tuple[str, ...] | None = None,
+    ) -> Candidate:
+        """A child of the current candidate with one more step ``family:param``."""
+        c = self.candidate
+        launch = c.launch
+        if grid is not None or block is not None or smem is not None:
+            base = launch or LaunchOverride()
+            launch = LaunchOverride(grid if grid is not None else base.grid,
+                                    block if block is not None else base.block,
+                                    smem if smem is not None else base.smem)
+        merged = dict(c.defines)
+        if defines:
+            merged.update(defines)
+        return replace(
+            c,
+            definition=definition if definition is not None else c.definition,
+            launch=launch,
+            defines=tuple(sorted(merged.items())),
+            flags=flags if flags is not None else c.flags,
+            parent=c.content_hash,
+            family=family,
+            rationale=rationale,
+            steps=(*c.steps, f"{family}:{param}"),
+        )
+
+
+class Rule:
+    """A transformation family. Subclasses set ``family`` and implement ``variants`` and ``apply``."""
+
+    family: str = ""
+    #: finding actions/codes that make this rule worth trying first
+    motivated_by: tuple[str, ...] = ()
+
+    def variants(self, ctx: RuleContext) -> list[str]:
+        """Parameters for which the rule applies safely to the current candidate (empty: not applicable)."""
+        raise NotImplementedError
+
+    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        """The child candidate for ``param``, or None if it turns out not to apply."""
+        raise NotImplementedError
+
+    def already_applied(self, ctx: RuleContext) -> bool:
+        return any(s.split(":", 1)[0] == self.family for s in ctx.candidate.steps)
