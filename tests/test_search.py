@@ -254,3 +254,18 @@ def test_original_that_fails_stops_cleanly() -> None:
     result = asyncio.run(BeamSearch(LandscapePolicy(land), land).run(ROOT))
     assert "original kernel could not be evaluated" in result.stopped
     assert result.best is result.root and not result.improved
+
+
+def test_html_report_shows_tree_plot_and_diff() -> None:
+    from warpforge.search.report import ReportInfo, render
+
+    land = Landscape({"A": [1.5], "B": [1.3], "broken": [2.0]})
+    result = asyncio.run(BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=30),
+                                    config=BeamConfig(width=2, rounds=2)).run(ROOT))
+    page = render(result, ReportInfo("k.cu", "k", gpu="NVIDIA H100 80GB HBM3 (synthetic landscape)",
+                                     diff="--- a\n+++ b\n@@ -1 +1 @@\n-old\n+new", findings=["WF101 x"]))
+    assert f"{result.best_speedup:.2f}× faster" in page
+    assert page.count("<circle") == result.evaluations  # one dot per evaluation
+    assert "compile_error" in page and "synthetic compile error" in page  # failures shown with reasons
+    assert '<span class="add">+new</span>' in page
+    assert "<script" not in page  # self-contained, no scripts or external assets
