@@ -36,7 +36,7 @@ class OfflinePolicy:
 
     def root_candidate(self) -> Candidate:
         return Candidate(self.kernel.name, self.source.slice(self.kernel.span), family="original",
-                         rationale="the original kernel")
+                         rationale="the kernel as written")
 
     def context(self, candidate: Candidate) -> RuleContext:
         return RuleContext(self.file, self.source, self.model, self.kernel, self.spec, candidate, self.findings,

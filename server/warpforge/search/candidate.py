@@ -1,21 +1,27 @@
-"""A candidate: one variant of a kernel to compile, verify and time.
+"""A candidate: one variant of a kernel, as plain immutable data.
 
-A candidate carries only what differs from the original kernel — its definition text, launch overrides,
-``-D`` defines and compile flags — plus where it came from (parent, family, rationale) for the search
-tree and the report. Its ``content_hash`` covers exactly what determines behaviour, so the evaluation
-cache and the search's de-duplication agree on "the same variant".
+A candidate carries only what differs from the original file: the kernel's definition text (plus any new
+device helpers written before it), launch overrides, extra defines and compile flags. Everything else the
+kernel needs (includes, helpers, constants) comes from the original file when the candidate is built, so a
+policy never has to reproduce the file and host code proposed by a model is never part of a build.
+
+``hash`` covers exactly what determines behaviour (text, launch, defines, flags); lineage and prose
+(``parent``, ``family``, ``rationale``) are left out, so two policies proposing the same variant share one
+evaluation in the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
 class LaunchOverride:
-    """Launch expressions replacing the spec's (same expression language, may use sizes and tunables)."""
+    """Launch expressions replacing the spec's (same expression language; may use sizes and tunables)."""
 
     grid: tuple[str, ...] | None = None
     block: tuple[str, ...] | None = None
@@ -24,32 +30,105 @@ class LaunchOverride:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A kernel variant.
+
+    ``source`` is the full definition of the kernel named ``kernel`` (from its ``template``/``extern "C"``
+    prefix to its closing brace); device helpers it adds may precede it. ``grid``/``block``/``smem`` are
+    spec expressions (``cdiv(N, 512)``) that replace the spec's launch configuration when given; they may
+    use the spec's sizes, its tunables and numeric ``defines``. ``defines`` become ``-DNAME=VALUE`` and
+    override the spec's tunables of the same name.
+    """
+
     kernel: str
-    #: the full kernel definition (template prefix and qualifiers included), as it would replace the original
-    definition: str
-    launch: LaunchOverride | None = None
-    defines: tuple[tuple[str, str], ...] = ()
+    source: str
+    grid: tuple[str, ...] | None = None
+    block: tuple[str, ...] | None = None
+    smem: str | None = None
+    defines: Mapping[str, str] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     parent: str | None = None
-    family: str = "original"
+    family: str = ""
     rationale: str = ""
-    #: transformations applied from the original to here (for crossover and the report)
-    steps: tuple[str, ...] = field(default=())
+    #: transformation steps (``family:param``) from the original to here; lineage, not behaviour (not hashed):
+    #: the offline policy replays them to compose two branches (crossover)
+    steps: tuple[str, ...] = ()
 
-    @property
-    def content_hash(self) -> str:
-        data = {
+    def __post_init__(self) -> None:
+        # Normalise so that equal variants hash equally however they were written down.
+        object.__setattr__(self, "defines", {str(k): str(v) for k, v in sorted(dict(self.defines).items())})
+        object.__setattr__(self, "flags", tuple(str(f) for f in self.flags))
+        for name in ("grid", "block"):
+            dims = getattr(self, name)
+            if dims is not None:
+                if isinstance(dims, str):
+                    dims = (dims,)
+                object.__setattr__(self, name, tuple(str(d).strip() for d in dims))
+
+    def behaviour(self) -> dict[str, Any]:
+        """The fields that decide what the candidate computes and how fast: the input of ``hash``."""
+        return {
             "kernel": self.kernel,
-            "definition": self.definition.strip(),
-            "launch": None if self.launch is None else [self.launch.grid, self.launch.block, self.launch.smem],
-            "defines": sorted(self.defines),
+            "source": self.source,
+            "grid": list(self.grid) if self.grid is not None else None,
+            "block": list(self.block) if self.block is not None else None,
+            "smem": self.smem,
+            "defines": dict(self.defines),
             "flags": list(self.flags),
         }
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+
+    @property
+    def hash(self) -> str:
+        """Content hash over ``behaviour()`` (32 hex digits)."""
+        data = json.dumps(self.behaviour(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
 
     @property
     def id(self) -> str:
-        return self.content_hash
+        """Short identifier for logs and trees."""
+        return self.hash[:12]
+
+    @property
+    def definition(self) -> str:
+        """The kernel definition text (``source``), under the name the source model uses."""
+        return self.source
 
     def define_map(self) -> dict[str, str]:
         return dict(self.defines)
+
+    @property
+    def launch(self) -> LaunchOverride | None:
+        """The launch overrides as one value, or None when the spec's launch applies."""
+        if not self.overrides_launch:
+            return None
+        return LaunchOverride(self.grid, self.block, self.smem)
+
+    @property
+    def overrides_launch(self) -> bool:
+        return self.grid is not None or self.block is not None or self.smem is not None
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
+    def derive(self, **changes: Any) -> Candidate:
+        """A child of this candidate: ``changes`` applied, ``parent`` set to this one's id."""
+        changes.setdefault("parent", self.id)
+        return replace(self, **changes)
+
+    @classmethod
+    def original(cls, text: str, kernel: str) -> Candidate:
+        """The kernel ``kernel`` of a file as it is: the oracle every variant is compared with."""
+        return cls(kernel=kernel, source=kernel_definition(text, kernel), family="original",
+                   rationale="the kernel as written")
+
+
+def kernel_definition(text: str, kernel: str) -> str:
+    """The definition text of ``kernel`` in ``text``; ``KeyError`` naming the kernels present otherwise."""
+    from ..cuda import SourceText, parse
+
+    src = SourceText(text)
+    model = parse(src.data)
+    k = model.kernel(kernel)
+    if k is None:
+        names = ", ".join(x.name for x in model.kernels) or "none"
+        raise KeyError(f"no __global__ kernel named `{kernel}` (kernels here: {names})")
+    return src.slice(k.span)

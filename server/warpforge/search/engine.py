@@ -128,9 +128,9 @@ class SearchEngine:
         """Drop candidates already evaluated (or proposed twice), by content hash."""
         out: list[Candidate] = []
         for c in candidates:
-            if c.content_hash in self._seen:
+            if c.hash in self._seen:
                 continue
-            self._seen.add(c.content_hash)
+            self._seen.add(c.hash)
             out.append(c)
         return out
 
@@ -228,7 +228,7 @@ class SearchEngine:
         self.context = context or self.context or SearchContext(root=root_candidate)
         root = self.new_node(root_candidate, None)
         self.root = root
-        self._seen.add(root_candidate.content_hash)
+        self._seen.add(root_candidate.hash)
         stopped = "finished"
         try:
             # The root is evaluated like any candidate: it must run and verify against itself (the oracle),

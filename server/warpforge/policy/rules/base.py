@@ -15,7 +15,7 @@ from typing import Any
 from ...cuda.model import FileModel, Kernel
 from ...cuda.parser import parse
 from ...cuda.text import SourceText
-from ...search.candidate import Candidate, LaunchOverride
+from ...search.candidate import Candidate
 from ...spec.model import KernelSpec, ResolvedSpec
 
 
@@ -48,18 +48,15 @@ class RuleContext:
 
     @property
     def grid(self) -> tuple[str, ...]:
-        lo = self.candidate.launch
-        return lo.grid if lo is not None and lo.grid is not None else self.spec.launch.grid
+        return self.candidate.grid if self.candidate.grid is not None else self.spec.launch.grid
 
     @property
     def block(self) -> tuple[str, ...]:
-        lo = self.candidate.launch
-        return lo.block if lo is not None and lo.block is not None else self.spec.launch.block
+        return self.candidate.block if self.candidate.block is not None else self.spec.launch.block
 
     @property
     def smem(self) -> str:
-        lo = self.candidate.launch
-        return lo.smem if lo is not None and lo.smem is not None else self.spec.launch.smem
+        return self.candidate.smem if self.candidate.smem is not None else self.spec.launch.smem
 
     @cached_property
     def resolved(self) -> ResolvedSpec:
@@ -86,22 +83,18 @@ class RuleContext:
     ) -> Candidate:
         """A child of the current candidate with one more step ``family:param``."""
         c = self.candidate
-        launch = c.launch
-        if grid is not None or block is not None or smem is not None:
-            base = launch or LaunchOverride()
-            launch = LaunchOverride(grid if grid is not None else base.grid,
-                                    block if block is not None else base.block,
-                                    smem if smem is not None else base.smem)
         merged = dict(c.defines)
         if defines:
             merged.update(defines)
         return replace(
             c,
-            definition=definition if definition is not None else c.definition,
-            launch=launch,
-            defines=tuple(sorted(merged.items())),
+            source=definition if definition is not None else c.source,
+            grid=grid if grid is not None else c.grid,
+            block=block if block is not None else c.block,
+            smem=smem if smem is not None else c.smem,
+            defines=merged,
             flags=flags if flags is not None else c.flags,
-            parent=c.content_hash,
+            parent=c.id,
             family=family,
             rationale=rationale,
             steps=(*c.steps, f"{family}:{param}"),

@@ -1,0 +1,244 @@
+"""The optimize job, independent of its front end: spec + findings → policy + search → verified diff.
+
+The CLI (``warpforge optimize``) and the language server (Optimize Kernel) both call ``optimize``; they
+differ only in how they show progress and what they do with the result. The job works on a snapshot of
+the file's text, so the user can keep editing while it runs; the result carries the original kernel text
+so accepting it can check that the kernel did not change in the meantime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cuda.model import FileModel, Kernel
+from ..cuda.parser import parse
+from ..cuda.rewrite import TextEdit, apply_edits, make_edit
+from ..cuda.text import SourceText, Span
+from ..policy.offline import OfflinePolicy
+from ..spec.model import KernelSpec
+from ..spec.resolve import build_spec
+from .beam import BeamConfig, BeamSearch
+from .candidate import Candidate
+from .engine import Budget, SearchEngine, SearchEvent, SearchResult
+from .mcts import MCTS, MCTSConfig
+from .memory import SearchMemory, kernel_key
+from .tree import EvaluatorLike, Node, Policy, SearchContext
+
+
+@dataclass
+class OptimizeRequest:
+    file: str
+    text: str
+    kernel: str
+    strategy: str = "beam"  # "beam" | "mcts"
+    budget: Budget = field(default_factory=Budget)
+    findings: Sequence[Any] = ()
+    sm_count: int = 132
+    arch: str = "sm_90"
+    beam: BeamConfig | None = None
+    mcts: MCTSConfig | None = None
+    #: restrict the offline policy to these families (None: all)
+    families: set[str] | None = None
+
+
+@dataclass
+class OptimizeOutcome:
+    request: OptimizeRequest
+    spec: KernelSpec
+    kernel: Kernel
+    result: SearchResult
+    #: the original kernel's text at the time of the snapshot (for accept's version check)
+    original_kernel_text: str
+
+    @property
+    def best(self) -> Node:
+        return self.result.best
+
+    def diff(self, node: Node | None = None) -> str:
+        node = node or self.result.best
+        return kernel_diff(self.request.file, self.request.text, self.kernel, node.candidate, self.spec)
+
+    def new_text(self, node: Node | None = None) -> str:
+        """The whole file with the node's variant in place of the kernel (what Accept/--apply write)."""
+        node = node or self.result.best
+        return apply_candidate(self.request.text, self.kernel, node.candidate, self.spec)
+
+
+def _call_args(text: str, start: int) -> tuple[list[str], int]:
+    """Split the balanced argument list starting at ``text[start] == '('``; returns (args, end index)."""
+    depth = 0
+    args: list[str] = []
+    cur = start + 1
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                args.append(text[cur:i].strip())
+                return args, i + 1
+        elif ch == "," and depth == 1:
+            args.append(text[cur:i].strip())
+            cur = i + 1
+    raise ValueError(f"unbalanced parentheses in `{text}`")
+
+
+def to_c(expr: str) -> str:
+    """A spec expression as plain C for host code: ``cdiv``/``min``/``max`` become arithmetic."""
+    out = expr
+    for fn in ("cdiv", "ceil_div", "min", "max"):
+        while True:
+            m = re.search(rf"\b{fn}\s*\(", out)
+            if m is None:
+                break
+            args, end = _call_args(out, m.end() - 1)
+            args = [to_c(a) for a in args]
+            if fn in ("cdiv", "ceil_div") and len(args) == 2:
+                rep = f"(({args[0]}) + ({args[1]}) - 1) / ({args[1]})"
+            elif len(args) == 2:
+                op = "<" if fn == "min" else ">"
+                rep = f"(({args[0]}) {op} ({args[1]}) ? ({args[0]}) : ({args[1]}))"
+            else:
+                raise ValueError(f"cannot translate `{expr}` to C")
+            out = out[: m.start()] + rep + out[end:]
+    return out
+
+
+def _dims_c(d: tuple[str, ...]) -> str:
+    return to_c(d[0]) if len(d) == 1 else "dim3(" + ", ".join(to_c(x) for x in d) + ")"
+
+
+def _dims_spec(d: tuple[str, ...]) -> str:
+    return d[0] if len(d) == 1 else "(" + ", ".join(d) + ")"
+
+
+def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
+    """The file text with the candidate in place: the kernel definition, and what its launch needs.
+
+    A variant verified with a different launch (block size, warp per row, a vectorized grid) is only
+    correct with that launch, so accepting it updates where the launch is defined: the annotation's
+    ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
+    A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
+    ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
+    """
+    src = SourceText(text)
+    model = parse(src.data)
+    edits: list[TextEdit] = [make_edit(src, kernel.span, candidate.definition.rstrip())]
+    notes: list[str] = []
+    lo = candidate.launch
+    if lo is not None and spec is not None:
+        grid = lo.grid or spec.launch.grid
+        block = lo.block or spec.launch.block
+        smem = lo.smem if lo.smem is not None else spec.launch.smem
+        if spec.launch.source == "annotation" and spec.launch.line is not None:
+            line = spec.launch.line - 1
+            old = src.line_text(line)
+            prefix = old[: old.index("@warpforge")] + "@warpforge launch "
+            new = f"{prefix}grid={_dims_spec(grid)}, block={_dims_spec(block)}" + (
+                f", smem={smem}" if smem not in ("0", "") else "")
+            start = src.line_starts[line]
+            edits.append(make_edit(src, Span(start, start + len(old.encode())), new))
+        else:
+            sites = model.launches_of(kernel.name)
+            if not sites:
+                notes.append(f"launch with grid {_dims_c(grid)} and block {_dims_c(block)}")
+            for site in sites:
+                cfg = f"<<<{_dims_c(grid)}, {_dims_c(block)}"
+                if smem not in ("0", "") or site.stream:
+                    cfg += f", {to_c(smem)}"
+                if site.stream:
+                    cfg += f", {site.stream}"
+                edits.append(make_edit(src, site.config_span, cfg + ">>>"))
+    for name, value in candidate.defines.items():
+        done = False
+        for d in model.declarations:
+            if name in d.names and d.conditional is not None:
+                old = src.slice(d.span)
+                m = re.match(rf"(#\s*define\s+{re.escape(name)}\s+)(\S.*?)(\s*)$", old, re.S)
+                if m:
+                    edits.append(make_edit(src, d.span, m.group(1) + value + m.group(3)))
+                    done = True
+        if spec is not None and kernel.comment_span is not None:
+            first = src.line_of(kernel.comment_span.start)
+            for ln in range(first, src.line_of(kernel.comment_span.end) + 1):
+                t = src.line_text(ln)
+                m = re.match(rf"(.*@warpforge\s+tune\s+{re.escape(name)}\s*=\s*)(.*)$", t)
+                if m:
+                    vals = [v.strip() for v in m.group(2).split(",") if v.strip() and v.strip() != value]
+                    start = src.line_starts[ln]
+                    edits.append(make_edit(src, Span(start, start + len(t.encode())),
+                                           m.group(1) + ", ".join([value, *vals])))
+                    done = True
+        if not done:
+            notes.append(f"compile with -D{name}={value}")
+    if candidate.flags:
+        notes.append(f"compile with {' '.join(candidate.flags)}")
+    if notes:
+        edits[0] = make_edit(src, kernel.span, "\n".join(f"// warpforge: {n}" for n in notes) + "\n"
+                             + candidate.definition.rstrip())
+    return apply_edits(src, edits)
+
+
+def kernel_diff(file: str, text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
+    new = apply_candidate(text, kernel, candidate, spec)
+    return "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a/{file}", tofile=f"b/{file}", n=3))
+
+
+def make_search(
+    req: OptimizeRequest,
+    policy: Policy,
+    evaluator: EvaluatorLike,
+    *,
+    cancel: asyncio.Event | None = None,
+    on_event: Callable[[SearchEvent], None] | None = None,
+) -> SearchEngine:
+    if req.strategy == "mcts":
+        return MCTS(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.mcts)
+    if req.strategy != "beam":
+        raise ValueError(f"unknown strategy `{req.strategy}`: use beam or mcts")
+    return BeamSearch(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.beam)
+
+
+def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
+    """Parse the snapshot and build the kernel's spec (raises SpecError / KeyError with clear messages)."""
+    src = SourceText(req.text)
+    model = parse(src.data)
+    kernel = model.kernel(req.kernel)
+    if kernel is None:
+        names = ", ".join(k.name for k in model.kernels) or "none"
+        raise KeyError(f"{req.file}: no __global__ kernel named `{req.kernel}` (kernels here: {names})")
+    spec = build_spec(src, model, kernel, req.file)
+    return src, model, kernel, spec
+
+
+async def optimize(
+    req: OptimizeRequest,
+    evaluator: EvaluatorLike,
+    *,
+    policy: Policy | None = None,
+    cancel: asyncio.Event | None = None,
+    on_event: Callable[[SearchEvent], None] | None = None,
+    memory: SearchMemory | None = None,
+    on_search: Callable[[SearchEngine], object] | None = None,
+) -> OptimizeOutcome:
+    """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees)."""
+    src, model, kernel, spec = prepare(req)
+    offline = OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
+                            families=req.families)
+    root = offline.root_candidate()
+    key = kernel_key(root.definition, spec.spec_hash())
+    context = SearchContext(root=root, findings=req.findings, memory=memory.summary(key) if memory else {})
+    search = make_search(req, policy or offline, evaluator, cancel=cancel, on_event=on_event)
+    if on_search is not None:
+        on_search(search)
+    result = await search.run(root, context)
+    if memory is not None:
+        memory.record_result(key, result)
+    return OptimizeOutcome(req, spec, kernel, result, root.definition)
