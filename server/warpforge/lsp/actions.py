@@ -1,0 +1,116 @@
+"""Code actions at a position inside a kernel: Optimize (beam / MCTS), Add or complete spec, quick fixes.
+
+Quick fixes are attached to findings whose transformation applies directly as a source edit (WF101 →
+``const __restrict__``, WF010 → ``__launch_bounds__``); each carries its edit so the editor can preview it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types as lsp
+
+from ..cuda.access import param_access
+from ..cuda.model import FileModel, Kernel
+from ..cuda.parser import parse
+from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
+from ..cuda.text import Position, SourceText, Span
+from ..spec.annotations import MARK
+from ..spec.resolve import guess_spec
+from .convert import text_edit
+
+if TYPE_CHECKING:
+    from .server import WarpForgeServer
+
+
+def kernel_at(src: SourceText, model: FileModel, pos: lsp.Position) -> Kernel | None:
+    off = src.offset(Position(pos.line, pos.character))
+    best: Kernel | None = None
+    for k in model.kernels:
+        start = k.comment_span.start if k.comment_span is not None else k.span.start
+        if start <= off <= k.span.end and (best is None or k.span.start > best.span.start):
+            best = k
+    return best
+
+
+def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel) -> list[TextEdit]:
+    """Replace the kernel's @warpforge lines with a complete, filled-in block."""
+    from ..cuda.rewrite import make_edit
+
+    spec = guess_spec(src, model, kernel, file)
+    edits: list[TextEdit] = []
+    if kernel.comment_span is not None:
+        first = src.line_of(kernel.comment_span.start)
+        for ln in range(first, src.line_of(kernel.comment_span.end) + 1):
+            if MARK in src.line_text(ln):
+                start = src.line_starts[ln]
+                end = src.line_starts[ln + 1] if ln + 1 < src.line_count else len(src.data)
+                edits.append(make_edit(src, Span(start, end), ""))
+    at = src.line_starts[kernel.start_line]
+    edits.append(make_edit(src, Span(at, at), spec.to_annotation()))
+    return edits
+
+
+def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp.WorkspaceEdit:
+    return lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(
+        text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+        edits=[text_edit(e) for e in edits])])
+
+
+def _quick_fixes(server: WarpForgeServer, uri: str, version: int | None, src: SourceText, model: FileModel,
+                 diagnostics: list[lsp.Diagnostic]) -> list[lsp.CodeAction]:
+    out: list[lsp.CodeAction] = []
+    for d in diagnostics:
+        data: dict[str, Any] = d.data if isinstance(d.data, dict) else {}
+        kname = data.get("kernel")
+        k = model.kernel(kname) if isinstance(kname, str) else None
+        if k is None:
+            continue
+        edits: list[TextEdit] = []
+        title = ""
+        if d.code == "WF101":
+            access = param_access(src, k)
+            names = [p.name for p in k.params if p.is_pointer and p.pointer_depth == 1
+                     and (a := access.get(p.name)) is not None and not a.write and not a.escapes
+                     and not (p.is_const and p.is_restrict)]
+            for name in names:
+                edits.extend(e for e in (add_const(src, k, name), add_restrict(src, k, name)) if e is not None)
+            title = f"Mark {', '.join(names)} const __restrict__"
+        elif d.code == "WF010":
+            block = (data.get("evidence") or {}).get("block_threads")
+            if isinstance(block, int) and block > 0:
+                edits.append(set_launch_bounds(src, k, block))
+                title = f"Add __launch_bounds__({block})"
+        if edits:
+            out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[d],
+                                      is_preferred=True, edit=_workspace_edit(uri, version, edits)))
+    return out
+
+
+def actions(server: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+    uri = params.text_document.uri
+    doc = server.workspace.get_text_document(uri)
+    src = SourceText(doc.source)
+    model = parse(src.data)
+    k = kernel_at(src, model, params.range.start)
+    out = _quick_fixes(server, uri, doc.version, src, model, list(params.context.diagnostics))
+    if k is None:
+        return out
+    for strategy, label in (("beam", "beam search"), ("mcts", "MCTS")):
+        out.append(lsp.CodeAction(title=f"WarpForge: Optimize `{k.name}` ({label})",
+                                  kind=lsp.CodeActionKind.Refactor,
+                                  command=lsp.Command(f"Optimize {k.name}", "warpforge.optimize",
+                                                      arguments=[uri, k.name, strategy])))
+    annotated = k.comment_span is not None and MARK in src.slice(k.comment_span)
+    out.append(lsp.CodeAction(
+        title=f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`",
+        kind=lsp.CodeActionKind.Refactor,
+        edit=_workspace_edit(uri, doc.version, spec_edits(src, k, doc.path or uri, model))))
+    return out
+
+
+def register(server: WarpForgeServer) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(
+        code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Refactor]))
+    def code_action(ls: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        return actions(ls, params)

@@ -1,0 +1,137 @@
+"""Static findings as diagnostics: on open and save at once, after edits debounced; stale runs dropped.
+
+Analysis (tree-sitter, nvcc, nvdisasm) runs in the server's thread pool, never on the event loop. A run
+whose document changed meanwhile is discarded instead of publishing hints for text that no longer
+exists; a newer edit cancels the pending debounced run. When a job has profiler-grounded findings for a
+kernel, they replace that kernel's static ones until the kernel's text changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lsprotocol import types as lsp
+
+from ..profile.findings import Finding
+from ..profile.hints import HintsReport, analyze_source
+from .convert import diagnostic
+
+if TYPE_CHECKING:
+    from .server import WarpForgeServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DocState:
+    version: int | None = None
+    task: asyncio.Task[None] | None = None
+    report: HintsReport | None = None
+    #: kernel name -> (kernel text, findings) from a profile; shown instead of static findings
+    profiled: dict[str, tuple[str, list[Finding]]] = field(default_factory=dict)
+
+
+class Diagnostics:
+    def __init__(self, server: WarpForgeServer) -> None:
+        self.server = server
+        self.docs: dict[str, DocState] = {}
+
+    def state(self, uri: str) -> DocState:
+        return self.docs.setdefault(uri, DocState())
+
+    def schedule(self, uri: str, delay: float) -> None:
+        st = self.state(uri)
+        if st.task is not None and not st.task.done():
+            st.task.cancel()
+        st.task = asyncio.get_running_loop().create_task(self._run(uri, delay))
+
+    def forget(self, uri: str) -> None:
+        st = self.docs.pop(uri, None)
+        if st is not None and st.task is not None:
+            st.task.cancel()
+        self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    async def _run(self, uri: str, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            doc = self.server.workspace.get_text_document(uri)
+        except Exception:  # closed meanwhile
+            return
+        version = doc.version
+        text = doc.source
+        path = doc.path or uri
+        s = self.server.settings
+        loop = asyncio.get_running_loop()
+        try:
+            report = await loop.run_in_executor(
+                self.server.thread_pool,
+                lambda: analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None),
+            )
+        except Exception as e:
+            log.exception("analysis of %s failed", uri)
+            self.server.window_log_message(lsp.LogMessageParams(lsp.MessageType.Error,
+                                                                f"WarpForge: analysis of {path} failed: {e}"))
+            return
+        try:
+            current = self.server.workspace.get_text_document(uri)
+        except Exception:
+            return
+        if current.version != version or current.source != text:
+            return  # stale: a newer run is scheduled
+        st = self.state(uri)
+        st.version = version
+        st.report = report
+        self.publish(uri)
+
+    def findings(self, uri: str) -> list[Finding]:
+        st = self.docs.get(uri)
+        if st is None or st.report is None:
+            return []
+        out = list(st.report.findings)
+        if st.profiled:
+            try:
+                text = self.server.workspace.get_text_document(uri).source
+            except Exception:
+                text = ""
+            from ..cuda.parser import parse
+
+            model = parse(text)
+            for name, (ktext, prof) in list(st.profiled.items()):
+                k = model.kernel(name)
+                if k is None or text.encode()[k.span.start : k.span.end].decode("utf-8", "replace") != ktext:
+                    del st.profiled[name]  # the kernel changed: its profile no longer describes it
+                    continue
+                out = [f for f in out if f.kernel != name or f.code.startswith("WF0")] + prof
+        return out
+
+    def publish(self, uri: str) -> None:
+        st = self.docs.get(uri)
+        self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
+            uri=uri, version=st.version if st else None,
+            diagnostics=[diagnostic(f, uri) for f in self.findings(uri)]))
+
+    def set_profiled(self, uri: str, kernel: str, kernel_text: str, findings: list[Finding]) -> None:
+        self.state(uri).profiled[kernel] = (kernel_text, findings)
+        self.publish(uri)
+
+
+def register(server: WarpForgeServer) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: WarpForgeServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        ls.diagnostics.schedule(params.text_document.uri, 0.0)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: WarpForgeServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        ls.diagnostics.schedule(params.text_document.uri, 0.0)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: WarpForgeServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        ls.diagnostics.schedule(params.text_document.uri, ls.settings.debounce)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: WarpForgeServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        ls.diagnostics.forget(params.text_document.uri)

@@ -1,0 +1,299 @@
+"""The language server through a real LSP client over stdio (pytest-lsp).
+
+Optimize jobs here use the DETERMINISTIC EVALUATOR FIXTURE (tests/lsp_fixture_evaluator.py, labelled in
+its GPU name): candidates are compiled with the real nvcc, speedups are synthetic. Everything else —
+diagnostics, code actions, progress, cancellation, notifications, accept with its version check — is
+the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as lsp
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = Path(os.environ.get("WARPFORGE_LSP_TEST_DIR", "/tmp")) / f"warpforge-lsp-{os.getpid()}"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: compiler hints are off")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    env["WARPFORGE_CACHE"] = str(WORK / "cache")
+    env.setdefault("WARPFORGE_FIXTURE_DELAY", "0.05")
+    return env
+
+
+def _fix_code_action_union(client: LanguageClient) -> None:
+    """lsprotocol 2025.0.0 decodes a CodeAction carrying a command as a Command (see notes): choose by shape."""
+    converter = client.protocol._converter
+
+    def structure(obj: Any, _: Any) -> Any:
+        if isinstance(obj.get("command"), str):
+            return converter.structure(obj, lsp.Command)
+        return converter.structure(obj, lsp.CodeAction)
+
+    converter.register_structure_hook(lsp.Command | lsp.CodeAction, structure)  # type: ignore[arg-type]
+
+
+class State:
+    def __init__(self) -> None:
+        self.candidates: list[Any] = []
+        self.done: list[Any] = []
+        self.docs: dict[str, tuple[int, str]] = {}
+        self.lens_refreshes = 0
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "warpforge", "serve"],
+                                              server_env=_env()))
+async def client(lsp_client: LanguageClient) -> Any:
+    WORK.mkdir(parents=True, exist_ok=True)
+    _fix_code_action_union(lsp_client)
+    state = State()
+    lsp_client.state = state  # type: ignore[attr-defined]
+
+    @lsp_client.feature("warpforge/candidate")
+    def on_candidate(params: Any) -> None:
+        state.candidates.append(params)
+
+    @lsp_client.feature("warpforge/jobDone")
+    def on_done(params: Any) -> None:
+        state.done.append(params)
+
+    @lsp_client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
+    def refresh_lenses(params: None) -> None:
+        state.lens_refreshes += 1
+
+    @lsp_client.feature(lsp.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+        for change in params.edit.document_changes or []:
+            assert isinstance(change, lsp.TextDocumentEdit)
+            uri = change.text_document.uri
+            version, text = state.docs[uri]
+            if change.text_document.version is not None and change.text_document.version != version:
+                return lsp.ApplyWorkspaceEditResult(applied=False, failure_reason="version mismatch")
+            new = apply_text_edits(text, [e for e in change.edits if isinstance(e, lsp.TextEdit)])
+            state.docs[uri] = (version + 1, new)
+            lsp_client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+                text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version + 1),
+                content_changes=[lsp.TextDocumentContentChangeWholeDocument(text=new)]))
+        return lsp.ApplyWorkspaceEditResult(applied=True)
+
+    caps = client_capabilities("visual-studio-code")
+    await lsp_client.initialize_session(lsp.InitializeParams(
+        capabilities=caps, root_uri=WORK.as_uri(),
+        initialization_options={"warpforge": {"backend": "python:lsp_fixture_evaluator:make", "budget": 12,
+                                              "debounce": 0.1}}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def apply_text_edits(text: str, edits: list[lsp.TextEdit]) -> str:
+    lines = text.splitlines(keepends=True)
+
+    def offset(p: lsp.Position) -> int:
+        if p.line >= len(lines):
+            return len(text)
+        line = lines[p.line]
+        units = 0
+        for i, ch in enumerate(line):
+            if units >= p.character:
+                return sum(len(x) for x in lines[: p.line]) + i
+            units += 2 if ord(ch) > 0xFFFF else 1
+        return sum(len(x) for x in lines[: p.line]) + len(line)
+
+    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[: offset(e.range.start)] + e.new_text + text[offset(e.range.end) :]
+        lines = text.splitlines(keepends=True)
+    return text
+
+
+def open_doc(client: LanguageClient, name: str, text: str) -> str:
+    path = WORK / name
+    path.write_text(text)
+    uri = path.as_uri()
+    client.state.docs[uri] = (1, text)  # type: ignore[attr-defined]
+    client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+        lsp.TextDocumentItem(uri=uri, language_id="cuda-cpp", version=1, text=text)))
+    return uri
+
+
+async def wait_diagnostics(client: LanguageClient, uri: str, pred: Any = None, timeout: float = 30) -> Any:
+    async def loop() -> Any:
+        while True:
+            diags = client.diagnostics.get(uri)
+            if diags is not None and (pred is None or pred(diags)):
+                return diags
+            await client.wait_for_notification(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+
+    return await asyncio.wait_for(loop(), timeout)
+
+
+SAXPY = (ROOT / "kernels" / "saxpy.cu").read_text()
+SOFTMAX = (ROOT / "kernels" / "softmax.cu").read_text()
+
+
+@needs_nvcc
+async def test_diagnostics_on_open_and_after_edits(client: LanguageClient) -> None:
+    uri = open_doc(client, "softmax_diag.cu", SOFTMAX)
+    diags = await wait_diagnostics(client, uri, lambda d: len(d) > 0)
+    codes = {d.code for d in diags}
+    assert all(str(c).startswith("WF") for c in codes)
+    d0 = diags[0]
+    assert d0.source == "warpforge" and d0.code_description is not None and d0.code_description.href.endswith(
+        str(d0.code).lower())
+    assert isinstance(d0.data, dict) and "action" in d0.data
+
+    # Break the kernel: a compile error appears at its line, the other hints survive.
+    broken = SOFTMAX.replace("maxval = fmaxf(maxval, x[j]);", "maxval = fmaxf(maxval, x[j]) +;")
+    line = next(i for i, t in enumerate(broken.splitlines()) if "fmaxf(maxval, x[j]) +;" in t)
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[lsp.TextDocumentContentChangeWholeDocument(text=broken)]))
+    diags = await wait_diagnostics(client, uri, lambda d: any(x.code == "WF000" for x in d))
+    err = next(d for d in diags if d.code == "WF000")
+    assert err.severity == lsp.DiagnosticSeverity.Error and err.range.start.line == line
+
+
+async def test_code_actions_and_quick_fix(client: LanguageClient) -> None:
+    text = "#include <cuda_runtime.h>\n\n" + SAXPY.replace("const float* x", "float* x")
+    uri = open_doc(client, "saxpy_actions.cu", text)
+    diags = await wait_diagnostics(client, uri)
+    kline = next(i for i, t in enumerate(text.splitlines()) if "saxpy(" in t and "__global__" in t)
+    result = await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=lsp.TextDocumentIdentifier(uri), range=lsp.Range(lsp.Position(kline + 2, 4),
+                                                                        lsp.Position(kline + 2, 4)),
+        context=lsp.CodeActionContext(diagnostics=list(diags))))
+    assert result is not None
+    titles = [a.title for a in result]
+    assert any("Optimize `saxpy` (beam search)" in t for t in titles)
+    assert any("Optimize `saxpy` (MCTS)" in t for t in titles)
+    spec_action = next(a for a in result if isinstance(a, lsp.CodeAction) and "benchmark spec" in a.title)
+    assert spec_action.edit is not None
+    wf101 = [d for d in diags if d.code == "WF101"]
+    if wf101:
+        fix = next(a for a in result if isinstance(a, lsp.CodeAction) and a.kind == lsp.CodeActionKind.QuickFix)
+        assert fix.edit is not None and fix.edit.document_changes
+        edit = fix.edit.document_changes[0]
+        assert isinstance(edit, lsp.TextDocumentEdit)
+        new = apply_text_edits(text, [e for e in edit.edits if isinstance(e, lsp.TextEdit)])
+        assert "const float* __restrict__ x" in new
+
+    # A position outside any kernel (the #include line): no kernel actions, no error.
+    outside = await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=lsp.TextDocumentIdentifier(uri), range=lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
+        context=lsp.CodeActionContext(diagnostics=[])))
+    assert not any("Optimize" in a.title for a in outside or [])
+
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    assert lenses is not None
+    assert [lens.command.title for lens in lenses if lens.command] == ["Optimize", "Edit spec"]
+
+
+async def _run_job(client: LanguageClient, uri: str, kernel: str, strategy: str = "beam") -> Any:
+    state = client.state  # type: ignore[attr-defined]
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.optimize", arguments=[uri, kernel, strategy]))
+    job = res["job"] if isinstance(res, dict) else res.job
+    await asyncio.wait_for(_until(lambda: any(d.job == job for d in state.done)), 120)
+    return job, next(d for d in state.done if d.job == job)
+
+
+async def _until(pred: Any) -> None:
+    while not pred():
+        await asyncio.sleep(0.05)
+
+
+@needs_nvcc
+async def test_optimize_job_progress_candidates_tree_and_accept(client: LanguageClient) -> None:
+    state = client.state  # type: ignore[attr-defined]
+    text = SAXPY.replace("const float* x", "float* x")
+    uri = open_doc(client, "saxpy_job.cu", text)
+    await wait_diagnostics(client, uri)
+    job, done = await _run_job(client, uri, "saxpy")
+    assert done.outcome == "improved" and done.speedup > 1.0
+    assert "deterministic fixture (no GPU)" in done.message
+    cands = [c for c in state.candidates if c.job == job]
+    assert cands and all(c.speedup > 1.0 for c in cands)
+    assert cands[-1].gpu == "deterministic fixture (no GPU)"
+    assert "+++ b/" in cands[-1].diff
+    # progress: begin, reports, end under one token
+    reports = next(v for v in client.progress_reports.values() if any(
+        isinstance(r, lsp.WorkDoneProgressBegin) and "saxpy" in r.title for r in v))
+    assert isinstance(reports[0], lsp.WorkDoneProgressBegin) and reports[0].cancellable
+    assert any(isinstance(r, lsp.WorkDoneProgressReport) for r in reports)
+    assert isinstance(reports[-1], lsp.WorkDoneProgressEnd)
+
+    assert state.lens_refreshes >= 1  # the "faster variant ready" lens appears without a reload
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    assert any(lens.command and "faster variant ready" in lens.command.title for lens in lenses or [])
+
+    tree = await client.protocol.send_request_async("warpforge/searchTree", {"job": job})
+    nodes = tree["nodes"] if isinstance(tree, dict) else tree.nodes
+    assert len(nodes) >= 2
+
+    # Accept: the buffer changes through workspace/applyEdit, only the kernel and what its launch needs.
+    before = state.docs[uri][1]
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.accept", arguments=[job, done.candidate]))
+    applied = res["applied"] if isinstance(res, dict) else res.applied
+    assert applied
+    after = state.docs[uri][1]
+    assert after != before and "__restrict__" in after
+
+    # The kernel has now changed: accepting again is refused with a clear message.
+    with pytest.raises(Exception, match="changed since the job started"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.accept", arguments=[job, done.candidate]))
+
+
+@needs_nvcc
+async def test_cancel_returns_best_so_far(client: LanguageClient) -> None:
+    state = client.state  # type: ignore[attr-defined]
+    text = SAXPY.replace("const float* x", "float* x")
+    uri = open_doc(client, "saxpy_cancel.cu", text)
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.optimize", arguments=[uri, "saxpy", "mcts"]))
+    job = res["job"] if isinstance(res, dict) else res.job
+    # a second job on the same kernel is refused while the first runs
+    with pytest.raises(Exception, match="already being optimized"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "saxpy", "beam"]))
+    await client.workspace_execute_command_async(lsp.ExecuteCommandParams(command="warpforge.cancel",
+                                                                          arguments=[job]))
+    await asyncio.wait_for(_until(lambda: any(d.job == job for d in state.done)), 60)
+    done = next(d for d in state.done if d.job == job)
+    assert done.state == "cancelled"
+
+
+async def test_malformed_requests_get_errors_and_server_stays_up(client: LanguageClient) -> None:
+    uri = open_doc(client, "saxpy_bad.cu", SAXPY)
+    with pytest.raises(Exception, match="no __global__ kernel `nope`"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "nope", "beam"]))
+    with pytest.raises(Exception, match="not open"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[(WORK / "closed.cu").as_uri(), "saxpy", "beam"]))
+    with pytest.raises(Exception, match="unknown strategy"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "saxpy", "annealing"]))
+    with pytest.raises(Exception, match="no job"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.accept", arguments=["job-999", "abc"]))
+    with pytest.raises(Exception):  # noqa: B017 - wrong argument count: any JSON-RPC error will do
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.accept", arguments=[]))
+    with pytest.raises(Exception, match="searchTree needs"):
+        await client.protocol.send_request_async("warpforge/searchTree", {"nothing": 1})
+    # still alive and answering
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    assert lenses
