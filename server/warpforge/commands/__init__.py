@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-MODULES: tuple[str, ...] = ("hints",)
+MODULES: tuple[str, ...] = ("hints", "serve")
 
 
 def register_all(sub: Any) -> None:
