@@ -18,10 +18,9 @@ from rich.table import Table
 
 from . import __version__
 from .cuda import FileModel, Kernel, SourceText, parse
-from .cuda.rewrite import apply_edits, make_edit
-from .cuda.text import Span
+from .cuda.rewrite import apply_edits
 from .spec import KernelSpec, SpecError, build_spec, guess_spec
-from .spec.annotations import MARK
+from .spec.annotations import annotation_edits, has_annotation
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -90,7 +89,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
                 "template_params": [t.name for t in k.template_params],
                 "launch_bounds": list(k.launch_bounds.args) if k.launch_bounds else None,
                 "extern_c": k.extern_c,
-                "annotated": k.comment_span is not None and MARK in src.slice(k.comment_span),
+                "annotated": k.comment_span is not None
+                and has_annotation(src, k),
                 "launch_sites": [s.line + 1 for s in model.launches_of(k.name)],
             })
         for prob in model.problems:
@@ -159,19 +159,7 @@ def _print_spec(spec: KernelSpec) -> None:
 
 def _annotation_edit(src: SourceText, kernel: Kernel, block: str) -> str:
     """The file text with the kernel's @warpforge lines replaced by ``block`` (other comments kept)."""
-    lines_to_drop: list[int] = []
-    if kernel.comment_span is not None:
-        first = src.line_of(kernel.comment_span.start)
-        last = src.line_of(kernel.comment_span.end)
-        lines_to_drop = [ln for ln in range(first, last + 1) if MARK in src.line_text(ln)]
-    edits = []
-    for ln in lines_to_drop:
-        start = src.line_starts[ln]
-        end = src.line_starts[ln + 1] if ln + 1 < src.line_count else len(src.data)
-        edits.append(make_edit(src, Span(start, end), ""))
-    at = src.line_starts[kernel.start_line]
-    edits.append(make_edit(src, Span(at, at), block))
-    return apply_edits(src, edits)
+    return apply_edits(src, annotation_edits(src, kernel, block))
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
@@ -180,7 +168,10 @@ def cmd_spec(args: argparse.Namespace) -> int:
     if args.write:
         spec = guess_spec(src, model, kernel, args.file)
         text = _annotation_edit(src, kernel, spec.to_annotation())
-        Path(args.file).write_text(text, encoding="utf-8")
+        try:
+            Path(args.file).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise CliError(f"{args.file}: cannot write: {e.strerror}", EXIT_FAILED) from e
         guessed = "guessed: check every line" in spec.notes
         msg = (f"{args.file}:{kernel.start_line + 1}: wrote the spec of `{kernel.name}`"
                + (" (a starting point: sizes and lengths are guesses, edit them)" if guessed else ""))

@@ -11,6 +11,7 @@ from .model import (
     Param,
     SyntaxProblem,
     TemplateParam,
+    kernel_at_position,
 )
 from .parser import parse
 from .text import Position, Range, SourceText, Span
@@ -30,5 +31,6 @@ __all__ = [
     "Span",
     "SyntaxProblem",
     "TemplateParam",
+    "kernel_at_position",
     "parse",
 ]

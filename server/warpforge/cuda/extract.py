@@ -51,10 +51,50 @@ def _line_directive(src: SourceText, offset: int, filename: str | None) -> str:
 
 
 def _wrap_namespace(text: str, namespace: tuple[str, ...]) -> str:
-    if not namespace:
+    """Re-open the declaration's namespaces around it.
+
+    The opening goes on the same line as the first line of the text, so that the ``#line`` directive
+    emitted just before still numbers the text's lines as in the original file. A macro knows no
+    namespace (and a directive must start its line): it is emitted as is.
+    """
+    if not namespace or text.lstrip().startswith("#"):
         return text
     opening = " ".join(f"namespace {n} {{" for n in namespace)
-    return f"{opening}\n{text}\n{'}' * len(namespace)}\n"
+    return f"{opening} {text}\n{'}' * len(namespace)}\n"
+
+
+def _conditional_text(src: SourceText, model: FileModel, span: Span) -> str:
+    """A top-level ``#if``/``#ifdef`` block as needed by a kernel: its text without the kernels and host
+    functions in it.
+
+    The block is emitted whole so its directives stay balanced, but a kernel inside it (the extracted one
+    is emitted on its own, after its dependencies; a second definition would not compile) and host code
+    (never part of an extracted unit) are cut out. Cut text becomes blank lines, so line numbers hold.
+    """
+    cuts = [k.span for k in model.kernels if span.contains_span(k.span)]
+    cuts += [d.span for d in model.declarations if d.kind is DeclKind.HOST_FUNCTION and span.contains_span(d.span)]
+    data = src.data
+    out: list[bytes] = []
+    pos = span.start
+    for c in sorted(cuts, key=lambda c: c.start):
+        if c.start < pos:
+            continue
+        out.append(data[pos : c.start])
+        out.append(b"\n" * data.count(b"\n", c.start, c.end))
+        pos = c.end
+    out.append(data[pos : span.end])
+    return b"".join(out).decode("utf-8", errors="replace").rstrip()
+
+
+def _with_linkage(kernel: Kernel, text: str) -> str:
+    """Keep C linkage for a kernel of an ``extern "C" { ... }`` block, whose span does not include it.
+
+    Without it the cubin's entry would get a C++-mangled name while the user's host code, and the name a
+    launcher looks up, expect the plain one.
+    """
+    if kernel.extern_c and not text.lstrip().startswith("extern"):
+        return 'extern "C" ' + text
+    return text
 
 
 def standalone(
@@ -84,7 +124,7 @@ def standalone(
                 continue
             emitted_conditionals.add(d.conditional)
             span = d.conditional
-            parts.append(_line_directive(src, span.start, filename) + src.slice(span).rstrip() + "\n")
+            parts.append(_line_directive(src, span.start, filename) + _conditional_text(src, model, span) + "\n")
             continue
         text = src.slice(d.span)
         if d.kind is DeclKind.TYPE and not text.rstrip().endswith(";"):
@@ -96,7 +136,8 @@ def standalone(
         ktext = src.slice(Span(kernel.span.start, kernel.body_span.start)) + body
     else:
         ktext = src.slice(kernel.span)
-    parts.append(_line_directive(src, kernel.span.start, filename) + _wrap_namespace(ktext, kernel.namespace))
+    parts.append(_line_directive(src, kernel.span.start, filename)
+                 + _wrap_namespace(_with_linkage(kernel, ktext), kernel.namespace))
     if instantiate is not None and kernel.template_params:
         parts.append("\n" + instantiation(kernel, instantiate) + "\n")
     return "\n".join(parts) + "\n"
@@ -155,7 +196,7 @@ def standalone_many(
                 continue
             emitted_conditionals.add(d.conditional)
             items.append((d.conditional.start, _line_directive(src, d.conditional.start, filename)
-                          + src.slice(d.conditional).rstrip() + "\n"))
+                          + _conditional_text(src, model, d.conditional) + "\n"))
             continue
         text = src.slice(d.span)
         if d.kind is DeclKind.TYPE and not text.rstrip().endswith(";"):
@@ -163,7 +204,8 @@ def standalone_many(
         items.append((d.span.start, _line_directive(src, d.span.start, filename)
                       + _wrap_namespace(text, d.namespace) + "\n"))
     for k in kernels:
-        text = _line_directive(src, k.span.start, filename) + _wrap_namespace(src.slice(k.span), k.namespace) + "\n"
+        text = (_line_directive(src, k.span.start, filename)
+                + _wrap_namespace(_with_linkage(k, src.slice(k.span)), k.namespace) + "\n")
         if k.template_params and instantiations and k.name in instantiations:
             text += "\n" + instantiation(k, instantiations[k.name]) + "\n"
         items.append((k.span.start, text))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .text import Span
+from .text import Position, SourceText, Span
 
 
 @dataclass(frozen=True)
@@ -190,3 +190,23 @@ class FileModel:
 
     def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
         return tuple(s for s in self.launch_sites if s.kernel == kernel)
+
+    def kernel_at(self, offset: int) -> Kernel | None:
+        """The kernel whose definition, or the comment block directly above it, contains byte ``offset``.
+
+        Both ends count as inside, so a cursor just after the closing brace or at the end of the last comment
+        line still finds the kernel. Kernels do not nest; should two spans touch, the smaller one wins.
+        """
+        best: Kernel | None = None
+        for k in self.kernels:
+            inside = k.span.start <= offset <= k.span.end or (
+                k.comment_span is not None and k.comment_span.start <= offset <= k.comment_span.end
+            )
+            if inside and (best is None or k.span.end - k.span.start < best.span.end - best.span.start):
+                best = k
+        return best
+
+
+def kernel_at_position(src: SourceText, model: FileModel, position: Position) -> Kernel | None:
+    """The kernel at an LSP position (line, UTF-16 column) of ``src``, the text ``model`` was parsed from."""
+    return model.kernel_at(src.offset(position))

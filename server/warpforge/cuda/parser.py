@@ -48,20 +48,37 @@ def _parser() -> Parser:
 
 
 _ALIGN = re.compile(rb"__align__\s*\(\s*[^()]*\)")
+#: the third argument of ``__launch_bounds__(threads, blocks, cluster)`` (group 1)
+_LB_ARG = rb"(?:[^(),]|\([^()]*\))+"  # an argument, with at most one level of parentheses
+_LB3 = re.compile(rb"__launch_bounds__\s*\(" + _LB_ARG + rb"," + _LB_ARG + rb"(," + _LB_ARG + rb")\)")
+#: ``__device__``/``__host__`` of an extended lambda ``[=] __device__ (float v) { ... }`` (group 1)
+_LAMBDA = re.compile(rb"\]\s*((?:(?:__host__|__device__)\s*)+)(?=[({])")
 
 
 def _blank(m: re.Match[bytes]) -> bytes:
     return b" " * (m.end() - m.start())
 
 
+def _blank_group(m: re.Match[bytes]) -> bytes:
+    whole = m.group(0)
+    a, b = m.start(1) - m.start(), m.end(1) - m.start()
+    return whole[:a] + b" " * (b - a) + whole[b:]
+
+
 def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
     """Parse bytes (incrementally when ``old`` was edited with ``Tree.edit``).
 
-    ``__align__(N)`` is a grammar gap that turns a whole struct into an ERROR; it is blanked to spaces of
-    the same length before parsing, so every byte offset stays true to the original text.
+    The grammar's gaps are blanked to spaces of the same length before parsing, so every byte offset stays
+    true to the original text (which is what the collector reads names and arguments from):
+    ``__align__(N)`` would turn a whole struct into an ERROR, the third argument of ``__launch_bounds__``
+    and the ``__device__`` of an extended lambda would each leave an ERROR in an otherwise valid function.
     """
     if b"__align__" in data:
         data = _ALIGN.sub(_blank, data)
+    if b"__launch_bounds__" in data:
+        data = _LB3.sub(_blank_group, data)
+    if b"__device__" in data or b"__host__" in data:
+        data = _LAMBDA.sub(_blank_group, data)
     return _parser().parse(data, old) if old is not None else _parser().parse(data)
 
 
@@ -130,19 +147,22 @@ def _param(node: Node, data: bytes, base: int) -> Param:
     dims: list[str] = []
     decl = node.child_by_field_name("declarator")
     cur = decl
-    first_pointer = True
     while cur is not None:
         if cur.type == "pointer_declarator":
             depth += 1
+            # The parameter's own pointer is the innermost pointer_declarator, the `*` next to the name:
+            # in `float* __restrict__* g` the restrict qualifies the pointee, `float** __restrict__ g`
+            # is the restrict parameter. So each level overwrites what the outer ones found.
+            restrict = False
+            restrict_span = None
             for c in cur.children:
-                if c.type == "*" and first_pointer:
+                if c.type == "*":
                     star_end = c.end_byte + base
                 if c.type == "type_qualifier":
                     q = _text(c, data)
-                    if q in ("__restrict__", "__restrict", "restrict") and first_pointer:
+                    if q in ("__restrict__", "__restrict", "restrict"):
                         restrict = True
                         restrict_span = _span(c, base)
-            first_pointer = False
             cur = cur.child_by_field_name("declarator")
         elif cur.type == "reference_declarator":
             reference = True
@@ -199,6 +219,22 @@ def _template_params(node: Node, data: bytes, base: int) -> tuple[TemplateParam,
     return tuple(out)
 
 
+def _split_args(text: str) -> list[str]:
+    """Split on commas outside parentheses: ``MAX(a, b), 2`` -> ``["MAX(a, b)", "2"]``."""
+    out: list[str] = []
+    depth = 0
+    cur = ""
+    for ch in text:
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return out
+
+
 def _comment_block_above(src: SourceText, offset: int) -> Span | None:
     """The run of ``//`` comment lines ending on the line directly above ``offset``."""
     line = src.line_of(offset)
@@ -241,17 +277,11 @@ def _kernel(
     lb: LaunchBounds | None = None
     for c in fn.children:
         if c.type == "launch_bounds":
-            args = tuple(
-                _text(x, data)
-                for x in c.named_children
-                if x.type != "ERROR"
-            )
-            # The grammar cannot parse the 3-argument form: its middle argument lands in ERROR.
-            err = [x for x in c.named_children if x.type == "ERROR"]
-            if err:
-                inner = data[c.start_byte : c.end_byte].decode("utf-8", errors="replace")
-                inner = inner[inner.index("(") + 1 : inner.rindex(")")]
-                args = tuple(a.strip() for a in inner.split(","))
+            # Read the arguments from the text as written: the grammar cannot parse the 3-argument form
+            # (``parse_tree`` blanks its third argument, or it lands in an ERROR when it has parentheses).
+            inner = data[c.start_byte : c.end_byte].decode("utf-8", errors="replace")
+            inner = inner[inner.index("(") + 1 : inner.rindex(")")] if "(" in inner and ")" in inner else ""
+            args = tuple(a for a in _split_args(inner) if a)
             lb = LaunchBounds(args, _span(c, base))
     abs_start = outer.start_byte + base
     comment = _comment_block_above(src, abs_start)
@@ -281,11 +311,22 @@ def _kernel(
 class _Collector:
     """One pass over the tree collecting kernels, declarations, includes and launch sites."""
 
-    def __init__(self, src: SourceText, data: bytes, base: int, recovered: bool) -> None:
+    def __init__(
+        self,
+        src: SourceText,
+        data: bytes,
+        base: int,
+        recovered: bool,
+        namespace: tuple[str, ...] = (),
+        extern_c: bool = False,
+    ) -> None:
         self.src = src
         self.data = data
         self.base = base
         self.recovered = recovered
+        #: the context a recovered chunk sits in (namespaces and ``extern "C" {`` blocks around it)
+        self.namespace = namespace
+        self.extern_c = extern_c
         self.kernels: list[Kernel] = []
         self.decls: list[Declaration] = []
         self.includes: list[Include] = []
@@ -294,7 +335,21 @@ class _Collector:
 
     def top(self, root: Node) -> None:
         for child in root.children:
-            self.item(child, (), None)
+            # One problem per broken top-level item, located at its first error. A host function with an
+            # unclosed call is a function_definition (not an ERROR) that merely *contains* an error, and
+            # it may swallow the rest of the file: it must be reported all the same.
+            if child.has_error or child.is_missing:
+                self.problems.append(self._problem(child))
+            self.item(child, self.namespace, None)
+
+    def _problem(self, node: Node) -> SyntaxProblem:
+        bad = _first_error(node) or node
+        offset = bad.start_byte + self.base
+        if bad.is_missing:
+            message = f"syntax error: missing `{bad.type}`"
+        else:
+            message = "syntax error: tree-sitter could not parse this region"
+        return SyntaxProblem(Span(offset, max(offset, bad.end_byte + self.base)), self.src.line_of(offset), message)
 
     def item(self, node: Node, namespace: tuple[str, ...], conditional: Span | None) -> None:
         t = node.type
@@ -303,7 +358,8 @@ class _Collector:
         if t == "namespace_definition":
             nm = node.child_by_field_name("name")
             body = node.child_by_field_name("body")
-            inner = (*namespace, _text(nm, data)) if nm is not None else namespace
+            # `namespace a::b {` (C++17) is two levels, as `namespace a { namespace b {` would be.
+            inner = (*namespace, *_text(nm, data).replace(" ", "").split("::")) if nm is not None else namespace
             if body is not None:
                 for c in body.children:
                     self.item(c, inner, conditional)
@@ -318,16 +374,21 @@ class _Collector:
             body = node.child_by_field_name("body")
             if body is None:
                 return
-            if body.type == "function_definition":
-                self.function(body, node, namespace, None, True, conditional)
-            elif body.type == "declaration_list":
-                for c in body.children:
-                    if c.type == "function_definition":
-                        self.function(c, c, namespace, None, True, conditional)
-                    else:
+            lang = node.child_by_field_name("value")
+            outer_c = self.extern_c
+            # The flag (not a parameter) so that kernels nested deeper, in a namespace or an #if inside the
+            # `extern "C" { ... }` block, get C linkage too.
+            self.extern_c = lang is not None and _text(lang, data) == '"C"'
+            try:
+                if body.type == "function_definition":
+                    self.function(body, node, namespace, None, False, conditional)
+                elif body.type == "declaration_list":
+                    for c in body.children:
                         self.item(c, namespace, conditional)
-            else:
-                self.item(body, namespace, conditional)
+                else:
+                    self.item(body, namespace, conditional)
+            finally:
+                self.extern_c = outer_c
             return
         if t == "template_declaration":
             inner_fn = next((c for c in node.named_children if c.type == "function_definition"), None)
@@ -375,8 +436,7 @@ class _Collector:
                                           "", namespace, conditional))
             return
         if t == "ERROR":
-            self.problems.append(SyntaxProblem(_span(node, base), self.src.line_of(node.start_byte + base),
-                                               "syntax error: tree-sitter could not parse this region"))
+            # Reported by ``top`` (once per top-level item); launches inside are still worth having.
             self.scan_launches(node, "")
             return
         if t in ("comment", ";", "{", "}", "preproc_call", "#endif", "#else"):
@@ -441,7 +501,8 @@ class _Collector:
     ) -> None:
         data = self.data
         if _has_token(fn, "__global__"):
-            k = _kernel(fn, outer, data, self.src, self.base, namespace, template, extern_c, self.recovered)
+            k = _kernel(fn, outer, data, self.src, self.base, namespace, template, extern_c or self.extern_c,
+                        self.recovered)
             if k is not None and not _contains_error(fn.child_by_field_name("declarator")):
                 self.kernels.append(k)
             return
@@ -471,16 +532,21 @@ class _Collector:
         if fn is None:
             return None
         targs: tuple[str, ...] = ()
+        # `ops::fill<float><<<...>>>`: the template sits under the qualified name; walk down to it.
+        while fn.type == "qualified_identifier":
+            inner = fn.child_by_field_name("name")
+            if inner is None:
+                break
+            fn = inner
         if fn.type == "template_function":
             nm = fn.child_by_field_name("name")
             al = fn.child_by_field_name("arguments")
             targs = tuple(_text(a, data) for a in al.named_children) if al is not None else ()
             name = _text(nm, data) if nm is not None else _text(fn, data)
-        elif fn.type == "qualified_identifier":
-            name, _ = _declarator_name(fn, data)
         else:
             name = _text(fn, data)
-        config = [_text(c, data) for c in cfg.children if c.type not in _PUNCT and c.is_named]
+        config = [_text(c, data) for c in cfg.children
+                  if c.type not in _PUNCT and c.is_named and c.type != "comment"]
         if len(config) < 2:
             return None
         args_node = call.child_by_field_name("arguments")
@@ -503,6 +569,18 @@ class _Collector:
 
 def _contains_error(node: Node | None) -> bool:
     return node is not None and (node.has_error)
+
+
+def _first_error(node: Node) -> Node | None:
+    """The first ERROR or MISSING node under ``node`` (itself included), in source order."""
+    if node.type == "ERROR" or node.is_missing:
+        return node
+    for c in node.children:
+        if c.has_error or c.is_missing:
+            found = _first_error(c)
+            if found is not None:
+                return found
+    return None
 
 
 _GLOBAL_RE = re.compile(rb"__global__")
@@ -538,18 +616,56 @@ def _iter_global_tokens(data: bytes) -> Iterator[int]:
         i += 1
 
 
+_EXTERN_C_TAIL = re.compile(rb'extern\s*"C"\s*$')
+
+
+def _prefix_start(data: bytes, start: int) -> int:
+    """Extend a definition's start (a line start) over a ``template <...>`` or ``extern "C"`` before it.
+
+    Both may sit on lines of their own, and a template parameter list may span several lines
+    (``template <typename T,\n          int BLOCK>``): matching the angle brackets backwards finds it.
+    """
+    while True:
+        j = start - 1
+        while j >= 0 and data[j] in b" \t\r\n":
+            j -= 1
+        if j < 0:
+            return start
+        if data[j] == 0x3E:  # `>`: the end of a template parameter list?
+            depth = 0
+            k = j
+            while k >= 0:
+                if data[k] == 0x3E:
+                    depth += 1
+                elif data[k] == 0x3C:
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif data[k] in b";{}":
+                    k = -1
+                k -= 1
+            if k < 0:
+                return start
+            head = data[:k].rstrip()
+            if not head.endswith(b"template") or (len(head) > 8 and (head[-9:-8].isalnum() or head[-9:-8] == b"_")):
+                return start
+            start = data.rfind(b"\n", 0, len(head) - 8) + 1
+            continue
+        m = _EXTERN_C_TAIL.search(data, max(0, j - 64), j + 1)
+        if m is not None:
+            start = data.rfind(b"\n", 0, m.start()) + 1
+            continue
+        return start
+
+
 def _chunk_for(data: bytes, at: int) -> tuple[int, int] | None:
     """The text of the definition starting at the ``__global__`` token at ``at``.
 
-    Starts at the beginning of its line (or an immediately preceding ``template <...>`` line) and ends at
-    the brace that closes its body, counting braces outside comments and strings.
+    Starts at the beginning of its line, extended over a preceding ``template <...>`` or ``extern "C"``
+    (``_prefix_start``), and ends at the brace that closes its body, counting braces outside comments and
+    strings.
     """
-    start = data.rfind(b"\n", 0, at) + 1
-    prev_end = start - 1
-    if prev_end > 0:
-        prev_start = data.rfind(b"\n", 0, prev_end) + 1
-        if data[prev_start:prev_end].strip().startswith(b"template"):
-            start = prev_start
+    start = _prefix_start(data, data.rfind(b"\n", 0, at) + 1)
     depth = 0
     i = at
     n = len(data)
@@ -583,6 +699,106 @@ def _chunk_for(data: bytes, at: int) -> tuple[int, int] | None:
     return None
 
 
+_RESYNC = frozenset({
+    b"__global__", b"template", b"namespace", b"extern", b"__device__", b"__host__", b"__constant__",
+    b"__managed__", b"struct", b"class", b"union", b"enum", b"typedef", b"using", b"static", b"inline",
+    b"__forceinline__", b"void",
+})
+
+
+def _contexts(data: bytes, offsets: list[int]) -> dict[int, tuple[tuple[str, ...], bool]]:
+    """The enclosing namespaces and ``extern "C" {`` block at each byte offset, by a lexical scan.
+
+    Recovery re-parses a kernel's own text, which cannot tell that it sits in ``namespace ops {`` or an
+    ``extern "C" {`` block: without this a recovered kernel would get a different (mangled) name than the
+    compiler gives it. Braces are counted outside comments, strings and preprocessor lines; the braces of a
+    broken function may be unbalanced, so an unclosed plain brace is dropped when a line starts (at column 0)
+    with a keyword that begins a top-level declaration — kernels never sit inside function bodies.
+    """
+    want = sorted(set(offsets))
+    out: dict[int, tuple[tuple[str, ...], bool]] = {}
+    stack: list[tuple[str, tuple[str, ...]]] = []  # ("ns", names) | ("c" | "linkage" | "other", ())
+    pending: tuple[str, tuple[str, ...]] | None = None  # a `namespace x` / `extern "C"` waiting for `{`
+    n = len(data)
+    i = 0
+    w = 0
+
+    def snapshot() -> tuple[tuple[str, ...], bool]:
+        names: list[str] = []
+        for kind, nm in stack:
+            if kind == "ns":
+                names.extend(nm)
+        return tuple(names), any(kind == "c" for kind, _ in stack)
+
+    while i < n and w < len(want):
+        while w < len(want) and want[w] <= i:
+            out[want[w]] = snapshot()
+            w += 1
+        c = data[i]
+        at_line_start = i == 0 or data[i - 1] == 0x0A
+        if at_line_start and c == 0x23:  # a preprocessor line, with its continuations
+            while True:
+                j = data.find(b"\n", i)
+                if j < 0:
+                    i = n
+                    break
+                if data[j - 1 : j] == b"\\" or data[j - 2 : j] == b"\\\r":
+                    i = j + 1
+                    continue
+                i = j + 1
+                break
+            continue
+        if c == 0x2F and data.startswith(b"//", i):
+            j = data.find(b"\n", i)
+            i = n if j < 0 else j
+            continue
+        if c == 0x2F and data.startswith(b"/*", i):
+            j = data.find(b"*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        if c in (0x22, 0x27):
+            j = i + 1
+            while j < n and data[j] != c and data[j] != 0x0A:
+                j += 2 if data[j] == 0x5C else 1
+            if pending is not None and pending[0] == "extern" and data[i : j + 1] == b'"C"':
+                pending = ("c", ())
+            i = j + 1
+            continue
+        m = _IDENT.match(data, i) if (c == 0x5F or 0x41 <= c <= 0x5A or 0x61 <= c <= 0x7A) else None
+        if m is not None:
+            word = m.group(0)
+            if at_line_start and word in _RESYNC:
+                stack = [e for e in stack if e[0] != "other"]
+            if word == b"namespace":
+                pending = ("ns", ())
+            elif word == b"extern":
+                pending = ("extern", ())
+            elif pending is not None and pending[0] == "ns" and word != b"inline":
+                pending = ("ns", (*pending[1], word.decode()))
+            else:
+                pending = None
+            i = m.end()
+            continue
+        if c == 0x7B:  # {
+            if pending is not None and pending[0] == "extern":
+                pending = ("linkage", ())  # `extern "C++" {`: a block to close, not C linkage
+            stack.append(pending if pending is not None and pending[0] in ("ns", "c", "linkage") else ("other", ()))
+            pending = None
+        elif c == 0x7D:  # }
+            if stack:
+                stack.pop()
+            pending = None
+        elif c == 0x3A and pending is not None and pending[0] == "ns":
+            pass  # `namespace a::b {`
+        elif c not in b" \t\r\n":
+            pending = None
+        i += 1
+    while w < len(want):
+        out[want[w]] = snapshot()
+        w += 1
+    return out
+
+
 def parse(text: str | bytes, tree: Tree | None = None) -> FileModel:
     """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``."""
     src = SourceText(text)
@@ -597,7 +813,8 @@ def parse(text: str | bytes, tree: Tree | None = None) -> FileModel:
         kernels=tuple(kernels),
         declarations=tuple(sorted(col.decls, key=lambda d: d.span.start)),
         includes=tuple(col.includes),
-        launch_sites=tuple(sorted(col.launches, key=lambda s: s.span.start)),
+        # A launch inside a recovered kernel (dynamic parallelism) is also seen in the ERROR node around it.
+        launch_sites=tuple(sorted({s.span: s for s in col.launches}.values(), key=lambda s: s.span.start)),
         problems=tuple(col.problems),
     )
 
@@ -606,14 +823,17 @@ def _recover(src: SourceText, col: _Collector) -> None:
     """Re-parse each ``__global__`` definition the main parse lost to a neighbouring syntax error."""
     data = src.data
     have = [k.definition_span for k in col.kernels]
+    chunks: list[tuple[int, int]] = []
     for at in _iter_global_tokens(data):
         if any(at in s for s in have):
             continue
         chunk = _chunk_for(data, at)
-        if chunk is None:
-            continue
-        start, end = chunk
-        sub = _Collector(src, data[start:end], start, True)
+        if chunk is not None and chunk not in chunks:
+            chunks.append(chunk)
+    contexts = _contexts(data, [start for start, _ in chunks])
+    for start, end in chunks:
+        namespace, extern_c = contexts[start]
+        sub = _Collector(src, data[start:end], start, True, namespace, extern_c)
         # Spans and lines are computed against the whole file: _Collector uses ``base`` for bytes and
         # ``src`` for lines, but slices its own bytes for text.
         sub.data = data[start:end]

@@ -92,7 +92,9 @@ def add_restrict(src: SourceText, kernel: Kernel, name: str) -> TextEdit | None:
     p = _param(kernel, name)
     if p.is_restrict or p.star_end is None:
         return None
-    return make_edit(src, Span(p.star_end, p.star_end), " __restrict__ ")
+    # `float* x` -> `float* __restrict__ x`, `float *x` -> `float * __restrict__ x`: one space each side.
+    after = src.data[p.star_end : p.star_end + 1]
+    return make_edit(src, Span(p.star_end, p.star_end), " __restrict__" if after in (b" ", b"\t") else " __restrict__ ")
 
 
 def remove_restrict(src: SourceText, kernel: Kernel, name: str) -> TextEdit | None:

@@ -14,8 +14,8 @@ from ..cuda.access import param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
-from ..cuda.text import Position, SourceText, Span
-from ..spec.annotations import MARK
+from ..cuda.text import Position, SourceText
+from ..spec.annotations import annotation_edits, has_annotation
 from ..spec.resolve import guess_spec
 from .convert import text_edit
 
@@ -35,20 +35,7 @@ def kernel_at(src: SourceText, model: FileModel, pos: lsp.Position) -> Kernel | 
 
 def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel) -> list[TextEdit]:
     """Replace the kernel's @warpforge lines with a complete, filled-in block."""
-    from ..cuda.rewrite import make_edit
-
-    spec = guess_spec(src, model, kernel, file)
-    edits: list[TextEdit] = []
-    if kernel.comment_span is not None:
-        first = src.line_of(kernel.comment_span.start)
-        for ln in range(first, src.line_of(kernel.comment_span.end) + 1):
-            if MARK in src.line_text(ln):
-                start = src.line_starts[ln]
-                end = src.line_starts[ln + 1] if ln + 1 < src.line_count else len(src.data)
-                edits.append(make_edit(src, Span(start, end), ""))
-    at = src.line_starts[kernel.start_line]
-    edits.append(make_edit(src, Span(at, at), spec.to_annotation()))
-    return edits
+    return annotation_edits(src, kernel, guess_spec(src, model, kernel, file).to_annotation())
 
 
 def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp.WorkspaceEdit:
@@ -101,7 +88,7 @@ def actions(server: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.C
                                   kind=lsp.CodeActionKind.Refactor,
                                   command=lsp.Command(f"Optimize {k.name}", "warpforge.optimize",
                                                       arguments=[uri, k.name, strategy])))
-    annotated = k.comment_span is not None and MARK in src.slice(k.comment_span)
+    annotated = has_annotation(src, k)
     out.append(lsp.CodeAction(
         title=f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`",
         kind=lsp.CodeActionKind.Refactor,

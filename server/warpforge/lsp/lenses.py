@@ -8,7 +8,7 @@ from lsprotocol import types as lsp
 
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
-from ..spec.annotations import MARK
+from ..spec.annotations import has_annotation
 from .convert import range_
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
         else:
             out.append(lsp.CodeLens(line, lsp.Command("Optimize", "warpforge.optimize",
                                                       arguments=[uri, k.name, "beam"])))
-        annotated = k.comment_span is not None and MARK in src.slice(k.comment_span)
+        annotated = has_annotation(src, k)
         out.append(lsp.CodeLens(line, lsp.Command("Edit spec" if annotated else "Add spec", "warpforge.addSpec",
                                                   arguments=[uri, k.name])))
         if k.name in ready:

@@ -10,11 +10,30 @@ import re
 from dataclasses import dataclass, field
 
 from ..cuda.model import Kernel, Param
-from ..cuda.text import SourceText
+from ..cuda.rewrite import TextEdit, make_edit
+from ..cuda.text import SourceText, Span
 from .expr import ExprError, is_constant, parse
-from .model import ArgSpec, Distribution, LaunchSpec, Role, SizeSpec, SpecError, Tunable, canonical_dtype
+from .model import (
+    ArgSpec,
+    Distribution,
+    LaunchSpec,
+    Role,
+    SizeSpec,
+    SpecError,
+    Tunable,
+    canonical_dtype,
+    default_distribution,
+    expr_message,
+)
 
 MARK = "@warpforge"
+#: a directive line: the comment starts with the mark (prose that merely mentions it is not one)
+_DIRECTIVE_LINE = re.compile(r"^\s*//+\s*@warpforge\b")
+
+
+def is_directive_line(line: str) -> bool:
+    """Whether a source line is a ``// @warpforge ...`` directive (and not prose that mentions the mark)."""
+    return _DIRECTIVE_LINE.match(line) is not None
 DIRECTIVES = ("size", "arg", "launch", "tol", "tune", "template", "seeds", "flops", "bytes")
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -38,6 +57,8 @@ class Annotation:
     flops: str | None = None
     bytes: str | None = None
     present: bool = False
+    #: the line of each single-line directive (``flops``, ``bytes``, ``template``, ``seeds``, ``tol``)
+    lines: dict[str, int] = field(default_factory=dict)
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -64,7 +85,8 @@ def _check_expr(text: str, file: str, line: int, what: str) -> str:
     try:
         parse(text)
     except ExprError as e:
-        raise SpecError(file, line, f"{what}: {e}", "write a C-like arithmetic expression") from e
+        raise SpecError(file, line, f"{what}: {expr_message(e)}",
+                        "write a C-like arithmetic expression, e.g. `(N + 255) / 256`") from e
     return text.strip()
 
 
@@ -79,8 +101,12 @@ def _dims(text: str, file: str, line: int, what: str) -> tuple[str, ...]:
             if len(parts) > 3:
                 raise SpecError(file, line, f"{what} has {len(parts)} dimensions", "use at most 3: (x, y, z)")
             return tuple(_check_expr(p, file, line, what) for p in parts)
-    if t.startswith("dim3(") and t.endswith(")"):
-        return _dims(t[4:], file, line, what)
+    if t.startswith("dim3(") and t.endswith(")") and _balanced(t[5:-1]):
+        # `dim3(N)` is the 1-tuple `N`, not the expression `(N)`; `dim3(a, b)` a 2-tuple.
+        parts = _split_top(t[5:-1])
+        if not 1 <= len(parts) <= 3:
+            raise SpecError(file, line, f"{what} has {len(parts)} dimensions", "use 1 to 3: dim3(x, y, z)")
+        return tuple(_check_expr(p, file, line, what) for p in parts)
     return (_check_expr(t, file, line, what),)
 
 
@@ -98,7 +124,7 @@ def _number(text: str, file: str, line: int, what: str) -> float:
     try:
         return float(parse(text).evaluate({}))
     except ExprError as e:
-        raise SpecError(file, line, f"{what}: expected a number, got `{text}`") from e
+        raise SpecError(file, line, f"{what}: expected a number, got `{text}`", f"write e.g. `{what}=1e-4`") from e
 
 
 def parse_distribution(text: str, file: str, line: int) -> Distribution:
@@ -121,7 +147,8 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
             raise SpecError(file, line, f"`{kind}({params[0]}, {params[1]})` is an empty range",
                             "the second number must be larger than the first")
         if kind == "normal" and vals[1] < 0:
-            raise SpecError(file, line, "normal(MEAN, STD) needs STD >= 0")
+            raise SpecError(file, line, f"`normal({params[0]}, {params[1]})` has a negative standard deviation",
+                            f"write normal({params[0]}, {params[1].lstrip('-').strip()}) — STD must be >= 0")
     return Distribution(kind, exprs[0], exprs[1] if want == 2 else "0")
 
 
@@ -135,7 +162,7 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
     params = {p.name: p for p in kernel.params}
     for lineno in range(first, last + 1):
         raw = src.line_text(lineno).strip()
-        if MARK not in raw:
+        if not is_directive_line(raw):
             continue
         ann.present = True
         line = lineno + 1
@@ -164,9 +191,10 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
             values = tuple(v for v in _split_top(m.group(2)) if v)
             if not values:
                 raise SpecError(file, line, f"tunable `{m.group(1)}` has no values", "list at least one value")
-            ann.tunables.append(Tunable(m.group(1), values))
+            ann.tunables.append(Tunable(m.group(1), values, line))
         elif directive == "template":
             ann.template_args = _template(rest, kernel, file, line)
+            ann.lines["template"] = line
         elif directive == "seeds":
             try:
                 ann.seeds = tuple(int(s) for s in _split_top(rest))
@@ -176,8 +204,10 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
                 raise SpecError(file, line, "no seeds given", "write `seeds 0, 1, 2`")
         elif directive == "flops":
             ann.flops = _check_expr(rest, file, line, "flops")
+            ann.lines["flops"] = line
         elif directive == "bytes":
             ann.bytes = _check_expr(rest, file, line, "bytes")
+            ann.lines["bytes"] = line
     return ann
 
 
@@ -244,6 +274,9 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
         if dist is not None and role is Role.OUT:
             raise SpecError(file, line, f"`{name}` is an output: its initial values are poison, not `{dist}`",
                             f"drop the distribution, or make it `inout` if the kernel reads `{name}` first")
+        if dist is None and role is not Role.OUT:
+            # The documented default, made explicit so the effective spec (and its hash) says what runs.
+            dist = default_distribution(dtype)
         return ArgSpec(name, role, dtype, count=count, distribution=dist, align=align, source="annotation",
                        line=line)
     if ms:
@@ -258,6 +291,9 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
 
 
 def _launch(rest: str, file: str, line: int) -> LaunchSpec:
+    if not _balanced(rest):
+        raise SpecError(file, line, f"unbalanced parentheses in `launch {rest}`",
+                        "close every `(`: `launch grid=(N + 255) / 256, block=256`")
     fields: dict[str, str] = {}
     for part in _split_top(rest):
         key, eq, value = part.partition("=")
@@ -286,7 +322,8 @@ def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
             raise SpecError(file, line, f"cannot read `{part}` in tol", "write `tol rtol=1e-4 atol=1e-5`")
         v = _number(value.strip(), file, line, key.strip())
         if v < 0:
-            raise SpecError(file, line, f"{key.strip()} must not be negative")
+            raise SpecError(file, line, f"{key.strip()} must not be negative, got {value.strip()}",
+                            f"write {key.strip()}={value.strip().lstrip('-')}")
         if key.strip() == "rtol":
             rtol = v
         else:
@@ -321,3 +358,29 @@ def _template(rest: str, kernel: Kernel, file: str, line: int) -> tuple[str, ...
         raise SpecError(file, line, f"`{kernel.name}` takes {len(names)} template arguments ({', '.join(names)})",
                         f"write `template {', '.join(n + '=...' for n in names)}`")
     return tuple(parts)
+
+
+def has_annotation(src: SourceText, kernel: Kernel) -> bool:
+    """Whether the kernel's comment block holds at least one ``// @warpforge`` directive."""
+    if kernel.comment_span is None:
+        return False
+    return any(is_directive_line(ln) for ln in src.slice(kernel.comment_span).splitlines())
+
+
+def annotation_edits(src: SourceText, kernel: Kernel, block: str) -> list[TextEdit]:
+    """Edits replacing the kernel's directive lines with ``block`` (prose comment lines are kept).
+
+    Shared by ``warpforge spec --write`` and the editor's "Add benchmark spec" action, so both write the
+    same thing.
+    """
+    edits: list[TextEdit] = []
+    if kernel.comment_span is not None:
+        first = src.line_of(kernel.comment_span.start)
+        for ln in range(first, src.line_of(kernel.comment_span.end) + 1):
+            if is_directive_line(src.line_text(ln)):
+                start = src.line_starts[ln]
+                end = src.line_starts[ln + 1] if ln + 1 < src.line_count else len(src.data)
+                edits.append(make_edit(src, Span(start, end), ""))
+    at = src.line_starts[kernel.start_line]
+    edits.append(make_edit(src, Span(at, at), block))
+    return edits

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ..cuda.access import param_access
+from ..cuda.extract import needed_declarations
 from ..cuda.model import DeclKind, FileModel, Kernel, LaunchSite
 from ..cuda.parser import parse_tree
 from ..cuda.text import SourceText
@@ -33,6 +34,27 @@ class HostEnv:
     dims: dict[str, tuple[str, ...]] = field(default_factory=dict)
     allocs: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
+    #: names defined at file scope (``#define``, global constants): device code can see these too
+    toplevel: set[str] = field(default_factory=set)
+
+    def define(self, name: str, text: str, line: int, op: str = "=") -> None:
+        """Record ``name = text`` (or ``name op= text``) in program order.
+
+        The new value is expressed through the previous one, so ``n = n * 2`` or ``n *= 2`` after
+        ``int n = 1 << 20`` gives ``(1 << 20) * 2`` — recording ``n * 2`` as the definition of ``n`` would
+        make it refer to itself. A self-reference with no previous value is unknown, and dropped.
+        """
+        old = self.defs.get(name)
+        if op != "=":
+            text = f"{name} {op[:-1]} {_wrap(text)}"
+        if re.search(rf"\b{re.escape(name)}\b", text):
+            if old is None:
+                self.defs.pop(name, None)
+                return
+            text = re.sub(rf"\b{re.escape(name)}\b", lambda _: _wrap(old), text)
+        self.defs[name] = text
+        self.lines[name] = line
+        self.toplevel.discard(name)
 
     def is_constant(self, name: str) -> bool:
         text = self.defs.get(name)
@@ -53,7 +75,7 @@ class HostEnv:
         def sub(m: re.Match[str]) -> str:
             name = m.group(0)
             if name in self.defs and not self.is_constant(name) and name != "sizeof":
-                return "(" + self.inline(self.defs[name], depth + 1) + ")"
+                return _wrap(self.inline(self.defs[name], depth + 1))
             return name
 
         return _IDENT.sub(sub, text)
@@ -83,6 +105,16 @@ def _text(node: Node, data: bytes) -> str:
     return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
 
 
+def _wrap(text: str) -> str:
+    """Parenthesize an inlined expression, unless it is a single name or number (``n2 = n`` -> ``n``)."""
+    t = text.strip()
+    return t if re.fullmatch(r"[\w.]+", t) else f"({t})"
+
+
+_COMPOUND = frozenset({"+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="})
+_CASTS = ("reinterpret_cast", "static_cast", "const_cast")
+
+
 def _collect(node: Node, data: bytes, env: HostEnv, line_base: int, src: SourceText, base: int) -> None:
     stack = [node]
     order: list[Node] = []
@@ -106,16 +138,20 @@ def _collect(node: Node, data: bytes, env: HostEnv, line_base: int, src: SourceT
                 env.dims[name] = tuple(_text(c, data) for c in args.named_children) if args else ()
                 env.lines[name] = line
             else:
-                env.defs[name] = _text(val, data)
-                env.lines[name] = line
+                env.define(name, _text(val, data), line)
         elif n.type == "assignment_expression":
             left = n.child_by_field_name("left")
             right = n.child_by_field_name("right")
             op = n.child_by_field_name("operator")
             if left is not None and right is not None and left.type == "identifier" and op is not None \
-                    and _text(op, data) == "=":
-                env.defs[_text(left, data)] = _text(right, data)
-                env.lines[_text(left, data)] = src.line_of(n.start_byte + base) + 1
+                    and (_text(op, data) == "=" or _text(op, data) in _COMPOUND):
+                env.define(_text(left, data), _text(right, data), src.line_of(n.start_byte + base) + 1,
+                           _text(op, data))
+        elif n.type == "update_expression":
+            arg = n.child_by_field_name("argument")
+            op = n.child_by_field_name("operator")
+            if arg is not None and arg.type == "identifier" and op is not None and _text(arg, data) in env.defs:
+                env.define(_text(arg, data), "1", src.line_of(n.start_byte + base) + 1, _text(op, data)[0] + "=")
         elif n.type == "call_expression":
             fn = n.child_by_field_name("function")
             args = n.child_by_field_name("arguments")
@@ -125,8 +161,18 @@ def _collect(node: Node, data: bytes, env: HostEnv, line_base: int, src: SourceT
             if len(a) < 2:
                 continue
             target = a[0]
-            while target.type in ("cast_expression", "parenthesized_expression"):
-                target = target.child_by_field_name("value") or target.named_children[-1]
+            while True:
+                if target.type in ("cast_expression", "parenthesized_expression"):
+                    target = target.child_by_field_name("value") or target.named_children[-1]
+                    continue
+                # reinterpret_cast<void**>(&d_x)
+                callee = target.child_by_field_name("function") if target.type == "call_expression" else None
+                cargs = target.child_by_field_name("arguments") if callee is not None else None
+                if callee is not None and cargs is not None and len(cargs.named_children) == 1 \
+                        and _text(callee, data).startswith(_CASTS):
+                    target = cargs.named_children[0]
+                    continue
+                break
             if target.type == "pointer_expression":
                 inner = target.child_by_field_name("argument")
                 if inner is not None and inner.type == "identifier":
@@ -141,16 +187,20 @@ def host_env(src: SourceText, model: FileModel, site: LaunchSite) -> HostEnv:
             text = src.slice(d.span).strip()
             m = re.match(r"#\s*define\s+([A-Za-z_]\w*)\s+(.+)$", text, re.S)
             if m:
-                value = m.group(2).split("//")[0].strip()
+                value = re.sub(r"/\*.*?\*/", " ", m.group(2), flags=re.S)  # `#define N 4096 /* elements */`
+                value = value.split("//")[0].strip()
                 try:
                     parse(value)
                 except ExprError:
                     continue
                 env.defs[m.group(1)] = value
                 env.lines[m.group(1)] = src.line_of(d.span.start) + 1
+                env.toplevel.add(m.group(1))
         elif d.kind is DeclKind.GLOBAL and not d.space:
             sub = src.data[d.span.start : d.span.end]
+            before = set(env.defs)
             _collect(parse_tree(sub).root_node, sub, env, 0, src, d.span.start)
+            env.toplevel.update(set(env.defs) - before)
     for d in model.declarations:
         if d.kind is DeclKind.HOST_FUNCTION and site.function in d.names and d.span.contains_span(site.span):
             sub = src.data[d.span.start : site.span.start]
@@ -198,8 +248,14 @@ def _base_var(arg: str) -> str | None:
     return t if re.fullmatch(r"[A-Za-z_]\w*", t) else None
 
 
-def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Inference:
-    """Infer sizes, arguments and launch from the first launch site of ``kernel`` in the file."""
+def infer(
+    src: SourceText, model: FileModel, kernel: Kernel, file: str, template_args: tuple[str, ...] = ()
+) -> Inference:
+    """Infer sizes, arguments and launch from the first launch site of ``kernel`` in the file.
+
+    ``template_args`` (from an annotation) override the launch's, so that ``T* y`` of a kernel annotated
+    ``template T=float`` is known to hold floats.
+    """
     inf = Inference()
     access = param_access(src, kernel)
     sites = model.launches_of(kernel.name)
@@ -208,7 +264,9 @@ def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Infer
     tsubst: dict[str, str] = {}
     if site is not None and site.template_args and kernel.template_params:
         inf.template_args = site.template_args
-        tsubst = {p.name: a for p, a in zip(kernel.template_params, site.template_args, strict=False)}
+    if kernel.template_params and (template_args or inf.template_args):
+        tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
+                                            strict=False)}
     env = host_env(src, model, site) if site is not None else HostEnv()
     if site is not None and len(site.args) != len(kernel.params):
         inf.problems["*"] = (f"the launch at line {site.line + 1} passes {len(site.args)} arguments "
@@ -235,8 +293,20 @@ def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Infer
                 if var is not None and var in env.allocs:
                     count = elements_from_bytes(env.inline(env.allocs[var]), ptype)
                     count = _strip_parens(count)
+            if count is not None:
+                try:
+                    parse(count)
+                except ExprError:
+                    inf.problems[p.name] = (f"cannot infer the length of `{p.name}`: `{count}` is not an "
+                                            "arithmetic expression of constants")
+                    continue
             if count is None:
-                inf.problems[p.name] = f"cannot infer the length of `{p.name}`"
+                if inf.site is not None and site is None:
+                    continue  # the launch does not match the kernel: that (problems["*"]) is the reason
+                why = (f"no launch of `{kernel.name}` in this file" if site is None else
+                       f"`{site.args[i]}` at the launch on line {site.line + 1} is not allocated with cudaMalloc "
+                       "in the launching function")
+                inf.problems[p.name] = f"cannot infer the length of `{p.name}`: {why}"
                 continue
             used_texts.append(count)
             dist = default_distribution(dtype) if role is not Role.OUT else None
@@ -244,7 +314,9 @@ def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Infer
                                        line=site.line + 1 if site else None)
         else:
             if site is None:
-                inf.problems[p.name] = f"cannot infer the value of `{p.name}`"
+                if inf.site is None:
+                    inf.problems[p.name] = (f"cannot infer the value of `{p.name}`: "
+                                            f"no launch of `{kernel.name}` in this file")
                 continue
             value = _strip_parens(env.inline(site.args[i]))
             try:
@@ -258,14 +330,32 @@ def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Infer
     if site is not None:
         grid = _dims(site.grid, env)
         block = _dims(site.block, env)
-        smem = _strip_parens(env.inline(site.smem)) if site.smem else "0"
-        if grid is not None and block is not None:
+        smem: str | None = _strip_parens(env.inline(site.smem)) if site.smem else "0"
+        try:
+            parse(smem or "0")
+        except ExprError:
+            smem = None
+        if grid is not None and block is not None and smem is not None:
             inf.launch = LaunchSpec(grid, block, smem, "inferred", site.line + 1)
             used_texts.extend([*grid, *block, smem])
         else:
             inf.problems["launch"] = "cannot infer the launch configuration"
+    if inf.template_args:
+        inf.template_args = _template_values(kernel, inf.template_args, env)
+    # Some sizes must not be perturbed: a block size (the kernel may assume blockDim.x == BLOCK), a
+    # template argument, and a file-scope constant the kernel's own code uses (`#define NBINS 64` in the
+    # body is compiled into the kernel; shrinking the host's NBINS would only shrink the buffers).
+    fixed_names: set[str] = set()
+    if inf.launch is not None:
+        for t in inf.launch.block:
+            fixed_names.update(_IDENT.findall(t))
+    for t in inf.template_args:
+        fixed_names.update(_IDENT.findall(t))
+    device_names = set(kernel.uses).union(*(d.names for d in needed_declarations(model, kernel)))
+    device_names -= {p.name for p in kernel.params}
+    fixed_names.update(n for n in device_names if n in env.toplevel)
     for name in env.sizes_used(used_texts):
-        inf.sizes.append(SizeSpec(name, env.defs[name], False, None, "inferred", env.lines.get(name)))
+        inf.sizes.append(SizeSpec(name, env.defs[name], name in fixed_names, None, "inferred", env.lines.get(name)))
     # Validate: every name must now be a size.
     known = {s.name for s in inf.sizes}
     for a in list(inf.args.values()):
@@ -283,6 +373,26 @@ def infer(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> Infer
                                       f"{', '.join(sorted(unknown))}, which is not a constant here")
             inf.launch = None
     return inf
+
+
+def _template_values(kernel: Kernel, args: tuple[str, ...], env: HostEnv) -> tuple[str, ...]:
+    """Value template arguments as numbers (``BLOCK`` -> ``128``) when they are host constants.
+
+    The arguments end up in an explicit instantiation compiled without the host code, where a host
+    variable or a macro the kernel does not use would be undefined.
+    """
+    out: list[str] = []
+    for i, a in enumerate(args):
+        tp = kernel.template_params[i] if i < len(kernel.template_params) else None
+        if tp is not None and tp.kind == "value":
+            try:
+                sizes = {n: parse(env.defs[n]).evaluate({}) for n in env.sizes_used([env.inline(a)])}
+                out.append(str(parse(env.inline(a)).evaluate(sizes)))
+                continue
+            except (ExprError, KeyError):
+                pass
+        out.append(a)
+    return tuple(out)
 
 
 def _dims(text: str, env: HostEnv) -> tuple[str, ...] | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -26,7 +28,29 @@ class SpecError(ValueError):
         self.message = message
         self.fix = fix
         where = f"{file}:{line}" if line is not None else file
-        super().__init__(f"{where}: {message}" + (f"; {fix}" if fix else ""))
+        # One line, always: the CLI prints it as is and editors show it as a diagnostic.
+        text = f"{where}: {message}" + (f"; {fix}" if fix else "")
+        super().__init__(re.sub(r"\s*\n\s*", " ", text))
+
+
+def expr_message(e: ExprError) -> str:
+    """An expression error on one line: the evaluator's message and where in the text it is."""
+    if not e.text:
+        return e.message
+    where = f", column {e.column + 1}" if e.column >= 0 else ""
+    return f"{e.message} (in `{e.text}`{where})"
+
+
+def expr_fix(text: str, known: Iterable[str]) -> str:
+    """What to write instead of an expression that failed: define the unknown names, or fix the syntax."""
+    try:
+        missing = sorted(parse(text).names() - set(known))
+    except ExprError:
+        return "write a C-like arithmetic expression, e.g. `(N + 255) / 256`"
+    if missing:
+        return (f"define it above the kernel with `// @warpforge size {missing[0]} = ...`"
+                + (f" or use one of: {', '.join(sorted(known))}" if known else ""))
+    return "write an expression that is valid at both the spec size and the perturbed size"
 
 
 class Role(str, Enum):
@@ -156,6 +180,7 @@ class LaunchSpec:
 class Tunable:
     name: str
     values: tuple[str, ...]
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -229,13 +254,15 @@ class KernelSpec:
             try:
                 v = parse(s.expr).evaluate(env)
             except ExprError as e:
-                raise SpecError(self.file, s.line, f"size `{s.name}`: {e}") from e
+                raise SpecError(self.file, s.line, f"size `{s.name}`: {expr_message(e)}",
+                                expr_fix(s.expr, env)) from e
             if perturbed and not s.fixed:
                 if s.odd is not None:
                     try:
                         v = parse(s.odd).evaluate({**env, s.name: v})
                     except ExprError as e:
-                        raise SpecError(self.file, s.line, f"odd size of `{s.name}`: {e}") from e
+                        raise SpecError(self.file, s.line, f"odd size of `{s.name}`: {expr_message(e)}",
+                                        expr_fix(s.odd, {**env, s.name: v})) from e
                 elif isinstance(v, int):
                     v = perturb(v)
             env[s.name] = v
@@ -251,20 +278,23 @@ class KernelSpec:
             if a.is_buffer:
                 count = int(self._eval(a.count or "0", env, a.line, f"length of `{a.name}`"))
                 if count < 0:
-                    raise SpecError(self.file, a.line, f"length of `{a.name}` is negative ({count})")
+                    raise SpecError(self.file, a.line, f"length of `{a.name}` is negative ({count})"
+                                    + (" at the perturbed size" if perturbed else ""),
+                                    "make the length expression positive for every size (see `size ... odd=`)")
                 if a.distribution is not None:
                     try:
                         dist = a.distribution.resolve(env)
                     except ExprError as e:
-                        raise SpecError(self.file, a.line, f"distribution of `{a.name}`: {e}") from e
+                        raise SpecError(self.file, a.line, f"distribution of `{a.name}`: {expr_message(e)}",
+                                        expr_fix(f"{a.distribution.a} + {a.distribution.b}", env)) from e
                     if dist.kind in ("uniform", "int") and dist.b <= dist.a:
                         raise SpecError(self.file, a.line, f"`{a.distribution}` of `{a.name}` is an empty range",
                                         "the second number must be larger than the first")
             else:
                 value = self._eval(a.value or "0", env, a.line, f"value of `{a.name}`")
             args.append(ResolvedArg(a.name, a.role, a.dtype, count, value, dist, a.align))
-        grid = self._dims(self.launch.grid, env, "grid")
-        block = self._dims(self.launch.block, env, "block")
+        grid = self._dims(self.launch.grid, env, "grid", perturbed)
+        block = self._dims(self.launch.block, env, "block", perturbed)
         smem = int(self._eval(self.launch.smem, env, self.launch.line, "dynamic shared memory"))
         defines = {t.name: str((tunables or {}).get(t.name, t.values[0])) for t in self.tunables}
         flops = float(self._eval(self.flops, env, None, "flops")) if self.flops else None
@@ -275,14 +305,18 @@ class KernelSpec:
         try:
             return parse(text).evaluate(env)
         except ExprError as e:
-            raise SpecError(self.file, line, f"{what}: {e}") from e
+            raise SpecError(self.file, line, f"{what}: {expr_message(e)}", expr_fix(text, env)) from e
 
-    def _dims(self, exprs: tuple[str, ...], env: dict[str, Number], what: str) -> tuple[int, int, int]:
+    def _dims(
+        self, exprs: tuple[str, ...], env: dict[str, Number], what: str, perturbed: bool = False
+    ) -> tuple[int, int, int]:
         vals = [int(self._eval(e, env, self.launch.line, what)) for e in exprs]
         while len(vals) < 3:
             vals.append(1)
         if any(v < 1 for v in vals):
-            raise SpecError(self.file, self.launch.line, f"{what} {tuple(vals)} has a dimension below 1")
+            raise SpecError(self.file, self.launch.line, f"{what} {tuple(vals)} has a dimension below 1"
+                            + (" at the perturbed size" if perturbed else ""),
+                            "round up, e.g. `cdiv(N, 256)` rather than `N / 256`")
         return vals[0], vals[1], vals[2]
 
     # ----------------------------------------------------------------- output
@@ -304,6 +338,8 @@ class KernelSpec:
                 item.pop("line", None)
         d["launch"].pop("source", None)
         d["launch"].pop("line", None)
+        for t in d["tunables"]:
+            t.pop("line", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_annotation(self) -> str:
@@ -317,7 +353,8 @@ class KernelSpec:
             if a.is_buffer:
                 dist = f" {a.distribution}" if a.distribution and a.role is not Role.OUT else ""
                 align = f" align={a.align}" if a.align != 16 else ""
-                lines.append(f"{p}arg {a.name}: {a.role.value} {a.dtype}[{a.count}]{dist}{align}")
+                ctype = _C_SPELLING.get(a.dtype, a.dtype)
+                lines.append(f"{p}arg {a.name}: {a.role.value} {ctype}[{a.count}]{dist}{align}")
             else:
                 lines.append(f"{p}arg {a.name} = {a.value}")
         lines.append(f"{p}launch {_launch_text(self.launch)}")
@@ -334,6 +371,10 @@ class KernelSpec:
         if self.bytes:
             lines.append(f"{p}bytes {self.bytes}")
         return "\n".join(lines) + "\n"
+
+
+#: how annotations spell the common dtypes (the way the kernel's C code does); others stay canonical
+_C_SPELLING = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "uint32": "unsigned"}
 
 
 def _dims_text(d: tuple[str, ...]) -> str:

@@ -14,6 +14,7 @@ from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from .annotations import parse_annotation
+from .expr import parse as expr_parse
 from .infer import infer
 from .model import (
     DEFAULT_SEEDS,
@@ -25,21 +26,27 @@ from .model import (
     SpecError,
     canonical_dtype,
     default_distribution,
+    expr_fix,
 )
 
 
-def _fix_for_arg(kernel: Kernel, name: str) -> str:
+def _fix_for_arg(kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str:
     p = kernel.param(name)
     if p is not None and p.is_pointer:
         role = "in" if p.is_const else "inout"
-        return f"add `// @warpforge arg {name}: {role} {p.type}[N]` above the kernel"
+        # The fix must be writable as is: a template type parameter is not an element type.
+        subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
+        ctype = subst.get(p.type, p.type)
+        if canonical_dtype(ctype) is None:
+            ctype = "float"
+        return f"add `// @warpforge arg {name}: {role} {ctype}[N]` above the kernel"
     return f"add `// @warpforge arg {name} = VALUE` above the kernel"
 
 
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
     """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix."""
     ann = parse_annotation(src, kernel, file)
-    inf = infer(src, model, kernel, file)
+    inf = infer(src, model, kernel, file, ann.template_args)
     kline = kernel.start_line + 1
     sizes: dict[str, SizeSpec] = {s.name: s for s in inf.sizes}
     for s in ann.sizes:
@@ -51,7 +58,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
-            raise SpecError(file, kline, why, _fix_for_arg(kernel, p.name))
+            raise SpecError(file, kline, why, _fix_for_arg(kernel, p.name, ann.template_args or inf.template_args))
         args.append(a)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
@@ -80,15 +87,23 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
         bytes=ann.bytes,
         notes=tuple(notes),
     )
-    _validate(spec)
+    _validate(spec, ann.lines)
     return spec
 
 
-def _validate(spec: KernelSpec) -> None:
+def _validate(spec: KernelSpec, lines: dict[str, int] | None = None) -> None:
     names = [s.name for s in spec.sizes]
     for t in spec.tunables:
         if t.name in names:
-            raise SpecError(spec.file, None, f"`{t.name}` is both a size and a tunable", "keep one of them")
+            raise SpecError(spec.file, t.line, f"`{t.name}` is both a size and a tunable", "keep one of them")
+    # flops/bytes have no line in the spec itself; check their names here, where the annotation's lines are.
+    known = {*names, *(t.name for t in spec.tunables)}
+    for what, text in (("flops", spec.flops), ("bytes", spec.bytes)):
+        if text:
+            missing = sorted(expr_parse(text).names() - known)
+            if missing:
+                raise SpecError(spec.file, (lines or {}).get(what), f"{what}: unknown name `{missing[0]}` in `{text}`",
+                                expr_fix(text, known))
     for perturbed in (False, True):
         r = spec.resolve(perturbed=perturbed)
         for a in r.args:
@@ -108,10 +123,16 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
     """
     try:
         return build_spec(src, model, kernel, file)
-    except SpecError:
-        pass
+    except SpecError as e:
+        # A mistake in the user's own block is reported, not papered over with a guess that would
+        # overwrite it: only what inference could not finish is guessed.
+        if kernel.comment_span is not None and e.line is not None and e.file == file:
+            first = src.line_of(kernel.comment_span.start) + 1
+            last = src.line_of(kernel.comment_span.end) + 1
+            if first <= e.line <= last:
+                raise
     ann = parse_annotation(src, kernel, file)
-    inf = infer(src, model, kernel, file)
+    inf = infer(src, model, kernel, file, ann.template_args)
     sizes = {s.name: s for s in inf.sizes}
     sizes.update({s.name: s for s in ann.sizes})
     if not sizes:

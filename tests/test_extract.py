@@ -1,0 +1,193 @@
+"""Extracting a kernel into a standalone translation unit: what it pulls in, what it leaves out (host
+code), that its ``#line`` directives point at the user's file, and that it compiles with ``nvcc -cubin``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import KERNEL_FILES, NVCC, load, needs_nvcc
+from warpforge.cuda import SourceText, parse
+from warpforge.cuda.extract import instantiation, needed_declarations, standalone
+
+
+def _names(path: str, kernel: str) -> list[tuple[str, ...]]:
+    _, model = load(path)
+    k = model.kernel(kernel)
+    assert k is not None
+    return [d.names for d in needed_declarations(model, k)]
+
+
+def test_needed_declarations_are_the_transitive_closure() -> None:
+    assert _names("deps.cu", "stencil") == [("RADIUS",), ("WIDTH",), ("c_weights",), ("real",)]
+    assert _names("deps.cu", "transform_all") == [
+        ("SQR",), ("d_counter",), ("real",), ("Params",), ("Mode", "MODE_PLAIN", "MODE_SQUARED"), ("affine",),
+        ("transform",)]
+    # The device clamp01 of namespace math, never the host function of the same name.
+    _, model = load("deps.cu")
+    clamp_all = model.kernel("clamp_all")
+    assert clamp_all is not None
+    (helper,) = needed_declarations(model, clamp_all)
+    assert helper.names == ("clamp01",) and helper.namespace == ("math",)
+    assert _names("deps.cu", "block_reduce") == []
+    assert _names("features.cu", "add_pairs") == [("Pair",)]
+    assert _names("features.cu", "tiled_copy") == [("TILE",)]
+
+
+def _line_directives_point_at_the_source(tu: str, src: SourceText, filename: str) -> int:
+    """Every ``#line N "file"`` is followed by a line that ends with line N of the original file."""
+    lines = tu.split("\n")
+    checked = 0
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r'#line (\d+) "(.*)"', line)
+        if m is None:
+            continue
+        assert m.group(2) == filename
+        original = src.line_text(int(m.group(1)) - 1).rstrip()
+        assert lines[i + 1].rstrip().endswith(original), (lines[i + 1], original)
+        checked += 1
+    return checked
+
+
+def test_standalone_has_what_the_kernel_needs_and_no_host_code() -> None:
+    src, model = load("deps.cu")
+    for k in model.kernels:
+        tu = standalone(src, model, k, filename="deps.cu",
+                        instantiate=("float", "256") if k.template_params else None)
+        assert "int main" not in tu and "cudaMalloc" not in tu and "cudaMemcpyToSymbol" not in tu
+        assert 'printf("host clamp' not in tu
+        assert "#include <cuda_runtime.h>" in tu
+        assert src.slice(k.span) in tu
+        assert _line_directives_point_at_the_source(tu, src, "deps.cu") >= 3
+    stencil = model.kernel("stencil")
+    assert stencil is not None
+    tu = standalone(src, model, stencil)
+    # The whole #ifndef block that defines RADIUS, and what the kernel uses, in source order.
+    assert "#ifndef RADIUS\n#define RADIUS 3\n#endif" in tu
+    assert tu.index("#define RADIUS") < tu.index("#define WIDTH") < tu.index("__constant__ float c_weights")
+    assert "affine" not in tu and "SQR" not in tu and "d_counter" not in tu
+    assert re.search(r"^#line \d+$", tu, re.M)  # no filename: `#line N` alone
+    clamp_all = model.kernel("clamp_all")
+    assert clamp_all is not None
+    tu = standalone(src, model, clamp_all, filename="deps.cu")
+    assert "namespace math { __device__ inline float clamp01(float v)" in tu
+    assert "namespace math { __global__ void clamp_all(float* x, int n)" in tu
+
+
+def test_standalone_with_a_new_body_or_definition() -> None:
+    src, model = load("deps.cu")
+    stencil = model.kernel("stencil")
+    assert stencil is not None
+    body = "{\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) out[i] = c_weights[0] * in[i];\n}"
+    tu = standalone(src, model, stencil, body=body)
+    assert body in tu and "for (int j = -RADIUS" not in tu
+    assert "__global__ void stencil(const real* in, real* out, int n)\n{" in tu
+    definition = "__global__ void stencil(const real* __restrict__ in, real* out, int n) { out[0] = in[0]; }"
+    tu = standalone(src, model, stencil, definition=definition)
+    assert definition in tu and "c_weights[j + RADIUS]" not in tu
+
+
+def test_instantiation() -> None:
+    _, model = load("deps.cu")
+    k = model.kernel("block_reduce")
+    assert k is not None
+    assert instantiation(k, ("float", "256")) == (
+        "template __global__ void block_reduce<float, 256>(const float*, float*, int);")
+    with pytest.raises(ValueError, match="2 template parameters"):
+        instantiation(k, ("float",))
+    _, model = load("features.cu")
+    fill = model.kernel("fill")
+    assert fill is not None
+    assert instantiation(fill, ("double",)) == "template __global__ void ops::fill<double>(double*, double, int);"
+
+
+def test_extern_c_block_kernel_keeps_c_linkage() -> None:
+    src, model = load("features.cu")
+    zero = model.kernel("zero")
+    assert zero is not None and zero.extern_c
+    tu = standalone(src, model, zero)
+    assert 'extern "C" __global__ void zero(float* out, int n)' in tu
+    scale = model.kernel("scale")
+    assert scale is not None
+    assert tu.count('extern "C"') == 1
+    assert standalone(src, model, scale).count('extern "C"') == 1  # single form: already in the span
+
+
+COND_SOURCE = """#include <cuda_runtime.h>
+#ifndef USE_FAST
+#define SCALE 2.0f
+__device__ float helper(float v) { return v * SCALE; }
+void host_only() { }
+__global__ void other(float* x) { x[0] = helper(1.0f); }
+__global__ void cond_kernel(float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = helper(x[i]);
+}
+#endif
+int main() { return 0; }
+"""
+
+
+def test_kernel_inside_a_conditional_is_emitted_once() -> None:
+    src = SourceText(COND_SOURCE)
+    model = parse(COND_SOURCE)
+    k = model.kernel("cond_kernel")
+    assert k is not None
+    tu = standalone(src, model, k, filename="cond.cu")
+    assert tu.count("void cond_kernel") == 1
+    assert "void other" not in tu and "host_only" not in tu and "int main" not in tu
+    assert "#ifndef USE_FAST\n#define SCALE 2.0f\n__device__ float helper" in tu
+    assert _line_directives_point_at_the_source(tu, src, "cond.cu") == 3
+
+
+# ------------------------------------------------------------------------------------- nvcc
+
+
+def _compile(job: tuple[str, str, Path]) -> tuple[str, int, str, bytes]:
+    name, text, out_dir = job
+    cu = out_dir / f"{name}.cu"
+    cubin = out_dir / f"{name}.cubin"
+    cu.write_text(text, encoding="utf-8")
+    r = subprocess.run([NVCC or "nvcc", "-cubin", "-arch=sm_90", "-o", str(cubin), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    return name, r.returncode, r.stderr, cubin.read_bytes() if r.returncode == 0 else b""
+
+
+@needs_nvcc
+def test_every_extracted_kernel_compiles_with_nvcc(tmp_path: Path) -> None:
+    jobs: list[tuple[str, str, Path]] = []
+    for path in KERNEL_FILES:
+        src, model = load(path)
+        for k in model.kernels:
+            tu = standalone(src, model, k, filename=str(path))
+            assert "int main" not in tu
+            jobs.append((f"kernels_{path.stem}_{k.name}", tu, tmp_path))
+    instantiate = {"block_reduce": ("float", "256"), "block_sum": ("float", "128"), "fill": ("double",)}
+    for fixture, names in (("deps.cu", None), ("features.cu", ("block_sum", "zero", "clustered", "fill",
+                                                               "add_pairs", "tiled_copy"))):
+        src, model = load(fixture)
+        for k in model.kernels:
+            if names is None or k.name in names:
+                tu = standalone(src, model, k, filename=fixture, instantiate=instantiate.get(k.name))
+                jobs.append((f"{Path(fixture).stem}_{k.name}", tu, tmp_path))
+    src = SourceText(COND_SOURCE)
+    model = parse(COND_SOURCE)
+    cond = model.kernel("cond_kernel")
+    assert cond is not None
+    jobs.append(("cond_kernel", standalone(src, model, cond), tmp_path))
+    assert len(jobs) >= 9 + 4 + 6 + 1
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(_compile, jobs))
+    failed = [f"{name}:\n{err}" for name, rc, err, _ in results if rc != 0]
+    assert not failed, "\n".join(failed)
+    cubins = {name: data for name, _, _, data in results}
+    # C linkage survives extraction (block and single form); C++ kernels keep their mangled names.
+    assert b".text.zero\x00" in cubins["features_zero"]
+    assert b".text.saxpy\x00" in cubins["kernels_saxpy_saxpy"]
+    assert b".text._ZN3ops6detail9clusteredEPfPKfi\x00" in cubins["features_clustered"]
+    assert b".text._Z12block_reduceIfLi256EEvPKT_PS0_i\x00" in cubins["deps_block_reduce"]
