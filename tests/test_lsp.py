@@ -241,14 +241,18 @@ async def test_optimize_job_progress_candidates_tree_and_accept(client: Language
     nodes = tree["nodes"] if isinstance(tree, dict) else tree.nodes
     assert len(nodes) >= 2
 
-    # Accept: the buffer changes through workspace/applyEdit, only the kernel and what its launch needs.
-    before = state.docs[uri][1]
+    # View: the variant as a whole file, for the diff editor.
+    shown = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.showCandidate", arguments=[job, done.candidate]))
+    variant = shown["variant"] if isinstance(shown, dict) else shown.variant
+    assert variant != text
+
+    # Accept: the buffer becomes exactly the variant, through workspace/applyEdit.
     res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         command="warpforge.accept", arguments=[job, done.candidate]))
     applied = res["applied"] if isinstance(res, dict) else res.applied
     assert applied
-    after = state.docs[uri][1]
-    assert after != before and "__restrict__" in after
+    assert state.docs[uri][1] == variant
 
     # The kernel has now changed: accepting again is refused with a clear message.
     with pytest.raises(Exception, match="changed since the job started"):
