@@ -18,6 +18,7 @@ from ..search.candidate import Candidate
 from ..search.tree import Node, SearchContext
 from ..spec.model import KernelSpec
 from .rules import REGISTRY, Rule, RuleContext, load
+from .rules._util import refresh_launch_bounds
 
 
 @dataclass
@@ -58,6 +59,19 @@ class OfflinePolicy:
 
         return sorted(rules, key=key)
 
+    def _consistent(self, ctx: RuleContext, child: Candidate) -> Candidate | None:
+        """Keep a ``__launch_bounds__`` added on this path true to a block size a later step changed.
+
+        A bound below the launch's block makes the launch fail, so every rule that changes the block would
+        otherwise need to know about the launch_bounds rule; doing it here keeps rules independent.
+        """
+        if child.block is None or child.block == ctx.block:
+            return child
+        fixed = refresh_launch_bounds(self.context(child), child.source, child.block)
+        if fixed is None:
+            return None
+        return child if fixed == child.source else replace(child, source=fixed)
+
     def propose_sync(self, candidate: Candidate, memory: dict[str, tuple[int, int, float]] | None = None
                      ) -> list[Candidate]:
         ctx = self.context(candidate)
@@ -68,6 +82,7 @@ class OfflinePolicy:
             try:
                 for param in rule.variants(ctx):
                     child = rule.apply(ctx, param)
+                    child = self._consistent(ctx, child) if child is not None else None
                     if child is not None:
                         out.append(child)
             except Exception as e:  # a buggy rule must not stop the others from proposing
@@ -90,6 +105,7 @@ class OfflinePolicy:
             if ctx.cand_kernel is None or param not in rule.variants(ctx):
                 return None
             nxt = rule.apply(ctx, param)
+            nxt = self._consistent(ctx, nxt) if nxt is not None else None
             if nxt is None:
                 return None
             cur = nxt

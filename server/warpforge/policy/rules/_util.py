@@ -8,12 +8,15 @@ way keeps the rules' applicability checks consistent with each other.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind
+from ...cuda.parser import parse as parse_model
 from ...cuda.parser import parse_tree
+from ...cuda.rewrite import apply_edits, set_launch_bounds
+from ...cuda.text import SourceText
 from ...spec.expr import ExprError, Number, parse
 from .base import RuleContext
 
@@ -103,7 +106,7 @@ def size_env(ctx: RuleContext, perturbed: bool = False) -> dict[str, Number]:
     return ctx.spec.size_values(perturbed, ctx.candidate.define_map())
 
 
-def eval_expr(text: str, env: dict[str, Number]) -> Number | None:
+def eval_expr(text: str, env: Mapping[str, Number]) -> Number | None:
     try:
         return parse(text).evaluate(env)
     except ExprError:
@@ -194,3 +197,35 @@ def call_args(text: str, func: str) -> list[str] | None:
         if depth < 0:
             return None  # `f(a) + g(b)`: the last `)` is not the call's
     return split_top(inner) if depth == 0 else None
+
+
+def refresh_launch_bounds(ctx: RuleContext, definition: str, block: tuple[str, ...]) -> str | None:
+    """``definition`` with a ``__launch_bounds__`` that WarpForge's ``launch_bounds`` step added on this path
+    re-targeted to the new ``block`` — for any rule that changes the block size.
+
+    Why: that bound promised the old block; a launch with more threads than the bound fails, so a rule
+    that changes the block without this would hand the evaluator a variant that cannot run. Returns the
+    definition unchanged when no ``launch_bounds`` step is on the path (a user's own bound is the rule's
+    applicability problem, not rewritten behind their back), and None when the new block is not a
+    constant or no longer fits with the bound's ``MINBLOCKS`` (threads × blocks above 2048).
+    """
+    if "launch_bounds" not in families(ctx):
+        return definition
+    src = SourceText(definition)
+    k = parse_model(src.data).kernel(ctx.kernel.name)
+    if k is None or k.launch_bounds is None:
+        return definition
+    threads = 1
+    for b in block:
+        v = eval_expr(b, {})
+        if not isinstance(v, int) or v < 1:
+            return None
+        threads *= v
+    mb = k.launch_bounds.min_blocks
+    if mb is not None:
+        m = eval_expr(mb, {})
+        if not isinstance(m, int) or threads * m > 2048:
+            return None
+    if threads > MAX_BLOCK_THREADS:
+        return None
+    return apply_edits(src, [set_launch_bounds(src, k, threads, mb)])
