@@ -54,11 +54,26 @@ def _base_identifier(node: Node | None, data: bytes) -> str | None:
             node = left if lb is not None else right
             if lb is not None:
                 return lb
-        elif t == "field_expression":
+        elif t in ("field_expression", "update_expression"):
             node = node.child_by_field_name("argument")
         else:
             return None
     return None
+
+
+def _alias_sources(node: Node, data: bytes) -> list[str]:
+    """Pointer variables an expression may evaluate to: ``p + i``, ``&p[i]``, ``c ? a : b``."""
+    while node.type == "parenthesized_expression" and node.named_children:
+        node = node.named_children[0]
+    if node.type == "conditional_expression":
+        out: list[str] = []
+        for f in ("consequence", "alternative"):
+            c = node.child_by_field_name(f)
+            if c is not None:
+                out.extend(_alias_sources(c, data))
+        return out
+    base = _pointer_valued(node, data)
+    return [base] if base is not None else []
 
 
 def _pointer_valued(node: Node, data: bytes) -> str | None:
@@ -92,7 +107,8 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
     data = src.data[kernel.definition_span.start : kernel.definition_span.end]
     tree = parse_tree(data)
     pointers = [p.name for p in kernel.params if p.is_pointer]
-    alias: dict[str, str] = {p: p for p in pointers}
+    #: local pointer -> the parameters it may point into (a ?: can give several)
+    alias: dict[str, set[str]] = {p: {p} for p in pointers}
     result = {p: Access() for p in pointers}
     body = tree.root_node
 
@@ -103,6 +119,17 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
         stack = [body]
         while stack:
             n = stack.pop()
+            if n.type == "assignment_expression":
+                left = n.child_by_field_name("left")
+                right = n.child_by_field_name("right")
+                op = n.child_by_field_name("operator")
+                if left is not None and right is not None and left.type == "identifier" and op is not None \
+                        and _text(op, data) in ("=", "+=", "-="):
+                    local = _text(left, data)
+                    for src_ in _alias_sources(right, data):
+                        if src_ in alias and local not in pointers and not alias[src_] <= alias.get(local, set()):
+                            alias.setdefault(local, set()).update(alias[src_])
+                            changed = True
             if n.type == "init_declarator":
                 decl = n.child_by_field_name("declarator")
                 val = n.child_by_field_name("value")
@@ -110,22 +137,23 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                                                                          "reference_declarator"):
                     nm = decl.child_by_field_name("declarator") or (decl.named_children[-1]
                                                                     if decl.named_children else None)
-                    base = _base_identifier(val, data)
-                    if nm is not None and base in alias:
+                    if nm is not None:
                         local = _text(nm, data)
-                        if alias.get(local) != alias[base]:
-                            alias[local] = alias[base]
-                            changed = True
+                        for base in [_base_identifier(val, data), *_alias_sources(val, data)]:
+                            if base in alias and not alias[base] <= alias.get(local, set()):
+                                alias.setdefault(local, set()).update(alias[base])
+                                changed = True
             stack.extend(n.children)
 
     def mark(node: Node | None, *, read: bool = False, write: bool = False, atomic: bool = False) -> None:
         base = _base_identifier(node, data)
         if base is None or base not in alias:
             return
-        acc = result[alias[base]]
-        acc.read |= read
-        acc.write |= write
-        acc.atomic |= atomic
+        for param in alias[base]:
+            acc = result[param]
+            acc.read |= read
+            acc.write |= write
+            acc.atomic |= atomic
 
     stack = [body]
     while stack:
@@ -135,7 +163,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
             left = n.child_by_field_name("left")
             op = n.child_by_field_name("operator")
             compound = op is not None and _text(op, data) != "="
-            if left is not None and left.type in ("subscript_expression", "pointer_expression"):
+            if left is not None and left.type in ("subscript_expression", "pointer_expression", "field_expression"):
                 mark(left, write=True, read=compound)
                 # Index expressions on the left are reads of other things; walk them but not the base.
                 idx = left.child_by_field_name("indices") or left.child_by_field_name("index")
@@ -163,11 +191,11 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                 for a in args.named_children:
                     base = _pointer_valued(a, data)
                     # Passing the pointer itself (not an element) to a helper: assume it may write.
-                    if base in alias:
-                        acc = result[alias[base]]
+                    for param in alias.get(base or "", ()):
+                        acc = result[param]
                         acc.escapes = True
                         acc.read = True
-                        if not _is_const_param(kernel, alias[base]):
+                        if not _is_const_param(kernel, param):
                             acc.write = True
         elif t == "subscript_expression" or (t == "pointer_expression" and _text(n, data).startswith("*")):
             mark(n, read=True)

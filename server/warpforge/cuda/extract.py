@@ -32,7 +32,8 @@ def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
     own = {kernel.name}
     todo = list(kernel.uses - own)
     seen_names: set[str] = set(own)
-    chosen: dict[int, Declaration] = {}
+    # Scope declarations (using-directives, namespace aliases) change how names resolve: always carried.
+    chosen: dict[int, Declaration] = {d.span.start: d for d in model.declarations if d.kind is DeclKind.USING}
     while todo:
         name = todo.pop()
         if name in seen_names:

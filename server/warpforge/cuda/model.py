@@ -115,6 +115,8 @@ class DeclKind(str, Enum):
     GLOBAL = "global"
     MACRO = "macro"
     TYPE = "type"
+    #: ``using namespace X;``, ``using X::y;``, ``namespace a = b;`` — scope, always carried along
+    USING = "using"
     OTHER = "other"
 
 

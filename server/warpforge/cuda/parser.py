@@ -429,8 +429,14 @@ class _Collector:
                                           space, namespace, conditional))
             self.scan_launches(node, "")
             return
+        if t in ("using_declaration", "namespace_alias_definition"):
+            nm = node.child_by_field_name("name")
+            names = (_text(nm, data),) if nm is not None and t == "namespace_alias_definition" else ()
+            self.decls.append(Declaration(DeclKind.USING, names, _span(node, base), _uses(node, data),
+                                          "", namespace, conditional))
+            return
         if t in ("type_definition", "struct_specifier", "class_specifier", "union_specifier",
-                 "enum_specifier", "alias_declaration", "using_declaration"):
+                 "enum_specifier", "alias_declaration"):
             names = self.declared_names(node)
             self.decls.append(Declaration(DeclKind.TYPE, names, _span(node, base), _uses(node, data),
                                           "", namespace, conditional))
