@@ -1,0 +1,244 @@
+"""privatize_atomics: per-block shared-memory copies of a small array updated with global atomics.
+
+Why it helps: a histogram-like kernel doing one global ``atomicAdd`` per element serializes every update
+of a popular bin in the L2 cache (the atomic unit), and pays a round trip per element. Giving each block
+a private copy in shared memory turns those into fast shared-memory atomics (contended only within the
+block), and the block then adds each non-zero private count to the global array once. For the merge to
+be cheap relative to the work, the kernel is also turned into a grid-stride loop over a grid of k blocks
+per SM (k = 4 or 8), so each block processes many elements per private copy.
+
+Recognized shape (names, types, expressions free)::
+
+    T i = blockIdx.x * blockDim.x + threadIdx.x;
+    [declarations not using i or the array]
+    if (i < LIMIT) { BODY }                 // or `if (i >= LIMIT) return;` + BODY, or a grid-stride loop
+
+where a pointer parameter ``bins`` (element type unsigned/int/float/unsigned long long; the spec gives its
+length) is used only as ``atomicAdd(&bins[E], V)`` or ``atomicAdd(bins + E, V)``, and whose result is not
+used; BODY has no other synchronization, warp-level exchange or atomics, no early exit and no use of the
+thread coordinates (the loop reassigns which thread handles which element).
+
+The rewrite: the private copy is ``extern __shared__`` memory sized by the launch (``count *
+sizeof(element)``; the kernel reads that size from the ``%dynamic_smem_size`` register, so the sizes of the
+launch and the kernel cannot disagree); it is zeroed, ``__syncthreads()``, the grid-stride loop runs the
+original BODY with ``bins`` replaced by the private copy, ``__syncthreads()``, and each thread adds a share
+of the non-zero private counts to ``bins``. Indices stay in range because they are the indices the original
+used on an array of the same length. All barriers are outside every branch (the guard became the loop
+condition). Integer counts are exact; float sums are reassociated. The spec's array must fit in 48 KiB of
+shared memory at both sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...search.candidate import Candidate
+from ...spec.model import DTYPES
+from . import register
+from ._structural import (
+    Elementwise,
+    all_names,
+    declared_names,
+    elementwise_1d,
+    envs,
+    flush,
+    has_jump,
+    indent,
+    is_1d,
+    is_collective,
+    is_ident,
+    launch_ok,
+    render,
+    subscript_parts,
+    text,
+    unparen,
+    with_body,
+    written_names,
+)
+from ._util import eval_expr, kernel_body, walk
+from .base import Rule, RuleContext
+
+#: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
+PREFIX = "wfp_"
+
+#: param -> blocks per SM of the grid-stride launch
+VARIANTS = {"sm4": 4, "sm8": 8}
+_TYPES = frozenset({"unsigned", "unsigned int", "int", "float", "unsigned long long", "unsigned long long int"})
+_COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
+_MAX_SMEM = 48 * 1024
+
+
+@dataclass
+class _Shape:
+    e: Elementwise
+    bins: str
+    elem: str
+    #: the atomicAdd calls' first arguments (replaced by the private copy)
+    targets: list[Node]
+
+
+def _target_base(arg: Node, data: bytes) -> str | None:
+    """The array of ``&a[E]`` or ``a + E`` (None for anything else)."""
+    a = unparen(arg)
+    if a.type == "pointer_expression" and text(a, data).lstrip().startswith("&"):
+        inner = a.child_by_field_name("argument")
+        parts = subscript_parts(inner, data) if inner is not None else None
+        if parts is not None and is_ident(parts[0], data):
+            return text(unparen(parts[0]), data)
+        return None
+    if a.type == "binary_expression":
+        op, left = a.child_by_field_name("operator"), a.child_by_field_name("left")
+        if op is not None and left is not None and text(op, data) == "+" and is_ident(left, data):
+            return text(unparen(left), data)
+    return None
+
+
+def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params:
+        return None
+    body, data = got
+    e = elementwise_1d(body, data)
+    if e is None or not e.body or e.mult != "blockDim.x":
+        return None
+    if any(n.startswith(PREFIX) for n in all_names(body, data)) or any(n.type == "__shared__" for n in walk(body)):
+        return None
+    if declared_names(body, data) & {p.name for p in k.params}:
+        return None
+    i = e.index.name
+    pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
+    for st in e.prefix + e.between:
+        ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+        if st.type != "declaration" or i in ids or ids & (set(pointers) | _COORDS):
+            return None
+    targets: list[Node] = []
+    bins: str | None = None
+    calls: list[Node] = []
+    for st in e.body:
+        if has_jump(st, loops_ok=True):
+            return None
+        for n in walk(st):
+            if n.type == "identifier" and text(n, data) in _COORDS:
+                return None
+            if n.type != "call_expression":
+                continue
+            fn = n.child_by_field_name("function")
+            name = text(fn, data) if fn is not None else ""
+            if not is_collective(name):
+                continue
+            args = n.child_by_field_name("arguments")
+            xs = [c for c in args.named_children if c.type != "comment"] if args is not None else []
+            if name != "atomicAdd" or len(xs) != 2 or n.parent is None or n.parent.type != "expression_statement":
+                return None
+            base = _target_base(xs[0], data)
+            if base is None or base not in pointers or (bins is not None and base != bins):
+                return None
+            bins = base
+            targets.append(xs[0])
+            calls.append(n)
+    if bins is None or pointers[bins].type not in _TYPES:
+        return None
+    if i in {w for st in e.body for w in written_names(st, data)}:
+        return None
+    # `bins` appears nowhere but as the base of those atomicAdd targets
+    inside = {n.id for t in targets for n in walk(t)}
+    for n in walk(body):
+        if n.type == "identifier" and text(n, data) == bins and n.id not in inside:
+            return None
+    for c in calls:  # the values added must not mention the array either
+        args = c.child_by_field_name("arguments")
+        if args is not None and any(text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
+                                    if n.type == "identifier"):
+            return None
+    return _Shape(e, bins, pointers[bins].type, targets), data
+
+
+class PrivatizeAtomics(Rule):
+    family = "atomics_privatize"
+    motivated_by = ("WF110", "atomics_privatize")
+
+    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], str]]:
+        got = _analyse(ctx)
+        if got is None or not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
+            return {}
+        shape, _ = got
+        a = ctx.spec.arg(shape.bins)
+        if a is None or not a.is_buffer or a.count is None or a.dtype not in DTYPES:
+            return {}
+        smem = f"({a.count}) * {DTYPES[a.dtype][0]}"
+        es = envs(ctx)
+        if es is None:
+            return {}
+        for env in es:
+            v = eval_expr(smem, env)
+            if not isinstance(v, int) or v < 1 or v > _MAX_SMEM:
+                return {}
+        out: dict[str, tuple[tuple[str, ...], str]] = {}
+        for param, per_sm in VARIANTS.items():
+            grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
+            if launch_ok(ctx, grid, ctx.block):
+                out[param] = (grid, smem)
+        return out
+
+    def variants(self, ctx: RuleContext) -> list[str]:
+        return list(self._plan(ctx))
+
+    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        plan = self._plan(ctx).get(param)
+        got = _analyse(ctx)
+        if plan is None or got is None:
+            return None
+        shape, data = got
+        definition = with_body(ctx, _generate(shape, data))
+        if definition is None:
+            return None
+        why = (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
+               f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
+        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], smem=plan[1])
+
+
+def _generate(shape: _Shape, data: bytes) -> str:
+    e = shape.e
+    p = PREFIX
+    i = e.index.name
+    priv = f"{p}priv"
+    targets = {t.id: t for t in shape.targets}
+
+    def rep(n: Node) -> str | None:
+        t = targets.get(n.id)
+        if t is None:
+            return None
+        return render(t, data, lambda m: priv if m.type == "identifier" and text(m, data) == shape.bins else None)
+
+    body = "\n".join(flush(render(st, data, rep), st, data) for st in e.body)
+    cmp = "<=" if e.bound.inclusive else "<"
+    limit = text(e.bound.limit, data)
+    stride = text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
+    pre = "\n".join(flush(text(n, data), n, data) for n in e.prefix + e.between)
+    code = f"""extern __shared__ {shape.elem} {priv}[];
+unsigned int {p}bytes;
+asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"({p}bytes));
+const unsigned int {p}n = {p}bytes / sizeof({shape.elem});
+for (unsigned int {p}b = threadIdx.x; {p}b < {p}n; {p}b += blockDim.x) {{
+    {priv}[{p}b] = 0;
+}}
+__syncthreads();
+{pre}
+for ({e.index.type} {i} = {text(e.index_expr, data)}; {i} {cmp} {limit}; {i} += {stride}) {{
+{indent(body, "    ")}
+}}
+__syncthreads();
+for (unsigned int {p}b = threadIdx.x; {p}b < {p}n; {p}b += blockDim.x) {{
+    const {shape.elem} {p}c = {priv}[{p}b];
+    if ({p}c != 0) {{
+        atomicAdd(&{shape.bins}[{p}b], {p}c);
+    }}
+}}"""
+    code = "\n".join(ln for ln in code.split("\n") if ln.strip())
+    return "{\n" + indent(code, "    ") + "\n}"
+
+
+register(PrivatizeAtomics())

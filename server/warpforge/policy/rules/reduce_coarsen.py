@@ -1,0 +1,230 @@
+"""reduce_coarsen: let each thread of a block reduction sum many elements before the block combines them.
+
+Why it helps: a sum that loads one element per thread, reduces the block in shared memory and adds the
+block's result to the output with one atomic keeps only one load per thread in flight — far too few bytes
+to cover DRAM latency (Little's law: bandwidth × latency must be in flight) — and pays a block launch, a
+whole tree reduction and a global atomic for every ``blockDim`` elements. With a grid of k blocks per SM
+and a grid-stride loop (unrolled, so several loads are in flight) each thread accumulates its share of the
+input in a register first; the tree and the atomic then run once per block instead of once per
+``blockDim`` elements. This is what turns a latency-bound reduction into a bandwidth-bound one.
+
+Recognized shape (names, types and the element expression free)::
+
+    T i = blockIdx.x * M + threadIdx.x;            // M = blockDim.x or a constant equal to the block size
+    sh[tid] = (i < LIMIT) ? EXPR : 0;               // EXPR any side-effect-free expression of i
+    __syncthreads();
+    for (...) { if (tid < s) sh[tid] += sh[tid + s]; __syncthreads(); }   // the warp_reduce tree (a sum)
+    if (tid == 0) atomicAdd(DST, sh[0]);            // DST independent of the block and thread
+
+at the top level of the kernel, ``i`` used nowhere else, the thread and block coordinates used nowhere
+else (``blockIdx`` only in ``i``), a 1D launch, and M evaluating to the block size at both spec sizes.
+
+Why that is enough for correctness: the result is the sum over all in-range ``EXPR(i)`` added into DST
+with atomics — an associative, commutative combination across blocks — so any partition of the indices
+among threads and blocks gives the same sum up to floating-point reassociation (within float
+tolerances; integer sums are exact). The grid-stride loop with stride M·gridDim.x visits every index
+``< LIMIT`` exactly once for any grid, so the grid becomes ``min(G, k × SMs)`` (k = 4 or 8); the padding
+value 0 (the identity of the sum) starts each thread's partial. Nothing else changes: the tree, its
+barriers and the final atomic run as before, once per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...search.candidate import Candidate
+from . import register
+from ._structural import (
+    Bound,
+    Decl,
+    all_names,
+    call_names,
+    condition_of,
+    envs,
+    global_index,
+    has_collective,
+    is_1d,
+    is_ident,
+    is_syncthreads,
+    is_zero_literal,
+    launch_ok,
+    line_indent_of,
+    shared_arrays,
+    single_decl,
+    statements,
+    subscript_parts,
+    text,
+    unparen,
+    upper_bound,
+    with_body,
+)
+from ._util import eval_expr, kernel_body, walk
+from .base import Rule, RuleContext
+from .warp_reduce import is_tid, match_tree_loop, tid_names
+
+#: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
+PREFIX = "wfc_"
+
+#: param -> blocks per SM of the grid-stride launch
+VARIANTS = {"sm4": 4, "sm8": 8}
+
+
+@dataclass
+class _Shape:
+    index: Decl
+    mult: str
+    load: Node
+    array: str
+    elem: str
+    tid: str
+    bound: Bound
+    expr: Node
+    zero: Node
+
+
+def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params or not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        return None
+    body, data = got
+    if any(n.startswith(PREFIX) for n in all_names(body, data)):
+        return None
+    shared = shared_arrays(body, data)
+    tids = tid_names(body, data)
+    sts = statements(body)
+    at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
+    if at is None or at < 3 or not is_syncthreads(sts[at - 1], data):
+        return None
+    tree = match_tree_loop(sts[at], data, tids, shared)
+    assert tree is not None
+    if tree.combine != "{a} + {b}":
+        return None
+    # the load: sh[tid] = (i < LIMIT) ? EXPR : 0;
+    load = sts[at - 2]
+    e = load.named_children[0] if load.type == "expression_statement" and load.named_child_count == 1 else None
+    if e is None or e.type != "assignment_expression":
+        return None
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    parts = subscript_parts(left, data) if left is not None else None
+    if parts is None or op is None or right is None or text(op, data) != "=" \
+            or not is_ident(parts[0], data, tree.array) or is_tid(parts[1], data, tids) is None:
+        return None
+    cond_expr = unparen(right)
+    if cond_expr.type != "conditional_expression":
+        return None
+    cond, yes, no = (cond_expr.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
+    if cond is None or yes is None or no is None or not is_zero_literal(no, data):
+        return None
+    # the index i
+    index: Decl | None = None
+    mult = ""
+    for st in sts[: at - 2]:
+        d = single_decl(st, data)
+        if d is not None and d.value is not None and not d.pointer:
+            m = global_index(d.value, data, "x")
+            if m is not None and upper_bound(cond, data, d.name) is not None:
+                index, mult = d, m
+    if index is None:
+        return None
+    bound = upper_bound(cond, data, index.name)
+    assert bound is not None
+    i = index.name
+    # i appears only in its declaration and the load; blockIdx/gridDim (whose meaning the new grid changes)
+    # only in i's declaration
+    load_ids = {n.id for n in walk(load)}
+    decl_ids = {n.id for n in walk(index.node)}
+    for n in walk(body):
+        if n.type == "identifier" and text(n, data) == i and n.id not in load_ids | decl_ids:
+            return None
+        if n.type == "identifier" and text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
+            return None
+    if has_collective(yes, data) or any(n.type in ("assignment_expression", "update_expression")
+                                        for n in walk(yes)):
+        return None
+    # after the tree: exactly `if (tid == 0) atomicAdd(DST, sh[0]);`
+    rest = sts[at + 1 :]
+    if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
+        return None
+    c = condition_of(rest[0])
+    if c is None or text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
+        return None
+    inner = statements(rest[0].child_by_field_name("consequence"))
+    if len(inner) != 1 or inner[0].type != "expression_statement" or inner[0].named_child_count != 1:
+        return None
+    call = inner[0].named_children[0]
+    fn = call.child_by_field_name("function") if call.type == "call_expression" else None
+    args = call.child_by_field_name("arguments") if call.type == "call_expression" else None
+    xs = [a for a in args.named_children if a.type != "comment"] if args is not None else []
+    if fn is None or text(fn, data) != "atomicAdd" or len(xs) != 2:
+        return None
+    sp = subscript_parts(xs[1], data)
+    if sp is None or not is_ident(sp[0], data, tree.array) or not is_zero_literal(sp[1], data):
+        return None
+    params = {p.name for p in k.params}
+    dst_ids = {text(n, data) for n in walk(xs[0]) if n.type == "identifier"}
+    if not dst_ids <= params or call_names(xs[0], data):
+        return None
+    # M must be the block size for the grid-stride loop to visit each index once
+    if mult != "blockDim.x":
+        es = envs(ctx)
+        if es is None:
+            return None
+        for env in es:
+            mv, bv = eval_expr(mult, env), eval_expr(ctx.block[0], env)
+            if not isinstance(mv, int) or mv != bv:
+                return None
+    return _Shape(index, mult, load, tree.array, tree.elem, tree.tid, bound, yes, no), data
+
+
+class ReduceCoarsen(Rule):
+    family = "reduce_coarsen"
+    motivated_by = ("reduce_coarsen", "latency_bound", "WF110")
+
+    def _plan(self, ctx: RuleContext) -> dict[str, tuple[str, ...]]:
+        if _analyse(ctx) is None:
+            return {}
+        out: dict[str, tuple[str, ...]] = {}
+        for param, per_sm in VARIANTS.items():
+            grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
+            if launch_ok(ctx, grid, ctx.block):
+                out[param] = grid
+        return out
+
+    def variants(self, ctx: RuleContext) -> list[str]:
+        return list(self._plan(ctx))
+
+    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        grid = self._plan(ctx).get(param)
+        got = _analyse(ctx)
+        k = ctx.cand_kernel
+        if grid is None or got is None or k is None:
+            return None
+        shape, data = got
+        p = PREFIX
+        i, itype = shape.index.name, shape.index.type
+        cmp = "<=" if shape.bound.inclusive else "<"
+        ind = line_indent_of(shape.load, data)
+        code = (f"{shape.elem} {p}acc = {text(shape.zero, data)};\n"
+                f"#pragma unroll 4\n"
+                f"for ({itype} {p}i = {i}; {p}i {cmp} {text(shape.bound.limit, data)}; "
+                f"{p}i += ({shape.mult}) * gridDim.x) {{\n"
+                f"    const {itype} {i} = {p}i;\n"
+                f"    {p}acc += {text(shape.expr, data)};\n"
+                f"}}\n"
+                f"{shape.array}[{shape.tid}] = {p}acc;")
+        new = "\n".join((ind + ln if n and ln else ln) for n, ln in enumerate(code.split("\n")))
+        src = ctx.cand_src.data
+        body = (src[k.body_span.start : shape.load.start_byte].decode() + new
+                + src[shape.load.end_byte : k.body_span.end].decode())
+        definition = with_body(ctx, body)
+        if definition is None:
+            return None
+        why = (f"each thread sums its share of the input in a register (grid-stride loop over {VARIANTS[param]} "
+               f"blocks per SM) before the block's tree reduction: one tree and one atomic per block")
+        return ctx.derive(self.family, param, why, definition=definition, grid=grid)
+
+
+register(ReduceCoarsen())

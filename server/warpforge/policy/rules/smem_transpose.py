@@ -1,0 +1,224 @@
+"""smem_transpose: stage a transpose through a padded shared-memory tile so that both sides coalesce.
+
+Why it helps: a naive transpose reads a row-major matrix along rows (consecutive threads, consecutive
+addresses) but writes along columns of the output, so the 32 stores of a warp land in 32 different
+128-byte lines — 32 transactions where one would do, and half the kernel's DRAM bandwidth wasted on
+partial lines. Reading a 32×32 tile coalesced into shared memory, synchronizing, then writing it out with
+the thread roles swapped makes the writes coalesced too. The tile's row is padded to 33 elements so that
+reading a tile column hits 32 different banks (no 32-way bank conflict).
+
+Recognized shape (names, types and expressions free)::
+
+    T x = blockIdx.x * blockDim.x + threadIdx.x;      // the two index declarations, either order
+    T y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (y < NY && x < NX) {                           // either order; or `if (... >= ... || ...) return;`
+        out[IO] = F(in[II]);                          // one statement, exactly one read of `in`
+    }
+
+where ``in`` and ``out`` are distinct pointer parameters, ``in`` is never written, II is ``y * E + x`` (the
+read is contiguous in x; either operand order) and IO is ``x * E' + y`` (the write is contiguous in y,
+i.e. strided in the naive mapping), F is any expression of scalars the kernel never assigns, and nothing
+else reads or writes memory, synchronizes or uses the thread coordinates.
+
+The rewrite: a block owns a 32×32 tile of (y, x); with a 32×R thread block (R = 8 or 16) each thread loads
+32/R elements ``in[II]`` at (y0 + r, x0 + threadIdx.x) into ``tile[r][threadIdx.x]``; after
+``__syncthreads()`` each thread evaluates the original statement for (y, x) = (y0 + threadIdx.x, x0 + r)
+with the read replaced by ``tile[threadIdx.x][r]``. Every (x, y) inside the original guard is written
+exactly once with exactly the original expression; both phases are predicated by the original guard, so
+partial tiles (any matrix size, including the perturbed odd ones) are handled, and the barrier is outside
+every branch. Launch: block (32, R), grid (cdiv(NX, 32), cdiv(NY, 32)) with NX/NY the guard bounds in spec
+terms (or the extents the original launch covered).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...search.candidate import Candidate
+from . import register
+from ._structural import (
+    Grid2D,
+    all_names,
+    declared_names,
+    extent_expr,
+    grid_2d,
+    has_collective,
+    indent,
+    is_2d_launch,
+    is_ident,
+    launch_ok,
+    render,
+    subscript_parts,
+    text,
+    unparen,
+    with_body,
+    written_names,
+)
+from ._util import kernel_body, walk
+from .base import Rule, RuleContext
+
+#: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
+PREFIX = "wfx_"
+
+#: param -> threads along y in a block (the tile is 32 x 32)
+VARIANTS = {"b32x8": 8, "b32x16": 16}
+_TILE = 32
+_COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
+
+
+@dataclass
+class _Shape:
+    g: Grid2D
+    stmt: Node
+    src: str
+    dst: str
+    read: Node
+    elem: str
+
+
+def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
+    """``slow * E + fast`` / ``fast + slow * E`` / ``E * slow + fast`` ... with E free of both."""
+    n = unparen(idx)
+    if n.type != "binary_expression":
+        return False
+    op, left, right = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or left is None or right is None or text(op, data) != "+":
+        return False
+    for term, other in ((left, right), (right, left)):
+        if not is_ident(other, data, fast):
+            continue
+        t = unparen(term)
+        if t.type != "binary_expression":
+            continue
+        top, a, b = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if top is None or a is None or b is None or text(top, data) != "*":
+            continue
+        for s, e in ((a, b), (b, a)):
+            if is_ident(s, data, slow):
+                ids = {text(x, data) for x in walk(e) if x.type == "identifier"}
+                if fast not in ids and slow not in ids:
+                    return True
+    return False
+
+
+def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params:
+        return None
+    body, data = got
+    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
+            or any(n.type == "__shared__" for n in walk(body)):
+        return None
+    if declared_names(body, data) & {p.name for p in k.params}:
+        return None
+    g = grid_2d(body, data)
+    if g is None or len(g.inner) != 1:
+        return None
+    st = g.inner[0]
+    if st.type != "expression_statement" or st.named_child_count != 1:
+        return None
+    e = st.named_children[0]
+    if e.type != "assignment_expression":
+        return None
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None or text(op, data) != "=":
+        return None
+    lp = subscript_parts(left, data)
+    if lp is None or not is_ident(lp[0], data):
+        return None
+    dst = text(unparen(lp[0]), data)
+    reads = [n for n in walk(right) if n.type == "subscript_expression"]
+    if len(reads) != 1:
+        return None
+    rp = subscript_parts(reads[0], data)
+    if rp is None or not is_ident(rp[0], data):
+        return None
+    src = text(unparen(rp[0]), data)
+    pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
+    if src not in pointers or dst not in pointers or src == dst:
+        return None
+    x, y = g.x.name, g.y.name
+    if not _linear(rp[1], data, x, y) or not _linear(lp[1], data, y, x):
+        return None
+    ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+    if ids & _COORDS or (ids - {x, y}) & written_names(body, data):
+        return None
+    if any(n.type in ("pointer_expression", "update_expression", "assignment_expression", "comma_expression")
+           and n.id != e.id for n in walk(st)):
+        return None  # addresses, dereferences or side effects inside the statement
+    return _Shape(g, st, src, dst, reads[0], pointers[src].type), data
+
+
+class SmemTranspose(Rule):
+    family = "smem_transpose"
+    motivated_by = ("WF103", "coalesce", "smem_transpose")
+
+    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        got = _analyse(ctx)
+        if got is None or not is_2d_launch(ctx):
+            return {}
+        shape, data = got
+        nx = extent_expr(ctx, shape.g.x_bound, data, 0)
+        ny = extent_expr(ctx, shape.g.y_bound, data, 1)
+        if nx is None or ny is None:
+            return {}
+        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for param, rows in VARIANTS.items():
+            grid = (f"cdiv({nx}, {_TILE})", f"cdiv({ny}, {_TILE})")
+            block = (str(_TILE), str(rows))
+            if launch_ok(ctx, grid, block):
+                out[param] = (grid, block)
+        return out
+
+    def variants(self, ctx: RuleContext) -> list[str]:
+        return list(self._plan(ctx))
+
+    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        plan = self._plan(ctx).get(param)
+        got = _analyse(ctx)
+        if plan is None or got is None:
+            return None
+        shape, data = got
+        definition = with_body(ctx, _generate(shape, data, VARIANTS[param]))
+        if definition is None:
+            return None
+        why = (f"stage {_TILE}x{_TILE} tiles of {shape.src} in padded shared memory ({_TILE}x{_TILE + 1}) so that the "
+               f"writes of {shape.dst} coalesce too (block {_TILE}x{VARIANTS[param]})")
+        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], block=plan[1])
+
+
+def _generate(shape: _Shape, data: bytes, rows: int) -> str:
+    g = shape.g
+    x, y = g.x, g.y
+    p = PREFIX
+    read_txt = text(shape.read, data)
+    tile_read = f"{p}tile[threadIdx.x][{p}r]"
+
+    def rep(n: Node) -> str | None:
+        return tile_read if n.id == shape.read.id else None
+
+    write = render(shape.stmt, data, rep)
+    code = f"""__shared__ {shape.elem} {p}tile[{_TILE}][{_TILE + 1}];
+const int {p}x0 = blockIdx.x * {_TILE}, {p}y0 = blockIdx.y * {_TILE};
+for (int {p}r = threadIdx.y; {p}r < {_TILE}; {p}r += {rows}) {{
+    const {y.type} {y.name} = {p}y0 + {p}r;
+    const {x.type} {x.name} = {p}x0 + threadIdx.x;
+    if ({g.ok_cond}) {{
+        {p}tile[{p}r][threadIdx.x] = {read_txt};
+    }}
+}}
+__syncthreads();
+for (int {p}r = threadIdx.y; {p}r < {_TILE}; {p}r += {rows}) {{
+    const {y.type} {y.name} = {p}y0 + threadIdx.x;
+    const {x.type} {x.name} = {p}x0 + {p}r;
+    if ({g.ok_cond}) {{
+        {write}
+    }}
+}}"""
+    return "{\n" + indent(code, "    ") + "\n}"
+
+
+register(SmemTranspose())
