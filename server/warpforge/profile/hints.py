@@ -2,35 +2,39 @@
 
 The first thing a user sees on opening a file, so it must be fast and must never fail as a whole:
 - kernels are compiled as standalone translation units (device code only), all missing ones in a single
-  nvcc call the first time, then only the kernels whose text changed — results are cached per kernel
-  by the hash of its translation unit, so editing one kernel of twenty recompiles one;
-- a kernel that does not compile gets its compiler errors as WF000 findings at their lines, and the
-  source-pattern analyzers still run on it and on every other kernel;
+  nvcc call the first time, then only the kernels whose text changed — results (ptxas numbers, SASS,
+  messages) are cached per kernel by the hash of its translation unit, in memory and on disk, so editing
+  one kernel of twenty recompiles and disassembles one, in this process or the next;
+- a kernel that does not compile gets its compiler errors as WF000 findings at their lines (the kernels
+  the errors point at are set aside and the rest compiled again as one batch), and the source-pattern
+  analyzers still run on it and on every other kernel;
 - a missing nvcc or nvdisasm is one WF002 finding saying what to install, not an exception.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.text import Position, Range, SourceText
-from ..gpu.build import BuildResult, CompilerMessage, Resources, compile_cubin
-from ..gpu.toolchain import ToolMissing, default_arch
+from ..gpu.build import BuildResult, CompilerMessage, Resources, cache_dir, compile_cubin
+from ..gpu.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec
 from .analyzers import load
 from .context import KernelContext
 from .findings import Finding, Severity, make
-from .sass import SassFunction, disassemble
+from .sass import Instr, SassFunction, disassemble
 
 #: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
 MAX_COMPILED_KERNELS = 200
@@ -78,6 +82,57 @@ def _cache_put(key: str, kb: KernelBuild) -> None:
             _cache.popitem(last=False)
 
 
+#: bump when KernelBuild's stored form or the SASS line attribution changes
+_DISK_VERSION = "kb1"
+
+
+def _disk_path(key: str) -> Path:
+    return cache_dir().parent / "hints" / key[:2] / f"{key}.json"
+
+
+def _disk_get(key: str, file: str) -> KernelBuild | None:
+    """A kernel's compiler evidence from an earlier process: a new CLI run or a restarted language server
+    skips nvcc *and* nvdisasm (~0.3 s of CPU even for a tiny cubin) for every kernel it has seen."""
+    try:
+        data = json.loads(_disk_path(key).read_text())
+        if data.get("v") != _DISK_VERSION:
+            return None
+        sass: SassFunction | None = None
+        if data["sass"] is not None:
+            sd = data["sass"]
+            sass = SassFunction(sd["mangled"], sd["name"], tuple(sd["namespace"]),
+                                [Instr(*ins) for ins in sd["instructions"]])
+        return KernelBuild(
+            ok=data["ok"],
+            resources=Resources(**data["resources"]) if data["resources"] is not None else None,
+            sass=sass,
+            sass_lines=sass.lines(file) if sass is not None else {},
+            messages=[CompilerMessage(**m) for m in data["messages"]],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _disk_put(key: str, kb: KernelBuild) -> None:
+    sass = kb.sass
+    data = {
+        "v": _DISK_VERSION, "ok": kb.ok,
+        "resources": asdict(kb.resources) if kb.resources is not None else None,
+        "messages": [asdict(m) for m in kb.messages],
+        "sass": None if sass is None else {
+            "mangled": sass.mangled, "name": sass.name, "namespace": list(sass.namespace),
+            "instructions": [[i.opcode, i.operands, i.predicate, i.file, i.line] for i in sass.instructions]},
+    }
+    path = _disk_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data, separators=(",", ":")))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache is a slower cache, not an error
+
+
 def _defines(spec: KernelSpec | None) -> dict[str, str]:
     return {t.name: t.values[0] for t in spec.tunables} if spec is not None else {}
 
@@ -110,6 +165,7 @@ class _Compiler:
         self.sass_missing: str | None = None
         self.compiled = 0
         self.cached = 0
+        self._tools = ""
 
     def _disasm(self, build: BuildResult) -> dict[str, SassFunction] | None:
         if not build.ok or self.sass_missing is not None:
@@ -120,16 +176,61 @@ class _Compiler:
             self.sass_missing = str(e)
             return None
 
+    def _key(self, k: Kernel, spec: KernelSpec | None) -> tuple[str, str]:
+        inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
+        tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
+        key = hashlib.sha256(
+            f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}".encode()).hexdigest()
+        return key, tu
+
+    def _tool_key(self) -> str:
+        """Which nvcc and nvdisasm produced a cached result (a toolkit upgrade must not reuse old SASS)."""
+        try:
+            nvdisasm = str(find_tool("nvdisasm"))
+        except ToolMissing:
+            nvdisasm = "-"
+        return f"{toolchain(self.nvcc).key}\0{nvdisasm}"
+
+    def _in_kernel(self, m: CompilerMessage, k: Kernel) -> bool:
+        return Path(m.file).name == Path(self.file).name and k.start_line + 1 <= m.line <= k.end_line + 1
+
+    def _split(self, messages: list[CompilerMessage], kernels: list[Kernel]) -> dict[str, list[CompilerMessage]]:
+        """Each kernel's own messages (by line), plus the ones no kernel contains (helpers, ptxas) for all."""
+        own: dict[str, list[CompilerMessage]] = {k.name: [] for k in kernels}
+        shared: list[CompilerMessage] = []
+        for m in messages:
+            ks = [k for k in kernels if self._in_kernel(m, k)]
+            if ks:
+                own[ks[0].name].append(m)
+            else:
+                shared.append(m)
+        return {name: ms + shared for name, ms in own.items()}
+
+    def _store(self, key: str, kb: KernelBuild, out: dict[str, KernelBuild], k: Kernel) -> None:
+        """Keep a result in memory and on disk — unless it lacks SASS only because nvdisasm is missing
+        (installing it must bring the SASS hints back) or the compile timed out (it may succeed later)."""
+        out[k.name] = kb
+        if (kb.ok and self.sass_missing is not None) or any(m.code == "timeout" for m in kb.messages):
+            return
+        _cache_put(key, kb)
+        if kb.sass is not None or not kb.ok:
+            _disk_put(self._disk_key(key), kb)
+
+    def _disk_key(self, key: str) -> str:
+        return hashlib.sha256(f"{key}\0{self._tools}".encode()).hexdigest()
+
     def run(self, kernels: list[Kernel], specs: dict[str, KernelSpec | None]) -> dict[str, KernelBuild]:
         out: dict[str, KernelBuild] = {}
         todo: list[tuple[Kernel, str, str]] = []
         for k in kernels:
-            spec = specs.get(k.name)
-            inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
-            tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
-            key = hashlib.sha256(
-                f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}".encode()).hexdigest()
+            key, tu = self._key(k, specs.get(k.name))
             hit = _cache_get(key)
+            if hit is None:
+                if not self._tools:
+                    self._tools = self._tool_key()  # raises ToolMissing without nvcc, as compiling would
+                hit = _disk_get(self._disk_key(key), self.file)
+                if hit is not None:
+                    _cache_put(key, hit)
             if hit is not None:
                 out[k.name] = hit
                 self.cached += 1
@@ -142,20 +243,34 @@ class _Compiler:
         for k, _, _ in todo:
             for name, v in _defines(specs.get(k.name)).items():
                 conflict |= defines.setdefault(name, v) != v
-        if len(todo) > 1 and not conflict:
-            insts = {k.name: s.template_args for k, _, _ in todo
+        # Batches: all missing kernels in one nvcc call and one nvdisasm call. When the batch fails, the
+        # kernels its errors point at are set aside with those errors and the rest is compiled again as a
+        # batch — so one broken kernel costs one more nvcc call, not one nvcc and one nvdisasm per kernel.
+        pending = todo
+        for _ in range(4):
+            if len(pending) <= 1 or conflict:
+                break
+            insts = {k.name: s.template_args for k, _, _ in pending
                      if (s := specs.get(k.name)) is not None and k.template_params and s.template_args}
-            batch_tu = standalone_many(self.src, self.model, [k for k, _, _ in todo], filename=self.file,
+            batch_tu = standalone_many(self.src, self.model, [k for k, _, _ in pending], filename=self.file,
                                        instantiations=insts)
             build = compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file, nvcc=self.nvcc)
             self.compiled += 1
+            per_kernel = self._split(build.messages, [k for k, _, _ in pending])
             if build.ok:
                 funcs = self._disasm(build)
-                for k, key, _ in todo:
-                    kb = _kernel_build(k, build, funcs, self.file, build.messages)
-                    out[k.name] = kb
-                    _cache_put(key, kb)
+                for k, key, _ in pending:
+                    self._store(key, _kernel_build(k, build, funcs, self.file, per_kernel[k.name]), out, k)
                 return out
+            errors = [m for m in build.messages if m.severity == "error"]
+            broken = {k.name for k, _, _ in pending if any(self._in_kernel(m, k) for m in errors)}
+            if build.timed_out or not broken or len(broken) == len(pending) or any(
+                    not any(self._in_kernel(m, k) for k, _, _ in pending) for m in errors):
+                break  # an error outside the kernels (a helper, a header, ptxas): compile one at a time
+            for k, key, _ in pending:
+                if k.name in broken:
+                    self._store(key, KernelBuild(False, None, None, {}, per_kernel[k.name]), out, k)
+            pending = [item for item in pending if item[0].name not in broken]
         # One at a time (in parallel): attributes errors to the kernel that has them, salvages the rest.
         def one(item: tuple[Kernel, str, str]) -> tuple[Kernel, str, KernelBuild]:
             k, key, tu = item
@@ -164,9 +279,8 @@ class _Compiler:
             return k, key, _kernel_build(k, b, self._disasm(b), self.file, b.messages)
 
         with ThreadPoolExecutor(max_workers=2) as pool:
-            for k, key, kb in pool.map(one, todo):
-                out[k.name] = kb
-                _cache_put(key, kb)
+            for k, key, kb in pool.map(one, pending):
+                self._store(key, kb, out, k)
                 self.compiled += 1
         return out
 
