@@ -30,8 +30,17 @@ class DocState:
     version: int | None = None
     task: asyncio.Task[None] | None = None
     report: HintsReport | None = None
+    #: kernel name -> its text when ``report`` was made
+    kernel_texts: dict[str, str] = field(default_factory=dict)
     #: kernel name -> (kernel text, findings) from a profile; shown instead of static findings
     profiled: dict[str, tuple[str, list[Finding]]] = field(default_factory=dict)
+
+
+def _kernel_texts(text: str) -> dict[str, str]:
+    from ..cuda.parser import parse
+
+    data = text.encode("utf-8")
+    return {k.name: data[k.span.start : k.span.end].decode("utf-8", "replace") for k in parse(data).kernels}
 
 
 class Diagnostics:
@@ -66,26 +75,41 @@ class Diagnostics:
         path = doc.path or uri
         s = self.server.settings
         loop = asyncio.get_running_loop()
-        try:
-            report = await loop.run_in_executor(
-                self.server.thread_pool,
-                lambda: analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None),
-            )
-        except Exception as e:
-            log.exception("analysis of %s failed", uri)
-            self.server.window_log_message(lsp.LogMessageParams(lsp.MessageType.Error,
-                                                                f"WarpForge: analysis of {path} failed: {e}"))
-            return
-        try:
-            current = self.server.workspace.get_text_document(uri)
-        except Exception:
-            return
-        if current.version != version or current.source != text:
-            return  # stale: a newer run is scheduled
-        st = self.state(uri)
-        st.version = version
-        st.report = report
-        self.publish(uri)
+        # Two phases: source-pattern hints in tens of milliseconds, then the compiler and SASS evidence
+        # (nvcc + nvdisasm cost ~0.5 s even for one changed kernel). Each phase publishes only if the
+        # document is still the text it analyzed.
+        for use_compiler in (False, True):
+            try:
+                report = await loop.run_in_executor(
+                    self.server.thread_pool,
+                    lambda c=use_compiler: analyze_source(path, text, arch=s.arch or None,  # type: ignore[misc]
+                                                          nvcc=s.nvcc_path or None, use_compiler=c),
+                )
+            except Exception as e:
+                log.exception("analysis of %s failed", uri)
+                self.server.window_log_message(lsp.LogMessageParams(
+                    lsp.MessageType.Error, f"WarpForge: analysis of {path} failed: {e}"))
+                return
+            try:
+                current = self.server.workspace.get_text_document(uri)
+            except Exception:
+                return
+            if current.version != version or current.source != text:
+                return  # stale: a newer run is scheduled
+            st = self.state(uri)
+            kernel_texts = _kernel_texts(text)
+            if not use_compiler and st.report is not None:
+                # Until phase two lands, keep the compiler/SASS findings of kernels whose text is unchanged
+                # (no flicker); those of edited kernels are dropped, they may point at moved lines.
+                report.findings.extend(
+                    f for f in st.report.findings
+                    if f.source in ("compiler", "sass") and f.kernel is not None
+                    and st.kernel_texts.get(f.kernel) == kernel_texts.get(f.kernel))
+                report.findings.sort(key=Finding.sort_key)
+            st.kernel_texts = kernel_texts
+            st.version = version
+            st.report = report
+            self.publish(uri)
 
     def findings(self, uri: str) -> list[Finding]:
         st = self.docs.get(uri)
