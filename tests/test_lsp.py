@@ -27,6 +27,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not i
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("ANTHROPIC_API_KEY", None)  # these tests never call a hosted model
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     env["WARPFORGE_CACHE"] = str(WORK / "cache")
     env.setdefault("WARPFORGE_FIXTURE_DELAY", "0.05")

@@ -23,6 +23,7 @@ from lsprotocol import types as lsp
 
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
+from ..policy.llm import policy_for_request
 from ..search.engine import Budget, SearchEngine, SearchEvent
 from ..search.memory import SearchMemory, kernel_key
 from ..search.optimize import OptimizeOutcome, OptimizeRequest, apply_candidate, kernel_diff, optimize
@@ -196,11 +197,22 @@ class Jobs:
         def on_search(search: SearchEngine) -> None:
             job.search = search
 
+        def on_notice(message: str) -> None:
+            self.server.window_show_message(lsp.ShowMessageParams(lsp.MessageType.Info, f"WarpForge: {message}"))
+
+        policy = None
         try:
             assert job.evaluator is not None
-            outcome = await optimize(req, job.evaluator, cancel=job.cancel, on_event=on_event, memory=memory,
-                                     on_search=on_search)
+            s = self.server.settings
+            # The model (when a key is set) proposes structural rewrites, the rules tune: one budget. Without
+            # a key the mixed policy says so once and runs the rules alone.
+            policy = policy_for_request(req, api_key=s.api_key or None,
+                                        settings={"model": s.model} if s.model else None, memory=memory,
+                                        on_notice=on_notice, nvcc=s.nvcc_path or None)
+            outcome = await optimize(req, job.evaluator, policy=policy, cancel=job.cancel, on_event=on_event,
+                                     memory=memory, on_search=on_search)
             job.outcome = outcome
+            await policy.reflect(outcome.result)
             r = outcome.result
             if job.cancel.is_set():
                 job.state = "cancelled"
@@ -216,6 +228,11 @@ class Jobs:
             job.state = "failed"
             job.message = f"{type(e).__name__}: {e}"
         finally:
+            if policy is not None:
+                try:
+                    await policy.aclose()
+                except Exception:
+                    log.exception("closing the policy of %s", job.id)
             close = getattr(job.evaluator, "aclose", None)
             if close is not None:
                 try:
