@@ -1,0 +1,147 @@
+"""``warpforge bench FILE [--kernel K] [--json]``: time a kernel as it is, on the GPU.
+
+Reports the median time with its spread over adaptive repetitions (L2 flushed before each), and what it
+achieves against the spec's ``bytes`` and ``flops``, next to the GPU's measured peak copy bandwidth, so the
+number says how far the kernel is from its memory roofline. The kernel's outputs are also checked for
+determinism and for elements it never writes, since a benchmark of a kernel that does not do its job is
+not worth reading.
+
+``require_gpu`` and ``run_with_progress`` are shared with ``verify``: both GPU commands print the same one
+line when there is no GPU and show progress the same way (on stderr, so ``--json`` stays clean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..cli import EXIT_FAILED, EXIT_OK, CliError, load_file, pick_kernel
+from ..gpu.evaluator import EngineSettings, Evaluation, Evaluator, GpuUnavailable
+from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
+from ..gpu.timing import TimingSettings
+from ..gpu.toolchain import ToolMissing
+from ..spec import build_spec
+
+T = TypeVar("T")
+
+
+def require_gpu(command: str) -> None:
+    """Fail with one clear line (exit 1) when this machine cannot run GPU work."""
+    why = gpu_unavailable_reason()
+    if why is not None:
+        raise CliError(no_gpu_message(command, why), EXIT_FAILED)
+
+
+def run_with_progress(command: str, title: str, job: Callable[[Callable[[str, str], None]], Coroutine[Any, Any, T]],
+                      quiet: bool) -> T:
+    """Run ``job(progress_callback)`` on an event loop, showing a spinner with the current stage."""
+    console = Console(stderr=True)
+    try:
+        if quiet or not console.is_terminal:
+            return asyncio.run(job(lambda _cid, _stage: None))
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True) as progress:
+            task = progress.add_task(title, total=None)
+
+            def update(cid: str, stage: str) -> None:
+                progress.update(task, description=f"{title}: {stage} [dim]({cid})[/]")
+
+            return asyncio.run(job(update))
+    except GpuUnavailable as e:
+        raise CliError(no_gpu_message(command, str(e)), EXIT_FAILED) from e
+    except ToolMissing as e:
+        raise CliError(str(e), EXIT_FAILED) from e
+
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="time a kernel as it is on the GPU (median, spread, GB/s, GFLOP/s)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--seconds", type=float, default=2.0, help="timing budget in seconds (default 2)")
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (for microsecond kernels)")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    require_gpu("bench")
+    src, model = load_file(args.file)
+    kernel = pick_kernel(args.file, model, args.kernel)
+    spec = build_spec(src, model, kernel, args.file)
+    settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds, graph=args.graph))
+
+    async def job(progress: Callable[[str, str], None]) -> Evaluation:
+        from ..gpu.evaluator import Backend
+
+        ev = Evaluator(args.file, kernel.name, text=src.text, spec=spec, settings=settings,
+                       backend=Backend(devices=(args.device,)), progress=progress)
+        try:
+            return await ev.baseline()
+        finally:
+            await ev.close()
+
+    e = run_with_progress("bench", f"benchmarking {kernel.name}", job, quiet=args.json)
+    if args.json:
+        print(json.dumps(_result(e), indent=2))
+    else:
+        _print(e)
+    return EXIT_OK if e.status in ("ok", "suspicious") else EXIT_FAILED
+
+
+def _result(e: Evaluation) -> dict[str, Any]:
+    t = e.timing
+    out: dict[str, Any] = {"kernel": e.kernel, "status": e.status, "reason": e.reason, "gpu": e.gpu,
+                           "driver": e.driver, "notes": e.notes}
+    if t is not None and t.candidate is not None:
+        s = t.candidate
+        out.update(
+            median_ms=s.median, p25_ms=s.p25, p75_ms=s.p75, spread=s.spread, cv=s.cv, reps=s.n, ci_rel=s.ci_rel,
+            achieved_gbps=t.achieved_gbps, achieved_gflops=t.achieved_gflops, peak_gbps=t.peak_gbps,
+            fraction_of_peak=(t.achieved_gbps / t.peak_gbps) if t.achieved_gbps and t.peak_gbps else None,
+            bytes=t.bytes, flops=t.flops, sm_clock_mhz=t.sm_clock_mhz, mode=t.mode,
+        )
+    if e.build is not None:
+        out["build"] = {"registers": e.build.registers, "spill_stores": e.build.spill_stores,
+                        "spill_loads": e.build.spill_loads, "shared_bytes": e.build.shared_bytes}
+    return out
+
+
+def _print(e: Evaluation) -> None:
+    con = Console(highlight=False, soft_wrap=True)
+    t = e.timing
+    if t is None or t.candidate is None:
+        con.print(f"[bold]{e.kernel}[/]: {e.status}: {e.reason}")
+        return
+    s = t.candidate
+    con.print(f"[bold]{e.kernel}[/] on {e.gpu} (driver {e.driver}"
+              + (f", SM clock {t.sm_clock_mhz} MHz" if t.sm_clock_mhz else "") + ")")
+    table = Table(show_edge=False, show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("median", f"{s.median * 1e3:.2f} µs")
+    table.add_row("spread", f"p25 {s.p25 * 1e3:.2f} µs, p75 {s.p75 * 1e3:.2f} µs (IQR {s.spread * 100:.2f} %), "
+                            f"CV {s.cv * 100:.2f} %, median ±{s.ci_rel * 100:.2f} % (95 %), {s.n} repetitions")
+    if t.achieved_gbps is not None:
+        frac = f" ({t.achieved_gbps / t.peak_gbps * 100:.0f} % of the measured peak)" if t.peak_gbps else ""
+        table.add_row("bandwidth", f"{t.achieved_gbps:.0f} GB/s{frac}")
+    if t.achieved_gflops is not None:
+        table.add_row("compute", f"{t.achieved_gflops:.1f} GFLOP/s")
+    table.add_row("peak copy", f"{t.peak_gbps:.0f} GB/s (device-to-device copy, read + write)")
+    table.add_row("timing", t.mode)
+    if e.build is not None:
+        table.add_row("build", f"{e.build.registers} registers, {e.build.spill_stores} B spill stores, "
+                               f"{e.build.shared_bytes} B static shared memory")
+    con.print(table)
+    if e.status != "ok":
+        con.print(f"[yellow]{e.status}[/]: {e.reason}")
+    for n in e.notes:
+        con.print(f"[dim]note: {n}[/]")

@@ -1,0 +1,981 @@
+"""The evaluation API: ``await Evaluator(...).evaluate(candidate) -> Evaluation``.
+
+One ``Evaluator`` serves one kernel of one file (its spec, its original as the oracle). Evaluations of
+many candidates may be in flight at once: static guards run at once, builds run in a CPU process pool
+(in parallel with each other and with GPU work), and GPU work is serialized per device through
+``GpuPool``. Identical work is never done twice: an evaluation in flight is shared, a finished one is
+kept in the workspace store keyed by (candidate hash, spec hash, GPU, driver).
+
+A candidate is verified in this order, stopping at the first failure (cheapest checks first):
+
+1. static guards on its source (clock reads, device-side launches, a changed signature) → rejected;
+2. build (nvcc → cubin, only device code) → compile_error, incl. the compile timeout for compile bombs;
+   SASS guards on the cubin → rejected;
+3. on the GPU: the launch itself (too much shared memory, too many threads) → rejected; two runs on the
+   same inputs must agree within tolerance → racy; every writable buffer must match the original's for
+   every seed at the spec's size and at the perturbed (odd) size, every element written, no byte outside
+   a buffer touched → incorrect / rejected; a kernel fault → crashed (a sticky one restarts the worker),
+   a hang → timeout;
+4. timing interleaved with the original, L2 flushed; the outputs of the timed launches must match too
+   (a kernel that skips work only while timed) and the time must not beat the physical floor → suspicious;
+5. a re-check with fresh inputs (a seed derived from the candidate, new buffers and pointers) → incorrect;
+6. optionally energy (objective "energy") and compute-sanitizer memcheck/racecheck (winners) → rejected/racy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ..cuda import DeclKind, FileModel, Kernel, SourceText, parse
+from ..cuda.extract import needed_declarations, standalone
+from ..cuda.text import Span
+from ..search.candidate import Candidate
+from ..spec import KernelSpec, SpecError, build_spec
+from ..spec.expr import ExprError
+from ..spec.expr import parse as parse_expr
+from ..store import EvalKey, Store
+from . import compare as cmp
+from . import guards
+from .build import compile_cubin
+from .inputs import Layout
+from .sanitizer import SanitizerReport, run_sanitizer
+from .supervisor import GpuPool, Msg, gpu_identity
+from .timing import Speedup, Stats, TimingSettings, speedup, summarize
+from .toolchain import ToolMissing, default_arch
+
+Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy", "rejected"]
+STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
+                             "rejected")
+#: bump when a change to the engine changes verdicts, so cached evaluations are not reused
+ENGINE_VERSION = "1"
+#: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
+RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
+T = TypeVar("T")
+ProgressFn = Callable[[str, str], None]
+
+
+class GpuUnavailable(RuntimeError):
+    """No GPU worker can run here (no GPU, no driver, no pycuda); the message says what to install."""
+
+
+# --------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class EngineSettings:
+    """How thoroughly to verify and how to time. Defaults follow DESIGN.md "Verification"."""
+
+    seeds: tuple[int, ...] | None = None  # None: the spec's seeds
+    odd: bool = True  # also verify at the perturbed size where sizes are symbolic
+    odd_seeds: int = 1  # how many of the seeds run at the perturbed size
+    determinism: bool = True
+    recheck: bool = True
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    objective: Literal["time", "energy"] = "time"
+    energy_seconds: float = 1.0
+    kernel_timeout: float = 10.0
+    compile_timeout: float = 60.0
+    sanitize_timeout: float = 300.0
+    arch: str | None = None
+
+    def verdict_key(self) -> str:
+        """The settings that can change a verdict (part of the cache key)."""
+        d = {"seeds": self.seeds, "odd": self.odd, "odd_seeds": self.odd_seeds, "det": self.determinism,
+             "recheck": self.recheck, "graph": self.timing.graph, "flush": self.timing.flush_l2,
+             "objective": self.objective, "arch": self.arch}
+        return json.dumps(d, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class BuildStats:
+    ok: bool
+    seconds: float = 0.0
+    cached: bool = False
+    timed_out: bool = False
+    arch: str = ""
+    symbol: str = ""
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_frame: int = 0
+    shared_bytes: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BuildStats:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class RunReport:
+    """One correctness run: a size variant ("spec" or "odd") and a seed."""
+
+    variant: str
+    seed: int
+    sizes: str
+    buffers: list[cmp.BufferReport] = field(default_factory=list)
+    guard: list[str] = field(default_factory=list)
+    purpose: str = "verify"  # verify | recheck
+
+    @property
+    def ok(self) -> bool:
+        return not self.guard and all(b.ok for b in self.buffers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"variant": self.variant, "seed": self.seed, "sizes": self.sizes, "purpose": self.purpose,
+                "ok": self.ok, "guard": self.guard, "buffers": [b.to_json() for b in self.buffers]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunReport:
+        return cls(d["variant"], int(d["seed"]), d["sizes"], [cmp.BufferReport.from_json(b) for b in d["buffers"]],
+                   list(d.get("guard", [])), d.get("purpose", "verify"))
+
+
+@dataclass
+class CorrectnessReport:
+    runs: list[RunReport] = field(default_factory=list)
+    determinism: list[cmp.BufferReport] | None = None
+    timed_outputs: list[cmp.BufferReport] = field(default_factory=list)
+    unwritten_by_original: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r.seed for r in self.runs if r.purpose == "verify"})
+
+    @property
+    def sizes_checked(self) -> list[str]:
+        return sorted({r.variant for r in self.runs})
+
+    @property
+    def max_abs(self) -> float:
+        return max((b.max_abs for r in self.runs for b in r.buffers), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((b.max_rel for r in self.runs for b in r.buffers), default=0.0)
+
+    def evidence(self) -> str:
+        """``3 seeds + odd size`` style summary of what was checked."""
+        n = len(self.seeds)
+        odd = " + odd size" if "odd" in self.sizes_checked else ""
+        return f"{n} seed{'s' if n != 1 else ''}{odd}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": [r.to_json() for r in self.runs],
+                "determinism": None if self.determinism is None else [b.to_json() for b in self.determinism],
+                "timed_outputs": [b.to_json() for b in self.timed_outputs],
+                "unwritten_by_original": self.unwritten_by_original,
+                "seeds": self.seeds, "evidence": self.evidence(), "max_abs": self.max_abs, "max_rel": self.max_rel}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CorrectnessReport:
+        det = d.get("determinism")
+        return cls([RunReport.from_json(r) for r in d.get("runs", [])],
+                   None if det is None else [cmp.BufferReport.from_json(b) for b in det],
+                   [cmp.BufferReport.from_json(b) for b in d.get("timed_outputs", [])],
+                   dict(d.get("unwritten_by_original", {})))
+
+
+@dataclass
+class TimingReport:
+    candidate: Stats | None = None
+    baseline: Stats | None = None
+    speedup: Speedup | None = None
+    mode: str = "events, L2 flushed"
+    gpu: str = ""
+    driver: str = ""
+    sm_clock_mhz: int | None = None
+    max_clock_mhz: int | None = None
+    peak_gbps: float = 0.0
+    bytes: float | None = None
+    flops: float | None = None
+    floor_ms: float | None = None
+
+    @property
+    def achieved_gbps(self) -> float | None:
+        if self.candidate is None or not self.bytes:
+            return None
+        return self.bytes / (self.candidate.median * 1e-3) / 1e9
+
+    @property
+    def achieved_gflops(self) -> float | None:
+        if self.candidate is None or not self.flops:
+            return None
+        return self.flops / (self.candidate.median * 1e-3) / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": self.candidate.to_json() if self.candidate else None,
+                "baseline": self.baseline.to_json() if self.baseline else None,
+                "speedup": self.speedup.to_json() if self.speedup else None, "mode": self.mode, "gpu": self.gpu,
+                "driver": self.driver, "sm_clock_mhz": self.sm_clock_mhz, "max_clock_mhz": self.max_clock_mhz,
+                "peak_gbps": self.peak_gbps, "bytes": self.bytes, "flops": self.flops, "floor_ms": self.floor_ms,
+                "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TimingReport:
+        return cls(Stats.from_json(d["candidate"]) if d.get("candidate") else None,
+                   Stats.from_json(d["baseline"]) if d.get("baseline") else None,
+                   Speedup.from_json(d["speedup"]) if d.get("speedup") else None,
+                   d.get("mode", ""), d.get("gpu", ""), d.get("driver", ""), d.get("sm_clock_mhz"),
+                   d.get("max_clock_mhz"), float(d.get("peak_gbps") or 0.0), d.get("bytes"), d.get("flops"),
+                   d.get("floor_ms"))
+
+
+@dataclass
+class EnergyReport:
+    joules_per_launch: float
+    baseline_joules_per_launch: float | None
+    seconds: float
+    launches: int
+    mean_power_w: float
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """Baseline energy over candidate energy (> 1: the candidate uses less)."""
+        if not self.baseline_joules_per_launch or self.joules_per_launch <= 0:
+            return None
+        return self.baseline_joules_per_launch / self.joules_per_launch
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ratio"] = self.ratio
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EnergyReport:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class Evaluation:
+    """Everything known about one candidate on one GPU. ``status`` is one of ``STATUSES``."""
+
+    candidate_id: str
+    candidate_hash: str
+    kernel: str
+    status: str
+    reason: str = ""
+    build: BuildStats | None = None
+    correctness: CorrectnessReport = field(default_factory=CorrectnessReport)
+    timing: TimingReport | None = None
+    energy: EnergyReport | None = None
+    sanitizer: SanitizerReport | None = None
+    guards: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    gpu: str = ""
+    driver: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    cacheable: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup.ratio if self.timing and self.timing.speedup else None
+
+    def headline(self) -> str:
+        """One line for people: "1.37x faster (verified on NVIDIA H100, 3 seeds + odd size)"."""
+        if not self.ok:
+            return f"{self.status}: {self.reason}"
+        sp = self.speedup
+        where = f"verified on {self.gpu}, {self.correctness.evidence()}"
+        if sp is None:
+            return f"verified ({where})"
+        word = "faster" if sp >= 1 else "slower"
+        factor = sp if sp >= 1 else 1 / sp
+        return f"{factor:.2f}x {word} ({where})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidate_id": self.candidate_id, "candidate_hash": self.candidate_hash, "kernel": self.kernel,
+            "status": self.status, "reason": self.reason, "headline": self.headline(),
+            "build": asdict(self.build) if self.build else None, "correctness": self.correctness.to_json(),
+            "timing": self.timing.to_json() if self.timing else None,
+            "energy": self.energy.to_json() if self.energy else None,
+            "sanitizer": self.sanitizer.to_json() if self.sanitizer else None,
+            "guards": self.guards, "notes": self.notes, "gpu": self.gpu, "driver": self.driver,
+            "seconds": self.seconds, "cached": self.cached, "speedup": self.speedup,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Evaluation:
+        return cls(
+            d["candidate_id"], d["candidate_hash"], d["kernel"], d["status"], d.get("reason", ""),
+            BuildStats.from_json(d["build"]) if d.get("build") else None,
+            CorrectnessReport.from_json(d.get("correctness") or {}),
+            TimingReport.from_json(d["timing"]) if d.get("timing") else None,
+            EnergyReport.from_json(d["energy"]) if d.get("energy") else None,
+            SanitizerReport.from_json(d["sanitizer"]) if d.get("sanitizer") else None,
+            list(d.get("guards", [])), list(d.get("notes", [])), d.get("gpu", ""), d.get("driver", ""),
+            float(d.get("seconds", 0.0)), bool(d.get("cached", False)),
+        )
+
+
+# --------------------------------------------------------------------------- building (in pool processes)
+@dataclass
+class BuildOut:
+    """What a pool process sends back from a build: the cubin, its stats, and SASS guard findings."""
+
+    stats: BuildStats
+    cubin: bytes = b""
+    sass: list[guards.GuardFinding] = field(default_factory=list)
+    sass_note: str | None = None
+    error: str = ""
+
+
+def build_job(source: str, kernel: str, defines: dict[str, str], flags: list[str], filename: str, timeout: float,
+              arch: str) -> BuildOut:
+    """Compile one translation unit and inspect its SASS (runs in a pool process)."""
+    try:
+        res = compile_cubin(source, arch=arch, defines=defines, flags=flags, filename=filename, timeout=timeout)
+    except ToolMissing as e:
+        return BuildOut(BuildStats(False, arch=arch, messages=[str(e)]), error=str(e))
+    msgs = [f"{m.file}:{m.line}: {m.severity}: {m.text}" if m.line else f"{m.severity}: {m.text}"
+            for m in res.messages if m.severity == "error"]
+    msgs += [f"{m.file}:{m.line}: {m.severity}: {m.text}" if m.line else f"{m.severity}: {m.text}"
+             for m in res.messages if m.severity == "warning"][:10]
+    r = res.resources_for(kernel) if res.ok else None
+    stats = BuildStats(res.ok, res.seconds, res.cached, res.timed_out, res.arch, r.mangled if r else "",
+                       r.registers if r else 0, r.spill_stores if r else 0, r.spill_loads if r else 0,
+                       r.stack_frame if r else 0, r.shared_bytes if r else 0, msgs)
+    if not res.ok:
+        return BuildOut(stats)
+    if r is None:
+        return BuildOut(stats, error=f"the cubin has no entry function for kernel `{kernel}`")
+    found, note = guards.sass_findings(res.cubin)
+    return BuildOut(stats, res.cubin, found, note)
+
+
+def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -> Candidate:
+    """A candidate from a hand-written variant file holding a kernel of the same name.
+
+    The variant's kernel definition is taken, preceded by what it needs from its own file that the
+    original file does not have verbatim (new device helpers, new includes); everything else comes from
+    the original file when the candidate is built.
+    """
+    vsrc = SourceText(variant_text)
+    vmodel = parse(vsrc.data)
+    vk = vmodel.kernel(kernel)
+    if vk is None:
+        names = ", ".join(k.name for k in vmodel.kernels) or "none"
+        raise KeyError(f"the candidate file has no __global__ kernel named `{kernel}` (kernels there: {names})")
+    extra: list[str] = []
+    for inc in vmodel.includes:
+        text = vsrc.slice(inc.span).strip()
+        if text not in original_text:
+            extra.append(text)
+    needed = needed_declarations(vmodel, vk)
+    # Explicit specializations (``template <> struct Bomb<0>``) are named with their arguments; they belong
+    # with their primary template.
+    needed_names = {n for d in needed for n in d.names}
+    starts = {d.span.start for d in needed}
+    needed += [d for d in vmodel.declarations
+               if d.span.start not in starts and d.kind is not DeclKind.HOST_FUNCTION
+               and any(n.split("<")[0].strip() in needed_names for n in d.names)]
+    for d in sorted(needed, key=lambda d: d.span.start):
+        text = vsrc.slice(d.span).strip()
+        if text not in original_text:
+            extra.append(text + ("" if text.endswith(("}", ";")) or text.startswith("#") else ";"))
+    source = ("\n".join(extra) + "\n" if extra else "") + vsrc.slice(vk.span)
+    return Candidate(kernel=kernel, source=source, family="hand-written", rationale="from a variant file")
+
+
+# --------------------------------------------------------------------------- backend
+class Backend:
+    """Machinery shared by evaluators: one worker per GPU and a pool of compiler processes.
+
+    Builds run in a ``ProcessPoolExecutor`` (nvcc itself is a subprocess; the pool keeps parsing ptxas
+    output and disassembling SASS off the event loop). Its processes are started with "spawn", never
+    "fork": the parent has threads (the GPU supervisors), and forking a threaded process is unsafe. As with
+    any spawn pool, a script that creates a ``Backend`` must guard its entry point with
+    ``if __name__ == "__main__":`` (``python -m warpforge``, the ``warpforge`` script and pytest do).
+    Several evaluators may share one backend, so that all their GPU work goes through the same workers.
+    """
+
+    def __init__(self, devices: Sequence[int] = (0,), *, compile_workers: int | None = None,
+                 worker_command: Sequence[str] | None = None, worker_env: dict[str, str] | None = None,
+                 start_timeout: float = 120.0) -> None:
+        self.pool = GpuPool(devices, command=worker_command, start_timeout=start_timeout, env=worker_env)
+        self.compile_workers = compile_workers or max(1, min(os.cpu_count() or 2, 16))
+        self._executor: ProcessPoolExecutor | None = None
+        self._compare_arch: str | None = None
+        self._compare_task: asyncio.Task[None] | None = None
+        self._facts: dict[int, tuple[Msg, float]] = {}
+        self.compare_note = ""
+
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(self.compile_workers,
+                                                 mp_context=multiprocessing.get_context("spawn"))
+        return self._executor
+
+    async def cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in the compile pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor(), fn, *args)
+
+    async def ensure_compare(self, arch: str) -> None:
+        """Build the device comparison kernels once; every worker loads them when it starts."""
+        if self._compare_task is None or self._compare_arch != arch:
+            self._compare_arch = arch
+            self._compare_task = asyncio.ensure_future(self._build_compare(arch))
+        await asyncio.shield(self._compare_task)
+
+    async def _build_compare(self, arch: str) -> None:
+        out = await self.cpu(build_job, cmp.DEVICE_SOURCE, "wf_compare_4", {}, [], "warpforge_compare.cu", 120.0,
+                             arch)
+        if out.stats.ok and out.cubin:
+            self.pool.set_setup([{"op": "setup", "compare": {"cubin": out.cubin}}])
+        else:
+            self.compare_note = "device comparison kernels did not build; comparing on the host: " + \
+                "; ".join(out.stats.messages[:2])
+
+    async def facts(self, handle: Any) -> tuple[Msg, float]:
+        """(device info, measured peak copy bandwidth in GB/s) of a device, measured once."""
+        dev = int(handle.device)
+        sup = handle.supervisor
+        if dev not in self._facts or self._facts[dev][0].get("pid") != (sup.info or {}).get("pid"):
+            info_r = await handle.request({"op": "info"}, 120.0)
+            if info_r.get("status") == "unavailable":
+                raise GpuUnavailable(str(info_r.get("reason")))
+            if info_r.get("status") != "ok":
+                raise GpuUnavailable(f"the GPU worker does not answer: {info_r.get('reason')}")
+            old_peak = self._facts[dev][1] if dev in self._facts else 0.0
+            peak = old_peak
+            if not peak:
+                pr = await handle.request({"op": "peak"}, 120.0)
+                peak = float(pr.get("peak_gbps") or 0.0)
+            self._facts[dev] = (dict(info_r["info"]), peak)
+            self.compare_note = self.compare_note or str(info_r.get("compare", ""))
+        return self._facts[dev]
+
+    async def identity(self) -> tuple[str, str]:
+        """(GPU name, driver) of the first device, for cache keys: nvidia-smi, else the worker."""
+        ident = gpu_identity(self.pool.handles[0].device)
+        if ident is not None:
+            return ident
+        handle = self.pool.handles[0]
+        info, _ = await self.facts(handle)
+        return str(info.get("name", "?")), str(info.get("driver", "?"))
+
+    @property
+    def restarts(self) -> int:
+        return self.pool.restarts
+
+    def close(self) -> None:
+        self.pool.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.close)
+
+
+# --------------------------------------------------------------------------- evaluator
+@dataclass
+class _Built:
+    key: str
+    cubin: bytes
+    symbol: str
+    stats: BuildStats
+    launches: dict[str, tuple[list[int], list[int], int]]
+    sass: list[guards.GuardFinding]
+    sass_note: str | None = None
+
+    def ref(self) -> Msg:
+        return {"key": self.key, "cubin": self.cubin, "symbol": self.symbol, "launch": self.launches}
+
+
+class _Fail(Exception):
+    """Ends an evaluation early with a status and reason."""
+
+    def __init__(self, status: str, reason: str, cacheable: bool = True) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.cacheable = cacheable
+
+
+class Evaluator:
+    """Verifies and times candidates of one kernel against its original (see the module docstring)."""
+
+    def __init__(
+        self,
+        file: str | Path,
+        kernel: str,
+        *,
+        text: str | None = None,
+        spec: KernelSpec | None = None,
+        backend: Backend | None = None,
+        store: Store | None = None,
+        settings: EngineSettings | None = None,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.file = str(file)
+        self.text = text if text is not None else Path(file).read_text(encoding="utf-8")
+        self.src = SourceText(self.text)
+        self.model: FileModel = parse(self.src.data)
+        k = self.model.kernel(kernel)
+        if k is None:
+            names = ", ".join(x.name for x in self.model.kernels) or "none"
+            raise SpecError(self.file, None, f"no __global__ kernel named `{kernel}`", f"kernels here: {names}")
+        self.kernel: Kernel = k
+        self.spec = spec if spec is not None else build_spec(self.src, self.model, k, self.file)
+        self.settings = settings or EngineSettings()
+        self.backend = backend or Backend()
+        self._own_backend = backend is None
+        self.store = store
+        self.progress = progress
+        self.original = Candidate.original(self.text, k.name)
+        self.arch = default_arch(self.settings.arch)
+        self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
+        self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
+        self.tolerances = {a.name: self.spec.tolerance_for(a) for a in self.spec.args if a.is_buffer}
+        self.spec_key = self._spec_key()
+        self.problem: Msg = {"id": self.spec_key, "layouts": self.layouts, "tolerances": self.tolerances}
+        self._baseline_task: asyncio.Task[_Built] | None = None
+        self._baseline_eval: Evaluation | None = None
+        self._baseline_lock: asyncio.Lock | None = None
+        self._inflight: dict[str, asyncio.Future[Evaluation]] = {}
+        self._done: dict[str, Evaluation] = {}
+        self._identity: tuple[str, str] | None = None
+
+    # ----------------------------------------------------------------- keys
+    def _spec_key(self) -> str:
+        tu = self._translation_unit(self.original)
+        h = hashlib.sha256()
+        for part in (self.spec.spec_hash(), tu, self.arch, ENGINE_VERSION, self.settings.verdict_key()):
+            h.update(part.encode("utf-8"))
+            h.update(b"\0")
+        return h.hexdigest()[:24]
+
+    async def _key(self) -> EvalKey | None:
+        if self.store is None:
+            return None
+        if self._identity is None:
+            await self.backend.ensure_compare(self.arch)
+            self._identity = await self.backend.identity()
+        return EvalKey("", self.spec_key, self._identity[0], self._identity[1])
+
+    def _say(self, cand: Candidate, stage: str) -> None:
+        self._say_id(cand.id, stage)
+
+    def _say_id(self, cid: str, stage: str) -> None:
+        if self.progress is not None:
+            self.progress(cid, stage)
+
+    # ----------------------------------------------------------------- building
+    def _translation_unit(self, cand: Candidate) -> str:
+        inst = tuple(self.spec.template_args) if self.kernel.template_params else None
+        if cand.source == self.original.source:
+            return standalone(self.src, self.model, self.kernel, filename=self.file, instantiate=inst)
+        # Put the candidate where the kernel was, so its dependencies are found in the original file's
+        # context; the candidate's whole text (new helpers first, then the kernel) is emitted verbatim, as
+        # the "kernel", and declarations inside it are not pulled in a second time.
+        span = self.kernel.span
+        body = cand.source.encode("utf-8")
+        merged = self.src.data[: span.start] + body + self.src.data[span.end :]
+        msrc = SourceText(merged)
+        mmodel = parse(msrc.data)
+        mk = mmodel.kernel(self.kernel.name)
+        if mk is None:
+            raise _Fail("rejected", f"the candidate does not define kernel `{self.kernel.name}`")
+        region = Span(span.start, span.start + len(body))
+        if region.contains_span(mk.span):
+            mk = replace(mk, span=region)
+        return standalone(msrc, mmodel, mk, filename=self.file, instantiate=inst)
+
+    def _defines(self, cand: Candidate) -> dict[str, str]:
+        base = {t.name: t.values[0] for t in self.spec.tunables}
+        base.update(cand.defines)
+        return base
+
+    def _launch(self, cand: Candidate, variant: str) -> tuple[list[int], list[int], int]:
+        perturbed = variant == "odd"
+        tun = {t.name: cand.defines.get(t.name, t.values[0]) for t in self.spec.tunables}
+        try:
+            resolved = self.spec.resolve(perturbed=perturbed, tunables=tun)
+        except SpecError as e:
+            raise _Fail("rejected", f"the candidate's defines make the spec unusable: {e}") from e
+        want = self.layouts[variant]
+        got = Layout.from_resolved(resolved, variant)
+        if [a.count for a in got.args] != [a.count for a in want.args]:
+            raise _Fail("rejected", "the candidate's defines change the buffer sizes; a variant must compute the "
+                                    "same problem")
+        if not cand.overrides_launch:
+            return list(resolved.grid), list(resolved.block), int(resolved.smem)
+        env: dict[str, int | float] = dict(resolved.sizes)
+        for k, v in cand.defines.items():
+            with contextlib.suppress(ExprError):
+                env.setdefault(k, parse_expr(v).evaluate({}))
+
+        def dims(exprs: tuple[str, ...] | None, default: tuple[int, int, int], what: str) -> list[int]:
+            if exprs is None:
+                return list(default)
+            vals = []
+            for e in exprs:
+                try:
+                    vals.append(int(parse_expr(e).evaluate(env)))
+                except ExprError as err:
+                    raise _Fail("rejected", f"launch {what} `{e}`: {err}") from err
+            return [*vals, 1, 1, 1][:3]
+
+        grid = dims(cand.grid, resolved.grid, "grid")
+        block = dims(cand.block, resolved.block, "block")
+        smem = int(resolved.smem)
+        if cand.smem is not None:
+            try:
+                smem = int(parse_expr(cand.smem).evaluate(env))
+            except ExprError as err:
+                raise _Fail("rejected", f"launch smem `{cand.smem}`: {err}") from err
+        return grid, block, smem
+
+    async def _build(self, cand: Candidate) -> _Built:
+        launches = {v: self._launch(cand, v) for v in self.variants}
+        tu = self._translation_unit(cand)
+        self._say(cand, "compiling")
+        out = await self.backend.cpu(build_job, tu, self.kernel.name, self._defines(cand), list(cand.flags),
+                                     self.file, float(self.settings.compile_timeout), self.arch)
+        if out.error and not out.stats.messages:
+            raise _Fail("compile_error", out.error)
+        if not out.stats.ok:
+            if out.stats.timed_out:
+                raise _Fail("compile_error", f"compilation exceeded {self.settings.compile_timeout:g} s and was "
+                                             "killed (a compile bomb?)")
+            first = next((m for m in out.stats.messages if ": error" in m or m.startswith("error")),
+                         out.stats.messages[0] if out.stats.messages else "nvcc failed")
+            raise _Fail("compile_error", first)
+        if out.error:
+            raise _Fail("compile_error", out.error)
+        key = hashlib.sha256(out.cubin).hexdigest()[:24]
+        return _Built(key, out.cubin, out.stats.symbol, out.stats, launches, list(out.sass), out.sass_note)
+
+    async def _baseline_built(self) -> _Built:
+        if self._baseline_task is None:
+            self._baseline_task = asyncio.ensure_future(self._build(self.original))
+        try:
+            return await asyncio.shield(self._baseline_task)
+        except _Fail as e:
+            raise _Fail("rejected", f"cannot verify: the original kernel does not build: {e.reason}", False) from e
+
+    # ----------------------------------------------------------------- public API
+    async def baseline(self) -> Evaluation:
+        """Build, run and time the original kernel: the oracle outputs, its speed, its own determinism."""
+        if self._baseline_lock is None:
+            self._baseline_lock = asyncio.Lock()
+        async with self._baseline_lock:
+            if self._baseline_eval is None:
+                self._baseline_eval = await self._run_evaluation(self.original, sanitize=False, baseline=True)
+            return self._baseline_eval
+
+    async def evaluate(self, candidate: Candidate, *, sanitize: bool = False) -> Evaluation:
+        """Verify and time one candidate (see the module docstring); never raises for what a candidate does.
+
+        Raises ``GpuUnavailable`` when there is no GPU to run on.
+        """
+        if candidate.kernel != self.kernel.name:
+            raise ValueError(f"candidate of `{candidate.kernel}` given to the evaluator of `{self.kernel.name}`")
+        key = candidate.hash + (":sanitize" if sanitize else "")
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(self._run_evaluation(candidate, sanitize=sanitize, baseline=False))
+            self._inflight[key] = fut
+
+            def forget(_f: asyncio.Future[Evaluation], k: str = key) -> None:
+                self._inflight.pop(k, None)
+
+            fut.add_done_callback(forget)
+        return await asyncio.shield(fut)
+
+    async def sanitize(self, candidate: Candidate) -> Evaluation:
+        """``evaluate`` plus compute-sanitizer memcheck and racecheck (for a winner)."""
+        return await self.evaluate(candidate, sanitize=True)
+
+    async def close(self) -> None:
+        if self._own_backend:
+            await self.backend.aclose()
+
+    async def __aenter__(self) -> Evaluator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- the pipeline
+    async def _run_evaluation(self, cand: Candidate, *, sanitize: bool, baseline: bool) -> Evaluation:
+        t0 = time.perf_counter()
+        key = await self._key()
+        ekey = replace(key, candidate_hash=cand.hash) if key is not None else None
+        prior = self._done.get(cand.hash)
+        if prior is None and ekey is not None and self.store is not None:
+            cached = self.store.get_evaluation(ekey)
+            if cached is not None:
+                prior = Evaluation.from_json(cached)
+                prior.cached = True
+        if prior is not None:
+            if not (sanitize and prior.ok and prior.sanitizer is None):
+                return prior
+            ev = prior  # verified and timed already: only the sanitizer is missing
+            try:
+                built = await self._build(cand)
+                await self.backend.ensure_compare(self.arch)
+                async with self.backend.pool.acquire() as dev:
+                    await self._sanitize_step(ev, built, int(dev.device))
+            except _Fail as f:
+                ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
+        else:
+            ev = Evaluation(cand.id, cand.hash, cand.kernel, "ok")
+            try:
+                await self._pipeline(cand, ev, sanitize=sanitize, baseline=baseline)
+            except _Fail as f:
+                ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
+            ev.seconds = time.perf_counter() - t0
+        self._say(cand, ev.status)
+        if ev.cacheable:
+            self._done[cand.hash] = ev
+            if ekey is not None and self.store is not None:
+                self.store.put_evaluation(ekey, cand.kernel, ev.status, ev.speedup, _json_safe(ev.to_json()))
+        return ev
+
+    async def _pipeline(self, cand: Candidate, ev: Evaluation, *, sanitize: bool, baseline: bool) -> None:
+        # 1. static guards
+        if not baseline and cand.source != self.original.source:
+            found = guards.check_candidate(self.kernel, self.original.source, cand.source)
+            if found:
+                ev.guards = [f.text() for f in found]
+                raise _Fail("rejected", "; ".join(ev.guards))
+        # 2. builds (the original's and this one's, concurrently)
+        base_task = asyncio.ensure_future(self._baseline_built())
+        if baseline:
+            built = await base_task
+        else:
+            try:
+                built = await self._build(cand)
+            except _Fail as f:
+                base_task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+                if f.status == "compile_error":
+                    ev.build = BuildStats(False, messages=[f.reason])
+                raise
+        base = await base_task
+        ev.build = built.stats
+        if built.sass_note:
+            ev.notes.append(built.sass_note)
+        if not baseline:
+            allowed = {g.code for g in base.sass}
+            found = [g for g in built.sass if g.code not in allowed]
+            if found:
+                ev.guards = [g.text() for g in found]
+                raise _Fail("rejected", "; ".join(ev.guards))
+        # 3.-6. the GPU
+        await self.backend.ensure_compare(self.arch)
+        async with self.backend.pool.acquire() as dev:
+            info, peak = await self.backend.facts(dev)
+            ev.gpu, ev.driver = str(info.get("name", "")), str(info.get("driver", ""))
+            await self._gpu(dev, cand, built, base, ev, info, peak, baseline=baseline, sanitize=sanitize)
+
+    def _seeds(self) -> list[int]:
+        return list(self.settings.seeds or self.spec.seeds)
+
+    async def _request(self, dev: Any, msg: Msg, timeout: float, what: str) -> Msg:
+        r: Msg = await dev.request(msg, timeout)
+        status = r.get("status")
+        if status == "ok":
+            return r
+        reason = str(r.get("reason", ""))
+        if status == "unavailable":
+            raise GpuUnavailable(reason)
+        if status in ("timeout", "crashed", "rejected"):
+            raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason)
+        raise _Fail("crashed", f"engine error during {what}: {reason}", cacheable=False)
+
+    async def _gpu(self, dev: Any, cand: Candidate, built: _Built, base: _Built, ev: Evaluation, info: Msg,
+                   peak: float, *, baseline: bool, sanitize: bool) -> None:
+        kt = float(self.settings.kernel_timeout)
+        seeds = self._seeds()
+        runs: list[list[Any]] = [["spec", s] for s in seeds]
+        if "odd" in self.variants:
+            runs += [["odd", s] for s in seeds[: max(1, self.settings.odd_seeds)]]
+        per_request = 120.0 + kt * (len(runs) * 3 + 4)
+        # -- correctness
+        self._say(cand, "verifying")
+        msg: Msg = {"op": "check", "problem": self.problem, "oracle": base.ref(),
+                    "subject": None if baseline else built.ref(),
+                    "runs": runs if not baseline else [["spec", seeds[0]]],
+                    "determinism": ["spec", seeds[0]] if self.settings.determinism else None,
+                    "kernel_timeout": kt, "count_unwritten": baseline}
+        r = await self._request(dev, msg, per_request, "verification")
+        for rr in r["runs"]:
+            ev.correctness.runs.append(RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]),
+                                                 list(rr["guard"])))
+            if rr.get("unwritten"):
+                ev.correctness.unwritten_by_original.update({k: v for k, v in rr["unwritten"].items() if v})
+            if rr.get("oracle_guard"):
+                raise _Fail("rejected", "cannot verify: the original kernel writes outside its buffers ("
+                                        + "; ".join(rr["oracle_guard"]) + "); check the spec's lengths", False)
+        if ev.build is not None and r.get("attrs"):
+            ev.build.registers = ev.build.registers or int(r["attrs"].get("registers", 0))
+        det = r.get("determinism")
+        ev.correctness.determinism = list(det) if det is not None else None
+        for name, n in ev.correctness.unwritten_by_original.items():
+            ev.notes.append(f"the original kernel leaves {n} elements of `{name}` unwritten (its spec length is "
+                            "larger than what it writes); those elements are not checked")
+        if det is not None and not all(b.ok for b in det):
+            bad = next(b for b in det if not b.ok)
+            who = "the original kernel" if baseline else "the candidate"
+            if bad.unwritten:
+                raise _Fail("incorrect", f"a second launch on fresh buffers left {bad.unwritten} elements of "
+                                         f"`{bad.name}` unwritten: {who} skips work on later calls (results cached "
+                                         "across calls?)")
+            raise _Fail("racy", f"{who} is not deterministic: two runs on the same inputs differ beyond tolerance "
+                                f"({bad.summary()})")
+        for run in ev.correctness.runs:
+            if run.guard:
+                raise _Fail("rejected", f"{run.variant} size ({run.sizes}), seed {run.seed}: " + "; ".join(run.guard))
+            bad_bufs = [b for b in run.buffers if not b.ok]
+            if bad_bufs:
+                raise _Fail("incorrect", f"{run.variant} size ({run.sizes}), seed {run.seed}: "
+                                         + "; ".join(b.summary() for b in bad_bufs))
+        # -- timing, interleaved with the original
+        self._say(cand, "timing")
+        ts = self.settings.timing
+        sides = [base.ref()] if baseline else [base.ref(), built.ref()]
+        tmsg: Msg = {"op": "time", "problem": self.problem, "sides": sides, "variant": "spec", "seed": seeds[0],
+                     "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref()}
+        budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
+        t = await self._request(dev, tmsg, budget, "timing")
+        samples = t["samples"]
+        base_stats = summarize(samples[0])
+        cand_stats = base_stats if baseline else summarize(samples[1])
+        timing = TimingReport(
+            candidate=cand_stats, baseline=base_stats,
+            speedup=None if baseline else speedup(samples[0], samples[1]),
+            mode=("CUDA graph replays" if ts.graph else "events") + (", L2 flushed" if ts.flush_l2 else ""),
+            gpu=str(info.get("name", "")), driver=str(info.get("driver", "")), sm_clock_mhz=t.get("sm_clock_mhz"),
+            max_clock_mhz=int(info.get("clock_mhz") or 0) or None, peak_gbps=peak,
+            bytes=self._bytes(), flops=self._flops(),
+        )
+        if timing.bytes and peak:
+            timing.floor_ms = guards.floor_ms(timing.bytes, peak)
+        ev.timing = timing
+        outs = t.get("outputs") or []
+        side_out = outs[-1] if outs else []
+        ev.correctness.timed_outputs = list(side_out)
+        bad_timed = [b for b in side_out if not b.ok]
+        if bad_timed:
+            raise _Fail("suspicious", "the outputs of the timed launches differ from the original's although the "
+                                      "verification runs matched: the kernel behaves differently when called "
+                                      "repeatedly on the same buffers (cached results?): "
+                                      + "; ".join(b.summary() for b in bad_timed))
+        floor = guards.floor_finding(cand_stats.median, timing.bytes, peak,
+                                     theoretical_gbps=float(info.get("theoretical_gbps") or 0.0),
+                                     l2_bytes=int(info.get("l2_bytes") or 0))
+        if floor is not None:
+            ev.guards.append(floor.text())
+            base_floor = None if baseline else guards.floor_finding(
+                base_stats.median, timing.bytes, peak, theoretical_gbps=float(info.get("theoretical_gbps") or 0.0),
+                l2_bytes=int(info.get("l2_bytes") or 0))
+            extra = " (the original is below it too: the spec's `bytes` is probably too large)" if base_floor else ""
+            raise _Fail("suspicious", floor.message + extra)
+        # -- re-check with fresh inputs and pointers
+        if not baseline and self.settings.recheck:
+            self._say(cand, "re-checking")
+            # Inputs this candidate has not seen (a small pool, so inputs and oracle outputs stay cached).
+            fresh = RECHECK_SEED_BASE + int(cand.hash[:6], 16) % RECHECK_SEEDS
+            rmsg: Msg = {"op": "check", "problem": self.problem, "oracle": base.ref(), "subject": built.ref(),
+                         "runs": [["spec", fresh]], "determinism": None, "kernel_timeout": kt}
+            rr = (await self._request(dev, rmsg, per_request, "re-check"))["runs"][0]
+            rep = RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]), list(rr["guard"]),
+                            purpose="recheck")
+            ev.correctness.runs.append(rep)
+            if not rep.ok:
+                what = "; ".join(rep.guard + [b.summary() for b in rep.buffers if not b.ok])
+                raise _Fail("incorrect", f"re-check after timing with fresh inputs (seed {fresh}) failed: {what}")
+        # -- energy
+        if self.settings.objective == "energy":
+            self._say(cand, "measuring energy")
+            ev.energy = await self._energy(dev, built, base, baseline)
+        # -- sanitizer
+        if sanitize:
+            await self._sanitize_step(ev, built, int(dev.device))
+
+    async def _sanitize_step(self, ev: Evaluation, built: _Built, device: int) -> None:
+        self._say_id(ev.candidate_id, "compute-sanitizer")
+        ev.sanitizer = await self._sanitize(built, device)
+        ev.notes.extend(ev.sanitizer.notes())
+        bad = ev.sanitizer.failed
+        if bad is not None:
+            status = "racy" if bad.tool == "racecheck" else "rejected"
+            raise _Fail(status, f"compute-sanitizer {bad.tool}: {bad.errors} error(s): {bad.first_error}")
+
+    def _bytes(self) -> float | None:
+        r = self.spec.resolve()
+        if r.bytes:
+            return float(r.bytes)
+        # Without a spec figure, the outputs that must be written are a floor.
+        out = sum(a.nbytes for a in self.layouts["spec"].writable)
+        return float(out) if out else None
+
+    def _flops(self) -> float | None:
+        r = self.spec.resolve()
+        return float(r.flops) if r.flops else None
+
+    async def _energy(self, dev: Any, built: _Built, base: _Built, baseline: bool) -> EnergyReport:
+        from .energy import CAVEAT
+
+        async def one(ref: Msg) -> dict[str, Any] | None:
+            msg: Msg = {"op": "energy", "problem": self.problem, "subject": ref, "variant": "spec",
+                        "seed": self._seeds()[0], "seconds": self.settings.energy_seconds,
+                        "kernel_timeout": self.settings.kernel_timeout}
+            r = await dev.request(msg, 120.0 + 4 * self.settings.energy_seconds)
+            if r.get("status") == "unavailable":
+                return None
+            if r.get("status") != "ok":
+                raise _Fail(str(r.get("status") if r.get("status") in STATUSES else "crashed"),
+                            f"energy measurement: {r.get('reason')}")
+            reading: dict[str, Any] = r["reading"]
+            return reading
+
+        cand_r = await one(built.ref())
+        if cand_r is None:
+            return EnergyReport(0.0, None, 0.0, 0, 0.0, "NVML energy counter unavailable: energy not measured")
+        base_r = cand_r if baseline else await one(base.ref())
+        return EnergyReport(float(cand_r["joules_per_launch"]),
+                            float(base_r["joules_per_launch"]) if base_r else None, float(cand_r["seconds"]),
+                            int(cand_r["launches"]), float(cand_r["mean_power_w"]), CAVEAT)
+
+    async def _sanitize(self, built: _Built, device: int) -> SanitizerReport:
+        variant = "odd" if "odd" in self.variants else "spec"
+        grid, block, smem = built.launches[variant]
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: run_sanitizer(built.cubin, built.symbol, self.layouts[variant], (grid, block, smem),
+                                        seed=self._seeds()[0], device=device,
+                                        timeout=self.settings.sanitize_timeout))
+
+
+def _json_safe(d: Any) -> Any:
+    """Replace non-finite floats (not valid JSON) by strings, recursively."""
+    if isinstance(d, float):
+        return d if math.isfinite(d) else repr(d)
+    if isinstance(d, dict):
+        return {k: _json_safe(v) for k, v in d.items()}
+    if isinstance(d, list | tuple):
+        return [_json_safe(v) for v in d]
+    return d

@@ -1,0 +1,280 @@
+"""Host buffers for a kernel run, from its resolved spec: random inputs per seed, and poison for outputs.
+
+Why poison: a kernel must write every element it owns. Outputs are filled with a pattern before every run,
+so an element the kernel skipped still holds the pattern afterwards and cannot pass for a result, however
+plausible the stale data underneath would have looked. The pattern is the 16-bit word ``0x7FF8`` repeated:
+read as float16, bfloat16, float32 or float64 it is a NaN in every case (all-ones exponent, non-zero
+mantissa), and it is an unusual integer (``0x7FF87FF8`` as int32); one-byte types get ``0xF8``. One pattern
+means one device memset poisons a buffer, and "unwritten" is simply "still bitwise equal to the poison",
+which a NaN computed by the kernel (canonically ``0x7FC00000``/``0x7FFFFFFF``) is not.
+
+Inputs are drawn per (seed, argument name), so adding an argument does not change the others' data, and a
+seed always gives the same data on every machine (numpy's PCG64 is platform independent).
+
+This module only needs numpy: the GPU worker imports it, and so do CPU-side tests.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: the 16-bit poison word; see the module docstring
+POISON_WORD16 = 0x7FF8
+#: the same pattern as a 32-bit word (for memset_d32)
+POISON_WORD32 = (POISON_WORD16 << 16) | POISON_WORD16
+#: little-endian bytes of one poison word: even offsets hold 0xF8, odd offsets 0x7F
+POISON_BYTES = bytes([POISON_WORD16 & 0xFF, POISON_WORD16 >> 8])
+
+#: canonical dtype -> numpy storage dtype (bfloat16 has no numpy type: it is stored as its 16 raw bits)
+_STORAGE: dict[str, str] = {
+    "float32": "float32", "float16": "float16", "bfloat16": "uint16", "float64": "float64",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+}
+FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+
+
+class InputError(ValueError):
+    """The spec asks for data that cannot be produced (e.g. an integer range outside the type)."""
+
+
+def storage_dtype(dtype: str) -> np.dtype[Any]:
+    """The numpy dtype that holds ``dtype``'s bits."""
+    try:
+        return np.dtype(_STORAGE[dtype])
+    except KeyError as e:
+        raise InputError(f"unsupported element type `{dtype}`") from e
+
+
+def itemsize(dtype: str) -> int:
+    return storage_dtype(dtype).itemsize
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class ArgLayout:
+    """One kernel argument of one run, in plain numbers (what a worker needs, nothing else).
+
+    ``role`` is "in", "out", "inout" or "scalar"; ``dist`` is (kind, a, b) as in the spec.
+    """
+
+    name: str
+    role: str
+    dtype: str
+    count: int | None = None
+    value: int | float | None = None
+    dist: tuple[str, float, float] | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.role != "scalar"
+
+    @property
+    def writable(self) -> bool:
+        return self.role in ("out", "inout")
+
+    @property
+    def readable(self) -> bool:
+        return self.role in ("in", "inout")
+
+    @property
+    def nbytes(self) -> int:
+        return (self.count or 0) * itemsize(self.dtype) if self.is_buffer else 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """All arguments of one run, in kernel parameter order, plus the sizes for reports."""
+
+    label: str
+    args: tuple[ArgLayout, ...]
+    sizes: tuple[tuple[str, int | float], ...] = ()
+
+    @property
+    def buffers(self) -> tuple[ArgLayout, ...]:
+        return tuple(a for a in self.args if a.is_buffer)
+
+    @property
+    def writable(self) -> tuple[ArgLayout, ...]:
+        return tuple(a for a in self.args if a.writable)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.args)
+
+    def describe(self) -> str:
+        """``N=33554432`` style text for reports."""
+        return ", ".join(f"{k}={v}" for k, v in self.sizes)
+
+    @classmethod
+    def from_resolved(cls, resolved: Any, label: str) -> Layout:
+        """From a ``warpforge.spec.ResolvedSpec`` (duck-typed so workers need not import the spec package)."""
+        args = []
+        for a in resolved.args:
+            role = a.role.value if hasattr(a.role, "value") else str(a.role)
+            dist = None
+            if a.distribution is not None:
+                dist = (str(a.distribution.kind), float(a.distribution.a), float(a.distribution.b))
+            args.append(ArgLayout(a.name, role, a.dtype, a.count, a.value, dist))
+        sizes = tuple((str(k), v) for k, v in resolved.sizes.items())
+        return cls(label, tuple(args), sizes)
+
+
+# --------------------------------------------------------------------------- random inputs
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(name.encode("utf-8"))])
+
+
+def _bfloat16_bits(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
+    """Round-to-nearest-even float32 -> bfloat16 bits."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    return ((bits + rounding) >> 16).astype(np.uint16)
+
+
+def bfloat16_to_float32(bits: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def default_dist(dtype: str) -> tuple[str, float, float]:
+    return ("uniform", -1.0, 1.0) if is_float(dtype) else ("int", 0.0, 100.0)
+
+
+def generate(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
+    """Fresh input data for one ``in``/``inout`` buffer (storage dtype, C order)."""
+    n = int(arg.count or 0)
+    kind, a, b = arg.dist or default_dist(arg.dtype)
+    store = storage_dtype(arg.dtype)
+    rng = _rng(seed, arg.name)
+    if kind == "zeros":
+        return np.zeros(n, dtype=store)
+    if is_float(arg.dtype):
+        work = np.float64 if arg.dtype == "float64" else np.float32
+        x: npt.NDArray[Any]
+        if kind == "uniform":
+            x = rng.random(n, dtype=work)
+            x *= work(b - a)
+            x += work(a)
+        elif kind == "normal":
+            x = rng.standard_normal(n, dtype=work)
+            x *= work(b)
+            x += work(a)
+        elif kind == "const":
+            x = np.full(n, a, dtype=work)
+        elif kind == "int":
+            x = rng.integers(int(np.ceil(a)), int(np.ceil(b)), n).astype(work)
+        else:
+            raise InputError(f"`{arg.name}`: unknown distribution `{kind}`")
+        if arg.dtype == "bfloat16":
+            return _bfloat16_bits(x.astype(np.float32))
+        return x.astype(store, copy=False)
+    info = np.iinfo(store)
+    if kind == "int":
+        lo, hi = int(np.ceil(a)), int(np.ceil(b))
+        if lo < info.min or hi - 1 > info.max:
+            raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) does not fit in {arg.dtype} "
+                             f"[{info.min}, {info.max}]")
+        return rng.integers(lo, hi, n, dtype=store)
+    if kind == "const":
+        return np.full(n, int(a), dtype=store)
+    if kind == "uniform":
+        y = np.floor(rng.random(n) * (b - a) + a)
+    elif kind == "normal":
+        y = np.rint(rng.standard_normal(n) * b + a)
+    else:
+        raise InputError(f"`{arg.name}`: unknown distribution `{kind}`")
+    return np.clip(y, info.min, info.max).astype(store)
+
+
+def make_inputs(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
+    """Input data of every ``in``/``inout`` buffer for ``seed``."""
+    return {a.name: generate(a, seed) for a in layout.buffers if a.readable}
+
+
+# --------------------------------------------------------------------------- poison
+def poison_bytes(nbytes: int) -> bytes:
+    """``nbytes`` of the poison pattern, starting at an even (aligned) offset."""
+    return (POISON_BYTES * (nbytes // 2 + 1))[:nbytes]
+
+
+def poison_fill(dtype: str) -> tuple[int, int]:
+    """How a device memset poisons a buffer of ``dtype``: (width in bytes, value).
+
+    One-byte types get 0xF8 in every byte (-8 as int8) so that every element holds the same poison value;
+    wider types get the 16-bit word, which is a NaN for every float type.
+    """
+    return (1, POISON_BYTES[0]) if itemsize(dtype) == 1 else (2, POISON_WORD16)
+
+
+def poison_array(dtype: str, count: int) -> npt.NDArray[Any]:
+    """A host array of ``count`` poisoned elements (storage dtype): what an untouched output holds."""
+    store = storage_dtype(dtype)
+    if store.itemsize == 1:
+        return np.full(count, POISON_BYTES[0], dtype=np.uint8).view(store)
+    return np.frombuffer(poison_bytes(count * store.itemsize), dtype=store).copy()
+
+
+def poison_scalar(dtype: str) -> int:
+    """The poison element's bits as an unsigned integer of the element's width."""
+    size = itemsize(dtype)
+    return POISON_BYTES[0] if size == 1 else int.from_bytes(poison_bytes(size), "little")
+
+
+def is_poison(values: npt.NDArray[Any], dtype: str) -> npt.NDArray[np.bool_]:
+    """Elementwise: does the element still hold the poison bits?"""
+    store = storage_dtype(dtype)
+    unsigned = np.dtype(f"u{store.itemsize}")
+    ref = poison_array(dtype, 1).view(unsigned)[0]
+    mask: npt.NDArray[np.bool_] = np.asarray(values).view(unsigned) == ref
+    return mask
+
+
+def initial_buffers(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
+    """Every buffer as it is right before a launch: inputs for in/inout, poison for out."""
+    out = make_inputs(layout, seed)
+    for a in layout.buffers:
+        if a.role == "out":
+            out[a.name] = poison_array(a.dtype, int(a.count or 0))
+    return out
+
+
+# --------------------------------------------------------------------------- scalars and conversion
+_SCALAR_FORMAT = {
+    "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+    "int64": "q", "uint64": "Q", "float32": "f", "float64": "d", "float16": "H", "bfloat16": "H",
+}
+
+
+def scalar_format(dtype: str) -> str:
+    """``struct`` format character of a scalar kernel argument (16-bit floats are passed as their bits)."""
+    try:
+        return _SCALAR_FORMAT[dtype]
+    except KeyError as e:
+        raise InputError(f"unsupported scalar type `{dtype}`") from e
+
+
+def scalar_value(arg: ArgLayout) -> int | float:
+    """The value to pack for a scalar argument (16-bit floats as raw bits)."""
+    v = arg.value if arg.value is not None else 0
+    if arg.dtype == "float16":
+        return int(np.array([v], dtype=np.float16).view(np.uint16)[0])
+    if arg.dtype == "bfloat16":
+        return int(_bfloat16_bits(np.array([v], dtype=np.float32))[0])
+    if is_float(arg.dtype):
+        return float(v)
+    return int(v)
+
+
+def to_float64(values: npt.NDArray[Any], dtype: str) -> npt.NDArray[np.float64]:
+    """Values as float64 for error arithmetic (bfloat16 bits decoded)."""
+    if dtype == "bfloat16":
+        return bfloat16_to_float32(np.asarray(values)).astype(np.float64)
+    return np.asarray(values).astype(np.float64)

@@ -1,0 +1,179 @@
+"""Timing statistics and the adaptive-repetition rule (pure Python; the worker takes the samples).
+
+Why these choices:
+- **Median**, not mean: GPU timings have a long right tail (preemption, clock dips, a stray interrupt).
+- **Adaptive repetitions**: a 5 µs kernel needs hundreds of samples for a 1 % answer, a 5 ms kernel a dozen.
+  Sampling stops once the 95 % confidence interval of each side's median (from order statistics, which
+  assume nothing about the distribution) is within ``target`` of it, or a repetition/time budget is spent.
+- **Interleaving** (ABBA order): clocks drift with temperature and power; measuring baseline and candidate
+  alternately exposes both to the same drift, and the speedup is the ratio of the two medians, with an
+  interval from the per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How to time. Times are in seconds unless the name says otherwise."""
+
+    min_reps: int = 10
+    max_reps: int = 2000
+    target: float = 0.01
+    max_seconds: float = 2.0
+    warmup_seconds: float = 0.3
+    #: warm up again (by time) when the GPU has been idle this long: it idles at low clocks
+    idle_rewarm_seconds: float = 1.0
+    batch: int = 8
+    #: flush L2 before every repetition (write a buffer of 2x the L2 size)
+    flush_l2: bool = True
+    #: capture many launches in a CUDA graph and time its replays (for microsecond kernels)
+    graph: bool = False
+    #: in graph mode, aim for this much work (ms) per replay
+    graph_target_ms: float = 0.2
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of one side's samples (milliseconds)."""
+
+    n: int
+    median: float
+    p25: float
+    p75: float
+    mean: float
+    stdev: float
+    minimum: float
+    maximum: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of the samples (stdev / mean)."""
+        return self.stdev / self.mean if self.mean > 0 else 0.0
+
+    @property
+    def spread(self) -> float:
+        """Relative interquartile range: (p75 - p25) / median."""
+        return (self.p75 - self.p25) / self.median if self.median > 0 else 0.0
+
+    @property
+    def ci_rel(self) -> float:
+        """Half-width of the median's 95 % interval relative to the median."""
+        return (self.ci_high - self.ci_low) / 2 / self.median if self.median > 0 else math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(cv=self.cv, spread=self.spread, ci_rel=self.ci_rel)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Stats:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of already sorted values."""
+    if not sorted_values:
+        raise ValueError("no samples")
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def median_ci(sorted_values: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free 95 % confidence interval of the median (binomial order statistics)."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("no samples")
+    if n < 6:  # too few for an interval: the range
+        return sorted_values[0], sorted_values[-1]
+    half = z * math.sqrt(n) / 2
+    j = max(1, math.floor(n / 2 - half))  # 1-based ranks
+    k = min(n, math.ceil(1 + n / 2 + half))
+    return sorted_values[j - 1], sorted_values[k - 1]
+
+
+def summarize(samples: Sequence[float]) -> Stats:
+    s = sorted(float(x) for x in samples)
+    if not s:
+        raise ValueError("no samples")
+    lo, hi = median_ci(s)
+    return Stats(
+        n=len(s), median=quantile(s, 0.5), p25=quantile(s, 0.25), p75=quantile(s, 0.75),
+        mean=statistics.fmean(s), stdev=statistics.stdev(s) if len(s) > 1 else 0.0,
+        minimum=s[0], maximum=s[-1], ci_low=lo, ci_high=hi,
+    )
+
+
+def converged(sides: Sequence[Sequence[float]], settings: TimingSettings, elapsed: float) -> bool:
+    """Stop sampling? Every side has ``min_reps`` samples and a median stable to ``target``, or a budget ran out."""
+    if not sides or any(len(s) == 0 for s in sides):
+        return elapsed >= settings.max_seconds
+    n = min(len(s) for s in sides)
+    if n >= settings.max_reps or (elapsed >= settings.max_seconds and n >= min(3, settings.min_reps)):
+        return True
+    if n < settings.min_reps:
+        return False
+    return all(summarize(s).ci_rel <= settings.target for s in sides)
+
+
+def interleave(rep: int, sides: int) -> list[int]:
+    """Side order for repetition ``rep``: A B, then B A, ... (ABBA), so neither side always goes first."""
+    order = list(range(sides))
+    return order if rep % 2 == 0 else order[::-1]
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Baseline time over candidate time (> 1 means the candidate is faster), with a 95 % interval."""
+
+    ratio: float
+    low: float
+    high: float
+    pairs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Speedup:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def text(self) -> str:
+        return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+
+
+def speedup(baseline: Sequence[float], candidate: Sequence[float]) -> Speedup:
+    """Ratio of medians; the interval is that of the median of per-pair ratios (samples taken in pairs)."""
+    b = summarize(baseline)
+    c = summarize(candidate)
+    ratio = b.median / c.median if c.median > 0 else math.inf
+    pairs = sorted(x / y for x, y in zip(baseline, candidate, strict=False) if y > 0)
+    if len(pairs) >= 6:
+        lo, hi = median_ci(pairs)
+        # Keep the interval around the reported ratio even when the two estimators disagree slightly.
+        lo, hi = min(lo, ratio), max(hi, ratio)
+    else:
+        lo = b.ci_low / c.ci_high if c.ci_high > 0 else ratio
+        hi = b.ci_high / c.ci_low if c.ci_low > 0 else ratio
+    return Speedup(ratio, lo, hi, len(pairs))
+
+
+def cv(values: Sequence[float]) -> float:
+    """Coefficient of variation of a handful of numbers (e.g. medians of separate runs)."""
+    if len(values) < 2:
+        return 0.0
+    m = statistics.fmean(values)
+    return statistics.stdev(values) / m if m > 0 else 0.0

@@ -1,0 +1,1059 @@
+"""The GPU worker process: the only place in WarpForge that imports pycuda and touches CUDA.
+
+One worker owns one CUDA context on one GPU and serves requests from its supervisor over a pipe. It is
+persistent (loading a context costs a second; a request costs milliseconds) and disposable: a sticky CUDA
+error (illegal address, misaligned access, ...) poisons the context for good, and a hung kernel cannot be
+stopped from inside, so in both cases the worker answers with ``fatal`` set and exits; the supervisor
+starts a fresh one. Nothing a candidate kernel does can take the server or the CLI down with it.
+
+What the worker does for the verification rules (see DESIGN.md "Verification"):
+
+- inputs are generated here from the spec's layout (``inputs``) and kept as *pristine* device copies per
+  (size, seed); every run gets freshly allocated buffers, copied from the pristine ones, so a kernel can
+  neither see data of an earlier run nor corrupt the inputs of the next;
+- outputs are poisoned before every run, including every timed repetition;
+- every buffer is surrounded by guard bytes; a write past either end of a buffer is reported;
+- a run's buffers are scrubbed (poisoned) when released, and freed only after the next run's buffers
+  are allocated, so consecutive runs never get the same pointers (a kernel caching results keyed by
+  pointer, or finding an oracle's results in recycled memory, is caught);
+- outputs are compared with the oracle's on the device (``compare.DEVICE_SOURCE``, checked against the
+  host implementation at start), and only counts and the first mismatch travel back;
+- timing: CUDA events around each launch, warm-up by time, L2 flushed before every repetition (by a
+  kernel that reads a buffer twice its size, leaving no dirty lines behind), inout buffers restored and
+  outputs re-poisoned before every repetition (outside the events), sides interleaved ABBA on buffer sets
+  they rotate through together (placement cannot favour a side), adaptive repetitions (``timing``);
+  optionally the launches are captured in a CUDA graph;
+- after timing, each side is called once more on the buffers it was timed on and its outputs are compared
+  with the oracle's, so a kernel that skips work when called again on the same buffers is caught.
+
+Requests are dicts with an ``op``; replies are dicts with a ``status`` in ok | rejected | crashed |
+timeout | unavailable | error. ``python -m warpforge.gpu.worker --oneshot JOB`` runs one kernel once
+(for compute-sanitizer and ncu, which must wrap a whole process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import math
+import os
+import pickle
+import sys
+import time
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from . import compare as cmp
+from .energy import NvmlDevice, NvmlUnavailable
+from .energy import measure as measure_energy
+from .inputs import (
+    ArgLayout,
+    Layout,
+    generate,
+    initial_buffers,
+    itemsize,
+    poison_fill,
+    poison_scalar,
+    scalar_format,
+    scalar_value,
+    storage_dtype,
+    to_float64,
+)
+from .timing import TimingSettings, converged, interleave
+
+Msg = dict[str, Any]
+Launch = tuple[tuple[int, int, int], tuple[int, int, int], int]
+
+#: guard bytes before and after every buffer of a verification run
+GUARD = 16384
+CANARY = 0x5A
+#: dynamic shared memory a kernel may use without opting in
+DEFAULT_SMEM = 48 * 1024
+#: the fraction of device memory the worker may keep in caches (pristine inputs, oracle outputs)
+CACHE_FRACTION = 0.4
+MAX_MODULES = 64
+#: buffer sets the timed sides rotate through (see ``Engine.op_time``)
+TIMING_SETS = 2
+
+
+class KernelTimeout(Exception):
+    """A kernel did not finish in time; the context cannot be used any more."""
+
+
+class Rejected(Exception):
+    """The launch cannot be made as asked (too much shared memory, too many threads, ...)."""
+
+
+@dataclass(eq=False)
+class _Buf:
+    alloc: Any
+    base: int
+    total: int
+    ptr: int
+    nbytes: int
+    guarded: bool
+    owned: bool = False  # held by a cache (pristine inputs, oracle outputs, flush buffer)
+
+
+@dataclass
+class _Module:
+    key: str
+    module: Any
+    function: Any
+    symbol: str
+    attrs: dict[str, int]
+    prepared: str | None = None
+
+
+@dataclass
+class _Oracle:
+    bufs: dict[str, _Buf]
+    guard: list[str]
+
+
+@dataclass
+class _Problem:
+    id: str
+    layouts: dict[str, Layout]
+    tolerances: dict[str, tuple[float, float]]
+    pristine: dict[tuple[str, int], dict[str, _Buf]] = field(default_factory=dict)
+    oracles: dict[tuple[str, str, int], _Oracle] = field(default_factory=dict)
+    nbytes: int = 0
+
+
+@dataclass
+class _Run:
+    layout: Layout
+    bufs: dict[str, _Buf]
+    guard: list[str]
+
+
+def _launch_of(value: Any) -> Launch:
+    grid, block, smem = value
+    g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
+    b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
+    return (g[0], g[1], g[2]), (b[0], b[1], b[2]), int(smem)
+
+
+class _Graphs:
+    """CUDA graph capture through the driver API (pycuda has no graph bindings): same context, same stream."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        vp, ull = ctypes.c_void_p, ctypes.c_ulonglong
+        self.lib.cuStreamBeginCapture_v2.argtypes = [vp, ctypes.c_int]
+        self.lib.cuStreamEndCapture.argtypes = [vp, ctypes.POINTER(vp)]
+        self.lib.cuGraphInstantiateWithFlags.argtypes = [ctypes.POINTER(vp), vp, ull]
+        self.lib.cuGraphLaunch.argtypes = [vp, vp]
+        self.lib.cuGraphExecDestroy.argtypes = [vp]
+        self.lib.cuGraphDestroy.argtypes = [vp]
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} failed with CUDA error {rc}")
+
+    def capture(self, stream: int, body: Callable[[], None]) -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+        self._check(self.lib.cuStreamBeginCapture_v2(ctypes.c_void_p(stream), 2), "cuStreamBeginCapture")  # relaxed
+        graph = ctypes.c_void_p()
+        try:
+            body()
+        finally:
+            self._check(self.lib.cuStreamEndCapture(ctypes.c_void_p(stream), ctypes.byref(graph)), "cuStreamEndCapture")
+        exe = ctypes.c_void_p()
+        self._check(self.lib.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph, 0), "cuGraphInstantiate")
+        return graph, exe
+
+    def launch(self, exe: ctypes.c_void_p, stream: int) -> None:
+        self._check(self.lib.cuGraphLaunch(exe, ctypes.c_void_p(stream)), "cuGraphLaunch")
+
+    def destroy(self, graph: ctypes.c_void_p, exe: ctypes.c_void_p) -> None:
+        self.lib.cuGraphExecDestroy(exe)
+        self.lib.cuGraphDestroy(graph)
+
+
+class Engine:
+    """Everything the worker does, on one context. Methods ``op_*`` serve requests."""
+
+    def __init__(self, device: int) -> None:
+        import pycuda.driver as cuda
+
+        self.cuda: Any = cuda
+        cuda.init()
+        self.device_index = device
+        self.dev: Any = cuda.Device(device)
+        self.ctx: Any = self.dev.make_context()
+        self.stream: Any = cuda.Stream()
+        self.modules: OrderedDict[str, _Module] = OrderedDict()
+        self.problems: OrderedDict[str, _Problem] = OrderedDict()
+        self.live: set[_Buf] = set()
+        self.retired: list[_Buf] = []
+        self.cmp_fns: dict[int, Any] = {}
+        self.cmp_res: _Buf | None = None
+        self.device_compare = False
+        self.compare_note = "device comparison not set up"
+        self.flush: _Buf | None = None
+        self.flush_fn: Any = None
+        self.last_busy = 0.0
+        self.peak_gbps: float | None = None
+        self.graphs: _Graphs | None = None
+        try:
+            self.nvml: NvmlDevice | None = NvmlDevice(self._bus_id(), device)
+        except NvmlUnavailable:
+            self.nvml = None
+        self.info = self._info()
+        self.budget = int(self.info["total_mem"] * CACHE_FRACTION)
+
+    # ----------------------------------------------------------------- device facts
+    def _bus_id(self) -> str | None:
+        try:
+            return str(self.dev.pci_bus_id())
+        except Exception:
+            return None
+
+    def _attr(self, name: str) -> int:
+        try:
+            return int(self.dev.get_attribute(getattr(self.cuda.device_attribute, name)))
+        except Exception:
+            return 0
+
+    def _info(self) -> Msg:
+        cc = self.dev.compute_capability()
+        mem_khz = self._attr("MEMORY_CLOCK_RATE")
+        bus = self._attr("GLOBAL_MEMORY_BUS_WIDTH")
+        cuda_version = int(self.cuda.get_driver_version())
+        driver = self.nvml.driver_version() if self.nvml else None
+        return {
+            "name": str(self.dev.name()),
+            "device": self.device_index,
+            "cc": f"{cc[0]}.{cc[1]}",
+            "arch": f"sm_{cc[0]}{cc[1]}",
+            "sm_count": self._attr("MULTIPROCESSOR_COUNT"),
+            "l2_bytes": self._attr("L2_CACHE_SIZE"),
+            "clock_mhz": self._attr("CLOCK_RATE") // 1000,
+            "mem_clock_mhz": mem_khz // 1000,
+            "bus_width": bus,
+            "theoretical_gbps": 2.0 * mem_khz * 1e3 * bus / 8 / 1e9,
+            "total_mem": int(self.dev.total_memory()),
+            "smem_per_block": self._attr("MAX_SHARED_MEMORY_PER_BLOCK") or DEFAULT_SMEM,
+            "smem_optin": self._attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN") or DEFAULT_SMEM,
+            "max_threads": self._attr("MAX_THREADS_PER_BLOCK") or 1024,
+            "max_block": [self._attr("MAX_BLOCK_DIM_X") or 1024, self._attr("MAX_BLOCK_DIM_Y") or 1024,
+                          self._attr("MAX_BLOCK_DIM_Z") or 64],
+            "max_grid": [self._attr("MAX_GRID_DIM_X") or 2**31 - 1, self._attr("MAX_GRID_DIM_Y") or 65535,
+                         self._attr("MAX_GRID_DIM_Z") or 65535],
+            "cuda_driver": cuda_version,
+            "driver": driver or f"CUDA {cuda_version // 1000}.{cuda_version % 1000 // 10}",
+            "pci_bus_id": self._bus_id(),
+            "nvml": self.nvml is not None,
+            "pid": os.getpid(),
+        }
+
+    # ----------------------------------------------------------------- memory
+    def _alloc(self, nbytes: int, guarded: bool) -> _Buf:
+        cuda = self.cuda
+        pad = GUARD if guarded else 0
+        total = nbytes + 2 * pad
+        alloc = cuda.mem_alloc(max(total, 256))
+        base = int(alloc)
+        buf = _Buf(alloc, base, max(total, 256), base + pad, nbytes, guarded)
+        if guarded:
+            cuda.memset_d8_async(base, CANARY, GUARD, self.stream)
+            cuda.memset_d8_async(buf.ptr + nbytes, CANARY, GUARD, self.stream)
+        self.live.add(buf)
+        return buf
+
+    def _poison(self, buf: _Buf, dtype: str) -> None:
+        if buf.nbytes == 0:
+            return
+        width, value = poison_fill(dtype)
+        if width == 1:
+            self.cuda.memset_d8_async(buf.ptr, value, buf.nbytes, self.stream)
+        else:
+            self.cuda.memset_d16_async(buf.ptr, value, buf.nbytes // 2, self.stream)
+
+    def _retire(self, bufs: list[_Buf]) -> None:
+        """Scrub buffers now; free them after the next allocation (so pointers are never reused at once)."""
+        for b in bufs:
+            if b in self.live:
+                self.live.discard(b)
+                self.cuda.memset_d8_async(b.base, 0xF8, b.total, self.stream)
+                self.retired.append(b)
+
+    def _free_retired(self) -> None:
+        if not self.retired:
+            return
+        self.stream.synchronize()
+        for b in self.retired:
+            b.alloc.free()
+        self.retired.clear()
+
+    def _release_problem(self, prob: _Problem) -> None:
+        bufs = [b for d in prob.pristine.values() for b in d.values()]
+        bufs += [b for o in prob.oracles.values() for b in o.bufs.values()]
+        self._retire(bufs)
+        prob.pristine.clear()
+        prob.oracles.clear()
+        prob.nbytes = 0
+
+    def _evict(self, keep: str) -> None:
+        total = sum(p.nbytes for p in self.problems.values())
+        for pid in list(self.problems):
+            if total <= self.budget:
+                break
+            if pid == keep:
+                continue
+            prob = self.problems.pop(pid)
+            total -= prob.nbytes
+            self._release_problem(prob)
+
+    # ----------------------------------------------------------------- problems, modules
+    def _problem(self, payload: Msg) -> _Problem:
+        pid = str(payload["id"])
+        prob = self.problems.get(pid)
+        if prob is None:
+            prob = _Problem(pid, dict(payload["layouts"]),
+                            {k: (float(v[0]), float(v[1])) for k, v in payload["tolerances"].items()})
+            self.problems[pid] = prob
+        self.problems.move_to_end(pid)
+        return prob
+
+    def _module(self, ref: Msg) -> _Module:
+        key = str(ref["key"])
+        mod = self.modules.get(key)
+        if mod is not None:
+            self.modules.move_to_end(key)
+            return mod
+        cuda = self.cuda
+        module = cuda.module_from_buffer(ref["cubin"])
+        fn = module.get_function(ref["symbol"])
+        fa = cuda.function_attribute
+
+        def get(name: str) -> int:
+            try:
+                return int(fn.get_attribute(getattr(fa, name)))
+            except Exception:
+                return 0
+
+        attrs = {
+            "registers": get("NUM_REGS"),
+            "shared_bytes": get("SHARED_SIZE_BYTES"),
+            "local_bytes": get("LOCAL_SIZE_BYTES"),
+            "max_threads_per_block": get("MAX_THREADS_PER_BLOCK") or 1024,
+        }
+        mod = _Module(key, module, fn, str(ref["symbol"]), attrs)
+        self.modules[key] = mod
+        while len(self.modules) > MAX_MODULES:
+            self.modules.popitem(last=False)
+        return mod
+
+    def _precheck(self, mod: _Module, launch: Launch) -> None:
+        """Refuse launches the GPU would refuse, with a reason a person can act on."""
+        grid, block, smem = launch
+        info = self.info
+        threads = block[0] * block[1] * block[2]
+        if min(grid) < 1 or min(block) < 1:
+            raise Rejected(f"launch grid {grid} / block {block} has an empty dimension")
+        limit = mod.attrs["max_threads_per_block"]
+        if threads > limit:
+            raise Rejected(f"a block of {threads} threads exceeds this kernel's limit of {limit} "
+                           f"({mod.attrs['registers']} registers per thread)")
+        for i, (b, mb) in enumerate(zip(block, info["max_block"], strict=True)):
+            if b > mb:
+                raise Rejected(f"block dimension {'xyz'[i]} = {b} exceeds the GPU's {mb}")
+        for i, (g, mg) in enumerate(zip(grid, info["max_grid"], strict=True)):
+            if g > mg:
+                raise Rejected(f"grid dimension {'xyz'[i]} = {g} exceeds the GPU's {mg}")
+        static = mod.attrs["shared_bytes"]
+        optin = int(info["smem_optin"])
+        if static + smem > optin:
+            raise Rejected(f"asks for {static + smem} bytes of shared memory per block (static {static} + "
+                           f"dynamic {smem}); {info['name']} allows at most {optin}")
+        if static + smem > DEFAULT_SMEM:
+            try:
+                mod.function.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            except self.cuda.Error as e:
+                raise Rejected(f"cannot raise the dynamic shared memory limit to {smem} bytes: {e}") from e
+
+    # ----------------------------------------------------------------- launching
+    def _format(self, layout: Layout) -> str:
+        ptr = np.dtype(np.uintp).char
+        return "".join(ptr if a.is_buffer else scalar_format(a.dtype) for a in layout.args)
+
+    def _launch(self, mod: _Module, launch: Launch, layout: Layout, ptrs: dict[str, int]) -> None:
+        fmt = self._format(layout)
+        if mod.prepared != fmt:
+            mod.function.prepare(fmt)
+            mod.prepared = fmt
+        args = [ptrs[a.name] if a.is_buffer else scalar_value(a) for a in layout.args]
+        grid, block, smem = launch
+        mod.function.prepared_async_call(grid, block, self.stream, *args, shared_size=smem)
+
+    def _sync(self, timeout: float) -> None:
+        """Wait for the stream, polling so that a hung kernel becomes a timeout instead of a hung worker."""
+        ev = self.cuda.Event()
+        ev.record(self.stream)
+        start = time.monotonic()
+        deadline = start + timeout
+        while not ev.query():
+            now = time.monotonic()
+            if now > deadline:
+                raise KernelTimeout(f"a kernel did not finish within {timeout:g} s (hang?)")
+            time.sleep(0 if now - start < 0.002 else 0.0002)
+        self.last_busy = time.monotonic()
+
+    # ----------------------------------------------------------------- runs
+    def _pristine(self, prob: _Problem, variant: str, seed: int) -> dict[str, _Buf]:
+        key = (variant, int(seed))
+        bufs = prob.pristine.get(key)
+        if bufs is not None:
+            return bufs
+        layout = prob.layouts[variant]
+        bufs = {}
+        for a in layout.buffers:
+            if not a.readable:
+                continue
+            host = generate(a, int(seed))
+            b = self._alloc(host.nbytes, guarded=False)
+            b.owned = True
+            if host.nbytes:
+                self.cuda.memcpy_htod(b.ptr, host)
+            bufs[a.name] = b
+            prob.nbytes += b.total
+        prob.pristine[key] = bufs
+        self._evict(prob.id)
+        return bufs
+
+    def _fresh(self, layout: Layout, pristine: dict[str, _Buf], guarded: bool) -> dict[str, _Buf]:
+        bufs: dict[str, _Buf] = {}
+        for a in layout.buffers:
+            b = self._alloc(a.nbytes, guarded)
+            if a.readable:
+                if a.nbytes:
+                    self.cuda.memcpy_dtod_async(b.ptr, pristine[a.name].ptr, a.nbytes, self.stream)
+            else:
+                self._poison(b, a.dtype)
+            bufs[a.name] = b
+        self._free_retired()
+        return bufs
+
+    def _run(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int, timeout: float) -> _Run:
+        layout = prob.layouts[variant]
+        pristine = self._pristine(prob, variant, seed)
+        bufs = self._fresh(layout, pristine, guarded=True)
+        self._launch(mod, launch, layout, {k: b.ptr for k, b in bufs.items()})
+        self._sync(timeout)
+        return _Run(layout, bufs, self._guards(layout, bufs))
+
+    def _guards(self, layout: Layout, bufs: dict[str, _Buf]) -> list[str]:
+        found: list[str] = []
+        host = np.empty(GUARD, dtype=np.uint8)
+        for a in layout.buffers:
+            b = bufs[a.name]
+            for where, addr in (("before the start", b.base), ("past the end", b.ptr + b.nbytes)):
+                self.cuda.memcpy_dtoh(host, addr)
+                bad = np.flatnonzero(host != CANARY)
+                if bad.size:
+                    size = itemsize(a.dtype)
+                    if where == "past the end":
+                        what = f"element {int(a.count or 0) + int(bad[0]) // size}"
+                    else:
+                        what = f"element {-((GUARD - int(bad[-1])) // size + 1)}"
+                    found.append(f"out-of-bounds write {where} of `{a.name}` ({what}; {bad.size} guard bytes "
+                                 "changed)")
+        return found
+
+    def _oracle(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int,
+                timeout: float) -> _Oracle:
+        key = (mod.key, variant, int(seed))
+        found = prob.oracles.get(key)
+        if found is not None:
+            return found
+        run = self._run(prob, mod, launch, variant, seed, timeout)
+        keep = {a.name: run.bufs[a.name] for a in run.layout.writable}
+        for b in keep.values():
+            b.owned = True
+            prob.nbytes += b.total
+        self._retire([b for name, b in run.bufs.items() if name not in keep])
+        oracle = _Oracle(keep, run.guard)
+        prob.oracles[key] = oracle
+        self._evict(prob.id)
+        return oracle
+
+    # ----------------------------------------------------------------- comparison
+    def _compare(self, a: ArgLayout, got: int, want: int, tol: tuple[float, float], timeout: float) -> cmp.BufferReport:
+        rtol, atol = tol
+        count = int(a.count or 0)
+        if self.device_compare:
+            return self._compare_device(a.name, a.dtype, count, got, want, rtol, atol, timeout)
+        store = storage_dtype(a.dtype)
+        g = np.empty(count, dtype=store)
+        w = np.empty(count, dtype=store)
+        if count:
+            self.cuda.memcpy_dtoh(g, got)
+            self.cuda.memcpy_dtoh(w, want)
+        return cmp.compare(a.name, g, w, a.dtype, rtol, atol)
+
+    def _compare_device(self, name: str, dtype: str, count: int, got: int, want: int, rtol: float, atol: float,
+                        timeout: float) -> cmp.BufferReport:
+        cuda = self.cuda
+        assert self.cmp_res is not None
+        size = itemsize(dtype)
+        fn = self.cmp_fns[size]
+        res = self.cmp_res.ptr
+        cuda.memset_d32_async(res, 0, 12, self.stream)
+        cuda.memset_d32_async(res + 24, 0xFFFFFFFF, 2, self.stream)
+        grid = max(1, min((count + 255) // 256, max(1, self.info["sm_count"]) * 16))
+        fn.prepared_async_call((grid, 1, 1), (256, 1, 1), self.stream, got, want, count, cmp.kind_code(dtype),
+                               float(rtol), float(atol), poison_scalar(dtype), res)
+        self._sync(timeout)
+        out = np.empty(6, dtype=np.uint64)
+        cuda.memcpy_dtoh(out, res)
+        got_v = want_v = None
+        if int(out[0]):
+            first = int(out[3])
+            store = storage_dtype(dtype)
+            one = np.empty(1, dtype=store)
+            cuda.memcpy_dtoh(one, got + first * size)
+            got_v = float(to_float64(one, dtype)[0])
+            cuda.memcpy_dtoh(one, want + first * size)
+            want_v = float(to_float64(one, dtype)[0])
+        return cmp.from_device_result(name, dtype, count, rtol, atol, out, got_v, want_v)
+
+    def _setup_compare(self, ref: Msg) -> None:
+        """Load the device comparison kernels and check them against the host implementation."""
+        module = self.cuda.module_from_buffer(ref["cubin"])
+        fns = {}
+        ptr = np.dtype(np.uintp).char
+        for size, poison in ((1, "I"), (2, "I"), (4, "I"), (8, "Q")):
+            fn = module.get_function(f"wf_compare_{size}")
+            fn.prepare(ptr + ptr + "Qidd" + poison + ptr)
+            fns[size] = fn
+        self._cmp_module = module
+        self.cmp_fns = fns
+        try:
+            self.flush_fn = module.get_function("wf_flush")
+            self.flush_fn.prepare(ptr + "Q" + ptr)
+        except self.cuda.Error:
+            self.flush_fn = None
+        if self.cmp_res is None:
+            self.cmp_res = self._alloc(64, guarded=False)
+            self.cmp_res.owned = True
+        self.device_compare = True
+        problem = self._selftest()
+        if problem:
+            self.device_compare = False
+            self.compare_note = f"device comparison disabled, using the host: {problem}"
+        else:
+            self.compare_note = "device comparison checked against the host implementation"
+
+    def _selftest(self) -> str | None:
+        rng = np.random.default_rng(1234)
+        cases = [("float32", 1e-4, 1e-5), ("float16", 1e-2, 1e-3), ("bfloat16", 2e-2, 1e-2), ("float64", 1e-10, 1e-12),
+                 ("int32", 0.0, 0.0), ("uint8", 0.0, 0.0), ("int64", 0.0, 1.0)]
+        n = 4099
+        for dtype, rtol, atol in cases:
+            arg = ArgLayout("x", "in", dtype, n, dist=("normal", 0.0, 3.0) if dtype.startswith(("f", "b"))
+                            else ("int", 0.0, 100.0))
+            want = generate(arg, 7)
+            got = want.copy()
+            idx = rng.choice(n, 60, replace=False)
+            u = got.view(f"u{got.itemsize}")
+            u[idx[:10]] = poison_scalar(dtype)
+            if dtype.startswith(("f", "b")):
+                f = to_float64(want, dtype)
+                noisy = f[idx[10:30]] * (1 + rng.normal(0, rtol * 3, 20))
+                if dtype == "bfloat16":
+                    from .inputs import _bfloat16_bits
+
+                    got[idx[10:30]] = _bfloat16_bits(noisy.astype(np.float32))
+                else:
+                    got[idx[10:30]] = noisy.astype(got.dtype)
+                got[idx[30:35]] = np.nan if dtype != "bfloat16" else 0x7FC0
+                if dtype != "bfloat16":
+                    want[idx[35:38]] = np.nan
+                    got[idx[35:37]] = np.nan
+                    got[idx[40:42]] = np.inf
+            else:
+                u[idx[10:30]] += 1
+            host = cmp.compare("x", got, want, dtype, rtol, atol)
+            g = self._alloc(got.nbytes, guarded=False)
+            w = self._alloc(want.nbytes, guarded=False)
+            try:
+                self.cuda.memcpy_htod(g.ptr, got)
+                self.cuda.memcpy_htod(w.ptr, want)
+                dev = self._compare_device("x", dtype, n, g.ptr, w.ptr, rtol, atol, 10.0)
+            finally:
+                self._retire([g, w])
+            for fld in ("mismatches", "unwritten", "nan_mismatches", "first_index"):
+                if getattr(host, fld) != getattr(dev, fld):
+                    return f"{dtype}: {fld} host={getattr(host, fld)} device={getattr(dev, fld)}"
+            for fld in ("max_abs", "max_rel"):
+                h, d = getattr(host, fld), getattr(dev, fld)
+                if not math.isclose(h, d, rel_tol=1e-9, abs_tol=1e-300):
+                    return f"{dtype}: {fld} host={h} device={d}"
+        return None
+
+    # ----------------------------------------------------------------- ops
+    def op_info(self, msg: Msg) -> Msg:
+        return {"status": "ok", "info": self.info, "compare": self.compare_note}
+
+    def op_setup(self, msg: Msg) -> Msg:
+        if msg.get("compare"):
+            self._setup_compare(msg["compare"])
+        return {"status": "ok", "device_compare": self.device_compare, "note": self.compare_note}
+
+    def op_peak(self, msg: Msg) -> Msg:
+        if self.peak_gbps is None:
+            self.peak_gbps = self._measure_peak()
+        return {"status": "ok", "peak_gbps": self.peak_gbps}
+
+    def _measure_peak(self) -> float:
+        """Device-to-device copy bandwidth (bytes read + written), after warming the clocks up."""
+        cuda = self.cuda
+        free, _total = cuda.mem_get_info()
+        size = max(1 << 20, min(1 << 30, int(free) // 8) & ~((1 << 20) - 1))
+        a = self._alloc(size, guarded=False)
+        b = self._alloc(size, guarded=False)
+        try:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 0.3:
+                cuda.memcpy_dtod_async(b.ptr, a.ptr, size, self.stream)
+                self._sync(30.0)
+            times = []
+            for _ in range(15):
+                s, e = cuda.Event(), cuda.Event()
+                s.record(self.stream)
+                cuda.memcpy_dtod_async(b.ptr, a.ptr, size, self.stream)
+                e.record(self.stream)
+                self._sync(30.0)
+                times.append(e.time_since(s))
+        finally:
+            self._retire([a, b])
+            self._free_retired()
+        ms = float(np.median(times))
+        return 2 * size / (ms * 1e-3) / 1e9
+
+    def op_check(self, msg: Msg) -> Msg:
+        """Run the subject (default: the oracle itself) for each (variant, seed) and compare with the oracle."""
+        prob = self._problem(msg["problem"])
+        oref = msg["oracle"]
+        sref = msg.get("subject") or oref
+        omod = self._module(oref)
+        smod = self._module(sref)
+        timeout = float(msg.get("kernel_timeout", 10.0))
+        runs = [(str(v), int(s)) for v, s in msg["runs"]]
+        det = tuple(msg["determinism"]) if msg.get("determinism") else None
+        for variant in {v for v, _ in runs}:
+            try:
+                self._precheck(omod, _launch_of(oref["launch"][variant]))
+            except Rejected as e:
+                return {"status": "error", "reason": f"the original kernel cannot be launched: {e}"}
+            self._precheck(smod, _launch_of(sref["launch"][variant]))
+        reports: list[Msg] = []
+        determinism: list[cmp.BufferReport] | None = None
+        for variant, seed in runs:
+            layout = prob.layouts[variant]
+            oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
+            run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
+            report: Msg = {"variant": variant, "seed": seed, "label": layout.label, "sizes": layout.describe(),
+                           "guard": run.guard, "oracle_guard": oracle.guard, "buffers": []}
+            if det is not None and (variant, seed) == (det[0], int(det[1])) and determinism is None:
+                again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
+                determinism = [self._compare(a, again.bufs[a.name].ptr, run.bufs[a.name].ptr,
+                                             prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+                               for a in layout.writable]
+                report["guard"] = run.guard + [g for g in again.guard if g not in run.guard]
+                self._retire(list(again.bufs.values()))
+                if not all(b.ok for b in determinism):
+                    self._retire(list(run.bufs.values()))
+                    reports.append(report)
+                    break
+            report["buffers"] = [self._compare(a, run.bufs[a.name].ptr, oracle.bufs[a.name].ptr,
+                                               prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+                                 for a in layout.writable]
+            if msg.get("count_unwritten"):
+                report["unwritten"] = self._count_unwritten(layout, oracle, timeout)
+            self._retire(list(run.bufs.values()))
+            reports.append(report)
+            failed = bool(report["guard"]) or not all(b.ok for b in report["buffers"])
+            if failed and msg.get("stop_on_failure", True):
+                break
+        return {"status": "ok", "runs": reports, "determinism": determinism, "attrs": smod.attrs,
+                "oracle_attrs": omod.attrs}
+
+    def _count_unwritten(self, layout: Layout, oracle: _Oracle, timeout: float) -> dict[str, int]:
+        """Elements of each output the oracle left holding the poison (a spec length larger than the kernel's)."""
+        out: dict[str, int] = {}
+        for a in layout.writable:
+            if a.role != "out":
+                continue
+            ref = self._alloc(a.nbytes, guarded=False)
+            try:
+                self._poison(ref, a.dtype)
+                rep = self._compare(a, oracle.bufs[a.name].ptr, ref.ptr, (0.0, 0.0), timeout)
+            finally:
+                self._retire([ref])
+            out[a.name] = int(a.count or 0) - rep.mismatches
+        return out
+
+    def _flush_buffer(self) -> _Buf:
+        if self.flush is None:
+            size = max(2 * int(self.info["l2_bytes"] or 0), 64 << 20)
+            self.flush = self._alloc(size, guarded=False)
+            self.flush.owned = True
+        return self.flush
+
+    def _flush_l2(self, flush: _Buf, counter: list[int]) -> None:
+        """Evict L2: read the flush buffer with a kernel (leaves clean lines), or overwrite it without one."""
+        if self.flush_fn is not None:
+            assert self.cmp_res is not None
+            grid = max(1, int(self.info["sm_count"] or 1) * 8)
+            self.flush_fn.prepared_async_call((grid, 1, 1), (256, 1, 1), self.stream, flush.ptr, flush.nbytes // 16,
+                                              self.cmp_res.ptr + 48)
+        else:
+            counter[0] += 1
+            self.cuda.memset_d32_async(flush.ptr, counter[0] & 0xFFFF, flush.nbytes // 4, self.stream)
+
+    def op_time(self, msg: Msg) -> Msg:
+        """Interleaved timing of one or more modules on the same inputs (see the module docstring).
+
+        Buffer placement can change a kernel's speed (an atomics-bound kernel whose few hot words land in one
+        L2 slice or two can differ 2x), so the sides share ``TIMING_SETS`` buffer sets and every repetition
+        moves all sides to the next set: no side keeps a lucky or unlucky placement for itself.
+        """
+        cuda = self.cuda
+        prob = self._problem(msg["problem"])
+        variant, seed = str(msg["variant"]), int(msg["seed"])
+        settings = TimingSettings(**msg.get("settings", {}))
+        timeout = float(msg.get("kernel_timeout", 10.0))
+        refs = list(msg["sides"])
+        mods = [self._module(r) for r in refs]
+        launches = [_launch_of(r["launch"][variant]) for r in refs]
+        for m, la in zip(mods, launches, strict=True):
+            self._precheck(m, la)
+        layout = prob.layouts[variant]
+        pristine = self._pristine(prob, variant, seed)
+        sets = [self._fresh(layout, pristine, guarded=False) for _ in range(TIMING_SETS)]
+        ptrs = [{k: b.ptr for k, b in bufs.items()} for bufs in sets]
+        flush = self._flush_buffer() if settings.flush_l2 else None
+        counter = [0]
+
+        def prep(si: int) -> None:
+            for a in layout.buffers:
+                b = sets[si][a.name]
+                if a.role == "inout" and a.nbytes:
+                    cuda.memcpy_dtod_async(b.ptr, pristine[a.name].ptr, a.nbytes, self.stream)
+                elif a.role == "out":
+                    self._poison(b, a.dtype)
+            if flush is not None:
+                self._flush_l2(flush, counter)
+
+        def launch(i: int, si: int) -> None:
+            self._launch(mods[i], launches[i], layout, ptrs[si])
+
+        # Warm-up by time: clocks ramp up from idle; also loads code and fills TLBs.
+        idle = time.monotonic() - self.last_busy
+        warm = settings.warmup_seconds if idle > settings.idle_rewarm_seconds else min(0.05, settings.warmup_seconds)
+        t0 = time.monotonic()
+        reps = 0
+        while True:
+            for i in range(len(refs)):
+                prep(reps % TIMING_SETS)
+                launch(i, reps % TIMING_SETS)
+            reps += 1
+            self._sync(timeout * len(refs))
+            if time.monotonic() - t0 >= warm and reps >= 2 * TIMING_SETS:
+                break
+        graph_info: Msg | None = None
+        per_launch = [1] * len(refs)
+        execs: list[list[tuple[Any, Any]]] = []
+        if settings.graph:
+            execs, per_launch, graph_info = self._graphs_for(len(refs), prep, launch, settings, timeout)
+        samples: list[list[float]] = [[] for _ in refs]
+        events = [[(cuda.Event(), cuda.Event()) for _ in range(settings.batch)] for _ in refs]
+        start = time.monotonic()
+        rep = 0
+        handle = int(self.stream.handle) if execs else 0
+        try:
+            while True:
+                for b in range(settings.batch):
+                    si = rep % TIMING_SETS
+                    for i in interleave(rep, len(refs)):
+                        prep(si)
+                        s, e = events[i][b]
+                        s.record(self.stream)
+                        if execs:
+                            assert self.graphs is not None
+                            self.graphs.launch(execs[i][si][1], handle)
+                        else:
+                            launch(i, si)
+                        e.record(self.stream)
+                    rep += 1
+                self._sync(timeout * settings.batch * len(refs) * max(per_launch))
+                for i in range(len(refs)):
+                    for s, e in events[i]:
+                        samples[i].append(float(e.time_since(s)) / per_launch[i])
+                if converged(samples, settings, time.monotonic() - start):
+                    break
+        finally:
+            if self.graphs is not None:
+                for per_set in execs:
+                    for g, x in per_set:
+                        self.graphs.destroy(g, x)
+        # One more call per side on the buffers the timed launches used, checked against the oracle: a kernel
+        # that behaves differently when called again on the same buffers (cached results) shows here.
+        outputs: list[list[cmp.BufferReport]] = []
+        if msg.get("oracle") is not None:
+            oref = msg["oracle"]
+            omod = self._module(oref)
+            oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
+            si = (rep - 1) % TIMING_SETS
+            for i in range(len(refs)):
+                prep(si)
+                launch(i, si)
+                self._sync(timeout)
+                outputs.append([self._compare(a, sets[si][a.name].ptr, oracle.bufs[a.name].ptr,
+                                              prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+                                for a in layout.writable])
+        for bufs in sets:
+            self._retire(list(bufs.values()))
+        clock = self.nvml.sm_clock_mhz() if self.nvml else None
+        return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info,
+                "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warm}
+
+    def _graphs_for(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
+                    settings: TimingSettings, timeout: float) -> tuple[list[list[tuple[Any, Any]]], list[int], Msg]:
+        """Capture ``k`` back-to-back launches per side and buffer set, ``k`` making a replay ~graph_target_ms."""
+        cuda = self.cuda
+        if self.graphs is None:
+            self.graphs = _Graphs()
+        handle = int(self.stream.handle)
+        execs: list[list[tuple[Any, Any]]] = []
+        counts: list[int] = []
+        for i in range(sides):
+            prep(0)
+            s, e = cuda.Event(), cuda.Event()
+            s.record(self.stream)
+            for _ in range(3):
+                launch(i, 0)
+            e.record(self.stream)
+            self._sync(timeout * 3)
+            est = max(float(e.time_since(s)) / 3, 1e-4)
+            k = int(min(1000, max(1, math.ceil(settings.graph_target_ms / est))))
+            per_set: list[tuple[Any, Any]] = []
+            for si in range(TIMING_SETS):
+
+                def body(i: int = i, k: int = k, si: int = si) -> None:
+                    for _ in range(k):
+                        launch(i, si)
+
+                per_set.append(self.graphs.capture(handle, body))
+            execs.append(per_set)
+            counts.append(k)
+        return execs, counts, {"launches_per_replay": counts}
+
+    def op_energy(self, msg: Msg) -> Msg:
+        """Joules per launch over >= ``seconds`` of back-to-back launches (see ``energy``)."""
+        if self.nvml is None:
+            return {"status": "unavailable", "reason": "NVML (nvidia-ml-py) is not available"}
+        prob = self._problem(msg["problem"])
+        ref = msg["subject"]
+        mod = self._module(ref)
+        variant, seed = str(msg["variant"]), int(msg["seed"])
+        la = _launch_of(ref["launch"][variant])
+        self._precheck(mod, la)
+        timeout = float(msg.get("kernel_timeout", 10.0))
+        layout = prob.layouts[variant]
+        bufs = self._fresh(layout, self._pristine(prob, variant, seed), guarded=False)
+        ptrs = {k: b.ptr for k, b in bufs.items()}
+        cuda = self.cuda
+        s, e = cuda.Event(), cuda.Event()
+        s.record(self.stream)
+        for _ in range(3):
+            self._launch(mod, la, layout, ptrs)
+        e.record(self.stream)
+        self._sync(timeout * 3)
+        est = max(float(e.time_since(s)) / 3, 1e-4)
+        n = int(min(10000, max(1, math.ceil(5.0 / est))))
+
+        def batch() -> int:
+            for _ in range(n):
+                self._launch(mod, la, layout, ptrs)
+            self._sync(timeout * n)
+            return n
+
+        try:
+            assert self.nvml is not None
+            reading = measure_energy(self.nvml.energy_mj, batch, min_seconds=float(msg.get("seconds", 1.0)))
+        except NvmlUnavailable as err:
+            return {"status": "unavailable", "reason": str(err)}
+        finally:
+            self._retire(list(bufs.values()))
+        return {"status": "ok", "reading": reading.to_json()}
+
+    # ----------------------------------------------------------------- dispatch
+    def _healthy(self) -> bool:
+        try:
+            self.ctx.synchronize()
+            probe = self.cuda.mem_alloc(1024)
+            self.cuda.memset_d8(int(probe), 0, 1024)
+            self.ctx.synchronize()
+            probe.free()
+            return True
+        except self.cuda.Error:
+            return False
+
+    def dispatch(self, msg: Msg) -> tuple[Msg, bool]:
+        """Serve one request. Returns (reply, fatal): fatal means the context is unusable and the worker exits."""
+        op = str(msg.get("op"))
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return {"status": "error", "reason": f"unknown op `{op}`"}, False
+        try:
+            reply: Msg = handler(msg)
+            return reply, False
+        except KernelTimeout as e:
+            return {"status": "timeout", "reason": str(e)}, True
+        except Rejected as e:
+            self._cleanup()
+            return {"status": "rejected", "reason": str(e)}, False
+        except self.cuda.Error as e:
+            healthy = self._healthy()
+            if healthy:
+                self._cleanup()
+            kind = "" if healthy else " (a sticky error: the CUDA context is lost and the worker restarts)"
+            return {"status": "crashed", "reason": f"{_cuda_error_text(e)}{kind}", "sticky": not healthy}, not healthy
+        except Exception as e:
+            try:
+                healthy = self._healthy()
+            except Exception:
+                healthy = False
+            if healthy:
+                self._cleanup()
+            return {"status": "error", "reason": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}, \
+                not healthy
+
+    def _cleanup(self) -> None:
+        """Release buffers a failed request left behind."""
+        self._retire([b for b in list(self.live) if not b.owned])
+        self._free_retired()
+
+    def close(self) -> None:
+        try:
+            self.ctx.synchronize()
+            self.modules.clear()
+            self.ctx.pop()
+            self.ctx.detach()
+        except Exception:
+            pass
+        if self.nvml is not None:
+            self.nvml.close()
+
+
+def _cuda_error_text(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:400]
+
+
+def _start_error(e: BaseException) -> str:
+    if isinstance(e, ImportError):
+        if "pycuda" in str(e) and "libcuda" not in str(e):
+            return "pycuda is not installed (pip install -e '.[gpu]')"
+        return f"no CUDA driver ({e})"
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+
+
+# --------------------------------------------------------------------------- entry points
+def serve(fd: int, device: int) -> int:
+    """Serve requests on the connection ``fd`` until it closes or a fatal error."""
+    conn = Connection(fd)
+    try:
+        engine = Engine(device)
+    except BaseException as e:
+        conn.send({"status": "error", "reason": _start_error(e)})
+        return 2
+    conn.send({"status": "ready", "info": engine.info})
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            engine.close()
+            return 0
+        if msg.get("op") == "exit":
+            engine.close()
+            conn.send({"status": "ok"})
+            return 0
+        reply, fatal = engine.dispatch(msg)
+        if fatal:
+            reply = {**reply, "fatal": True}
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            return 1
+        if fatal:
+            conn.close()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(3)
+
+
+def oneshot(path: str) -> int:
+    """Run the kernel described by a pickled job once (or ``repeat`` times) in a fresh context and exit.
+
+    Buffers are allocated at their exact sizes (no guards), so compute-sanitizer's memcheck sees the real
+    bounds. Job keys: cubin, symbol, layout, seed, launch, repeat, device.
+    """
+    with open(path, "rb") as f:
+        job: Msg = pickle.load(f)
+    import pycuda.driver as cuda
+
+    cuda.init()
+    ctx = cuda.Device(int(job.get("device", 0))).make_context()
+    try:
+        fn = cuda.module_from_buffer(job["cubin"]).get_function(job["symbol"])
+        layout: Layout = job["layout"]
+        grid, block, smem = _launch_of(job["launch"])
+        if smem > DEFAULT_SMEM:
+            fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        host = initial_buffers(layout, int(job.get("seed", 0)))
+        allocs = {}
+        for a in layout.buffers:
+            allocs[a.name] = cuda.mem_alloc(max(1, a.nbytes))
+            if a.nbytes:
+                cuda.memcpy_htod(allocs[a.name], host[a.name])
+        fn.prepare("".join(np.dtype(np.uintp).char if a.is_buffer else scalar_format(a.dtype) for a in layout.args))
+        args = [int(allocs[a.name]) if a.is_buffer else scalar_value(a) for a in layout.args]
+        for _ in range(int(job.get("repeat", 1))):
+            fn.prepared_call(grid, block, *args, shared_size=smem)
+        ctx.synchronize()
+        return 0
+    except cuda.Error as e:
+        print(f"warpforge oneshot: CUDA error: {_cuda_error_text(e)}", file=sys.stderr)
+        return 3
+    finally:
+        with contextlib.suppress(Exception):
+            ctx.pop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m warpforge.gpu.worker")
+    p.add_argument("--fd", type=int, help="serve requests on this inherited socket")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--oneshot", metavar="JOB", help="run one pickled job and exit")
+    args = p.parse_args(argv)
+    if args.oneshot:
+        return oneshot(args.oneshot)
+    if args.fd is None:
+        p.error("--fd or --oneshot is required")
+    return serve(args.fd, args.device)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

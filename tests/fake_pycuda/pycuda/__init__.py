@@ -1,0 +1,1 @@
+"""A CPU stand-in for pycuda (tests only): see ``driver``."""
