@@ -979,3 +979,16 @@ def _json_safe(d: Any) -> Any:
     if isinstance(d, list | tuple):
         return [_json_safe(v) for v in d]
     return d
+
+
+def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: int = 0) -> Evaluator:
+    """The local-GPU evaluator of an optimize job (``search.optimize.OptimizeRequest``).
+
+    Evaluations are cached in the workspace's ``.warpforge/warpforge.db`` (the file's folder when no
+    workspace is known), so re-running a job never re-measures identical work on the same GPU and driver.
+    """
+    root = Path(workspace) if workspace is not None else Path(req.file).resolve().parent
+    store = Store(root / ".warpforge" / "warpforge.db")
+    settings = EngineSettings(arch=req.arch or None)
+    return Evaluator(req.file, req.kernel, text=req.text, store=store, settings=settings,
+                     backend=Backend(devices=(device,)))

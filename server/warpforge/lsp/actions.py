@@ -60,9 +60,14 @@ def _quick_fixes(server: WarpForgeServer, uri: str, version: int | None, src: So
             names = [p.name for p in k.params if p.is_pointer and p.pointer_depth == 1
                      and (a := access.get(p.name)) is not None and not a.write and not a.escapes
                      and not (p.is_const and p.is_restrict)]
+            missing: set[str] = set()
             for name in names:
-                edits.extend(e for e in (add_const(src, k, name), add_restrict(src, k, name)) if e is not None)
-            title = f"Mark {', '.join(names)} const __restrict__"
+                for qual, e in (("const", add_const(src, k, name)), ("__restrict__", add_restrict(src, k, name))):
+                    if e is not None:
+                        edits.append(e)
+                        missing.add(qual)
+            what = " ".join(q for q in ("const", "__restrict__") if q in missing)
+            title = f"Mark {', '.join(names)} {what}"
         elif d.code == "WF010":
             block = (data.get("evidence") or {}).get("block_threads")
             if isinstance(block, int) and block > 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import importlib
+import inspect
 import itertools
 import logging
 import os
@@ -148,7 +149,8 @@ class Jobs:
                   text, doc.version)
         factory = _evaluator_factory(s.backend)
         try:
-            job.evaluator = factory(req)
+            root = self.server.workspace.root_path if self.server.workspace else None
+            job.evaluator = factory(req, workspace=root) if s.backend == "local" else factory(req)
         except JobError:
             raise
         except Exception as e:
@@ -233,10 +235,12 @@ class Jobs:
                     await policy.aclose()
                 except Exception:
                     log.exception("closing the policy of %s", job.id)
-            close = getattr(job.evaluator, "aclose", None)
+            close = getattr(job.evaluator, "aclose", None) or getattr(job.evaluator, "close", None)
             if close is not None:
                 try:
-                    await close()
+                    res = close()
+                    if inspect.isawaitable(res):
+                        await res
                 except Exception:
                     log.exception("closing the evaluator of %s", job.id)
             if progress:
@@ -248,12 +252,26 @@ class Jobs:
         return f" on {gpu}" if gpu else ""
 
     def _evidence(self, node: Node) -> dict[str, Any]:
+        """What the editor shows next to a speedup: interval, GPU, what was checked (duck-typed: the local
+        engine's Evaluation or a plug-in evaluator's)."""
         ev = node.evaluation
         out: dict[str, Any] = {}
-        for attr in ("spread", "seeds", "sizes", "baseline_us", "candidate_us", "gpu", "evidence"):
+        for attr in ("spread", "gpu", "evidence"):
             v = getattr(ev, attr, None)
             if v is not None:
                 out[attr] = v
+        headline = getattr(ev, "headline", None)
+        if callable(headline):
+            out["headline"] = headline()
+        timing = getattr(ev, "timing", None)
+        sp = getattr(timing, "speedup", None)
+        if sp is not None:
+            out["spread"] = [sp.low, sp.high]
+        correctness = getattr(ev, "correctness", None)
+        if correctness is not None and callable(getattr(correctness, "evidence", None)):
+            out["checked"] = correctness.evidence()
+            out["seeds"] = len(getattr(correctness, "seeds", []) or [])
+            out["sizes_checked"] = list(getattr(correctness, "sizes_checked", []) or [])
         return out
 
     def _announce(self, job: Job, node: Node) -> None:
@@ -340,6 +358,10 @@ class Jobs:
                 text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=doc.version),
                 edits=list(edits))])))
         applied = bool(result.applied) if result is not None else False
+        if applied:
+            # the job's variants describe the old text now: nothing is "ready" any more
+            job.announced.clear()
+            self.server.lenses_changed()
         return {"applied": applied, "reason": getattr(result, "failure_reason", None)}
 
     def reject(self, job_id: str, candidate: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
                                                       arguments=[running.id])))
         else:
             out.append(lsp.CodeLens(line, lsp.Command("Optimize", "warpforge.optimize",
-                                                      arguments=[uri, k.name, "beam"])))
+                                                      arguments=[uri, k.name, ""])))
         annotated = has_annotation(src, k)
         out.append(lsp.CodeLens(line, lsp.Command("Edit spec" if annotated else "Add spec", "warpforge.addSpec",
                                                   arguments=[uri, k.name])))

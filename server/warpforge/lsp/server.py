@@ -127,7 +127,8 @@ def create_server() -> WarpForgeServer:
             spec = build_spec(SourceText(text), model, k, j.uri)
         except SpecError:
             spec = None
-        return {"job": job, "candidate": candidate, "uri": j.uri, "kernel": j.kernel, "speedup": node.speedup,
+        return {"job": job, "candidate": node.candidate.hash, "uri": j.uri, "kernel": j.kernel,
+                "speedup": node.speedup, "family": node.candidate.family, "status": node.status,
                 "original": text, "variant": apply_candidate(text, k, node.candidate, spec)}
 
     @server.command("warpforge.addSpec")

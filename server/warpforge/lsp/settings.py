@@ -25,7 +25,7 @@ class Settings:
     api_key: str = field(default="", repr=False)
     nvcc_path: str = ""
     arch: str = ""
-    #: "local" (GPUs of this machine), "ray" (with ray_address), or "python:MODULE:FUNCTION" — a factory
+    #: "local" (the GPUs of this machine) or "python:MODULE:FUNCTION" — a factory
     #: ``f(job) -> evaluator`` for plugging in another evaluator (the CI tests use a deterministic one)
     backend: str = "local"
     ray_address: str = ""
