@@ -269,3 +269,13 @@ def test_html_report_shows_tree_plot_and_diff() -> None:
     assert "compile_error" in page and "synthetic compile error" in page  # failures shown with reasons
     assert '<span class="add">+new</span>' in page
     assert "<script" not in page  # self-contained, no scripts or external assets
+
+
+def test_the_tree_holds_only_evaluated_nodes() -> None:
+    land = Landscape({f"F{i}": [1.0 + i / 50] for i in range(10)})
+    for search in (BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=9),
+                              config=BeamConfig(width=3, rounds=3, branching=3)),
+                   MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=9), config=MCTSConfig(parallel=3))):
+        result = asyncio.run(search.run(ROOT))
+        assert all(n.evaluation is not None for n in result.root.walk())
+        assert sum(1 for _ in result.root.walk()) == result.evaluations == 9

@@ -167,8 +167,18 @@ class SearchEngine:
             return []
 
     async def evaluate(self, nodes: list[Node]) -> list[Node]:
-        """Evaluate nodes concurrently (up to the candidate budget); returns those evaluated."""
-        self.check()
+        """Evaluate nodes concurrently (up to the candidate budget); returns those evaluated.
+
+        Nodes that will not be evaluated (budget spent, stop) are taken out of the tree: the tree shows
+        what was tried, not what was merely proposed.
+        """
+        try:
+            self.check()
+        except StopSearch:
+            for n in nodes:
+                if n.parent is not None and n in n.parent.children:
+                    n.parent.children.remove(n)
+            raise
         rem = self.remaining()
         todo = nodes if rem is None else nodes[:rem]
         for n in nodes[len(todo):]:
@@ -241,6 +251,10 @@ class SearchEngine:
             await self._run(root)
         except StopSearch as s:
             stopped = s.reason
+        # Proposals created but never evaluated (a stop between proposing and evaluating) leave the tree.
+        for n in list(root.walk()):
+            if n.evaluation is None and n.parent is not None and n in n.parent.children:
+                n.parent.children.remove(n)
         best = self.best if self.best is not None else root
         self.emit("stopped", best, stopped)
         return SearchResult(root, best, self.history, self.evaluations, time.monotonic() - self._t0, stopped,

@@ -1,0 +1,471 @@
+// Optimize jobs as the user sees them: start (with the trust check), a cancellable progress notification
+// mirroring the server's work-done progress, the "N× faster" notification with View Diff · Accept ·
+// Reject, and accept/reject through the server (which edits the buffer with workspace/applyEdit).
+import * as vscode from 'vscode';
+import { ProgressToken } from 'vscode-languageclient/node';
+import {
+  AcceptResult,
+  CandidateParams,
+  CandidateTexts,
+  Cmd,
+  JOB_TOKEN_PREFIX,
+  JobDoneParams,
+  OptimizeResult,
+} from './protocol';
+import { ProgressValue, Server, errorText } from './server';
+import { VariantRef, Variants } from './variants';
+
+export interface Job {
+  id: string;
+  token: string;
+  uri: string;
+  kernel: string;
+  strategy: string;
+  state: string; // running | done | cancelled | failed
+  message: string;
+  started: number;
+  evaluations: number;
+  candidates: Map<string, CandidateParams>;
+  best?: CandidateParams;
+  /** candidates accepted or rejected */
+  resolved: Set<string>;
+  cancelling: boolean;
+}
+
+/** A progress notification fed by the server's work-done progress for one job. */
+class JobProgress {
+  private progress: vscode.Progress<{ message?: string; increment?: number }> | undefined;
+  private finish: (() => void) | undefined;
+  private reported = 0;
+  private lastMessage = '';
+
+  constructor(title: string, onCancel: () => void) {
+    void vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title, cancellable: true },
+      (progress, token) => {
+        this.progress = progress;
+        if (this.lastMessage) {
+          progress.report({ message: this.lastMessage, increment: this.reported });
+        }
+        token.onCancellationRequested(onCancel);
+        return new Promise<void>((resolve) => {
+          this.finish = resolve;
+        });
+      },
+    );
+  }
+
+  update(value: ProgressValue): void {
+    if (value.kind === 'end') {
+      return; // jobDone closes the notification, with the outcome
+    }
+    const message = value.message ?? this.lastMessage;
+    let increment: number | undefined;
+    if (typeof value.percentage === 'number') {
+      const pct = Math.max(0, Math.min(100, value.percentage));
+      increment = Math.max(0, pct - this.reported);
+      this.reported += increment;
+    }
+    this.lastMessage = message;
+    this.progress?.report({ message, increment });
+  }
+
+  close(): void {
+    this.finish?.();
+    this.finish = undefined;
+  }
+}
+
+export class Jobs implements vscode.Disposable {
+  readonly jobs = new Map<string, Job>();
+  private readonly progress = new Map<string, JobProgress>(); // by token
+  private readonly early = new Map<string, ProgressValue[]>(); // progress that came before the job id
+  private readonly changed = new vscode.EventEmitter<Job | undefined>();
+  /** fires when a job starts, improves, finishes, or a variant is accepted/rejected (undefined: all gone) */
+  readonly onDidChange = this.changed.event;
+  private readonly status: vscode.StatusBarItem;
+
+  constructor(
+    private readonly server: Server,
+    private readonly variants: Variants,
+    private readonly log: vscode.OutputChannel,
+  ) {
+    this.status = vscode.window.createStatusBarItem('warpforge.jobs', vscode.StatusBarAlignment.Left, 50);
+    this.status.name = 'WarpForge jobs';
+    this.updateUi();
+  }
+
+  // ------------------------------------------------------------------ start / cancel
+
+  /** Optimize `kernel` in the document `uri` (server URI). Refused with an explanation in Restricted Mode. */
+  async optimize(uri: string, kernel: string, strategy?: string): Promise<Job | undefined> {
+    if (!vscode.workspace.isTrusted) {
+      void explainRestricted('Optimize Kernel');
+      return undefined;
+    }
+    const chosen = strategy || vscode.workspace.getConfiguration('warpforge').get<string>('strategy', 'beam');
+    let res: OptimizeResult;
+    try {
+      res = await this.server.command<OptimizeResult>(Cmd.optimize, [uri, kernel, chosen]);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot optimize ${kernel}: ${errorText(e)}`);
+      return undefined;
+    }
+    const job: Job = {
+      id: res.job,
+      token: res.token,
+      uri,
+      kernel,
+      strategy: chosen,
+      state: 'running',
+      message: '',
+      started: Date.now(),
+      evaluations: 0,
+      candidates: new Map(),
+      resolved: new Set(),
+      cancelling: false,
+    };
+    this.jobs.set(job.id, job);
+    this.log.appendLine(`[client] ${job.id}: optimizing ${kernel} (${chosen} search)`);
+    const ui = new JobProgress(`WarpForge: optimizing ${kernel}`, () => void this.cancel(job.id));
+    this.progress.set(job.token, ui);
+    ui.update({ kind: 'report', message: `${chosen} search: starting` });
+    for (const v of this.early.get(job.token) ?? []) {
+      ui.update(v);
+    }
+    this.early.delete(job.token);
+    this.updateUi(job);
+    return job;
+  }
+
+  async cancel(jobId: string): Promise<void> {
+    const job = this.jobs.get(jobId);
+    if (job) {
+      job.cancelling = true;
+      this.updateUi(job);
+    }
+    try {
+      await this.server.command(Cmd.cancel, [jobId]);
+      this.log.appendLine(`[client] ${jobId}: cancel requested`);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot cancel ${jobId}: ${errorText(e)}`);
+    }
+  }
+
+  running(): Job[] {
+    return [...this.jobs.values()].filter((j) => j.state === 'running');
+  }
+
+  /** Jobs, newest first. */
+  all(): Job[] {
+    return [...this.jobs.values()].sort((a, b) => b.started - a.started);
+  }
+
+  /** Best variants not yet accepted or rejected, newest job first. */
+  pending(): { job: Job; candidate: CandidateParams }[] {
+    const out: { job: Job; candidate: CandidateParams }[] = [];
+    for (const job of this.all()) {
+      if (job.best && !job.resolved.has(job.best.candidate)) {
+        out.push({ job, candidate: job.best });
+      }
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ from the server
+
+  workDoneProgress(token: ProgressToken, value: ProgressValue): boolean {
+    if (typeof token !== 'string' || !token.startsWith(JOB_TOKEN_PREFIX)) {
+      return false;
+    }
+    const ui = this.progress.get(token);
+    if (ui) {
+      ui.update(value);
+    } else if (value.kind !== 'end') {
+      // the job's begin can overtake the reply to warpforge.optimize: keep it for the job's notification
+      const list = this.early.get(token) ?? [];
+      list.push(value);
+      this.early.set(token, list);
+    } else {
+      this.early.delete(token);
+    }
+    return true;
+  }
+
+  candidate(p: CandidateParams): void {
+    let job = this.jobs.get(p.job);
+    if (!job) {
+      // a job started outside this window's commands (e.g. by another client of a shared server)
+      job = {
+        id: p.job, token: '', uri: p.uri, kernel: p.kernel, strategy: '', state: 'running', message: '',
+        started: Date.now(), evaluations: 0, candidates: new Map(), resolved: new Set(), cancelling: false,
+      };
+      this.jobs.set(job.id, job);
+    }
+    job.candidates.set(p.candidate, p);
+    if (!job.best || p.speedup > job.best.speedup) {
+      job.best = p;
+    }
+    this.log.appendLine(
+      `[client] ${p.job}: verified ${p.speedup.toFixed(2)}× (${(p.families ?? [p.family]).join(' + ')}) on ${p.gpu ?? '?'}`,
+    );
+    this.updateUi(job);
+  }
+
+  jobDone(p: JobDoneParams): void {
+    const job = this.jobs.get(p.job);
+    if (!job) {
+      return;
+    }
+    job.state = p.state;
+    job.message = p.message;
+    job.evaluations = p.evaluations;
+    if (p.candidate && !job.candidates.has(p.candidate) && p.speedup != null) {
+      job.candidates.set(p.candidate, { job: p.job, uri: p.uri, kernel: p.kernel, candidate: p.candidate, speedup: p.speedup });
+    }
+    if (p.candidate) {
+      job.best = job.candidates.get(p.candidate) ?? job.best;
+    }
+    this.progress.get(job.token)?.close();
+    this.progress.delete(job.token);
+    this.log.appendLine(`[client] ${job.id}: ${p.state} after ${p.evaluations} evaluations: ${p.message}`);
+    this.updateUi(job);
+    void this.announce(job, p);
+  }
+
+  stopped(): void {
+    let any = false;
+    for (const job of this.jobs.values()) {
+      if (job.state === 'running') {
+        job.state = 'failed';
+        job.message = 'the server stopped';
+        any = true;
+      }
+    }
+    for (const ui of this.progress.values()) {
+      ui.close();
+    }
+    this.progress.clear();
+    this.early.clear();
+    this.jobs.clear(); // the server's job ids are gone with it
+    this.variants.clear();
+    void this.variants.close(() => true);
+    if (any) {
+      void vscode.window.showWarningMessage('WarpForge: the server stopped; its running jobs are gone.');
+    }
+    this.updateUi(undefined);
+  }
+
+  // ------------------------------------------------------------------ the outcome
+
+  private verifiedText(job: Job, c: CandidateParams): string {
+    const parts = [c.gpu ? `verified on ${c.gpu}` : 'verified'];
+    if (typeof c.spread === 'number' && c.spread > 0) {
+      parts.push(`±${(c.spread * 100).toFixed(1)}%`);
+    }
+    // evidence fields may sit at the top level or under the evaluator's own "evidence" object
+    const top = c.evidence ?? {};
+    const inner = (typeof top['evidence'] === 'object' && top['evidence'] !== null ? top['evidence'] : {}) as Record<string, unknown>;
+    const ev: Record<string, unknown> = { ...inner, ...top };
+    const seeds = ev['seeds'];
+    const n = Array.isArray(seeds) ? seeds.length : typeof seeds === 'number' ? seeds : undefined;
+    const sizes = ev['sizes'] ?? ev['sizes_checked'];
+    const odd = Array.isArray(sizes) && sizes.length > 1 ? 'odd size' : '';
+    const runs = [n ? `${n} seeds` : '', odd].filter(Boolean).join(' + ');
+    if (runs) {
+      parts.push(runs);
+    }
+    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})`;
+  }
+
+  private async announce(job: Job, p: JobDoneParams): Promise<void> {
+    const best = p.candidate ? job.candidates.get(p.candidate) : undefined;
+    if (p.outcome === 'improved' && best) {
+      const prefix = p.state === 'cancelled' ? 'WarpForge (cancelled, best so far): ' : 'WarpForge: ';
+      const choice = await vscode.window.showInformationMessage(
+        prefix + this.verifiedText(job, best),
+        'View Diff',
+        'Accept',
+        'Reject',
+      );
+      if (choice === 'View Diff') {
+        await this.view(job.id, best.candidate);
+      } else if (choice === 'Accept') {
+        await this.accept(job.id, best.candidate);
+      } else if (choice === 'Reject') {
+        await this.reject(job.id, best.candidate);
+      }
+      return;
+    }
+    if (p.state === 'cancelled') {
+      void vscode.window.showInformationMessage(`WarpForge: optimization of ${job.kernel} cancelled.`);
+    } else if (p.state === 'failed') {
+      const c = await vscode.window.showErrorMessage(
+        `WarpForge: optimization of ${job.kernel} failed: ${p.message}`,
+        'Show Output',
+      );
+      if (c) {
+        this.log.show();
+      }
+    } else {
+      const c = await vscode.window.showInformationMessage(
+        `WarpForge: no verified faster variant of ${job.kernel} (${p.evaluations} tried; ${p.message}).`,
+        'Show Search',
+      );
+      if (c) {
+        await vscode.commands.executeCommand('warpforge.showSearch', job.id);
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ view / accept / reject
+
+  async view(jobId: string, candidate: string, fromSearchView = false): Promise<void> {
+    let t: CandidateTexts;
+    try {
+      t = await this.server.command<CandidateTexts>(Cmd.showCandidate, [jobId, candidate]);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot show the variant: ${errorText(e)}`);
+      return;
+    }
+    const job = this.jobs.get(jobId);
+    const c = job?.candidates.get(t.candidate) ?? job?.candidates.get(candidate);
+    const speed = t.speedup != null ? `${t.speedup.toFixed(2)}× faster variant` : 'variant (not verified faster)';
+    const families = c?.families?.length ? ` — ${c.families.join(' + ')}` : '';
+    await this.variants.open(
+      // the search view opens nodes by id; the diff carries the candidate's own id back to accept/reject
+      { ...t, candidate: c?.candidate ?? t.candidate },
+      `${t.kernel}: current ↔ ${speed}${families}`,
+      !fromSearchView,
+    );
+  }
+
+  async accept(jobId: string, candidate: string): Promise<boolean> {
+    const job = this.jobs.get(jobId);
+    let res: AcceptResult;
+    try {
+      res = await this.server.command<AcceptResult>(Cmd.accept, [jobId, candidate]);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot accept the variant: ${errorText(e)}`);
+      return false;
+    }
+    if (!res.applied) {
+      void vscode.window.showErrorMessage(
+        `WarpForge: the editor did not apply the variant${res.reason ? ` (${res.reason})` : ''}; the file may have changed meanwhile. Run Optimize Kernel again.`,
+      );
+      return false;
+    }
+    job?.resolved.add(candidate);
+    const c = job?.candidates.get(candidate);
+    this.log.appendLine(`[client] ${jobId}: accepted ${candidate}`);
+    await this.variants.close((r) => r.job === jobId);
+    if (job) {
+      const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(job.uri));
+      await vscode.window.showTextDocument(doc, { preview: false });
+    }
+    this.updateUi(job);
+    void vscode.window.showInformationMessage(
+      `WarpForge: applied the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'} to the buffer (not saved; Undo reverts it).`,
+    );
+    return true;
+  }
+
+  async reject(jobId: string, candidate: string): Promise<boolean> {
+    const job = this.jobs.get(jobId);
+    try {
+      await this.server.command(Cmd.reject, [jobId, candidate]);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot reject the variant: ${errorText(e)}`);
+      return false;
+    }
+    job?.resolved.add(candidate);
+    const c = job?.candidates.get(candidate);
+    this.log.appendLine(`[client] ${jobId}: rejected ${candidate}`);
+    await this.variants.close((r) => r.job === jobId && r.candidate === candidate);
+    this.updateUi(job);
+    void vscode.window.showInformationMessage(
+      `WarpForge: rejected the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'}; the file is unchanged.`,
+    );
+    return true;
+  }
+
+  /** The variant a command means: its argument (a warpforge-variant URI from the editor title bar, or
+   *  [job, candidate]), else the active diff editor's, else the only pending one, else the user picks. */
+  async resolveVariant(args: unknown[]): Promise<VariantRef | undefined> {
+    const [a, b] = args;
+    if (typeof a === 'string' && typeof b === 'string') {
+      return { job: a, candidate: b };
+    }
+    const fromUri = a instanceof vscode.Uri ? Variants.parse(a) : undefined;
+    if (fromUri) {
+      return fromUri;
+    }
+    const active = Variants.active();
+    if (active) {
+      return active;
+    }
+    const pending = this.pending();
+    if (pending.length === 0) {
+      void vscode.window.showInformationMessage('WarpForge: no variant is waiting; run Optimize Kernel first.');
+      return undefined;
+    }
+    if (pending.length === 1) {
+      return { job: pending[0].job.id, candidate: pending[0].candidate.candidate };
+    }
+    const pick = await vscode.window.showQuickPick(
+      pending.map((p) => ({
+        label: `${p.job.kernel}: ${p.candidate.speedup.toFixed(2)}× faster`,
+        description: `${vscode.workspace.asRelativePath(vscode.Uri.parse(p.job.uri))} · ${p.job.id}`,
+        ref: { job: p.job.id, candidate: p.candidate.candidate },
+      })),
+      { placeHolder: 'Which variant?' },
+    );
+    return pick?.ref;
+  }
+
+  // ------------------------------------------------------------------ status bar and context keys
+
+  private updateUi(job?: Job): void {
+    const running = this.running();
+    const pending = this.pending();
+    void vscode.commands.executeCommand('setContext', 'warpforge.hasJobs', this.jobs.size > 0);
+    void vscode.commands.executeCommand('setContext', 'warpforge.hasRunningJobs', running.length > 0);
+    void vscode.commands.executeCommand('setContext', 'warpforge.hasVariants', pending.length > 0);
+    if (running.length > 0) {
+      const j = running[0];
+      const best = j.best ? ` · best ${j.best.speedup.toFixed(2)}×` : '';
+      const more = running.length > 1 ? ` (+${running.length - 1})` : '';
+      this.status.text = `$(sync~spin) WarpForge: ${j.kernel}${j.cancelling ? ' (cancelling…)' : ''}${best}${more}`;
+      this.status.tooltip = 'Optimizing: click to show the search';
+      this.status.command = { title: 'Show Search', command: 'warpforge.showSearch', arguments: [j.id] };
+      this.status.show();
+    } else if (pending.length > 0) {
+      const p = pending[0];
+      this.status.text = `$(rocket) WarpForge: ${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready`;
+      this.status.tooltip = 'A verified faster variant is waiting: click to view the diff';
+      this.status.command = { title: 'View Diff', command: 'warpforge.viewVariant', arguments: [p.job.id, p.candidate.candidate] };
+      this.status.show();
+    } else {
+      this.status.hide();
+    }
+    this.changed.fire(job);
+  }
+
+  dispose(): void {
+    for (const ui of this.progress.values()) {
+      ui.close();
+    }
+    this.status.dispose();
+    this.changed.dispose();
+  }
+}
+
+export async function explainRestricted(what: string): Promise<void> {
+  const choice = await vscode.window.showWarningMessage(
+    `WarpForge: ${what} compiles this workspace's code and runs it on your GPU, so it is disabled in Restricted Mode. Static hints keep working. Trust the workspace to enable it.`,
+    'Manage Workspace Trust',
+  );
+  if (choice) {
+    await vscode.commands.executeCommand('workbench.trust.manage');
+  }
+}

@@ -1,0 +1,118 @@
+// Which Python runs the server, and whether it can import warpforge.
+import { execFile } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { expand } from './settings';
+
+export interface Interpreter {
+  path: string;
+  /** where the choice came from, for messages */
+  source: 'setting warpforge.pythonPath' | 'the Python extension' | 'default';
+}
+
+interface PythonExtensionApi {
+  environments?: {
+    getActiveEnvironmentPath(resource?: vscode.Uri): { id: string; path: string } | undefined;
+    resolveEnvironment(env: { id: string; path: string } | string): Promise<
+      { executable?: { uri?: vscode.Uri } } | undefined
+    >;
+  };
+}
+
+export async function resolveInterpreter(log: vscode.OutputChannel): Promise<Interpreter> {
+  const configured = expand(vscode.workspace.getConfiguration('warpforge').get<string>('pythonPath', '').trim());
+  if (configured) {
+    return { path: configured, source: 'setting warpforge.pythonPath' };
+  }
+  const fromExtension = await pythonExtensionInterpreter(log);
+  if (fromExtension) {
+    return { path: fromExtension, source: 'the Python extension' };
+  }
+  return { path: process.platform === 'win32' ? 'python' : 'python3', source: 'default' };
+}
+
+async function pythonExtensionInterpreter(log: vscode.OutputChannel): Promise<string | undefined> {
+  const ext = vscode.extensions.getExtension<PythonExtensionApi>('ms-python.python');
+  if (!ext) {
+    return undefined;
+  }
+  try {
+    const api = ext.isActive ? ext.exports : await ext.activate();
+    const envs = api?.environments;
+    if (!envs) {
+      return undefined;
+    }
+    const resource = vscode.workspace.workspaceFolders?.[0]?.uri;
+    const active = envs.getActiveEnvironmentPath(resource);
+    if (!active) {
+      return undefined;
+    }
+    const resolved = await envs.resolveEnvironment(active);
+    return resolved?.executable?.uri?.fsPath ?? active.path;
+  } catch (e) {
+    log.appendLine(`[client] could not ask the Python extension for its interpreter: ${String(e)}`);
+    return undefined;
+  }
+}
+
+export interface ImportCheck {
+  ok: boolean;
+  version?: string;
+  /** why not, in words */
+  problem?: string;
+}
+
+/** Run `python -c "import warpforge"`; resolves with the version or the reason it failed. */
+export function checkWarpforge(python: string, env: NodeJS.ProcessEnv): Promise<ImportCheck> {
+  return new Promise((resolve) => {
+    execFile(
+      python,
+      // what `python -m warpforge serve` imports: the package, its command line and the language server
+      ['-c', 'import sys, warpforge, warpforge.cli, warpforge.lsp.server; sys.stdout.write(warpforge.__version__)'],
+      { timeout: 30_000, env },
+      (err, stdout, stderr) => {
+        if (!err) {
+          resolve({ ok: true, version: stdout.trim() });
+          return;
+        }
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT') {
+          resolve({ ok: false, problem: `the interpreter ${python} was not found` });
+        } else if (/No module named '?warpforge'?(\s|$)/.test(stderr)) {
+          resolve({ ok: false, problem: `${python} cannot import the warpforge package` });
+        } else if (/No module named/.test(stderr)) {
+          const missing = /No module named '?([\w.]+)'?/.exec(stderr)?.[1] ?? '?';
+          resolve({
+            ok: false,
+            problem: missing.startsWith('warpforge.')
+              ? `the warpforge installed for ${python} has no ${missing} (an older version?)`
+              : `warpforge is installed for ${python} but its dependency ${missing} is missing`,
+          });
+        } else {
+          const last = stderr.trim().split('\n').pop() ?? err.message;
+          resolve({ ok: false, problem: `${python} -c "import warpforge" failed: ${last}` });
+        }
+      },
+    );
+  });
+}
+
+/** The exact command that makes `python` able to import warpforge: editable install from a checkout in
+ *  the workspace when there is one, else the released package. */
+export function installCommand(python: string): string {
+  const quoted = /\s/.test(python) ? `"${python}"` : python;
+  for (const folder of vscode.workspace.workspaceFolders ?? []) {
+    const pyproject = path.join(folder.uri.fsPath, 'pyproject.toml');
+    try {
+      const text = fs.readFileSync(pyproject, 'utf8');
+      if (/^\s*name\s*=\s*["']warpforge["']/m.test(text)) {
+        const dir = /\s/.test(folder.uri.fsPath) ? `"${folder.uri.fsPath}"` : folder.uri.fsPath;
+        return `${quoted} -m pip install -e ${dir}`;
+      }
+    } catch {
+      // no pyproject here
+    }
+  }
+  return `${quoted} -m pip install warpforge`;
+}

@@ -1,0 +1,49 @@
+import * as vscode from 'vscode';
+
+/** The settings object the server reads from initializationOptions and didChangeConfiguration. */
+export interface ServerSettings {
+  strategy: string;
+  budget: number;
+  timeBudget: number;
+  model: string;
+  nvccPath: string;
+  arch: string;
+  evaluationBackend: string;
+  rayAddress: string;
+  apiKey?: string;
+}
+
+export const API_KEY_SECRET = 'warpforge.apiKey';
+
+export function serverSettings(): ServerSettings {
+  const c = vscode.workspace.getConfiguration('warpforge');
+  return {
+    strategy: c.get<string>('strategy', 'beam'),
+    budget: c.get<number>('budget', 48),
+    timeBudget: c.get<number>('timeBudget', 300),
+    model: c.get<string>('model', ''),
+    nvccPath: expand(c.get<string>('nvccPath', '')),
+    arch: c.get<string>('arch', ''),
+    evaluationBackend: c.get<string>('evaluationBackend', 'local') || 'local',
+    rayAddress: c.get<string>('rayAddress', ''),
+  };
+}
+
+/** Settings object for the server, with the API key from the secret store (never from settings). */
+export async function serverOptions(secrets: vscode.SecretStorage): Promise<{ warpforge: ServerSettings }> {
+  const apiKey = (await secrets.get(API_KEY_SECRET)) ?? '';
+  return { warpforge: { ...serverSettings(), apiKey } };
+}
+
+/** ${workspaceFolder}, ${userHome} and a leading ~ in path settings. */
+export function expand(value: string): string {
+  if (!value) {
+    return value;
+  }
+  const home = process.env.HOME ?? process.env.USERPROFILE ?? '';
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? '';
+  return value
+    .replace(/^~(?=$|[\\/])/, home)
+    .replace(/\$\{userHome\}/g, home)
+    .replace(/\$\{workspaceFolder\}/g, folder);
+}

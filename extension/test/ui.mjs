@@ -1,0 +1,541 @@
+// UI test of the WarpForge extension in a real VS Code: code-server 4.99.4 (VS Code 1.99.3) driven by
+// playwright-core in Debian's Chromium (see ../shared/notes/vscode-ui-testing.md).
+//
+// The language server is the real `warpforge serve`, but optimize jobs use the DETERMINISTIC EVALUATOR
+// FIXTURE (tests/lsp_fixture_evaluator.py, setting warpforge.evaluationBackend =
+// "python:lsp_fixture_evaluator:make"): candidates are compiled with the real nvcc, their speedups are
+// synthetic, and the GPU name says "deterministic fixture (no GPU)". CI has no GPU.
+//
+// Usage: node extension/test/ui.mjs --code-server DIR --vsix FILE [--python PY] [--keep]
+// Screenshots: extension/test/screenshots/*.png.
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const args = process.argv.slice(2);
+const opt = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : dflt;
+};
+const CODE_SERVER_DIR = opt('--code-server', path.join(os.homedir(), '.cache/warpforge-ci/code-server'));
+const VSIX = opt('--vsix', path.join(REPO, 'warpforge.vsix'));
+const PYTHON = opt('--python', path.join(REPO, '.venv/bin/python'));
+const KEEP = args.includes('--keep');
+const SHOTS = path.join(REPO, 'extension/test/screenshots');
+const ENTRY = path.join(CODE_SERVER_DIR, 'node_modules/code-server/out/node/entry.js');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+// compiler/SASS hints (WF0xx, WF104) need nvcc; source hints (WF101) do not
+const HAVE_NVCC = spawnSync('sh', ['-c', 'command -v nvcc'], { encoding: 'utf8' }).status === 0;
+
+const T0 = Date.now();
+const since = () => ((Date.now() - T0) / 1000).toFixed(1).padStart(6);
+const step = (msg) => console.log(`[ui ${since()} s] ${msg}`);
+let failures = 0;
+const passed = [];
+
+// ---------------------------------------------------------------------------------------------- setup
+const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'warpforge-ui-'));
+const EXT = path.join(TMP, 'extensions');
+const WS = path.join(TMP, 'workspace');
+const CFG = path.join(TMP, 'config.yaml');
+fs.mkdirSync(path.join(WS, 'kernels'), { recursive: true });
+fs.mkdirSync(SHOTS, { recursive: true });
+for (const f of fs.readdirSync(SHOTS)) {
+  if (f.endsWith('.png')) fs.rmSync(path.join(SHOTS, f));
+}
+for (const f of fs.readdirSync(path.join(REPO, 'kernels'))) {
+  fs.copyFileSync(path.join(REPO, 'kernels', f), path.join(WS, 'kernels', f));
+}
+fs.writeFileSync(CFG, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
+
+/** A fresh user-data dir. `trust`: false opens the folder in Restricted Mode (workspace trust on, no prompt). */
+function makeProfile(name, { trust = true } = {}) {
+  const ud = path.join(TMP, name);
+  fs.mkdirSync(path.join(ud, 'User'), { recursive: true });
+  const settings = {
+    'telemetry.telemetryLevel': 'off',
+    'update.mode': 'none',
+    'extensions.autoUpdate': false,
+    'extensions.autoCheckUpdates': false,
+    'extensions.ignoreRecommendations': true,
+    'workbench.startupEditor': 'none',
+    'workbench.tips.enabled': false,
+    'workbench.enableExperiments': false,
+    'git.enabled': false,
+    'chat.disableAIFeatures': true,
+    'security.workspace.trust.enabled': !trust,
+    'security.workspace.trust.startupPrompt': 'never',
+    'workbench.colorTheme': 'Default Dark Modern',
+    'editor.hover.delay': 200,
+    'editor.minimap.enabled': false,
+    'files.autoSave': 'off',
+    'warpforge.budget': 12,
+    'warpforge.trace.server': process.env.WARPFORGE_UI_TRACE || 'off',
+  };
+  fs.writeFileSync(path.join(ud, 'User', 'settings.json'), JSON.stringify(settings, null, 2));
+  // The extension under test: the checkout's interpreter and the DETERMINISTIC EVALUATOR FIXTURE (no GPU in
+  // CI). These settings are machine-scoped (an interpreter path belongs to a machine), so with code-server
+  // they go in the remote machine's settings, as a user of a remote window sets them.
+  fs.mkdirSync(path.join(ud, 'Machine'), { recursive: true });
+  fs.writeFileSync(path.join(ud, 'Machine', 'settings.json'), JSON.stringify({
+    'warpforge.pythonPath': PYTHON,
+    'warpforge.evaluationBackend': 'python:lsp_fixture_evaluator:make',
+  }, null, 2));
+  return { ud, trust, settingsFile: path.join(ud, 'User', 'settings.json') };
+}
+
+const env = {
+  ...process.env,
+  XDG_CONFIG_HOME: path.join(TMP, 'xdg-config'),
+  XDG_DATA_HOME: path.join(TMP, 'xdg-data'),
+  // the server imports warpforge from the checkout and the fixture evaluator from tests/
+  PYTHONPATH: [path.join(REPO, 'server'), path.join(REPO, 'tests'), process.env.PYTHONPATH ?? ''].filter(Boolean).join(path.delimiter),
+  WARPFORGE_FIXTURE_DELAY: process.env.WARPFORGE_FIXTURE_DELAY ?? '0.3',
+  WARPFORGE_CACHE: path.join(TMP, 'warpforge-cache'),
+};
+const csArgs = (ud) => ['--config', CFG, '--user-data-dir', ud, '--extensions-dir', EXT];
+
+const groups = new Set(); // process groups of running code-servers
+const killGroups = (sig = 'SIGTERM') => {
+  for (const pgid of groups) {
+    try {
+      process.kill(-pgid, sig);
+    } catch {
+      groups.delete(pgid); // already gone
+    }
+  }
+};
+process.on('exit', () => killGroups('SIGKILL'));
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => {
+    killGroups('SIGKILL');
+    process.exit(130);
+  });
+}
+
+/** code-server in its own process group: killing the group also ends the extension host and the server. */
+async function startCodeServer(profile) {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const log = path.join(TMP, `${path.basename(profile.ud)}-code-server.log`);
+  const fd = fs.openSync(log, 'w');
+  const proc = spawn(process.execPath, [
+    ENTRY, ...csArgs(profile.ud), '--bind-addr', `127.0.0.1:${port}`, '--auth', 'none', '--disable-telemetry',
+    '--disable-update-check', '--disable-getting-started-override',
+    ...(profile.trust ? ['--disable-workspace-trust'] : []), WS,
+  ], { env, detached: true, stdio: ['ignore', fd, fd] });
+  groups.add(proc.pid);
+  if (process.env.WARPFORGE_UI_PGID_FILE) {
+    fs.appendFileSync(process.env.WARPFORGE_UI_PGID_FILE, `${proc.pid}\n`); // for the CI script's final sweep
+  }
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}/healthz`);
+      if (r.ok) break;
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error('code-server did not answer /healthz within 60 s');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { ...profile, port, proc, log };
+}
+
+async function stopCodeServer(cs) {
+  try {
+    process.kill(-cs.proc.pid, 'SIGTERM');
+  } catch {
+    // gone
+  }
+  for (let i = 0; i < 50; i++) {
+    try {
+      process.kill(-cs.proc.pid, 0);
+      await new Promise((r) => setTimeout(r, 100));
+    } catch {
+      break;
+    }
+  }
+  try {
+    process.kill(-cs.proc.pid, 'SIGKILL');
+  } catch {
+    // gone
+  }
+  groups.delete(cs.proc.pid);
+}
+
+// ---------------------------------------------------------------------------------------------- helpers
+let page;
+let shotNo = 0;
+async function shot(name) {
+  // let notification toasts finish sliding in (wait for their boxes to stop moving)
+  let prev = '';
+  for (let i = 0; i < 20; i++) {
+    const boxes = JSON.stringify(await toasts().evaluateAll((els) => els.map((e) => e.getBoundingClientRect().top)));
+    if (boxes === prev) break;
+    prev = boxes;
+    await page.waitForTimeout(100);
+  }
+  shotNo += 1;
+  const file = path.join(SHOTS, `${String(shotNo).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({ path: file });
+  return file;
+}
+
+async function check(name, fn) {
+  const t = Date.now();
+  try {
+    await fn();
+    passed.push(name);
+    step(`PASS ${name} (${((Date.now() - t) / 1000).toFixed(1)} s)`);
+  } catch (e) {
+    failures += 1;
+    step(`FAIL ${name}: ${e && e.message ? e.message.split('\n')[0] : e}`);
+    await shot(`FAIL-${name.replace(/[^a-z0-9]+/gi, '-')}`).catch(() => undefined);
+    throw e;
+  }
+}
+
+const toasts = () => page.locator('.notifications-toasts .notification-toast');
+const toast = (text) => toasts().filter({ hasText: text });
+async function dismissToasts() {
+  // Close all notifications (keyboard: the pointer-block overlay of some widgets intercepts clicks).
+  await runCommand('Notifications: Clear All Notifications');
+  await page.locator('.notifications-toasts .notification-toast').first().waitFor({ state: 'detached', timeout: 5000 }).catch(() => undefined);
+}
+
+async function runCommand(label) {
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget .quick-input-box input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(`>${label}`);
+  const row = page.locator('.quick-input-list .monaco-list-row', { hasText: label }).first();
+  await row.waitFor({ state: 'visible', timeout: 15_000 });
+  await page.keyboard.press('Enter');
+}
+
+/** The text of the visible lines of the active code editor (not the diff editor). */
+async function editorText() {
+  const t = await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().innerText();
+  return t.replace(/\u00a0/g, ' ');
+}
+
+async function openFile(rel) {
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('Control+P');
+  const input = page.locator('.quick-input-widget .quick-input-box input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(rel);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: path.basename(rel) }).first().waitFor();
+  await page.keyboard.press('Enter');
+  await page.locator(`.tab[aria-label^="${path.basename(rel)}"]`).first().waitFor();
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().waitFor();
+}
+
+/** Line element (in the active editor) whose text contains `text`. */
+function line(text) {
+  return page.locator('.editor-group-container.active .monaco-editor .view-line', { hasText: text }).first();
+}
+
+async function rightClickOptimize() {
+  // put the cursor inside the kernel body, then open the editor context menu there
+  const target = line('blockIdx.x * blockDim.x');
+  await target.click();
+  await target.click({ button: 'right' });
+  const item = page.getByRole('menuitem', { name: 'Optimize Kernel' });
+  await item.waitFor({ state: 'visible', timeout: 10_000 });
+  await shot('context-menu');
+  await item.click();
+}
+
+async function waitResult() {
+  // the final notification: "N× faster saxpy (verified on deterministic fixture (no GPU), ...)"
+  const t = toast('faster saxpy').filter({ hasText: 'verified on deterministic fixture (no GPU)' }).last();
+  await t.waitFor({ state: 'visible', timeout: 120_000 });
+  return t;
+}
+
+function outputLog(ud = current.ud) {
+  const logs = path.join(ud, 'logs');
+  const out = [];
+  const walk = (d) => {
+    for (const e of fs.existsSync(d) ? fs.readdirSync(d, { withFileTypes: true }) : []) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/WarpForge\.log$/.test(e.name)) out.push(fs.readFileSync(p, 'utf8'));
+    }
+  };
+  walk(logs);
+  return out.join('\n');
+}
+
+async function until(fn, what, timeout = 30_000) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Open the workspace in a fresh browser context on `cs`. */
+async function openWorkbench(cs) {
+  const ctx = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  await ctx.route((url) => url.hostname !== '127.0.0.1', (route) => route.abort());
+  page = await ctx.newPage();
+  page.setDefaultTimeout(30_000);
+  await page.goto(`http://127.0.0.1:${cs.port}/?folder=${encodeURIComponent(WS)}`);
+  await page.locator('.monaco-workbench').waitFor();
+  await page.locator('.explorer-folders-view, .explorer-viewlet').first().waitFor();
+  return ctx;
+}
+
+// ---------------------------------------------------------------------------------------------- the test
+let browser;
+let current;
+const sessions = [];
+try {
+  step(`installing ${path.relative(REPO, VSIX)} (${TMP})`);
+  const inst = spawnSync(process.execPath, [ENTRY, ...csArgs(path.join(TMP, 'install')), '--install-extension', VSIX, '--force'],
+    { env, encoding: 'utf8' });
+  if (inst.status !== 0) {
+    console.error(inst.stdout, inst.stderr);
+    throw new Error('installing the .vsix failed');
+  }
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  current = await startCodeServer(makeProfile('trusted'));
+  sessions.push(current);
+  step(`code-server up on 127.0.0.1:${current.port} (trusted workspace)`);
+  let ctx = await openWorkbench(current);
+  step('workbench loaded');
+
+  await check('hints: squiggles, hover, Problems panel', async () => {
+    await openFile('kernels/saxpy.cu');
+    await page.locator('.editor-group-container.active .squiggly-info').first().waitFor({ timeout: 60_000 });
+    const language = await page.locator('.statusbar-item[id="status.editor.mode"]').innerText();
+    if (!/CUDA C\+\+/.test(language)) throw new Error(`language mode is ${language}`);
+    await page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' }).first().waitFor();
+    // hover the squiggle on the kernel's parameter list: the diagnostic with its evidence and code link
+    // (mouse at the squiggle's box: Playwright's hover() would scroll Monaco's overlay layer and garble it)
+    const sbox = await page.locator('.editor-group-container.active .squiggly-info').first().boundingBox();
+    await page.mouse.move(sbox.x + sbox.width / 2, sbox.y + sbox.height / 2);
+    const hover = page.locator('.monaco-hover:not(.hidden)', { hasText: 'WF101' }).first();
+    await hover.waitFor({ state: 'visible', timeout: 15_000 });
+    const text = await hover.innerText();
+    if (!/__restrict__/.test(text) || !/written=/.test(text)) throw new Error(`hover lacks the finding/evidence: ${text}`);
+    await shot('hint-hover');
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+Shift+M');
+    const problems = page.locator('.markers-panel .monaco-list-row');
+    await problems.filter({ hasText: 'WF101' }).first().waitFor(); // from the source
+    if (HAVE_NVCC) await problems.filter({ hasText: 'WF104' }).first().waitFor(); // from the SASS
+    await shot('problems-panel');
+  });
+
+  await check('quick fix from a hint: applied, then undone', async () => {
+    // put the cursor on the WF101 squiggle and open the quick-fix menu (choose with the keyboard)
+    const sq = page.locator('.editor-group-container.active .squiggly-info').first();
+    const box = await sq.boundingBox();
+    await page.mouse.click(box.x + 4, box.y + box.height / 2);
+    await page.keyboard.press('Control+.');
+    const fix = page.locator('.action-widget .monaco-list-row', { hasText: '__restrict__' }).first();
+    await fix.waitFor({ state: 'visible', timeout: 15_000 });
+    await shot('quick-fix-menu');
+    // apply it (the fix is the menu's first, preferred entry), see the edit, then undo it so the
+    // optimize runs below start from the original text
+    await page.locator('.action-widget .monaco-list-row.focused', { hasText: '__restrict__' }).waitFor();
+    await page.keyboard.press('Enter');
+    await line('__restrict__').waitFor();
+    await page.locator('.tab.active.dirty').waitFor();
+    await page.keyboard.press('Control+Z');
+    await line('__restrict__').waitFor({ state: 'detached' });
+  });
+
+  let firstJobTree;
+  await check('right-click → Optimize Kernel: progress, then the verified result', async () => {
+    await page.keyboard.press('Control+J'); // close the panel for room
+    await rightClickOptimize();
+    const progress = toast('WarpForge: optimizing saxpy');
+    await progress.waitFor({ state: 'visible', timeout: 15_000 });
+    await until(async () => /round|candidates|baseline|starting/.test(await progress.innerText().catch(() => '')), 'a progress message');
+    await shot('optimize-progress');
+    const result = await waitResult();
+    await shot('optimize-result');
+    firstJobTree = await result.innerText();
+    if (!/View Diff/.test(firstJobTree) || !/Accept/.test(firstJobTree) || !/Reject/.test(firstJobTree)) {
+      throw new Error(`result notification lacks its buttons: ${firstJobTree}`);
+    }
+  });
+
+  await check('View Diff, then Accept in the diff title bar: the buffer changes, Undo restores it', async () => {
+    const before = await editorText();
+    await waitResult().then((t) => t.locator('.monaco-button', { hasText: 'View Diff' }).click());
+    const diff = page.locator('.editor-group-container.active .monaco-diff-editor');
+    await diff.waitFor({ state: 'visible' });
+    await page.locator('.tab.active', { hasText: 'current ↔' }).waitFor();
+    await diff.locator('.line-insert, .char-insert').first().waitFor();
+    const accept = page.locator('.editor-group-container.active .editor-actions [aria-label="Accept Variant"]');
+    await page.locator('.editor-group-container.active .editor-actions [aria-label="Reject Variant"]').waitFor();
+    await accept.waitFor();
+    await shot('variant-diff');
+    await accept.click();
+    await toast('applied the').first().waitFor();
+    await diff.waitFor({ state: 'detached' });
+    await page.locator('.tab.active[aria-label^="saxpy.cu"]').waitFor();
+    const after = await until(async () => {
+      const t = await editorText();
+      return t !== before ? t : undefined;
+    }, 'the buffer to change');
+    if (!/float4|__launch_bounds__|__restrict__/.test(after)) throw new Error(`accepted buffer is not a variant: ${after}`);
+    await page.locator('.tab.active.dirty').waitFor(); // edited, not saved
+    await shot('accepted-buffer');
+    await line('blockIdx.x').click();
+    await page.keyboard.press('Control+Z');
+    await until(async () => (await editorText()) === before, 'undo to restore the original text');
+  });
+
+  await check('search view: tree, plot, click a node to open its diff', async () => {
+    await dismissToasts();
+    await runCommand('WarpForge: Show Search');
+    const frame = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+    await frame.locator('#tree li.node').first().waitFor({ timeout: 20_000 });
+    await frame.locator('#plot svg path.curve').waitFor();
+    const labels = await frame.locator('#tree .label').allInnerTexts();
+    if (labels.length < 2) throw new Error(`tree has ${labels.length} nodes`);
+    if (!labels.some((l) => /ok/.test(l) && /×/.test(l))) throw new Error(`no verified node with a speedup: ${labels.join(' | ')}`);
+    await shot('search-view-dark');
+    await frame.locator('#tree .label:not([disabled])', { hasText: '★ best' }).first().click();
+    await page.locator('.monaco-diff-editor').first().waitFor({ state: 'visible' });
+    await page.locator('.tab', { hasText: 'current ↔' }).first().waitFor();
+    await shot('search-node-diff');
+    // the same view in the light theme (it uses the theme's CSS variables only)
+    await runCommand('Preferences: Toggle between Light/Dark Themes');
+    await page.locator('.monaco-workbench.vs').waitFor({ timeout: 15_000 });
+    await frame.locator('#tree li.node').first().waitFor();
+    await shot('search-view-light');
+    await runCommand('Preferences: Toggle between Light/Dark Themes');
+    await page.locator('.monaco-workbench.vs-dark').waitFor({ timeout: 15_000 });
+    await runCommand('View: Close All Editors');
+  });
+
+  await check('second run: Reject keeps the file unchanged', async () => {
+    await dismissToasts();
+    await openFile('kernels/saxpy.cu');
+    const before = await editorText();
+    await rightClickOptimize();
+    const result = await waitResult();
+    await result.locator('.monaco-button', { hasText: 'Reject' }).click();
+    await toast('rejected the').first().waitFor();
+    await shot('rejected');
+    if ((await editorText()) !== before) throw new Error('Reject changed the buffer');
+    if (await page.locator('.tab.active.dirty').count()) throw new Error('Reject left the file modified');
+  });
+
+  await check('Cancel from the progress notification reaches the server', async () => {
+    await dismissToasts();
+    await rightClickOptimize();
+    const progress = toast('WarpForge: optimizing saxpy');
+    await progress.waitFor({ state: 'visible', timeout: 15_000 });
+    await progress.locator('.monaco-button', { hasText: 'Cancel' }).click();
+    // the server ends the job as cancelled: either nothing verified yet, or its best so far
+    await page.locator('.notifications-toasts .notification-toast', { hasText: /optimization of saxpy cancelled|cancelled, best so far/ })
+      .first().waitFor({ timeout: 60_000 });
+    await shot('cancelled');
+    await until(() => /job-\d+: cancelled after/.test(outputLog()), 'the jobDone(cancelled) line in the WarpForge output', 15_000);
+  });
+
+  await check('Set API Key: secret storage, sent to the server, never in settings', async () => {
+    await dismissToasts();
+    const key = 'sk-ant-ui-test-0123456789';
+    await runCommand('WarpForge: Set API Key');
+    const input = page.locator('.quick-input-widget .quick-input-box input');
+    await input.waitFor({ state: 'visible' });
+    if ((await input.getAttribute('type')) !== 'password') throw new Error('the key input is not a password box');
+    await input.fill(key);
+    await shot('api-key-input');
+    await page.keyboard.press('Enter');
+    await toast('API key stored').first().waitFor();
+    await until(() => /API key changed: settings sent to the server/.test(outputLog()), 'the client to send the key', 15_000);
+    // Restart Server: the fresh server gets the key in initializationOptions (it logs only that one is set)
+    await runCommand('WarpForge: Restart Server');
+    await toast('server restarted').first().waitFor({ timeout: 30_000 });
+    const log = await until(() => {
+      const l = outputLog();
+      return (l.match(/settings: \{[^\n]*'api_key': 'set'/g) ?? []).length >= 1 ? l : undefined;
+    }, 'the restarted server to log api_key set', 20_000);
+    if (log.includes(key)) throw new Error('the API key appears in the output log');
+    if (fs.readFileSync(current.settingsFile, 'utf8').includes(key)) throw new Error('the API key is in settings.json');
+    await shot('api-key-stored');
+  });
+  await check('an interpreter without warpforge: an error with the exact fix', async () => {
+    await dismissToasts();
+    // point the extension at a Python that lacks the package: it restarts the server and explains
+    const python = process.env.WARPFORGE_UI_BARE_PYTHON ?? '/usr/bin/python3';
+    fs.writeFileSync(path.join(current.ud, 'Machine', 'settings.json'), JSON.stringify({
+      'warpforge.pythonPath': python,
+      'warpforge.evaluationBackend': 'python:lsp_fixture_evaluator:make',
+    }, null, 2));
+    // (with PYTHONPATH holding server/, a bare Python finds the package but not its dependencies; either
+    // way the message names the problem and the exact command that fixes it)
+    const err = toast(`${python} -m pip install warpforge`).first();
+    await err.waitFor({ timeout: 30_000 });
+    const text = await err.innerText();
+    if (!/cannot import the warpforge package|dependency \S+ is missing/.test(text)) throw new Error(`no problem named in: ${text}`);
+    for (const b of ['Install in Terminal', 'Copy Command', 'Open Settings']) {
+      await err.locator('.monaco-button', { hasText: b }).waitFor();
+    }
+    await shot('missing-warpforge');
+  });
+
+  // Restricted Mode: a fresh profile with workspace trust on and the folder not trusted.
+  await ctx.close();
+  await stopCodeServer(current);
+  current = await startCodeServer(makeProfile('restricted', { trust: false }));
+  sessions.push(current);
+  step(`code-server up on 127.0.0.1:${current.port} (workspace NOT trusted)`);
+  ctx = await openWorkbench(current);
+  await check('Restricted Mode: hints still work, Optimize Kernel is refused with an explanation', async () => {
+    await page.locator('.statusbar-item', { hasText: 'Restricted Mode' }).first().waitFor();
+    await openFile('kernels/saxpy.cu');
+    await page.locator('.editor-group-container.active .squiggly-info').first().waitFor({ timeout: 60_000 });
+    await rightClickOptimize();
+    const warn = toast('disabled in Restricted Mode');
+    await warn.first().waitFor();
+    await warn.first().locator('.monaco-button', { hasText: 'Manage Workspace Trust' }).waitFor();
+    await shot('restricted-mode');
+    if (/job-\d+: optimizing/.test(outputLog())) throw new Error('a job started in Restricted Mode');
+  });
+  await ctx.close();
+} catch (e) {
+  if (failures === 0) {
+    failures += 1;
+    step(`ERROR ${e && e.stack ? e.stack : e}`);
+    if (page) await shot('ERROR').catch(() => undefined);
+  }
+} finally {
+  await browser?.close().catch(() => undefined);
+  for (const cs of sessions) await stopCodeServer(cs);
+  const out = sessions.map((cs) => `==== ${path.basename(cs.ud)} ====\n${outputLog(cs.ud)}`).join('\n');
+  fs.writeFileSync(path.join(SHOTS, 'warpforge-output.log'), out);
+  if (failures) {
+    console.log('---- WarpForge output channel (tail) ----');
+    console.log(out.split('\n').slice(-60).join('\n'));
+    for (const cs of sessions) {
+      console.log(`---- code-server log ${path.basename(cs.log)} (tail) ----`);
+      console.log(fs.readFileSync(cs.log, 'utf8').split('\n').slice(-20).join('\n'));
+    }
+  }
+  if (!KEEP) fs.rmSync(TMP, { recursive: true, force: true });
+  console.log(`[ui ${since()} s] ${passed.length} passed, ${failures} failed; screenshots in ${path.relative(REPO, SHOTS)}/`);
+  process.exitCode = failures ? 1 : 0;
+}
