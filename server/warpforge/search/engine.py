@@ -219,11 +219,19 @@ class SearchEngine:
             raise StopSearch("time budget spent")
         return done_nodes
 
+    @staticmethod
+    def _significant(n: Node) -> bool:
+        """A win must be outside the timing noise: the lower end of the speedup's confidence interval
+        (when the evaluator reports one) must be above 1."""
+        sp = getattr(getattr(n.evaluation, "timing", None), "speedup", None)
+        low = getattr(sp, "low", None)
+        return low is None or float(low) > 1.0
+
     def _record(self, n: Node) -> None:
         self.evaluations += 1
         n.eval_index = self.evaluations
         improved = False
-        if n.ok and (n.speedup or 0) > self.min_speedup and (
+        if n.ok and (n.speedup or 0) > self.min_speedup and self._significant(n) and (
                 self.best is None or (n.speedup or 0) > (self.best.speedup or 1.0)):
             self.best = n
             improved = True

@@ -185,6 +185,20 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     return apply_edits(src, edits)
 
 
+def candidate_notes(candidate: Candidate) -> list[str]:
+    """What a variant needs besides its source text: its launch configuration, defines and flags."""
+    notes = []
+    if candidate.grid is not None:
+        notes.append(f"grid ({', '.join(candidate.grid)})")
+    if candidate.block is not None:
+        notes.append(f"block ({', '.join(candidate.block)})")
+    if candidate.smem is not None:
+        notes.append(f"{candidate.smem} bytes of dynamic shared memory")
+    notes.extend(f"-D{k}={v}" for k, v in candidate.defines.items())
+    notes.extend(candidate.flags)
+    return notes
+
+
 def kernel_diff(file: str, text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
     new = apply_candidate(text, kernel, candidate, spec)
     return "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
@@ -199,11 +213,14 @@ def make_search(
     cancel: asyncio.Event | None = None,
     on_event: Callable[[SearchEvent], None] | None = None,
 ) -> SearchEngine:
+    # A variant must be at least 1 % faster (and outside the timing noise) to count as a win.
     if req.strategy == "mcts":
-        return MCTS(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.mcts)
+        return MCTS(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.mcts,
+                    min_speedup=1.01)
     if req.strategy != "beam":
         raise ValueError(f"unknown strategy `{req.strategy}`: use beam or mcts")
-    return BeamSearch(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.beam)
+    return BeamSearch(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.beam,
+                      min_speedup=1.01)
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
@@ -239,6 +256,30 @@ async def optimize(
     if on_search is not None:
         on_search(search)
     result = await search.run(root, context)
+    if not (cancel is not None and cancel.is_set()):
+        await confirm_winner(result, evaluator)
     if memory is not None:
         memory.record_result(key, result)
     return OptimizeOutcome(req, spec, kernel, result, root.definition)
+
+
+async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: int = 3) -> None:
+    """Run the best variants under compute-sanitizer (memcheck, racecheck) before one is offered.
+
+    A winner that fails (an out-of-bounds access the output comparison could not see, a race) is marked
+    with the sanitizer's verdict in the tree and the next best verified variant is tried. Evaluators
+    without a sanitizer (plug-ins, the CI fixture) are taken as they are.
+    """
+    sanitize = getattr(evaluator, "sanitize", None)
+    if sanitize is None:
+        return
+    ranked = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
+                     and SearchEngine._significant(n)), key=lambda n: -(n.speedup or 0))
+    for node in ranked[:tries]:
+        checked = await sanitize(node.candidate)
+        if checked.status == "ok":
+            result.best = node
+            return
+        node.evaluation = checked
+    if ranked:
+        result.best = result.root  # nothing passed the sanitizer: offer nothing rather than an unchecked variant
