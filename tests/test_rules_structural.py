@@ -36,7 +36,7 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "warp_reduce": {"reduce_sum": ["tail", "warps"], "rmsnorm": ["tail", "warps"]},
     "reduce_coarsen": {"reduce_sum": ["sm4", "sm8"]},
     "warp_per_row": {"softmax": ["warp8", "warp4", "block256"]},
-    "smem_tiling": {"sgemm": ["t16", "t32", "t32r4", "t64r4x4", "t128r8x8"]},
+    "smem_tiling": {"sgemm": ["t64r4x4", "t32r4", "t128r8x8", "t32", "t16"]},
     "smem_transpose": {"transpose": ["b32x8", "b32x16"]},
     "atomics_privatize": {"histogram": ["sm4", "sm8"]},
 }

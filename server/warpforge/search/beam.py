@@ -23,6 +23,8 @@ class BeamConfig:
     width: int = 4
     rounds: int = 4
     branching: int = 2
+    #: children of the root (0: width × branching)
+    root_fanout: int = 16
     #: expand branches whose speedup over the baseline exceeds this
     threshold: float = 1.0
     min_improvement: float = 0.03
@@ -117,7 +119,8 @@ class BeamSearch(SearchEngine):
             for node in beam:
                 self.check()
                 proposals = await self.propose(node)
-                per_node = cfg.width * cfg.branching if node is root else cfg.branching
+                # The root fans out widest: every family deserves a first try before compositions.
+                per_node = cfg.root_fanout or cfg.width * cfg.branching if node is root else cfg.branching
                 for c in self._take(proposals, per_node):
                     children.append(self.new_node(c, node))
             if not children:
