@@ -58,6 +58,7 @@ async def one(path: Path, strategy: str, budget: int, seconds: float, workspace:
         "interval": [sp.low, sp.high] if sp is not None and r.improved else None,
         "families": list(r.best.families), "evaluations": r.evaluations, "wall_s": round(wall, 1),
         "stopped": r.stopped, "achieved_gbps": gbps, "peak_gbps": peak,
+        "history": [[n, round(sp_, 4), round(t, 2)] for (n, sp_), t in zip(r.history, r.history_seconds, strict=False)],
         "pct_copy_bw": round(100 * gbps / peak, 1) if gbps and peak else None,
         "gpu": getattr(best, "gpu", ""), "headline": best.headline() if best is not None else "",
         "statuses": {s: sum(1 for n in r.nodes if n.status == s) for s in {n.status for n in r.nodes}},

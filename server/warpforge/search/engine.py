@@ -51,6 +51,14 @@ class SearchResult:
     strategy: str
     rounds: int = 0
     nodes: list[Node] = field(default_factory=list)
+    history_seconds: list[float] = field(default_factory=list)
+
+    def seconds_to_reach(self, speedup: float) -> float | None:
+        """When the best verified speedup first reached ``speedup`` (None: never)."""
+        for (_, s), t in zip(self.history, self.history_seconds, strict=False):
+            if s >= speedup:
+                return t
+        return None
 
     @property
     def best_speedup(self) -> float:
@@ -112,6 +120,8 @@ class SearchEngine:
         self._seen: set[str] = set()
         self.evaluations = 0
         self.history: list[tuple[int, float]] = []
+        #: seconds since the start at each entry of ``history`` (time-to-best comparisons)
+        self.history_seconds: list[float] = []
         self.round = 0
         self.root: Node | None = None
         self.best: Node | None = None
@@ -236,6 +246,7 @@ class SearchEngine:
             self.best = n
             improved = True
         self.history.append((self.evaluations, self.best.speedup or 1.0 if self.best else 1.0))
+        self.history_seconds.append(time.monotonic() - self._t0)
         self.emit("evaluated", n)
         if improved:
             self.emit("improved", n)
@@ -266,7 +277,7 @@ class SearchEngine:
         best = self.best if self.best is not None else root
         self.emit("stopped", best, stopped)
         return SearchResult(root, best, self.history, self.evaluations, time.monotonic() - self._t0, stopped,
-                            self.strategy, self.round, list(root.walk()))
+                            self.strategy, self.round, list(root.walk()), self.history_seconds)
 
     async def _run(self, root: Node) -> None:
         raise NotImplementedError
