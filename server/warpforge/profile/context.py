@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from tree_sitter import Node, Tree
 
@@ -21,6 +22,9 @@ from ..cuda.text import Position, Range, SourceText, Span
 from ..gpu.build import Resources
 from ..spec.model import KernelSpec, ResolvedSpec
 from .sass import SassFunction
+
+if TYPE_CHECKING:
+    from .roofline import KernelProfile
 
 
 @dataclass
@@ -36,6 +40,8 @@ class KernelContext:
     sass: SassFunction | None = None
     #: per 1-based source line: SASS instruction categories (empty without SASS)
     sass_lines: dict[int, Counter[str]] = field(default_factory=dict)
+    #: the profile stage's evidence (class, Nsight Compute metrics, ceilings); None in static analysis
+    profile: KernelProfile | None = None
 
     # ----------------------------------------------------------------- tree access
     @cached_property

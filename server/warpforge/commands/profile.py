@@ -1,0 +1,162 @@
+"""``warpforge profile FILE [--kernel K] [--json]``: profiler-grounded analysis of one kernel on the GPU.
+
+Prints the bottleneck class and why, the speed-of-light numbers (each unit's throughput against its peak,
+as Nsight Compute measures it), what the kernel achieves against this GPU's measured ceilings (copy
+bandwidth, FP32 and tensor rates; arithmetic intensity against the ridge point), then the per-line
+findings in the compiler format of ``warpforge hints`` — static and profiler-grounded together, the
+measured ones replacing the static guesses on the same subject. Without Nsight Compute or permission to
+read the GPU's counters it says so once and falls back to timing; without a GPU, to static findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..cli import EXIT_FAILED, EXIT_OK, CliError
+from ..gpu.toolchain import normalize_arch
+from ..profile.ncu import DEFAULT_SECTIONS
+from ..profile.ncu_parse import load_profile
+from ..profile.profiler import ProfileReport, profile_kernel, render_profile
+from ..profile.roofline import Ceilings, cached_ceilings
+from ..spec import SpecError
+from .hints import _format
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("profile", help="profile a kernel on the GPU (Nsight Compute): bottleneck class, speed of "
+                                       "light, per-line findings")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--arch", help="target architecture, e.g. sm_90 (default: the local GPU's)")
+    p.add_argument("--section", action="append", metavar="NAME",
+                   help=f"Nsight Compute section to collect (repeatable; default: {', '.join(DEFAULT_SECTIONS)})")
+    p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute: classify from timing alone")
+    p.add_argument("--from", dest="recorded", metavar="DIR",
+                   help="render a recorded profile (details.csv, raw.csv, source.csv exported by `ncu --import`, "
+                        "and ceilings.json here or one folder up) instead of profiling: no GPU needed")
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    arch = None
+    if args.arch:
+        try:
+            arch = normalize_arch(args.arch)
+        except ValueError as e:
+            raise CliError(str(e)) from e
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError as e:
+        raise CliError(f"{args.file}: no such file") from e
+    except IsADirectoryError as e:
+        raise CliError(f"{args.file}: is a directory") from e
+    except OSError as e:
+        raise CliError(f"{args.file}: cannot read: {e.strerror}") from e
+    try:
+        if args.recorded:
+            report = _render_recorded(args, text, arch)
+        else:
+            report = profile_kernel(args.file, args.kernel, text=text, arch=arch, device=args.device,
+                                    sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
+                                    use_ncu=not args.no_ncu)
+    except KeyError as e:
+        raise CliError(str(e.args[0]) if e.args else str(e)) from e
+    except SpecError as e:
+        raise CliError(str(e)) from e
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, default=str))
+    else:
+        _print(report)
+    if report.profile is None:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _render_recorded(args: argparse.Namespace, text: str, arch: str | None) -> ProfileReport:
+    folder = Path(args.recorded)
+    try:
+        prof = load_profile(folder)
+    except FileNotFoundError as e:
+        raise CliError(f"{args.recorded}: no recorded profile (details.csv) there") from e
+    except ValueError as e:
+        raise CliError(f"{args.recorded}: {e}") from e
+    ceilings: Ceilings | None = None
+    for cand in (folder / "ceilings.json", folder.parent / "ceilings.json"):
+        if cand.is_file():
+            try:
+                ceilings = Ceilings.from_json(json.loads(cand.read_text()))
+            except (ValueError, TypeError) as e:
+                raise CliError(f"{cand}: not a ceilings file: {e}") from e
+            break
+    if ceilings is None:
+        ceilings = cached_ceilings(prof.gpu)
+    return render_profile(args.file, args.kernel, prof, ceilings, text=text, arch=arch)
+
+
+def _f(v: float | None, fmt: str = "{:.1f}", none: str = "?") -> str:
+    return fmt.format(v) if v is not None else none
+
+
+def _print(r: ProfileReport) -> None:
+    con = Console(highlight=False, soft_wrap=True)
+    kp = r.profile
+    if kp is not None:
+        b, p, c = kp.bottleneck, kp.perf, kp.ceilings
+        unit = f" ({b.unit})" if b.unit else ""
+        con.print(f"[bold]{r.kernel}[/] on {kp.gpu or 'the GPU'}: [bold]{b.cls}[/]{unit}")
+        con.print(f"  {b.reason}")
+        src = "Nsight Compute, one launch" if kp.ncu is not None else "timing, no profile"
+        dur = f"{p.duration_ns / 1e3:.1f} µs" if p.duration_ns else "?"
+        rows: list[tuple[str, str]] = []
+        levels = ", ".join(f"{k} {v:.1f} %" for k, v in p.units_pct.items())
+        rows.append(("memory", f"{_f(b.memory_pct)} % of peak" + (f" ({levels})" if levels else "")))
+        rows.append(("compute", f"{_f(b.compute_pct)} % of peak"))
+        if b.achieved_gbps is not None:
+            peak = f" of {c.bandwidth_gbps:.0f} GB/s measured copy" if c is not None else ""
+            frac = f" ({b.bandwidth_fraction * 100:.1f} %{peak})" if b.bandwidth_fraction is not None else ""
+            rows.append(("DRAM achieved", f"{b.achieved_gbps:.0f} GB/s{frac}"))
+        if b.achieved_gflops is not None:
+            peak = f" of {c.fp32_gflops / 1e3:.1f} TFLOP/s measured FP32" if c is not None and c.fp32_gflops else ""
+            frac = f" ({b.compute_fraction * 100:.1f} %{peak})" if b.compute_fraction is not None else ""
+            rows.append(("FP32 achieved", f"{b.achieved_gflops:.0f} GFLOP/s{frac}"))
+        if b.arithmetic_intensity is not None:
+            ridge = f" (ridge point {b.ridge:.1f})" if b.ridge else ""
+            rows.append(("intensity", f"{b.arithmetic_intensity:.2f} FLOP per DRAM byte{ridge}"))
+        occ = []
+        if p.achieved_occupancy is not None:
+            occ.append(f"{p.achieved_occupancy:.1f} % achieved")
+        if p.theoretical_occupancy is not None:
+            occ.append(f"{p.theoretical_occupancy:.1f} % theoretical")
+        if occ:
+            limited = (f", limited by {p.occupancy_limiter}" if p.occupancy_limiter
+                       and (p.theoretical_occupancy or 100.0) < 100.0 else "")
+            rows.append(("occupancy", " / ".join(occ) + limited))
+        if p.grid_blocks is not None:
+            waves = f", {p.waves:.2f} waves" if p.waves is not None else ""
+            rows.append(("launch", f"{p.grid_blocks} blocks x {p.block_threads} threads{waves}"))
+        if c is not None:
+            tensor = f", tensor {c.tensor_gflops / 1e3:.0f} TFLOP/s ({c.tensor_kind})" if c.tensor_gflops else ""
+            rows.append(("ceilings", f"copy {c.bandwidth_gbps:.0f} GB/s, FP32 {(c.fp32_gflops or 0) / 1e3:.1f} "
+                                     f"TFLOP/s{tensor}, measured on this GPU"))
+        con.print(f"speed of light ({src}, {dur}):")
+        width = max(len(k) for k, _ in rows)
+        for k, v in rows:
+            con.print(f"  {k:<{width}}  {v}")
+        for n in kp.notes:
+            con.print(f"[dim]note: {n}[/]")
+    for n in r.notes:
+        print(f"note: {n}", file=sys.stderr)
+    for f in r.findings:
+        print(_format(f))
+    total = r.seconds.get("total", 0.0)
+    print(f"{len(r.findings)} finding{'s' if len(r.findings) != 1 else ''} for `{r.kernel}` in {total:.1f} s.",
+          file=sys.stderr)
