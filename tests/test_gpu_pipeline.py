@@ -141,7 +141,9 @@ async def test_language_server_job_with_the_real_evaluator(client: LanguageClien
     assert done.outcome == "improved", done.message
     assert "NVIDIA" in done.message and done.speedup > 2.0  # one warp per row: a large, real speedup
     cand = next(c for c in state.candidates if c.job == job and c.candidate == done.candidate)
-    assert "NVIDIA" in cand.gpu and cand.evidence["checked"].startswith("3 seeds")
+    evidence = cand.evidence
+    checked = evidence["checked"] if isinstance(evidence, dict) else evidence.checked  # pygls Object
+    assert "NVIDIA" in cand.gpu and checked.startswith("3 seeds")
     res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         command="warpforge.accept", arguments=[job, done.candidate]))
     assert (res["applied"] if isinstance(res, dict) else res.applied)
