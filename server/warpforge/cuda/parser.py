@@ -592,25 +592,37 @@ def _first_error(node: Node) -> Node | None:
 _GLOBAL_RE = re.compile(rb"__global__")
 
 
+def _skip_trivia(data: bytes, i: int) -> int:
+    """Where scanning resumes when a comment or a string/char literal starts at ``i`` (else ``i``).
+
+    The lexical scans that back up tree-sitter (recovering kernels, finding their extent and linkage) must
+    never count a brace or a ``__global__`` inside a comment or a string.
+    """
+    n = len(data)
+    c = data[i]
+    if c == 0x2F and data.startswith(b"//", i):
+        j = data.find(b"\n", i)
+        return n if j < 0 else j
+    if c == 0x2F and data.startswith(b"/*", i):
+        j = data.find(b"*/", i + 2)
+        return n if j < 0 else j + 2
+    if c in (0x22, 0x27):
+        j = i + 1
+        while j < n and data[j] != c and data[j] != 0x0A:
+            j += 2 if data[j] == 0x5C else 1
+        return j + 1
+    return i
+
+
 def _iter_global_tokens(data: bytes) -> Iterator[int]:
     """Byte offsets of ``__global__`` tokens outside comments and string literals."""
     i = 0
     n = len(data)
     while i < n:
         c = data[i]
-        if c == 0x2F and i + 1 < n and data[i + 1] == 0x2F:  # //
-            j = data.find(b"\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == 0x2F and i + 1 < n and data[i + 1] == 0x2A:  # /*
-            j = data.find(b"*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        if c in (0x22, 0x27):  # string or char literal
-            j = i + 1
-            while j < n and data[j] != c and data[j] != 0x0A:
-                j += 2 if data[j] == 0x5C else 1
-            i = j + 1
+        skipped = _skip_trivia(data, i)
+        if skipped != i:
+            i = skipped
             continue
         if c == 0x5F and data.startswith(b"__global__", i):
             before = data[i - 1 : i] if i else b" "
@@ -678,19 +690,9 @@ def _chunk_for(data: bytes, at: int) -> tuple[int, int] | None:
     opened = False
     while i < n:
         c = data[i]
-        if c == 0x2F and data.startswith(b"//", i):
-            j = data.find(b"\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == 0x2F and data.startswith(b"/*", i):
-            j = data.find(b"*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        if c in (0x22, 0x27):
-            j = i + 1
-            while j < n and data[j] != c and data[j] != 0x0A:
-                j += 2 if data[j] == 0x5C else 1
-            i = j + 1
+        skipped = _skip_trivia(data, i)
+        if skipped != i:
+            i = skipped
             continue
         if c == 0x3B and not opened:  # a declaration, not a definition
             return None
@@ -754,21 +756,11 @@ def _contexts(data: bytes, offsets: list[int]) -> dict[int, tuple[tuple[str, ...
                 i = j + 1
                 break
             continue
-        if c == 0x2F and data.startswith(b"//", i):
-            j = data.find(b"\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == 0x2F and data.startswith(b"/*", i):
-            j = data.find(b"*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        if c in (0x22, 0x27):
-            j = i + 1
-            while j < n and data[j] != c and data[j] != 0x0A:
-                j += 2 if data[j] == 0x5C else 1
-            if pending is not None and pending[0] == "extern" and data[i : j + 1] == b'"C"':
+        skipped = _skip_trivia(data, i)
+        if skipped != i:
+            if pending is not None and pending[0] == "extern" and data[i:skipped] == b'"C"':
                 pending = ("c", ())
-            i = j + 1
+            i = skipped
             continue
         m = _IDENT.match(data, i) if (c == 0x5F or 0x41 <= c <= 0x5A or 0x61 <= c <= 0x7A) else None
         if m is not None:
