@@ -93,6 +93,9 @@ def actions(server: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.C
                                   kind=lsp.CodeActionKind.Refactor,
                                   command=lsp.Command(f"Optimize {k.name}", "warpforge.optimize",
                                                       arguments=[uri, k.name, strategy])))
+    out.append(lsp.CodeAction(title=f"WarpForge: Profile `{k.name}` (Nsight Compute)",
+                              kind=lsp.CodeActionKind.Refactor,
+                              command=lsp.Command(f"Profile {k.name}", "warpforge.profile", arguments=[uri, k.name])))
     annotated = has_annotation(src, k)
     out.append(lsp.CodeAction(
         title=f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`",

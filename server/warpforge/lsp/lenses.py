@@ -31,6 +31,10 @@ def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
         else:
             out.append(lsp.CodeLens(line, lsp.Command("Optimize", "warpforge.optimize",
                                                       arguments=[uri, k.name, ""])))
+        profiling = server.profiles.running_for(uri, k.name)
+        out.append(lsp.CodeLens(line, lsp.Command(
+            "Profiling… (cancel)" if profiling else "Profile", "warpforge.cancel" if profiling else "warpforge.profile",
+            arguments=[profiling.id] if profiling else [uri, k.name])))
         annotated = has_annotation(src, k)
         out.append(lsp.CodeLens(line, lsp.Command("Edit spec" if annotated else "Add spec", "warpforge.addSpec",
                                                   arguments=[uri, k.name])))

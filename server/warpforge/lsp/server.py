@@ -24,6 +24,7 @@ from ..spec.model import SpecError
 from . import actions, diagnostics, lenses
 from .diagnostics import Diagnostics
 from .jobs import JobError, Jobs
+from .profiling import ProfileJobs
 from .settings import Settings
 
 log = logging.getLogger("warpforge.lsp")
@@ -37,6 +38,7 @@ class WarpForgeServer(LanguageServer):
         self.settings = Settings()
         self.diagnostics = Diagnostics(self)
         self.jobs = Jobs(self)
+        self.profiles = ProfileJobs(self, JobError)
 
     def lenses_changed(self) -> None:
         caps = self.client_capabilities.workspace
@@ -84,6 +86,7 @@ def create_server() -> WarpForgeServer:
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def progress_cancel(ls: WarpForgeServer, params: lsp.WorkDoneProgressCancelParams) -> None:
         ls.jobs.cancel_token(params.token)
+        ls.profiles.cancel_token(params.token)
 
     @server.command("warpforge.optimize")
     @guarded
@@ -92,10 +95,17 @@ def create_server() -> WarpForgeServer:
         ls.lenses_changed()
         return {"job": job.id, "token": job.token}
 
+    @server.command("warpforge.profile")
+    @guarded
+    async def profile(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
+        job = await ls.profiles.start(uri, kernel)
+        return {"job": job.id, "token": job.token}
+
     @server.command("warpforge.cancel")
     @guarded
     async def cancel(ls: WarpForgeServer, job: str) -> dict[str, Any]:
-        ls.jobs.cancel(job)
+        if not ls.profiles.cancel(job):
+            ls.jobs.cancel(job)
         return {"cancelled": job}
 
     @server.command("warpforge.accept")
