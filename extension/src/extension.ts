@@ -35,6 +35,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
             return job ? { job: job.id, token: job.token } : undefined;
           }
           break;
+        case Cmd.profile:
+          if (typeof a === 'string' && typeof b === 'string') {
+            const id = await j.profile(a, b);
+            return id ? { job: id } : undefined;
+          }
+          break;
         case Cmd.showCandidate:
           if (typeof a === 'string' && typeof b === 'string') {
             return j.view(a, b);
@@ -89,6 +95,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const ref = await kernelAt(s, vscode.window.activeTextEditor);
       if (ref) {
         await j.optimize(ref.uri, ref.kernel);
+      }
+    }),
+
+    vscode.commands.registerCommand('warpforge.profileKernel', async () => {
+      if (!vscode.workspace.isTrusted) {
+        return explainRestricted('Profile Kernel');
+      }
+      const ref = await kernelAt(s, vscode.window.activeTextEditor);
+      if (ref) {
+        await j.profile(ref.uri, ref.kernel);
       }
     }),
 

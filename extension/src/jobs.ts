@@ -138,6 +138,42 @@ export class Jobs implements vscode.Disposable {
     return job;
   }
 
+  /** Profile Kernel: Nsight Compute on the GPU; the server's progress shows while it runs, and its
+   * measured findings replace the kernel's static hints in the Problems panel when it ends. */
+  async profile(uri: string, kernel: string): Promise<string | undefined> {
+    if (!vscode.workspace.isTrusted) {
+      void explainRestricted('Profile Kernel');
+      return undefined;
+    }
+    try {
+      const res = await this.server.command<{ job: string; token: string }>(Cmd.profile, [uri, kernel]);
+      this.log.appendLine(`[client] ${res.job}: profiling ${kernel}`);
+      return res.job;
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: cannot profile ${kernel}: ${errorText(e)}`);
+      return undefined;
+    }
+  }
+
+  private profileDone(p: JobDoneParams & { class?: string | null; notice?: string | null; findings?: number }): void {
+    this.log.appendLine(`[client] ${p.job}: ${p.state}: ${p.message}`);
+    if (p.state === 'cancelled') {
+      return;
+    }
+    if (p.state !== 'done') {
+      void vscode.window.showErrorMessage(`WarpForge: profiling ${p.kernel} failed: ${p.message}`);
+      return;
+    }
+    const text = p.class
+      ? `${p.kernel} is ${p.class} — ${p.findings ?? 0} profiler findings in Problems`
+      : `${p.kernel}: ${p.notice ?? 'static findings only'}`;
+    void vscode.window.showInformationMessage(`WarpForge: ${text}`, 'Show Problems').then((choice) => {
+      if (choice === 'Show Problems') {
+        void vscode.commands.executeCommand('workbench.actions.view.problems');
+      }
+    });
+  }
+
   async cancel(jobId: string): Promise<void> {
     const job = this.jobs.get(jobId);
     if (job) {
@@ -213,6 +249,10 @@ export class Jobs implements vscode.Disposable {
   }
 
   jobDone(p: JobDoneParams): void {
+    if ((p as { kind?: string }).kind === 'profile') {
+      this.profileDone(p as JobDoneParams & { class?: string | null; notice?: string | null; findings?: number });
+      return;
+    }
     const job = this.jobs.get(p.job);
     if (!job) {
       return;

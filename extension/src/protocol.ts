@@ -10,6 +10,7 @@ export const Cmd = {
   reject: 'warpforge.reject', // [job, candidate]
   showCandidate: 'warpforge.showCandidate', // [job, candidate] -> CandidateTexts
   addSpec: 'warpforge.addSpec', // [uri, kernel] -> {applied}
+  profile: 'warpforge.profile', // [uri, kernel] -> {job, token}; jobDone with kind "profile"
 } as const;
 
 export const CandidateNotification = 'warpforge/candidate';

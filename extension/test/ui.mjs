@@ -361,6 +361,20 @@ try {
     await line('__restrict__').waitFor({ state: 'detached' });
   });
 
+  await check('right-click → Profile Kernel: no GPU here, so static findings stay and the notice says why', async () => {
+    const target = line('blockIdx.x * blockDim.x');
+    await target.click();
+    await target.click({ button: 'right' });
+    const item = page.getByRole('menuitem', { name: 'Profile Kernel' });
+    await item.waitFor({ state: 'visible', timeout: 10_000 });
+    await item.hover();
+    await page.keyboard.press('Enter');
+    const done = toast('saxpy: profiling needs an NVIDIA GPU').filter({ hasText: 'static findings only' }).last();
+    await done.waitFor({ state: 'visible', timeout: 60_000 });
+    await shot('profile-no-gpu');
+    await done.locator('.codicon-notifications-clear, .codicon-close').first().click().catch(() => {});
+  });
+
   let firstJobTree;
   await check('right-click → Optimize Kernel: progress, then the verified result', async () => {
     await page.keyboard.press('Control+J'); // close the panel for room

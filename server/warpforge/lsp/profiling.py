@@ -76,7 +76,7 @@ class ProfileJobs:
             raise self._error(f"no __global__ kernel `{kernel}` in {doc.path or uri} (kernels: {names})")
         if (running := self.running_for(uri, kernel)) is not None:
             raise self._error(f"`{kernel}` is already being profiled ({running.id})")
-        job = ProfileJob(f"profile-{next(self._ids)}", uri, kernel, f"warpforge-profile-{os.getpid()}-{id(text)}",
+        job = ProfileJob(f"profile-{next(self._ids)}", uri, kernel, f"wfprofile-{os.getpid()}-{id(text)}",
                          text)
         self.jobs[job.id] = job
         asyncio.get_running_loop().create_task(self._run(job, doc.path or uri))
