@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import json
 import math
-import multiprocessing
-import os
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -48,10 +46,12 @@ from ..spec.expr import parse as parse_expr
 from ..store import EvalKey, Store
 from . import compare as cmp
 from . import guards
+from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
+from .backends import GpuUnavailable as GpuUnavailable  # re-exported: callers catch it from here
 from .build import compile_cubin
 from .inputs import Layout
-from .sanitizer import SanitizerReport, run_sanitizer
-from .supervisor import GpuPool, Msg, gpu_identity
+from .sanitizer import SanitizerReport
+from .supervisor import Msg
 from .timing import Speedup, Stats, TimingSettings, speedup, summarize
 from .toolchain import ToolMissing, default_arch
 
@@ -64,10 +64,6 @@ ENGINE_VERSION = "1"
 RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
 T = TypeVar("T")
 ProgressFn = Callable[[str, str], None]
-
-
-class GpuUnavailable(RuntimeError):
-    """No GPU worker can run here (no GPU, no driver, no pycuda); the message says what to install."""
 
 
 # --------------------------------------------------------------------------- settings
@@ -396,96 +392,8 @@ def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -
 
 
 # --------------------------------------------------------------------------- backend
-class Backend:
-    """Machinery shared by evaluators: one worker per GPU and a pool of compiler processes.
-
-    Builds run in a ``ProcessPoolExecutor`` (nvcc itself is a subprocess; the pool keeps parsing ptxas
-    output and disassembling SASS off the event loop). Its processes are started with "spawn", never
-    "fork": the parent has threads (the GPU supervisors), and forking a threaded process is unsafe. As with
-    any spawn pool, a script that creates a ``Backend`` must guard its entry point with
-    ``if __name__ == "__main__":`` (``python -m warpforge``, the ``warpforge`` script and pytest do).
-    Several evaluators may share one backend, so that all their GPU work goes through the same workers.
-    """
-
-    def __init__(self, devices: Sequence[int] = (0,), *, compile_workers: int | None = None,
-                 worker_command: Sequence[str] | None = None, worker_env: dict[str, str] | None = None,
-                 start_timeout: float = 120.0) -> None:
-        self.pool = GpuPool(devices, command=worker_command, start_timeout=start_timeout, env=worker_env)
-        self.compile_workers = compile_workers or max(1, min(os.cpu_count() or 2, 16))
-        self._executor: ProcessPoolExecutor | None = None
-        self._compare_arch: str | None = None
-        self._compare_task: asyncio.Task[None] | None = None
-        self._facts: dict[int, tuple[Msg, float]] = {}
-        self.compare_note = ""
-
-    def executor(self) -> Executor:
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.compile_workers,
-                                                 mp_context=multiprocessing.get_context("spawn"))
-        return self._executor
-
-    async def cpu(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the compile pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor(), fn, *args)
-
-    async def ensure_compare(self, arch: str) -> None:
-        """Build the device comparison kernels once; every worker loads them when it starts."""
-        if self._compare_task is None or self._compare_arch != arch:
-            self._compare_arch = arch
-            self._compare_task = asyncio.ensure_future(self._build_compare(arch))
-        await asyncio.shield(self._compare_task)
-
-    async def _build_compare(self, arch: str) -> None:
-        out = await self.cpu(build_job, cmp.DEVICE_SOURCE, "wf_compare_4", {}, [], "warpforge_compare.cu", 120.0,
-                             arch)
-        if out.stats.ok and out.cubin:
-            self.pool.set_setup([{"op": "setup", "compare": {"cubin": out.cubin}}])
-        else:
-            self.compare_note = "device comparison kernels did not build; comparing on the host: " + \
-                "; ".join(out.stats.messages[:2])
-
-    async def facts(self, handle: Any) -> tuple[Msg, float]:
-        """(device info, measured peak copy bandwidth in GB/s) of a device, measured once."""
-        dev = int(handle.device)
-        sup = handle.supervisor
-        if dev not in self._facts or self._facts[dev][0].get("pid") != (sup.info or {}).get("pid"):
-            info_r = await handle.request({"op": "info"}, 120.0)
-            if info_r.get("status") == "unavailable":
-                raise GpuUnavailable(str(info_r.get("reason")))
-            if info_r.get("status") != "ok":
-                raise GpuUnavailable(f"the GPU worker does not answer: {info_r.get('reason')}")
-            old_peak = self._facts[dev][1] if dev in self._facts else 0.0
-            peak = old_peak
-            if not peak:
-                pr = await handle.request({"op": "peak"}, 120.0)
-                peak = float(pr.get("peak_gbps") or 0.0)
-            self._facts[dev] = (dict(info_r["info"]), peak)
-            self.compare_note = self.compare_note or str(info_r.get("compare", ""))
-        return self._facts[dev]
-
-    async def identity(self) -> tuple[str, str]:
-        """(GPU name, driver) of the first device, for cache keys: nvidia-smi, else the worker."""
-        ident = gpu_identity(self.pool.handles[0].device)
-        if ident is not None:
-            return ident
-        handle = self.pool.handles[0]
-        info, _ = await self.facts(handle)
-        return str(info.get("name", "?")), str(info.get("driver", "?"))
-
-    @property
-    def restarts(self) -> int:
-        return self.pool.restarts
-
-    def close(self) -> None:
-        self.pool.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-
-    async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.close)
+#: the local pool under its historical name (``Backend(devices=(0, 1))``); see ``backends.py``
+Backend = LocalBackend
 
 
 # --------------------------------------------------------------------------- evaluator
@@ -523,10 +431,11 @@ class Evaluator:
         *,
         text: str | None = None,
         spec: KernelSpec | None = None,
-        backend: Backend | None = None,
+        backend: EvaluationBackend | None = None,
         store: Store | None = None,
         settings: EngineSettings | None = None,
         progress: ProgressFn | None = None,
+        owns_backend: bool | None = None,
     ) -> None:
         self.file = str(file)
         self.text = text if text is not None else Path(file).read_text(encoding="utf-8")
@@ -539,8 +448,10 @@ class Evaluator:
         self.kernel: Kernel = k
         self.spec = spec if spec is not None else build_spec(self.src, self.model, k, self.file)
         self.settings = settings or EngineSettings()
-        self.backend = backend or Backend()
-        self._own_backend = backend is None
+        self.backend: EvaluationBackend = backend or Backend()
+        # A backend made here, or handed over with ``owns_backend=True`` (a job's own), closes with this
+        # evaluator; a shared one is left to its owner.
+        self._own_backend = backend is None if owns_backend is None else owns_backend
         self.store = store
         self.progress = progress
         self.original = Candidate.original(self.text, k.name)
@@ -736,8 +647,11 @@ class Evaluator:
             try:
                 built = await self._build(cand)
                 await self.backend.ensure_compare(self.arch)
-                async with self.backend.pool.acquire() as dev:
-                    await self._sanitize_step(ev, built, int(dev.device))
+
+                async def sanitize_only(dev: Device, ev: Evaluation = ev, built: _Built = built) -> None:
+                    await self._sanitize_step(ev, built, dev)
+
+                await self._on_device(ev, sanitize_only)
             except _Fail as f:
                 ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
         else:
@@ -783,17 +697,48 @@ class Evaluator:
             if found:
                 ev.guards = [g.text() for g in found]
                 raise _Fail("rejected", "; ".join(ev.guards))
-        # 3.-6. the GPU
+        # 3.-6. the GPU: all of it on one device, so the speedup is a ratio measured on that device
         await self.backend.ensure_compare(self.arch)
-        async with self.backend.pool.acquire() as dev:
+
+        async def on_gpu(dev: Device) -> None:
             info, peak = await self.backend.facts(dev)
             ev.gpu, ev.driver = str(info.get("name", "")), str(info.get("driver", ""))
             await self._gpu(dev, cand, built, base, ev, info, peak, baseline=baseline, sanitize=sanitize)
 
+        await self._on_device(ev, on_gpu)
+
+    async def _on_device(self, ev: Evaluation, work: Callable[[Device], Awaitable[None]]) -> None:
+        """Run the GPU part of an evaluation on one device of the backend.
+
+        If that device is lost mid-way (a Ray actor or its node died: ``DeviceLost``), whatever the lost
+        attempt wrote into ``ev`` is dropped and the work starts again on another device, so a candidate's
+        result is never lost with a device nor made of two devices' measurements. A candidate's own failures
+        (``_Fail``) are verdicts and are not retried.
+        """
+        clean = copy.deepcopy(ev)
+        attempts = max(1, self.backend.max_attempts)
+        lost: list[str] = []
+        for _ in range(attempts):
+            try:
+                async with self.backend.acquire() as dev:
+                    await work(dev)
+            except DeviceLost as e:
+                lost.append(str(e))
+                fresh = copy.deepcopy(clean)
+                for f in fields(ev):
+                    setattr(ev, f.name, getattr(fresh, f.name))
+                continue
+            if lost:
+                ev.notes.append(f"evaluated again on another GPU after {len(lost)} lost one"
+                                f"{'s' if len(lost) != 1 else ''} mid-evaluation ({lost[-1]})")
+            return
+        raise _Fail("crashed", f"the GPU was lost under this candidate {attempts} times; last: {lost[-1]}",
+                    cacheable=False)
+
     def _seeds(self) -> list[int]:
         return list(self.settings.seeds or self.spec.seeds)
 
-    async def _request(self, dev: Any, msg: Msg, timeout: float, what: str) -> Msg:
+    async def _request(self, dev: Device, msg: Msg, timeout: float, what: str) -> Msg:
         r: Msg = await dev.request(msg, timeout)
         status = r.get("status")
         if status == "ok":
@@ -805,7 +750,7 @@ class Evaluator:
             raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason)
         raise _Fail("crashed", f"engine error during {what}: {reason}", cacheable=False)
 
-    async def _gpu(self, dev: Any, cand: Candidate, built: _Built, base: _Built, ev: Evaluation, info: Msg,
+    async def _gpu(self, dev: Device, cand: Candidate, built: _Built, base: _Built, ev: Evaluation, info: Msg,
                    peak: float, *, baseline: bool, sanitize: bool) -> None:
         kt = float(self.settings.kernel_timeout)
         seeds = self._seeds()
@@ -913,11 +858,11 @@ class Evaluator:
             ev.energy = await self._energy(dev, built, base, baseline)
         # -- sanitizer
         if sanitize:
-            await self._sanitize_step(ev, built, int(dev.device))
+            await self._sanitize_step(ev, built, dev)
 
-    async def _sanitize_step(self, ev: Evaluation, built: _Built, device: int) -> None:
+    async def _sanitize_step(self, ev: Evaluation, built: _Built, dev: Device) -> None:
         self._say_id(ev.candidate_id, "compute-sanitizer")
-        ev.sanitizer = await self._sanitize(built, device)
+        ev.sanitizer = await self._sanitize(built, dev)
         ev.notes.extend(ev.sanitizer.notes())
         bad = ev.sanitizer.failed
         if bad is not None:
@@ -936,7 +881,7 @@ class Evaluator:
         r = self.spec.resolve()
         return float(r.flops) if r.flops else None
 
-    async def _energy(self, dev: Any, built: _Built, base: _Built, baseline: bool) -> EnergyReport:
+    async def _energy(self, dev: Device, built: _Built, base: _Built, baseline: bool) -> EnergyReport:
         from .energy import CAVEAT
 
         async def one(ref: Msg) -> dict[str, Any] | None:
@@ -960,14 +905,12 @@ class Evaluator:
                             float(base_r["joules_per_launch"]) if base_r else None, float(cand_r["seconds"]),
                             int(cand_r["launches"]), float(cand_r["mean_power_w"]), CAVEAT)
 
-    async def _sanitize(self, built: _Built, device: int) -> SanitizerReport:
+    async def _sanitize(self, built: _Built, dev: Device) -> SanitizerReport:
+        # On the device's own machine: with Ray, that is the node of the actor holding the GPU.
         variant = "odd" if "odd" in self.variants else "spec"
         grid, block, smem = built.launches[variant]
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            None, lambda: run_sanitizer(built.cubin, built.symbol, self.layouts[variant], (grid, block, smem),
-                                        seed=self._seeds()[0], device=device,
-                                        timeout=self.settings.sanitize_timeout))
+        return await dev.sanitize(built.cubin, built.symbol, self.layouts[variant], (grid, block, smem),
+                                  seed=self._seeds()[0], timeout=self.settings.sanitize_timeout)
 
 
 def _json_safe(d: Any) -> Any:
@@ -981,14 +924,22 @@ def _json_safe(d: Any) -> Any:
     return d
 
 
-def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: int = 0) -> Evaluator:
-    """The local-GPU evaluator of an optimize job (``search.optimize.OptimizeRequest``).
+def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: int | None = None,
+                      gpus: str | int | Sequence[int] | None = None,
+                      backend: EvaluationBackend | None = None) -> Evaluator:
+    """The evaluator of an optimize job (``search.optimize.OptimizeRequest``).
 
-    Evaluations are cached in the workspace's ``.warpforge/warpforge.db`` (the file's folder when no
-    workspace is known), so re-running a job never re-measures identical work on the same GPU and driver.
+    By default a local pool over every visible GPU of one model (``gpus="all"``, honouring
+    ``CUDA_VISIBLE_DEVICES``); ``device`` picks one GPU, ``gpus`` a count or indices, ``backend`` another
+    backend (``ray_backend.RayBackend``). The evaluator owns its backend and closes it with itself, so a
+    finished job leaves no worker behind. Evaluations are cached in the workspace's
+    ``.warpforge/warpforge.db`` (the file's folder when no workspace is known), so re-running a job never
+    re-measures identical work on the same GPU model and driver.
     """
     root = Path(workspace) if workspace is not None else Path(req.file).resolve().parent
     store = Store(root / ".warpforge" / "warpforge.db")
     settings = EngineSettings(arch=req.arch or None)
-    return Evaluator(req.file, req.kernel, text=req.text, store=store, settings=settings,
-                     backend=Backend(devices=(device,)))
+    if backend is None:
+        backend = LocalBackend([device] if device is not None else (gpus if gpus is not None else "all"))
+    return Evaluator(req.file, req.kernel, text=req.text, store=store, settings=settings, backend=backend,
+                     owns_backend=True)

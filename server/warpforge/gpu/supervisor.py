@@ -29,7 +29,11 @@ from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .inputs import Layout
+    from .sanitizer import SanitizerReport
 
 Msg = dict[str, Any]
 
@@ -287,9 +291,30 @@ class DeviceHandle:
     def device(self) -> int:
         return self.supervisor.device
 
+    @property
+    def key(self) -> str:
+        """Unique among a machine's devices (backends cache per-device facts under it)."""
+        return f"local:{self.supervisor.device}"
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The running worker's pid as it reported it (changes when the worker is restarted)."""
+        pid = (self.supervisor.info or {}).get("pid")
+        return int(pid) if pid is not None else None
+
     async def request(self, msg: Msg, timeout: float = 300.0) -> Msg:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.supervisor.request, msg, timeout)
+
+    async def sanitize(self, cubin: bytes, symbol: str, layout: Layout,
+                       launch: tuple[Sequence[int], Sequence[int], int], *, seed: int,
+                       timeout: float) -> SanitizerReport:
+        """compute-sanitizer on one launch on this device (a separate process; the worker stays up)."""
+        from .sanitizer import run_sanitizer
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: run_sanitizer(cubin, symbol, layout, launch, seed=seed, device=self.device, timeout=timeout))
 
     async def start(self) -> Msg:
         loop = asyncio.get_running_loop()

@@ -73,13 +73,25 @@ class Job:
 
 
 def _evaluator_factory(spec: str) -> Any:
-    """Resolve ``python:MODULE:FUNCTION`` (a plug-in evaluator factory) or the built-in local GPU one."""
+    """Resolve ``python:MODULE:FUNCTION`` (a plug-in evaluator factory) or a built-in one: ``local`` (every
+    GPU of this machine) or ``ray`` (the GPUs of a Ray cluster)."""
     if spec.startswith("python:"):
         _, mod, fn = spec.split(":", 2)
         return getattr(importlib.import_module(mod), fn)
     if spec == "local":
         return importlib.import_module("warpforge.gpu.evaluator").evaluator_for_job
-    raise JobError(f"unknown evaluation backend `{spec}`: use local or python:MODULE:FUNCTION")
+    if spec == "ray":
+        return importlib.import_module("warpforge.gpu.ray_backend").evaluator_for_job
+    raise JobError(f"unknown evaluation backend `{spec}`: use local, ray or python:MODULE:FUNCTION")
+
+
+def backend_name(settings: Any) -> str:
+    """The evaluation backend a job uses: the ``evaluationBackend`` setting, except that a ``rayAddress``
+    with the default backend means Ray (the address is what a user sets to use a cluster)."""
+    name = str(settings.backend or "local")
+    if name == "local" and settings.ray_address:
+        return "ray"
+    return name
 
 
 def line_edits(old: str, new: str) -> list[lsp.TextEdit]:
@@ -147,10 +159,17 @@ class Jobs:
                               arch=s.arch or "sm_90")
         job = Job(f"job-{next(self._ids)}", "optimize", uri, kernel, strategy, f"warpforge-{os.getpid()}-{id(req)}",
                   text, doc.version)
-        factory = _evaluator_factory(s.backend)
+        backend = backend_name(s)
+        factory = _evaluator_factory(backend)
         try:
             root = self.server.workspace.root_path if self.server.workspace else None
-            job.evaluator = factory(req, workspace=root) if s.backend == "local" else factory(req)
+            if backend == "local":
+                job.evaluator = factory(req, workspace=root)
+            elif backend == "ray":
+                # an empty address starts a private Ray instance on this machine (loopback only)
+                job.evaluator = factory(req, workspace=root, address=s.ray_address or None)
+            else:
+                job.evaluator = factory(req)
         except JobError:
             raise
         except Exception as e:

@@ -13,6 +13,7 @@ argument type fails here as it would there.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import struct
 import time
@@ -47,6 +48,7 @@ class _State:
         self.hung = False
         self.last_ptrs: dict[str, tuple[int, ...]] = {}
         self.rng = np.random.default_rng(0)
+        self.scale = 1.0  # how much slower this fake device is (see ``_device_scale``)
 
 
 _S = _State()
@@ -60,7 +62,23 @@ def _check() -> None:
 
 def _tick(nbytes: int, rate: float = 2.5e12, fixed_us: float = 1.0) -> None:
     jitter = 1.0 + float(_S.rng.normal(0, 0.001))
-    _S.clock_ms += (nbytes / rate * 1e3 + fixed_us * 1e-3) * jitter
+    _S.clock_ms += (nbytes / rate * 1e3 + fixed_us * 1e-3) * jitter * _S.scale
+
+
+def _device_scale(index: int) -> float:
+    """``WF_FAKE_DEVICE_SLOWDOWN="1=2.0"``: physical device 1 runs everything 2x slower.
+
+    For the scale-out tests: with devices of different speeds, a speedup is right only if the original
+    is timed on the same device as the candidate. The physical id honours ``CUDA_VISIBLE_DEVICES`` (a Ray
+    actor's worker is device 0 of the GPU Ray gave it).
+    """
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    physical = visible[index] if index < len(visible) else str(index)
+    for item in os.environ.get("WF_FAKE_DEVICE_SLOWDOWN", "").split(","):
+        dev, _, factor = item.partition("=")
+        if dev.strip() == physical and factor:
+            return float(factor)
+    return 1.0
 
 
 def _find(addr: int, nbytes: int) -> tuple[np.ndarray, int]:
@@ -140,6 +158,7 @@ class Device:
         return "0000:00:00.0"
 
     def make_context(self) -> Context:
+        _S.scale = _device_scale(self.index)
         return Context()
 
 
