@@ -25,6 +25,7 @@ from lsprotocol import types as lsp
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..policy.llm import policy_for_request
+from ..profile.profiler import profile_kernel
 from ..search.engine import Budget, SearchEngine, SearchEvent
 from ..search.memory import SearchMemory, kernel_key
 from ..search.optimize import OptimizeOutcome, OptimizeRequest, apply_candidate, kernel_diff, optimize
@@ -225,6 +226,8 @@ class Jobs:
         try:
             assert job.evaluator is not None
             s = self.server.settings
+            if not s.backend.startswith("python:"):
+                await self._profile_baseline(job, req, progress)
             # The model (when a key is set) proposes structural rewrites, the rules tune: one budget. Without
             # a key the mixed policy says so once and runs the rules alone.
             policy = policy_for_request(req, api_key=s.api_key or None,
@@ -265,6 +268,30 @@ class Jobs:
             if progress:
                 self.server.work_done_progress.end(job.token, lsp.WorkDoneProgressEnd(message=job.message))
             self._done(job)
+
+    async def _profile_baseline(self, job: Job, req: OptimizeRequest, progress: bool) -> None:
+        """Profile the original kernel first: its measured findings replace the static ones in the editor at
+        once and guide the search (rules motivated by them go first). Best effort: without ncu or counter
+        access the static findings stay and the search goes on."""
+        if progress:
+            self.server.work_done_progress.report(job.token, lsp.WorkDoneProgressReport(
+                message="profiling the original kernel (Nsight Compute)", cancellable=True))
+        s = self.server.settings
+        loop = asyncio.get_running_loop()
+        try:
+            report = await loop.run_in_executor(self.server.thread_pool, lambda: profile_kernel(
+                req.file, req.kernel, text=req.text, arch=s.arch or None, nvcc=s.nvcc_path or None))
+        except Exception:
+            log.exception("profiling %s before optimizing", job.kernel)
+            return
+        if report.profile is None:
+            return  # no measurement (no ncu, no permission): keep the static findings
+        src = SourceText(job.snapshot)
+        k = parse(src.data).kernel(job.kernel)
+        measured = [f for f in report.findings if f.kernel in (None, job.kernel) and not f.code.startswith("WF0")]
+        if k is not None:
+            self.server.diagnostics.set_profiled(job.uri, job.kernel, src.slice(k.span), measured)
+        req.findings = measured or req.findings
 
     def _on_gpu(self, job: Job) -> str:
         gpu = job.gpu or str(getattr(job.evaluator, "gpu_name", "") or "")
