@@ -82,35 +82,9 @@ def _env() -> dict[str, str]:
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "warpforge", "serve"],
                                               server_env=_env()))
 async def client(lsp_client: LanguageClient) -> Any:
-    from test_lsp import State, _fix_code_action_union, apply_text_edits
+    from test_lsp import attach
 
-    WORK.mkdir(parents=True, exist_ok=True)
-    _fix_code_action_union(lsp_client)
-    state = State()
-    lsp_client.state = state  # type: ignore[attr-defined]
-
-    @lsp_client.feature("warpforge/candidate")
-    def on_candidate(params: Any) -> None:
-        state.candidates.append(params)
-
-    @lsp_client.feature("warpforge/jobDone")
-    def on_done(params: Any) -> None:
-        state.done.append(params)
-
-    @lsp_client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
-    def refresh(params: None) -> None:
-        state.lens_refreshes += 1
-
-    @lsp_client.feature(lsp.WORKSPACE_APPLY_EDIT)
-    def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
-        for change in params.edit.document_changes or []:
-            assert isinstance(change, lsp.TextDocumentEdit)
-            uri = change.text_document.uri
-            version, text = state.docs[uri]
-            new = apply_text_edits(text, [e for e in change.edits if isinstance(e, lsp.TextEdit)])
-            state.docs[uri] = (version + 1, new)
-        return lsp.ApplyWorkspaceEditResult(applied=True)
-
+    attach(lsp_client, WORK)
     await lsp_client.initialize_session(lsp.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), root_uri=WORK.as_uri(),
         initialization_options={"warpforge": {"backend": "local", "budget": 12, "timeBudget": 240}}))

@@ -54,10 +54,10 @@ class State:
         self.lens_refreshes = 0
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "warpforge", "serve"],
-                                              server_env=_env()))
-async def client(lsp_client: LanguageClient) -> Any:
-    WORK.mkdir(parents=True, exist_ok=True)
+def attach(lsp_client: LanguageClient, work: Path) -> State:
+    """A test client that records candidates, job ends and lens refreshes and applies edits it is sent
+    (keeping the server in sync with didChange). Shared with the GPU pipeline tests."""
+    work.mkdir(parents=True, exist_ok=True)
     _fix_code_action_union(lsp_client)
     state = State()
     lsp_client.state = state  # type: ignore[attr-defined]
@@ -89,9 +89,15 @@ async def client(lsp_client: LanguageClient) -> Any:
                 content_changes=[lsp.TextDocumentContentChangeWholeDocument(text=new)]))
         return lsp.ApplyWorkspaceEditResult(applied=True)
 
-    caps = client_capabilities("visual-studio-code")
+    return state
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "warpforge", "serve"],
+                                              server_env=_env()))
+async def client(lsp_client: LanguageClient) -> Any:
+    attach(lsp_client, WORK)
     await lsp_client.initialize_session(lsp.InitializeParams(
-        capabilities=caps, root_uri=WORK.as_uri(),
+        capabilities=client_capabilities("visual-studio-code"), root_uri=WORK.as_uri(),
         initialization_options={"warpforge": {"backend": "python:lsp_fixture_evaluator:make", "budget": 12,
                                               "debounce": 0.1}}))
     yield
