@@ -53,3 +53,22 @@ def test_namespace_alias_and_using_directives_travel_with_the_kernel(tmp_path: P
     r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+SPECIALIZED = """template <int N> struct Depth { static constexpr int value = Depth<N - 1>::value + 1; };
+template <> struct Depth<0> { static constexpr int value = 0; };
+__global__ void k(int* out) { out[0] = Depth<3>::value; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_template_specializations_travel_with_the_kernel(tmp_path: Path) -> None:
+    m = parse(SPECIALIZED)
+    names = [d.names for d in m.declarations]
+    assert ("Depth",) in names and names.count(("Depth",)) == 2  # the primary template and its specialization
+    tu = standalone(SPECIALIZED, m, m.kernels[0])
+    assert "struct Depth<0>" in tu
+    (tmp_path / "k.cu").write_text(tu)
+    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

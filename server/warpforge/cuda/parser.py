@@ -463,7 +463,9 @@ class _Collector:
         names: list[str] = []
         nm = node.child_by_field_name("name")
         if nm is not None:
-            names.append(_text(nm, data))
+            # `template <> struct Bomb<0>` declares `Bomb` (a specialization): the name without its arguments
+            inner = nm.child_by_field_name("name") if nm.type == "template_type" else None
+            names.append(_text(inner if inner is not None else nm, data))
         for d in node.children_by_field_name("declarator"):
             n, _ = _declarator_name(d, data)
             if n:
@@ -472,14 +474,13 @@ class _Collector:
             for c in node.named_children:
                 if c.type not in ("template_parameter_list",):
                     names.extend(self.declared_names(c))
-        if node.type in ("type_definition",):
-            pass
         # Enumerators are names too; struct bodies of typedefs carry the struct tag.
         for c in node.named_children:
             if c.type in ("struct_specifier", "enum_specifier", "class_specifier", "union_specifier"):
                 tag = c.child_by_field_name("name")
                 if tag is not None:
-                    names.append(_text(tag, data))
+                    inner = tag.child_by_field_name("name") if tag.type == "template_type" else None
+                    names.append(_text(inner if inner is not None else tag, data))
                 names.extend(self._enumerators(c))
         if node.type == "enum_specifier":
             names.extend(self._enumerators(node))
