@@ -30,6 +30,7 @@ from ..search.engine import Budget, SearchEngine, SearchEvent
 from ..search.memory import SearchMemory, kernel_key
 from ..search.optimize import OptimizeOutcome, OptimizeRequest, apply_candidate, kernel_diff, optimize
 from ..search.tree import EvaluatorLike, Node
+from .profiling import show_profile
 
 if TYPE_CHECKING:
     from .server import WarpForgeServer
@@ -286,11 +287,7 @@ class Jobs:
             return
         if report.profile is None:
             return  # no measurement (no ncu, no permission): keep the static findings
-        src = SourceText(job.snapshot)
-        k = parse(src.data).kernel(job.kernel)
-        measured = [f for f in report.findings if f.kernel in (None, job.kernel) and not f.code.startswith("WF0")]
-        if k is not None:
-            self.server.diagnostics.set_profiled(job.uri, job.kernel, src.slice(k.span), measured)
+        measured = show_profile(self.server, job.uri, job.kernel, job.snapshot, report)
         req.findings = measured or req.findings
 
     def _on_gpu(self, job: Job) -> str:

@@ -20,6 +20,7 @@ from lsprotocol import types as lsp
 
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
+from ..profile.findings import Finding
 from ..profile.profiler import ProfileReport, profile_kernel
 
 if TYPE_CHECKING:
@@ -125,12 +126,18 @@ class ProfileJobs:
             })
 
     def _show(self, job: ProfileJob, report: ProfileReport) -> None:
-        """Measured findings replace the kernel's static ones while its text is what was profiled."""
-        src = SourceText(job.snapshot)
-        k = parse(src.data).kernel(job.kernel)
-        if k is None:
-            return
-        kernel_text = src.slice(k.span)
-        self.server.diagnostics.set_profiled(job.uri, job.kernel, kernel_text,
-                                             [f for f in report.findings if f.kernel in (None, job.kernel)
-                                              and not f.code.startswith("WF0")])  # compiler ones stay live
+        show_profile(self.server, job.uri, job.kernel, job.snapshot, report)
+
+
+def show_profile(server: WarpForgeServer, uri: str, kernel: str, snapshot: str, report: ProfileReport) -> list[Finding]:
+    """Measured findings replace the kernel's static ones while its text is what was profiled.
+
+    Shared by profile jobs and the profile step of optimize jobs; returns the findings shown (compiler
+    findings are not among them: they stay live with the document).
+    """
+    measured = [f for f in report.findings if f.kernel in (None, kernel) and not f.code.startswith("WF0")]
+    src = SourceText(snapshot)
+    k = parse(src.data).kernel(kernel)
+    if k is not None:
+        server.diagnostics.set_profiled(uri, kernel, src.slice(k.span), measured)
+    return measured
