@@ -94,8 +94,49 @@ def watch(backend: EvaluationBackend) -> dict[str, Any]:
     return rec
 
 
-async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, passes: int = 1) -> dict[str, Any]:
+def prebuild(backend: EvaluationBackend) -> dict[tuple[Any, ...], Any]:
+    """Serve the backend's builds from a table filled before the window (``--prebuilt``): GPUs alone."""
+    table: dict[tuple[Any, ...], Any] = {}
+    cpu = backend.cpu
+
+    async def served(fn: Any, *args: Any) -> Any:
+        key = (getattr(fn, "__name__", str(fn)), *[json.dumps(a, sort_keys=True, default=str) for a in args])
+        if key not in table:
+            table[key] = await cpu(fn, *args)
+        return table[key]
+
+    backend.cpu = served  # type: ignore[method-assign]
+    return table
+
+
+async def loop_lag(stop: asyncio.Event, out: list[float], period: float = 0.005) -> None:
+    """How late this process's event loop wakes (it carries every device's request and every build result)."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(period)
+        out.append(loop.time() - t - period)
+
+
+def split_means(results: list[Evaluation]) -> dict[str, float]:
+    """Mean time split of the window's evaluations (``Evaluation.time_split``) and mean timing repetitions."""
+    ok = [r for r in results if r.time_split]
+    if not ok:
+        return {}
+    keys = sorted({k for r in ok for k in r.time_split})
+    out = {k: round(sum(r.time_split.get(k, 0.0) for r in ok) / len(ok), 4) for k in keys}
+    reps = [r.timing.candidate.n for r in ok if r.timing is not None]
+    if reps:
+        out["timing_reps"] = round(sum(reps) / len(reps), 1)
+    out["own_overhead"] = round(out.get("gpu", 0.0) - out.get("worker", 0.0), 4)
+    return out
+
+
+async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, passes: int = 1,
+                  prebuilt: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
+    if prebuilt:
+        prebuild(backend)
     await backend.ensure_compare(default_arch())
     gpus = await warm(backend)
     evs = {f: Evaluator(ROOT / "kernels" / f, k, backend=backend, settings=SETTINGS) for f, k in KERNELS.items()}
@@ -107,6 +148,12 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
     setup_s = time.perf_counter() - t0
     jobs = [j for k in range(passes) for j in candidates(evs, quick, run + 1 + k)]
     unique = len({(f, c.hash) for f, c in jobs})  # a candidate proposed twice is evaluated once
+    if prebuilt:  # every build of the window (and the originals') done before it starts
+        await asyncio.gather(*(evs[f]._build(c) for f, c in jobs), *(ev._build(ev.original) for ev in evs.values()),
+                             return_exceptions=True)
+    lag: list[float] = []
+    stop = asyncio.Event()
+    lag_task = asyncio.ensure_future(loop_lag(stop, lag))
     before = dict(backend.served)
     rec = watch(backend)
     rec["on"] = True
@@ -114,6 +161,8 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
     results: list[Evaluation] = list(await asyncio.gather(*(evs[f].evaluate(c) for f, c in jobs)))
     wall = time.perf_counter() - t1
     rec["on"] = False
+    stop.set()
+    await lag_task
     statuses: dict[str, int] = {}
     for r in results:
         statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -122,20 +171,27 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
             "evaluations_per_min": round(unique / wall * 60, 1), "statuses": statuses, "served": served,
             "gpu_busy_fraction": {k: round(v / wall, 3) for k, v in sorted(rec["busy"].items())},
             "first_gpu_s": round(rec["first"] - t1, 2) if rec["first"] else None,
-            "setup_s": round(setup_s, 1), "warm_pass_ok": sum(r.ok for r in warm_res),
+            "setup_s": round(setup_s, 1), "warm_pass_ok": sum(r.ok for r in warm_res), "prebuilt": prebuilt,
+            "time_split_mean_s": split_means(results),
+            "loop_lag_ms": {"mean": round(1000 * sum(lag) / max(1, len(lag)), 2),
+                            "p99": round(1000 * sorted(lag)[int(0.99 * (len(lag) - 1))], 2) if lag else None,
+                            "max": round(1000 * max(lag), 1) if lag else None},
             "device_losses": backend.device_losses, "restarts": backend.restarts, "notes": backend.notes,
             "speedups": {f"{f}:{c.id}": r.speedup for (f, c), r in zip(jobs, results, strict=True) if r.ok}}
 
 
-async def run_local(counts: list[int], quick: bool, run0: int, passes: int) -> list[dict[str, Any]]:
+async def run_local(counts: list[int], quick: bool, run0: int, passes: int, compile_workers: int | None = None,
+                    prebuilt: bool = False) -> list[dict[str, Any]]:
     out = []
     for i, n in enumerate(counts):
-        backend = LocalBackend(list(range(n)), compile_workers=os.cpu_count() or 4)
+        backend = LocalBackend(list(range(n)), compile_workers=compile_workers or os.cpu_count() or 4)
         try:
-            log(f"local pool, {n} GPU(s) ...")
-            res = await measure(backend, n, quick, run0 + 10 * i, passes)
+            log(f"local pool, {n} GPU(s){' (prebuilt)' if prebuilt else ''} ...")
+            res = await measure(backend, n, quick, run0 + 10 * i, passes, prebuilt)
+            res["compile_workers"] = backend.compile_workers
             log(f"  {res['evaluations_per_min']} evaluations/min ({res['evaluations']} in {res['wall_s']} s; "
                 f"served {res['served']}; busy {res['gpu_busy_fraction']}; {res['statuses']})")
+            log(f"  mean split {res['time_split_mean_s']}; loop lag {res['loop_lag_ms']}")
             out.append(res)
         finally:
             await backend.aclose()
@@ -164,6 +220,7 @@ async def run_ray(counts: list[int], quick: bool, run0: int, passes: int,
                 res["nodes"] = backend.summary().get("nodes")
                 log(f"  {res['evaluations_per_min']} evaluations/min ({res['evaluations']} in {res['wall_s']} s; "
                     f"served {res['served']}; busy {res['gpu_busy_fraction']}; {res['statuses']})")
+                log(f"  mean split {res['time_split_mean_s']}; loop lag {res['loop_lag_ms']}")
                 out.append(res)
             finally:
                 await backend.aclose()
@@ -208,7 +265,9 @@ def main() -> int:
     ap.add_argument("--ray-gpus", help="GPU counts for Ray (default: --gpus; without 1, Ray's efficiency is "
                                        "relative to the local pool's 1-GPU rate)")
     ap.add_argument("--passes", type=int, default=1, help="candidate sets in the measured window (default 1)")
-    ap.add_argument("--backends", default="local,ray")
+    ap.add_argument("--backends", default="local,ray", help="local, ray, local-prebuilt (builds done before the "
+                                                               "window: the GPUs' scaling alone)")
+    ap.add_argument("--compile-workers", type=int, help="compile processes of the local pool (default: one per core)")
     ap.add_argument("--quick", action="store_true", help="fewer candidates per kernel")
     ap.add_argument("--ray-num-gpus", type=int, help="GPUs the local Ray cluster declares (default: detected)")
     ap.add_argument("--cli-budget", type=int, default=24, help="candidates of each `warpforge optimize` run (0: none)")
@@ -218,8 +277,9 @@ def main() -> int:
     res: dict[str, Any] = {"counts": counts, "cpus": os.cpu_count(), "quick": args.quick, "passes": args.passes}
     t0 = time.perf_counter()
     for kind in args.backends.split(","):
-        if kind == "local":
-            rows = asyncio.run(run_local(counts, args.quick, 100, args.passes))
+        if kind in ("local", "local-prebuilt"):
+            rows = asyncio.run(run_local(counts, args.quick, 100 if kind == "local" else 300, args.passes,
+                                         args.compile_workers, prebuilt=kind == "local-prebuilt"))
             ref = None
         else:
             ray_counts = [int(x) for x in (args.ray_gpus or args.gpus).split(",")]

@@ -189,6 +189,15 @@ def test_candidates_spread_over_gpus_and_each_speedup_is_a_ratio_on_one_gpu(
     fast_speedups = [r.speedup or 0 for r in results[len(same):]]
     assert min(fast_speedups) > 1.1 and max(fast_speedups) / min(fast_speedups) < 1.1, fast_speedups
     assert statistics.median(base_ms) > 0 and two_devices.restarts == 0
+    # Where each candidate's time went: the worker's own account of its requests lies inside the time the
+    # device was held, and the spy's 50 ms inside ``acquire`` is waiting for a device.
+    for r in results:
+        split = r.time_split
+        assert split["build"] > 0 and split["queue"] >= 0.045, split
+        assert 0 < split["worker_cpu"] <= split["worker"] * 1.05 + 0.01, split
+        assert split["worker"] <= split["gpu"] < split["worker"] + 0.5, split
+        assert 0 < split["timing"] < split["worker"] and 0 <= split["warmup"] < split["worker"], split
+        assert Evaluation.from_json(r.to_json()).time_split == pytest.approx(split, abs=1e-3)
 
 
 class _Flaky:

@@ -275,6 +275,11 @@ class Evaluation:
     seconds: float = 0.0
     cached: bool = False
     cacheable: bool = True
+    #: where ``seconds`` went (seconds, and the worker's preemption count): ``build`` (waiting for the
+    #: builds), ``queue`` (waiting for a free GPU), ``gpu`` (holding one), of which ``worker`` the worker
+    #: spent serving requests (``worker_cpu`` of it on a CPU, ``warmup`` ramping clocks, ``timing`` timing);
+    #: ``gpu`` minus ``worker`` is this process's own overhead. Scale-out measurements read these.
+    time_split: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -306,6 +311,7 @@ class Evaluation:
             "sanitizer": self.sanitizer.to_json() if self.sanitizer else None,
             "guards": self.guards, "notes": self.notes, "gpu": self.gpu, "driver": self.driver,
             "seconds": self.seconds, "cached": self.cached, "speedup": self.speedup,
+            "time_split": {k: round(v, 4) for k, v in self.time_split.items()},
         }
 
     @classmethod
@@ -319,6 +325,7 @@ class Evaluation:
             SanitizerReport.from_json(d["sanitizer"]) if d.get("sanitizer") else None,
             list(d.get("guards", [])), list(d.get("notes", [])), d.get("gpu", ""), d.get("driver", ""),
             float(d.get("seconds", 0.0)), bool(d.get("cached", False)),
+            time_split={str(k): float(v) for k, v in (d.get("time_split") or {}).items()},
         )
 
 
@@ -676,6 +683,7 @@ class Evaluator:
                 ev.guards = [f.text() for f in found]
                 raise _Fail("rejected", "; ".join(ev.guards))
         # 2. builds (the original's and this one's, concurrently)
+        t_build = time.perf_counter()
         base_task = asyncio.ensure_future(self._baseline_built())
         if baseline:
             built = await base_task
@@ -688,6 +696,7 @@ class Evaluator:
                     ev.build = BuildStats(False, messages=[f.reason])
                 raise
         base = await base_task
+        ev.time_split["build"] = time.perf_counter() - t_build
         ev.build = built.stats
         if built.sass_note:
             ev.notes.append(built.sass_note)
@@ -719,14 +728,23 @@ class Evaluator:
         attempts = max(1, self.backend.max_attempts)
         lost: list[str] = []
         for _ in range(attempts):
+            t_queue = time.perf_counter()
+            t_held: float | None = None
             try:
                 async with self.backend.acquire() as dev:
-                    await work(dev)
+                    t_held = time.perf_counter()
+                    ev.time_split["queue"] = ev.time_split.get("queue", 0.0) + t_held - t_queue
+                    try:
+                        await work(dev)
+                    finally:
+                        ev.time_split["gpu"] = ev.time_split.get("gpu", 0.0) + time.perf_counter() - t_held
             except DeviceLost as e:
                 lost.append(str(e))
+                split = dict(ev.time_split)  # the lost attempt's time was spent all the same
                 fresh = copy.deepcopy(clean)
                 for f in fields(ev):
                     setattr(ev, f.name, getattr(fresh, f.name))
+                ev.time_split = split
                 continue
             if lost:
                 ev.notes.append(f"evaluated again on another GPU after {len(lost)} lost one"
@@ -738,8 +756,13 @@ class Evaluator:
     def _seeds(self) -> list[int]:
         return list(self.settings.seeds or self.spec.seeds)
 
-    async def _request(self, dev: Device, msg: Msg, timeout: float, what: str) -> Msg:
+    async def _request(self, dev: Device, msg: Msg, timeout: float, what: str, ev: Evaluation) -> Msg:
         r: Msg = await dev.request(msg, timeout)
+        cost = r.get("cost") or {}
+        split = ev.time_split
+        split["worker"] = split.get("worker", 0.0) + float(cost.get("wall_s", 0.0))
+        split["worker_cpu"] = split.get("worker_cpu", 0.0) + float(cost.get("cpu_s", 0.0))
+        split["preempted"] = split.get("preempted", 0.0) + float(cost.get("preempted", 0))
         status = r.get("status")
         if status == "ok":
             return r
@@ -765,7 +788,7 @@ class Evaluator:
                     "runs": runs if not baseline else [["spec", seeds[0]]],
                     "determinism": ["spec", seeds[0]] if self.settings.determinism else None,
                     "kernel_timeout": kt, "count_unwritten": baseline}
-        r = await self._request(dev, msg, per_request, "verification")
+        r = await self._request(dev, msg, per_request, "verification", ev)
         for rr in r["runs"]:
             ev.correctness.runs.append(RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]),
                                                  list(rr["guard"])))
@@ -804,7 +827,9 @@ class Evaluator:
         tmsg: Msg = {"op": "time", "problem": self.problem, "sides": sides, "variant": "spec", "seed": seeds[0],
                      "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref()}
         budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
-        t = await self._request(dev, tmsg, budget, "timing")
+        t = await self._request(dev, tmsg, budget, "timing", ev)
+        ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
+        ev.time_split["timing"] = float(t.get("elapsed") or 0.0)
         samples = t["samples"]
         base_stats = summarize(samples[0])
         cand_stats = base_stats if baseline else summarize(samples[1])
@@ -845,7 +870,7 @@ class Evaluator:
             fresh = RECHECK_SEED_BASE + int(cand.hash[:6], 16) % RECHECK_SEEDS
             rmsg: Msg = {"op": "check", "problem": self.problem, "oracle": base.ref(), "subject": built.ref(),
                          "runs": [["spec", fresh]], "determinism": None, "kernel_timeout": kt}
-            rr = (await self._request(dev, rmsg, per_request, "re-check"))["runs"][0]
+            rr = (await self._request(dev, rmsg, per_request, "re-check", ev))["runs"][0]
             rep = RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]), list(rr["guard"]),
                             purpose="recheck")
             ev.correctness.runs.append(rep)

@@ -771,6 +771,7 @@ class Engine:
             self._sync(timeout * len(refs))
             if time.monotonic() - t0 >= warm and reps >= 2 * TIMING_SETS:
                 break
+        warmed = time.monotonic() - t0
         graph_info: Msg | None = None
         per_launch = [1] * len(refs)
         execs: list[list[tuple[Any, Any]]] = []
@@ -826,7 +827,7 @@ class Engine:
             self._retire(list(bufs.values()))
         clock = self.nvml.sm_clock_mhz() if self.nvml else None
         return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info,
-                "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warm}
+                "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warmed}
 
     def _graphs_for(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
                     settings: TimingSettings, timeout: float) -> tuple[list[list[tuple[Any, Any]]], list[int], Msg]:
@@ -971,6 +972,16 @@ def _start_error(e: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- entry points
+def _preemptions() -> int:
+    """Involuntary context switches of this process so far (the CPU was taken away while it could run)."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw)
+    except (ImportError, OSError):
+        return 0
+
+
 def serve(fd: int, device: int) -> int:
     """Serve requests on the connection ``fd`` until it closes or a fatal error."""
     conn = Connection(fd)
@@ -990,7 +1001,13 @@ def serve(fd: int, device: int) -> int:
             engine.close()
             conn.send({"status": "ok"})
             return 0
+        t0, c0, sw0 = time.monotonic(), time.process_time(), _preemptions()
         reply, fatal = engine.dispatch(msg)
+        # What serving this request cost the worker: wall time, CPU time (its Python launch loops and the
+        # driver's threads) and how often the kernel took the CPU away from it. The parent subtracts these
+        # from the time it held the device to tell device work from its own overhead and from contention.
+        reply["cost"] = {"wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - c0,
+                         "preempted": _preemptions() - sw0}
         if fatal:
             reply = {**reply, "fatal": True}
         try:
