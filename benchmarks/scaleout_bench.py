@@ -45,6 +45,21 @@ from warpforge.gpu.evaluator import Evaluation, Evaluator  # noqa: E402
 from warpforge.gpu.toolchain import default_arch  # noqa: E402
 from warpforge.search.candidate import Candidate  # noqa: E402
 
+#: the engine settings of every evaluator (``--fixed-reps`` replaces the adaptive timing)
+BENCH_SETTINGS = [SETTINGS]
+
+
+def fixed_reps(n: int) -> Any:
+    """Engine settings that time every side exactly ``n`` repetitions (no adaptive stopping).
+
+    Adaptive timing repeats until the median is stable to 1 %, so a candidate's GPU work depends on how
+    noisy the GPU was at that moment; the same candidates needed 30 repetitions per side in one run and
+    108 in the next. Comparing evaluations/min across configurations needs the same work per candidate.
+    """
+    from dataclasses import replace
+
+    return replace(SETTINGS, timing=replace(SETTINGS.timing, min_reps=n, max_reps=n, max_seconds=60.0))
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -132,6 +147,15 @@ def split_means(results: list[Evaluation]) -> dict[str, float]:
     return out
 
 
+def reps_by_kernel(results: list[Evaluation]) -> dict[str, float]:
+    """Mean timing repetitions per side, by kernel (where the adaptive timing spends its repetitions)."""
+    by: dict[str, list[int]] = {}
+    for r in results:
+        if r.timing is not None:
+            by.setdefault(r.kernel, []).append(r.timing.candidate.n)
+    return {k: round(sum(v) / len(v), 1) for k, v in sorted(by.items())}
+
+
 async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, passes: int = 1,
                   prebuilt: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -139,7 +163,8 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
         prebuild(backend)
     await backend.ensure_compare(default_arch())
     gpus = await warm(backend)
-    evs = {f: Evaluator(ROOT / "kernels" / f, k, backend=backend, settings=SETTINGS) for f, k in KERNELS.items()}
+    evs = {f: Evaluator(ROOT / "kernels" / f, k, backend=backend, settings=BENCH_SETTINGS[0])
+           for f, k in KERNELS.items()}
     # The warm pass: the same candidates under other source text. Each GPU generates its own inputs and
     # oracle outputs the first time it sees a kernel; a search pays that once per GPU and then runs for
     # dozens of candidates, so the measured pass is the steady state of every GPU.
@@ -172,7 +197,8 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
             "gpu_busy_fraction": {k: round(v / wall, 3) for k, v in sorted(rec["busy"].items())},
             "first_gpu_s": round(rec["first"] - t1, 2) if rec["first"] else None,
             "setup_s": round(setup_s, 1), "warm_pass_ok": sum(r.ok for r in warm_res), "prebuilt": prebuilt,
-            "time_split_mean_s": split_means(results),
+            "time_split_mean_s": split_means(results), "timing_reps_by_kernel": reps_by_kernel(results),
+            "timing": BENCH_SETTINGS[0].timing.to_json(),
             "loop_lag_ms": {"mean": round(1000 * sum(lag) / max(1, len(lag)), 2),
                             "p99": round(1000 * sorted(lag)[int(0.99 * (len(lag) - 1))], 2) if lag else None,
                             "max": round(1000 * max(lag), 1) if lag else None},
@@ -267,6 +293,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=1, help="candidate sets in the measured window (default 1)")
     ap.add_argument("--backends", default="local,ray", help="local, ray, local-prebuilt (builds done before the "
                                                                "window: the GPUs' scaling alone)")
+    ap.add_argument("--fixed-reps", type=int, help="time every side exactly N repetitions (same GPU work per "
+                                                   "candidate in every configuration)")
     ap.add_argument("--compile-workers", type=int, help="compile processes of the local pool (default: one per core)")
     ap.add_argument("--quick", action="store_true", help="fewer candidates per kernel")
     ap.add_argument("--ray-num-gpus", type=int, help="GPUs the local Ray cluster declares (default: detected)")
@@ -274,6 +302,8 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     counts = [int(x) for x in args.gpus.split(",")]
+    if args.fixed_reps:
+        BENCH_SETTINGS[0] = fixed_reps(args.fixed_reps)
     res: dict[str, Any] = {"counts": counts, "cpus": os.cpu_count(), "quick": args.quick, "passes": args.passes}
     t0 = time.perf_counter()
     for kind in args.backends.split(","):

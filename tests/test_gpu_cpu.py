@@ -295,6 +295,27 @@ def test_sass_guard_sees_clock_reads_hidden_from_the_source() -> None:
     assert "clock" in {f.code for f in found}
 
 
+@needs_nvcc
+def test_sass_guard_sees_timer_reads_and_device_launches_hidden_from_the_source() -> None:
+    from warpforge.gpu.build import compile_cubin
+
+    timer = ("__global__ void k(unsigned long long* out) { unsigned long long t;\n"
+             "  asm volatile(\"mov.u64 %0, %%global\" \"timer;\" : \"=l\"(t)); out[threadIdx.x] = t; }\n")
+    launch = ("#define GO(f, x) f<<<1, 32>>>(x)\n"
+              "__global__ void child(float* x) { x[threadIdx.x] = 1.0f; }\n"
+              "__global__ void k(float* x) { if (threadIdx.x == 0) GO(child, x); }\n")
+    plain = "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+    codes = {}
+    for name, src, flags in (("timer", timer, []), ("launch", launch, ["-rdc=true"]), ("plain", plain, [])):
+        res = compile_cubin(src, arch="sm_90", flags=flags, use_cache=False)
+        assert res.ok, res.log
+        found, note = guards.sass_findings(res.cubin)
+        if note:
+            pytest.skip(note)
+        codes[name] = {f.code for f in found}
+    assert codes == {"timer": {"globaltimer"}, "launch": {"device_launch"}, "plain": set()}, codes
+
+
 def test_physical_floor() -> None:
     nbytes = 3 * 4 * (1 << 25)  # saxpy
     peak = 3000.0

@@ -178,6 +178,8 @@ def test_compiles_and_static_analysis_run_as_ray_cpu_tasks(cluster: RayBackend, 
     assert report.kernels == ["saxpy"] and any(f.code.startswith("WF") for f in report.findings)
     assert cluster.tasks_submitted >= before + 4  # the compare kernels, both candidates, the build, the hints
     assert cluster.device_count == 0
+    # compile tasks run below the GPU actors' workers on the same node: idle scheduling class
+    assert loop.run_until_complete(cluster.cpu(os.sched_getscheduler, 0)) == os.SCHED_IDLE
 
 
 # --------------------------------------------------------------------------- GPU actors

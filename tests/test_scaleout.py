@@ -108,6 +108,10 @@ def test_local_backend_takes_every_visible_gpu_of_one_model(monkeypatch: pytest.
     try:
         assert b.devices == [0, 1] and b.device_count == 2 and "A100" in b.notes[0]
         assert b.compile_workers >= 1
+        # compiles run in the idle scheduling class, so GPU workers never wait for a core behind nvcc
+        assert asyncio.run(b.cpu(os.sched_getscheduler, 0)) == os.SCHED_IDLE
+        assert asyncio.run(b.cpu(os.getpriority, os.PRIO_PROCESS, 0)) >= 10
+        assert os.sched_getscheduler(0) != os.SCHED_IDLE  # this process (the GPU supervisors') is untouched
     finally:
         b.close()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
@@ -148,6 +152,23 @@ def two_devices() -> Iterator[LocalBackend]:
 def _same_code(ev: Evaluator, i: int) -> Candidate:
     """The original's machine code under a new hash (an unused define)."""
     return ev.original.derive(defines={"WF_UNUSED": str(i)}, family="same-code")
+
+
+@needs_nvcc
+def test_the_first_gpu_work_starts_every_device(two_devices: LocalBackend, loop: asyncio.AbstractEventLoop,
+                                                tmp_path: Path) -> None:
+    # Runs first on the module's pool: no worker is up yet. The original's evaluation holds one device;
+    # the other must be started (worker, facts) before it, not when a later candidate first gets it.
+    assert not any(h.supervisor.alive for h in two_devices.pool.handles)
+    path = tmp_path / "saxpy.cu"
+    path.write_text(SMALL_SAXPY)
+    ev = Evaluator(path, "saxpy", backend=two_devices, settings=SETTINGS)
+    base = loop.run_until_complete(ev.baseline())
+    assert base.status == "ok", base.reason
+    assert sum(two_devices.served.values()) == 1
+    assert all(h.supervisor.alive for h in two_devices.pool.handles)
+    assert set(two_devices._facts) == {"local:0", "local:1"}
+    assert all(peak > 0 for _, peak in two_devices._facts.values())
 
 
 @needs_nvcc

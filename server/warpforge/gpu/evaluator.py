@@ -708,6 +708,7 @@ class Evaluator:
                 raise _Fail("rejected", "; ".join(ev.guards))
         # 3.-6. the GPU: all of it on one device, so the speedup is a ratio measured on that device
         await self.backend.ensure_compare(self.arch)
+        await self.backend.warm_up()
 
         async def on_gpu(dev: Device) -> None:
             info, peak = await self.backend.facts(dev)

@@ -171,33 +171,45 @@ def check_candidate(original_kernel: Any, original_text: str, candidate_text: st
 
 
 # --------------------------------------------------------------------------- SASS
+#: special registers read by instructions (``S2R``/``CS2R``): only a disassembly shows these
 _SASS_PATTERNS: list[tuple[str, re.Pattern[str], str]] = [
     ("clock", re.compile(r"\bSR_CLOCK(?:LO|HI)?\b"), "its machine code reads the SM clock ({m})"),
     ("globaltimer", re.compile(r"\bSR_GLOBALTIMER(?:LO|HI)?\b"), "its machine code reads the global timer ({m})"),
-    ("device_launch", re.compile(r"cudaLaunchDevice\w*|cudaGetParameterBuffer\w*"),
-     "its machine code launches kernels from the device ({m})"),
 ]
+#: device-side launches call the device runtime (``cudaLaunchDevice``; since CUDA 12 ``__cudaCDP2LaunchDeviceV2``
+#: and ``__cudaCDP2GetParameterBufferV2``). The call's target is a relocation, so the names are in the
+#: cubin's symbol table, not in the code a disassembler prints: they are looked for in the ELF bytes.
+_DEVICE_LAUNCH = re.compile(rb"[A-Za-z0-9_]*(?:LaunchDevice|GetParameterBuffer)[A-Za-z0-9_]*")
 
 
 def sass_text(cubin: bytes, nvdisasm: str | None = None, timeout: float = 60.0) -> str:
-    """Disassembly of a cubin (``nvdisasm``)."""
+    """Disassembly of a cubin's code sections (``nvdisasm -c -ndf``).
+
+    Code only and no dataflow analysis: the guard greps instructions, and this halves nvdisasm's time,
+    which a search pays for every candidate beside nvcc (0.38 -> 0.22 CPU-s on a small kernel).
+    """
     tool = find_tool("nvdisasm", nvdisasm)
     with tempfile.TemporaryDirectory(prefix="warpforge-sass-") as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
-        proc = subprocess.run([str(tool), str(path)], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([str(tool), "--print-code", "--no-dataflow", str(path)], capture_output=True,
+                              text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"nvdisasm failed: {proc.stderr.strip()[:300]}")
     return proc.stdout
 
 
 def sass_findings(cubin: bytes, nvdisasm: str | None = None) -> tuple[list[GuardFinding], str | None]:
-    """Findings in the cubin's SASS, and a note when the check could not run (nvdisasm missing)."""
+    """Findings in the cubin's machine code, and a note when the disassembly could not run (nvdisasm missing)."""
+    found: list[GuardFinding] = []
+    launch = _DEVICE_LAUNCH.search(cubin)
+    if launch:
+        found.append(GuardFinding("device_launch", "its machine code launches kernels from the device "
+                                                   f"({launch.group(0).decode('ascii', 'replace')})"))
     try:
         sass = sass_text(cubin, nvdisasm)
     except (ToolMissing, RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        return [], f"SASS guard skipped: {e}"
-    found: list[GuardFinding] = []
+        return found, f"SASS guard skipped: {e}"
     for kind, rx, msg in _SASS_PATTERNS:
         m = rx.search(sass)
         if m:

@@ -37,7 +37,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backends import DeviceLost, EvaluationBackend, GpuUnavailable, niced, visible_devices
+from .backends import (
+    Device,
+    DeviceLost,
+    EvaluationBackend,
+    GpuUnavailable,
+    niced,
+    normal_priority,
+    visible_devices,
+)
 from .supervisor import Msg, WorkerSupervisor
 
 if TYPE_CHECKING:
@@ -144,6 +152,7 @@ class GpuActor:
     """
 
     def __init__(self, command: Sequence[str] | None, env: dict[str, str] | None, start_timeout: float) -> None:
+        normal_priority()  # this process may have run compile tasks at idle priority before
         full = dict(os.environ)
         full.update({k: v for k, v in (env or {}).items() if k != "CUDA_VISIBLE_DEVICES"})
         self.supervisor = WorkerSupervisor(0, command=command, start_timeout=start_timeout, env=full)
@@ -340,6 +349,10 @@ class RayBackend(EvaluationBackend):
         return result
 
     # ----------------------------------------------------------------- devices
+    async def all_devices(self) -> list[Device]:
+        await self.start()
+        return [d for d in self.devices if not d.dropped]
+
     def set_setup(self, messages: Sequence[Msg]) -> None:
         self._setup = list(messages)
         # Put once; every request names it, so a restarted actor's new worker gets it too.
