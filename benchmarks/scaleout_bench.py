@@ -189,11 +189,16 @@ async def measure(backend: EvaluationBackend, n: int, quick: bool, run: int, pas
     stop.set()
     await lag_task
     statuses: dict[str, int] = {}
+    reasons: dict[str, int] = {}  # why evaluations were not ok (the first 160 characters of each reason)
     for r in results:
         statuses[r.status] = statuses.get(r.status, 0) + 1
+        if not r.ok:
+            why = f"{r.kernel}: {r.status}: {r.reason[:160]}"
+            reasons[why] = reasons.get(why, 0) + 1
     served = {k: v - before.get(k, 0) for k, v in backend.served.items() if v - before.get(k, 0)}
     return {"gpus_used": n, "gpus": gpus, "candidates": len(jobs), "evaluations": unique, "wall_s": round(wall, 2),
-            "evaluations_per_min": round(unique / wall * 60, 1), "statuses": statuses, "served": served,
+            "evaluations_per_min": round(unique / wall * 60, 1), "statuses": statuses, "not_ok": reasons,
+            "served": served,
             "gpu_busy_fraction": {k: round(v / wall, 3) for k, v in sorted(rec["busy"].items())},
             "first_gpu_s": round(rec["first"] - t1, 2) if rec["first"] else None,
             "setup_s": round(setup_s, 1), "warm_pass_ok": sum(r.ok for r in warm_res), "prebuilt": prebuilt,

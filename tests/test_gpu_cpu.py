@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import math
 import os
 import sqlite3
@@ -511,3 +512,40 @@ def test_compile_bomb_is_killed_at_the_compile_timeout(fake_backend: Backend, lo
     bomb = candidate_from_variant(ev.text, (ADV / "gelu_compile_bomb.cu").read_text(), "gelu_forward")
     e = loop.run_until_complete(ev.evaluate(bomb))
     assert e.status == "compile_error" and "exceeded 3 s" in e.reason
+
+
+_POOL_SCRIPT = r"""
+import json
+from warpforge.gpu.worker import Engine, POOL_DEPTH, _size_class
+
+eng = Engine(0)
+seen = []  # pointers of each run: three buffers of a problem, retired after the run, as op_check does
+for run in range(8):
+    bufs = [eng._alloc(n, guarded=True) for n in (4000, 4000, 12345)]
+    seen.append([b.ptr for b in bufs])
+    eng._retire(bufs)
+    eng._free_retired()
+big = eng._alloc(5 << 20, guarded=False)
+print(json.dumps({"seen": seen, "allocations": eng.allocations, "reuses": eng.reuses, "depth": POOL_DEPTH,
+                  "classes": [_size_class(n) for n in (1, 256, 257, 4000 + 2 * 16384, 2 << 20, (2 << 20) + 1)],
+                  "big": big.total, "pooled": eng.pool_bytes}))
+"""
+
+
+def test_worker_reuses_retired_buffers_but_never_the_previous_runs_pointers() -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_PYCUDA), str(ROOT / "server"), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _POOL_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["classes"] == [256, 256, 512, 65536, 2 << 20, 4 << 20]
+    assert r["big"] == 6 << 20
+    seen = r["seen"]
+    for i, ptrs in enumerate(seen):  # a run never gets the pointers of the POOL_DEPTH runs before it
+        for earlier in seen[max(0, i - r["depth"]):i]:
+            assert not set(ptrs) & set(earlier), (i, ptrs, earlier)
+    assert set(seen[r["depth"] + 1]) & {p for run in seen[: r["depth"] + 1] for p in run}  # but older ones
+    # allocations stop once POOL_DEPTH + 1 runs' buffers are held; every later run reuses the oldest ones
+    assert r["allocations"] == 3 * (r["depth"] + 1) + 1
+    assert r["reuses"] == 8 * 3 - 3 * (r["depth"] + 1)
+    assert r["pooled"] > 0

@@ -42,7 +42,7 @@ import pickle
 import sys
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -81,6 +81,13 @@ CACHE_FRACTION = 0.4
 MAX_MODULES = 64
 #: buffer sets the timed sides rotate through (see ``Engine.op_time``)
 TIMING_SETS = 2
+#: retired buffers kept for reuse, as a fraction of device memory (see ``Engine._alloc``)
+POOL_FRACTION = 0.2
+#: buffers retired in the last this-many batches are not handed out again, so a run never gets the
+#: pointers of the runs just before it
+POOL_DEPTH = 2
+#: size classes: powers of two below this, multiples of it above
+POOL_GRAIN = 2 << 20
 
 
 class KernelTimeout(Exception):
@@ -194,6 +201,13 @@ class Engine:
         self.problems: OrderedDict[str, _Problem] = OrderedDict()
         self.live: set[_Buf] = set()
         self.retired: list[_Buf] = []
+        #: retired allocations by size class, oldest first, with the batch (generation) that retired them
+        self.pool: dict[int, deque[tuple[int, Any]]] = {}
+        self.pool_bytes = 0
+        self.generation = 0
+        #: device allocations made and reused (how well the pool works; ``op_info`` reports them)
+        self.allocations = 0
+        self.reuses = 0
         self.cmp_fns: dict[int, Any] = {}
         self.cmp_res: _Buf | None = None
         self.device_compare = False
@@ -209,6 +223,7 @@ class Engine:
             self.nvml = None
         self.info = self._info()
         self.budget = int(self.info["total_mem"] * CACHE_FRACTION)
+        self.pool_cap = int(self.info["total_mem"] * POOL_FRACTION)
 
     # ----------------------------------------------------------------- device facts
     def _bus_id(self) -> str | None:
@@ -257,12 +272,31 @@ class Engine:
 
     # ----------------------------------------------------------------- memory
     def _alloc(self, nbytes: int, guarded: bool) -> _Buf:
+        """A device buffer for one run, from the pool of retired buffers when one of its size is there.
+
+        Every verification run and timing set gets fresh buffers. Allocating them with ``cuMemAlloc`` and
+        freeing them with ``cuMemFree`` each time (a dozen of each per candidate) cost more than the
+        candidate's kernels for small problems, and the driver serializes those calls across processes:
+        on 2 H200s each candidate's checks took twice as long with both GPUs busy. Retired buffers are
+        therefore scrubbed and kept by size class, and one is handed out again only when ``POOL_DEPTH`` later
+        batches have been retired, so a run never sees the pointers of the runs just before it; outputs are
+        poisoned and inputs copied afresh as before, so a kernel that skips work shows wrong results.
+        """
         cuda = self.cuda
         pad = GUARD if guarded else 0
-        total = nbytes + 2 * pad
-        alloc = cuda.mem_alloc(max(total, 256))
+        size = _size_class(max(nbytes + 2 * pad, 256))
+        alloc = self._reuse(size)
+        if alloc is None:
+            try:
+                alloc = cuda.mem_alloc(size)
+            except cuda.MemoryError:
+                self._drain_pool()  # the pool may hold what is missing
+                alloc = cuda.mem_alloc(size)
+            self.allocations += 1
+        else:
+            self.reuses += 1
         base = int(alloc)
-        buf = _Buf(alloc, base, max(total, 256), base + pad, nbytes, guarded)
+        buf = _Buf(alloc, base, size, base + pad, nbytes, guarded)
         if guarded:
             cuda.memset_d8_async(base, CANARY, GUARD, self.stream)
             cuda.memset_d8_async(buf.ptr + nbytes, CANARY, GUARD, self.stream)
@@ -287,12 +321,35 @@ class Engine:
                 self.retired.append(b)
 
     def _free_retired(self) -> None:
+        """Put retired buffers (scrubbed on the stream, which orders any reuse) into the pool."""
         if not self.retired:
             return
-        self.stream.synchronize()
+        self.generation += 1
         for b in self.retired:
-            b.alloc.free()
+            self.pool.setdefault(b.total, deque()).append((self.generation, b.alloc))
+            self.pool_bytes += b.total
         self.retired.clear()
+        if self.pool_bytes > self.pool_cap:
+            self._drain_pool(self.pool_cap // 2)
+
+    def _reuse(self, size: int) -> Any:
+        q = self.pool.get(size)
+        if not q or q[0][0] > self.generation - POOL_DEPTH:
+            return None
+        self.pool_bytes -= size
+        return q.popleft()[1]
+
+    def _drain_pool(self, keep: int = 0) -> None:
+        """Free pooled buffers, largest size classes and oldest first, until at most ``keep`` bytes remain."""
+        if self.pool_bytes <= keep:
+            return
+        self.stream.synchronize()
+        for size in sorted(self.pool, reverse=True):
+            q = self.pool[size]
+            while q and self.pool_bytes > keep:
+                q.popleft()[1].free()
+                self.pool_bytes -= size
+        self.pool = {k: q for k, q in self.pool.items() if q}
 
     def _release_problem(self, prob: _Problem) -> None:
         bufs = [b for d in prob.pristine.values() for b in d.values()]
@@ -602,7 +659,9 @@ class Engine:
 
     # ----------------------------------------------------------------- ops
     def op_info(self, msg: Msg) -> Msg:
-        return {"status": "ok", "info": self.info, "compare": self.compare_note}
+        return {"status": "ok", "info": self.info, "compare": self.compare_note,
+                "memory": {"allocations": self.allocations, "reuses": self.reuses, "pooled_bytes": self.pool_bytes,
+                           "live": len(self.live)}}
 
     def op_setup(self, msg: Msg) -> Msg:
         if msg.get("compare"):
@@ -969,6 +1028,13 @@ def _start_error(e: BaseException) -> str:
             return "pycuda is not installed (pip install -e '.[gpu]')"
         return f"no CUDA driver ({e})"
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+
+
+def _size_class(nbytes: int) -> int:
+    """Allocation size for ``nbytes``: the next power of two below ``POOL_GRAIN``, else a multiple of it."""
+    if nbytes >= POOL_GRAIN:
+        return -(-nbytes // POOL_GRAIN) * POOL_GRAIN
+    return 1 << max(8, (nbytes - 1).bit_length())
 
 
 # --------------------------------------------------------------------------- entry points
