@@ -549,3 +549,50 @@ def test_worker_reuses_retired_buffers_but_never_the_previous_runs_pointers() ->
     assert r["allocations"] == 3 * (r["depth"] + 1) + 1
     assert r["reuses"] == 8 * 3 - 3 * (r["depth"] + 1)
     assert r["pooled"] > 0
+
+
+@needs_nvcc
+def test_build_cache_never_serves_a_partial_cubin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parallel compiles of one translation unit store one key at once; readers must see whole entries."""
+    import threading
+
+    from warpforge.gpu import build
+
+    monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path))
+    src = "__global__ void k(float* x) { x[threadIdx.x] *= 3.0f; }\n"
+    first = build.compile_cubin(src, arch="sm_90", use_cache=True)
+    assert first.ok and not first.cached
+    key = next(p.name for p in (tmp_path / "build").glob("*/*"))
+    good = first.cubin
+    stop = threading.Event()
+
+    def writer() -> None:  # other processes finishing the same compile again and again
+        while not stop.is_set():
+            build._store_disk(key, first)
+
+    bad: list[int] = []
+    hits = 0
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(400):
+            got = build._load_disk(key)
+            if got is not None:
+                hits += 1
+                if got.cubin != good:
+                    bad.append(len(got.cubin))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not bad, f"{len(bad)} partial cubins read (sizes {bad[:5]}, whole is {len(good)})"
+    assert hits > 0
+    # bytes that do not match the entry's checksum are a miss, and the next compile repairs the entry
+    (tmp_path / "build" / key[:2] / key / "kernel.cubin").write_bytes(good[: len(good) // 2])
+    assert build._load_disk(key) is None
+    build._memory.clear()
+    again = build.compile_cubin(src, arch="sm_90", use_cache=True)
+    assert again.ok and not again.cached  # (its bytes differ: the cubin names nvcc's temporary directory)
+    repaired = build._load_disk(key)
+    assert repaired is not None and repaired.cubin == again.cubin
