@@ -45,6 +45,8 @@ from warpforge.gpu.evaluator import Evaluation, Evaluator  # noqa: E402
 from warpforge.gpu.toolchain import default_arch  # noqa: E402
 from warpforge.search.candidate import Candidate  # noqa: E402
 
+#: where local workers write their profiles (``--profile-workers``)
+PROFILE_DIR: Path | None = None
 #: the engine settings of every evaluator (``--fixed-reps`` replaces the adaptive timing)
 BENCH_SETTINGS = [SETTINGS]
 
@@ -140,7 +142,7 @@ def split_means(results: list[Evaluation]) -> dict[str, float]:
         return {}
     keys = sorted({k for r in ok for k in r.time_split})
     out = {k: round(sum(r.time_split.get(k, 0.0) for r in ok) / len(ok), 4) for k in keys}
-    reps = [r.timing.candidate.n for r in ok if r.timing is not None]
+    reps = [r.timing.candidate.n for r in ok if r.timing is not None and r.timing.candidate is not None]
     if reps:
         out["timing_reps"] = round(sum(reps) / len(reps), 1)
     out["own_overhead"] = round(out.get("gpu", 0.0) - out.get("worker", 0.0), 4)
@@ -151,7 +153,7 @@ def reps_by_kernel(results: list[Evaluation]) -> dict[str, float]:
     """Mean timing repetitions per side, by kernel (where the adaptive timing spends its repetitions)."""
     by: dict[str, list[int]] = {}
     for r in results:
-        if r.timing is not None:
+        if r.timing is not None and r.timing.candidate is not None:
             by.setdefault(r.kernel, []).append(r.timing.candidate.n)
     return {k: round(sum(v) / len(v), 1) for k, v in sorted(by.items())}
 
@@ -215,7 +217,13 @@ async def run_local(counts: list[int], quick: bool, run0: int, passes: int, comp
                     prebuilt: bool = False) -> list[dict[str, Any]]:
     out = []
     for i, n in enumerate(counts):
-        backend = LocalBackend(list(range(n)), compile_workers=compile_workers or os.cpu_count() or 4)
+        env = None
+        if PROFILE_DIR:
+            where = PROFILE_DIR / f"{'prebuilt' if prebuilt else 'local'}-{n}"
+            where.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "WARPFORGE_WORKER_PROFILE": str(where)}
+        backend = LocalBackend(list(range(n)), compile_workers=compile_workers or os.cpu_count() or 4,
+                               worker_env=env)
         try:
             log(f"local pool, {n} GPU(s){' (prebuilt)' if prebuilt else ''} ...")
             res = await measure(backend, n, quick, run0 + 10 * i, passes, prebuilt)
@@ -300,6 +308,8 @@ def main() -> int:
                                                                "window: the GPUs' scaling alone)")
     ap.add_argument("--fixed-reps", type=int, help="time every side exactly N repetitions (same GPU work per "
                                                    "candidate in every configuration)")
+    ap.add_argument("--profile-workers", action="store_true", help="profile the local GPU workers (cProfile, "
+                                                                   "OUT/profiles; warm pass included)")
     ap.add_argument("--compile-workers", type=int, help="compile processes of the local pool (default: one per core)")
     ap.add_argument("--quick", action="store_true", help="fewer candidates per kernel")
     ap.add_argument("--ray-num-gpus", type=int, help="GPUs the local Ray cluster declares (default: detected)")
@@ -309,6 +319,9 @@ def main() -> int:
     counts = [int(x) for x in args.gpus.split(",")]
     if args.fixed_reps:
         BENCH_SETTINGS[0] = fixed_reps(args.fixed_reps)
+    if args.profile_workers:
+        global PROFILE_DIR
+        PROFILE_DIR = args.out / "profiles"
     res: dict[str, Any] = {"counts": counts, "cpus": os.cpu_count(), "quick": args.quick, "passes": args.passes}
     t0 = time.perf_counter()
     for kind in args.backends.split(","):

@@ -1057,6 +1057,14 @@ def serve(fd: int, device: int) -> int:
         conn.send({"status": "error", "reason": _start_error(e)})
         return 2
     conn.send({"status": "ready", "info": engine.info})
+    # Diagnostics: WARPFORGE_WORKER_PROFILE=DIR profiles request handling (cProfile, wall time) and writes
+    # DIR/worker-<device>-<pid>.prof when the worker is asked to exit.
+    prof_dir = os.environ.get("WARPFORGE_WORKER_PROFILE")
+    profiler = None
+    if prof_dir:
+        import cProfile
+
+        profiler = cProfile.Profile()
     while True:
         try:
             msg = conn.recv()
@@ -1065,10 +1073,17 @@ def serve(fd: int, device: int) -> int:
             return 0
         if msg.get("op") == "exit":
             engine.close()
+            if profiler is not None and prof_dir:
+                with contextlib.suppress(OSError):
+                    profiler.dump_stats(os.path.join(prof_dir, f"worker-{device}-{os.getpid()}.prof"))
             conn.send({"status": "ok"})
             return 0
         t0, c0, sw0 = time.monotonic(), time.process_time(), _preemptions()
+        if profiler is not None:
+            profiler.enable()
         reply, fatal = engine.dispatch(msg)
+        if profiler is not None:
+            profiler.disable()
         # What serving this request cost the worker: wall time, CPU time (its Python launch loops and the
         # driver's threads) and how often the kernel took the CPU away from it. The parent subtracts these
         # from the time it held the device to tell device work from its own overhead and from contention.
