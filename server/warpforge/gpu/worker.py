@@ -53,6 +53,7 @@ import numpy as np
 from . import compare as cmp
 from .energy import NvmlDevice, NvmlUnavailable
 from .energy import measure as measure_energy
+from .input_cache import inputs_for
 from .inputs import (
     ArgLayout,
     Layout,
@@ -476,7 +477,7 @@ class Engine:
         for a in layout.buffers:
             if not a.readable:
                 continue
-            host = generate(a, int(seed))
+            host = inputs_for(a, int(seed))  # generated once per machine, shared by its workers
             b = self._alloc(host.nbytes, guarded=False)
             b.owned = True
             if host.nbytes:
