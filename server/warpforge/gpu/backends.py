@@ -355,7 +355,10 @@ class EvaluationBackend(abc.ABC):
         await asyncio.shield(self._warm_task)
 
     async def _warm_all(self) -> None:
-        handles = await self.all_devices()
+        try:
+            handles = await self.all_devices()
+        except Exception:
+            return  # e.g. a Ray cluster that cannot be reached: ``acquire`` raises it for the candidate
         await asyncio.gather(*(self.facts(h) for h in handles), return_exceptions=True)
 
     async def facts(self, handle: Device) -> tuple[Msg, float]:

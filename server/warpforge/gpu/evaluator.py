@@ -730,7 +730,6 @@ class Evaluator:
         lost: list[str] = []
         for _ in range(attempts):
             t_queue = time.perf_counter()
-            t_held: float | None = None
             try:
                 async with self.backend.acquire() as dev:
                     t_held = time.perf_counter()

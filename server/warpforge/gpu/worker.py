@@ -276,12 +276,12 @@ class Engine:
         """A device buffer for one run, from the pool of retired buffers when one of its size is there.
 
         Every verification run and timing set gets fresh buffers. Allocating them with ``cuMemAlloc`` and
-        freeing them with ``cuMemFree`` each time (a dozen of each per candidate) cost more than the
-        candidate's kernels for small problems, and the driver serializes those calls across processes:
-        on 2 H200s each candidate's checks took twice as long with both GPUs busy. Retired buffers are
-        therefore scrubbed and kept by size class, and one is handed out again only when ``POOL_DEPTH`` later
-        batches have been retired, so a run never sees the pointers of the runs just before it; outputs are
-        poisoned and inputs copied afresh as before, so a kernel that skips work shows wrong results.
+        freeing them with ``cuMemFree`` each time meant a dozen of each per candidate, each a driver call
+        that may synchronize the device. Retired buffers are therefore scrubbed and kept by size class, and
+        one is handed out again only when ``POOL_DEPTH`` later batches have been retired, so a run never sees
+        the pointers of the runs just before it; outputs are poisoned and inputs copied afresh as before, so
+        a kernel that skips work shows wrong results. (Measured on 2 H200s: throughput within run-to-run
+        noise of the unpooled engine; benchmarks/RESULTS.md, "Scale-out".)
         """
         cuda = self.cuda
         pad = GUARD if guarded else 0
