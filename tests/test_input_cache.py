@@ -93,6 +93,14 @@ def test_the_least_recently_used_arrays_leave_first(private: Path, monkeypatch: 
     keys = {p.stem for p in _files(root)}
     assert keys == {input_cache._key(BIG, 1), input_cache._key(BIG, 3)}
     assert sum(os.path.getsize(p) for p in _files(root)) <= 20 << 20
+    assert {p.stem for p in root.glob("*/*.lock")} == keys  # the evicted array's lock went with it
+    # a writer that died left a temporary file: removed once it is old
+    stale = root / "ab" / "dead.123.tmp.npy"
+    stale.parent.mkdir(exist_ok=True)
+    stale.write_bytes(b"partial")
+    os.utime(stale, (time.time() - 2 * input_cache.STALE_TMP_SECONDS,) * 2)
+    input_cache.inputs_for(BIG, 4)
+    assert not stale.exists()
 
 
 def test_an_unwritable_cache_still_gives_the_inputs(private: Path) -> None:

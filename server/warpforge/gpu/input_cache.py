@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,15 +112,26 @@ def inputs_for(arg: ArgLayout, seed: int, root: Path | None = None) -> npt.NDArr
     return x
 
 
+#: a temporary file this old was left by a writer that died
+STALE_TMP_SECONDS = 3600.0
+
+
 def _evict(base: Path, limit: int) -> None:
-    """Remove the least recently used arrays until the cache holds at most ``limit`` bytes."""
+    """Remove the least recently used arrays until the cache holds at most ``limit`` bytes.
+
+    An array's lock file goes with it (a worker still waiting on the old lock then generates the array
+    once more: wasted work, never a wrong array), and so do temporary files of writers that died.
+    """
     files: list[tuple[float, int, Path]] = []
+    now = time.time()
     with contextlib.suppress(OSError):
         for p in base.glob("*/*.npy"):
-            if p.name.endswith(".tmp.npy"):
-                continue
             with contextlib.suppress(OSError):
                 st = p.stat()
+                if p.name.endswith(".tmp.npy"):
+                    if now - st.st_mtime > STALE_TMP_SECONDS:
+                        p.unlink()
+                    continue
                 files.append((st.st_mtime, st.st_size, p))
     total = sum(size for _, size, _ in files)
     for _, size, p in sorted(files):
@@ -128,3 +140,5 @@ def _evict(base: Path, limit: int) -> None:
         with contextlib.suppress(OSError):
             p.unlink()  # a worker that mapped it keeps its mapping
             total -= size
+        with contextlib.suppress(OSError):
+            p.with_suffix(".lock").unlink()
