@@ -155,20 +155,23 @@ def _same_code(ev: Evaluator, i: int) -> Candidate:
 
 
 @needs_nvcc
-def test_the_first_gpu_work_starts_every_device(two_devices: LocalBackend, loop: asyncio.AbstractEventLoop,
-                                                tmp_path: Path) -> None:
-    # Runs first on the module's pool: no worker is up yet. The original's evaluation holds one device;
-    # the other must be started (worker, facts) before it, not when a later candidate first gets it.
-    assert not any(h.supervisor.alive for h in two_devices.pool.handles)
-    path = tmp_path / "saxpy.cu"
-    path.write_text(SMALL_SAXPY)
-    ev = Evaluator(path, "saxpy", backend=two_devices, settings=SETTINGS)
-    base = loop.run_until_complete(ev.baseline())
-    assert base.status == "ok", base.reason
-    assert sum(two_devices.served.values()) == 1
-    assert all(h.supervisor.alive for h in two_devices.pool.handles)
-    assert set(two_devices._facts) == {"local:0", "local:1"}
-    assert all(peak > 0 for _, peak in two_devices._facts.values())
+def test_the_first_gpu_work_starts_every_device(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    # The original's evaluation holds one device; the other must be started (worker, facts) before it,
+    # not when a later candidate first gets it.
+    fresh = LocalBackend((0, 1), worker_env=_env(), compile_workers=1, start_timeout=60)
+    try:
+        assert not any(h.supervisor.alive for h in fresh.pool.handles)
+        path = tmp_path / "saxpy.cu"
+        path.write_text(SMALL_SAXPY)
+        ev = Evaluator(path, "saxpy", backend=fresh, settings=SETTINGS)
+        base = loop.run_until_complete(ev.baseline())
+        assert base.status == "ok", base.reason
+        assert sum(fresh.served.values()) == 1
+        assert all(h.supervisor.alive for h in fresh.pool.handles)
+        assert set(fresh._facts) == {"local:0", "local:1"}
+        assert all(peak > 0 for _, peak in fresh._facts.values())
+    finally:
+        fresh.close()
 
 
 @needs_nvcc
