@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,8 +118,10 @@ def watch(backend: EvaluationBackend) -> dict[str, Any]:
     return rec
 
 
-def prebuild(backend: EvaluationBackend) -> dict[tuple[Any, ...], Any]:
-    """Serve the backend's builds from a table filled before the window (``--prebuilt``): GPUs alone."""
+
+
+def prebuild(backend: EvaluationBackend) -> None:
+    """Serve the backend's builds from a table filled before the window (``local-prebuilt``): GPUs alone."""
     table: dict[tuple[Any, ...], Any] = {}
     cpu = backend.cpu
 
@@ -129,7 +132,6 @@ def prebuild(backend: EvaluationBackend) -> dict[tuple[Any, ...], Any]:
         return table[key]
 
     backend.cpu = served  # type: ignore[method-assign]
-    return table
 
 
 async def loop_lag(stop: asyncio.Event, out: list[float], period: float = 0.005) -> None:
@@ -223,7 +225,8 @@ async def run_local(counts: list[int], quick: bool, run0: int, passes: int, comp
                     prebuilt: bool = False) -> list[dict[str, Any]]:
     out = []
     for i, n in enumerate(counts):
-        env = {**os.environ, "WARPFORGE_CACHE": fresh_cache()}
+        cache = fresh_cache()
+        env = {**os.environ, "WARPFORGE_CACHE": cache}
         if PROFILE_DIR:
             where = PROFILE_DIR / f"{'prebuilt' if prebuilt else 'local'}-{n}"
             where.mkdir(parents=True, exist_ok=True)
@@ -240,6 +243,7 @@ async def run_local(counts: list[int], quick: bool, run0: int, passes: int, comp
             out.append(res)
         finally:
             await backend.aclose()
+            shutil.rmtree(cache, ignore_errors=True)
     return out
 
 
@@ -258,7 +262,8 @@ async def run_ray(counts: list[int], quick: bool, run0: int, passes: int,
     out = []
     try:
         for i, n in enumerate(counts):
-            backend = RayBackend("local", gpus=n, worker_env={"WARPFORGE_CACHE": fresh_cache()})
+            cache = fresh_cache()
+            backend = RayBackend("local", gpus=n, worker_env={"WARPFORGE_CACHE": cache})
             try:
                 log(f"Ray, {n} GPU actor(s) ...")
                 res = await measure(backend, n, quick, run0 + 10 * i, passes)
@@ -269,6 +274,7 @@ async def run_ray(counts: list[int], quick: bool, run0: int, passes: int,
                 out.append(res)
             finally:
                 await backend.aclose()
+                shutil.rmtree(cache, ignore_errors=True)
     finally:
         await anchor.aclose()
     return out
