@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,24 @@ def _watch_holders(b: RayBackend) -> dict[Any, RayDevice]:
     return holders
 
 
+def _wait_dead(dev: RayDevice) -> None:
+    """Block until the actor process serving ``dev`` has exited.
+
+    ``ray.kill`` only asks the cluster to kill the actor; the process dies a little later. The candidate's
+    next call (its timing) goes straight to the actor and takes milliseconds on the CPU stand-in, so it could
+    finish before the kill landed and the test would see no loss (it failed 1 run in 2 that way). Waiting
+    here, before the evaluator sends that call, makes the loss certain: the call then meets a dead actor or
+    its restarted successor, and both count as a lost device.
+    """
+    pid = dev._actor_pid
+    assert pid is not None, "the actor answered the candidate's earlier calls, so its pid is known"
+    for _ in range(300):
+        if not _alive(pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor (pid {pid}) is still alive after 15 s")
+
+
 @needs_nvcc
 def test_a_search_spreads_over_gpu_actors_and_survives_a_killed_actor(
         gpus: RayBackend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
@@ -232,6 +251,7 @@ def test_a_search_spreads_over_gpu_actors_and_survives_a_killed_actor(
             dev = holders[asyncio.current_task()]
             killed.append(dev)
             ray.kill(dev.actor, no_restart=False)  # Ray restarts it
+            _wait_dead(dev)
 
     ev = Evaluator(path, "saxpy", backend=gpus, settings=SETTINGS, store=store, progress=progress)
     req = OptimizeRequest(str(path), SMALL_SAXPY, "saxpy", budget=Budget(max_candidates=8, wall_seconds=300))
