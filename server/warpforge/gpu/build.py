@@ -406,7 +406,8 @@ def compile_cubin(
             cmd = guard_argv("nvcc", [str(tc.nvcc), *all_flags, *(f"-I{link}" for link in links),
                                       "-o", str(out_path), str(src_path)])
         except UnsafeArgument as e:
-            return _refused(arch, filename, f"{e.why} (in `{e.argument[:80]}`; set TMPDIR to a plain folder)")
+            fix = "set TMPDIR to a plain folder" if tmp in e.argument else "install nvcc under a plain path"
+            return _refused(arch, filename, f"{e.why} (in `{e.argument[:80]}`; {fix})")
         # nvcc's own intermediate files go to TMPDIR: keep them in this private folder too.
         env = {**os.environ, "TMPDIR": tmp}
         try:
