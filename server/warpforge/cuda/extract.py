@@ -47,8 +47,13 @@ def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
 
 
 def _line_directive(src: SourceText, offset: int, filename: str | None) -> str:
+    """``#line N "FILE"`` with FILE escaped as a C string: a quote, backslash or line break in a file name
+    must neither break the directive nor start a directive of its own (nvcc prints the unescaped name)."""
     line = src.line_of(offset) + 1
-    return f'#line {line} "{filename}"\n' if filename else f"#line {line}\n"
+    if not filename:
+        return f"#line {line}\n"
+    quoted = filename.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "?").replace("\r", "?")
+    return f'#line {line} "{quoted}"\n'
 
 
 def _wrap_namespace(text: str, namespace: tuple[str, ...]) -> str:

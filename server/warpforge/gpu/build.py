@@ -18,11 +18,11 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .mangle import base_name
-from .toolchain import ToolMissing, default_arch, toolchain
+from .toolchain import ToolMissing, UnsafeArgument, default_arch, describe_char, guard_argv, shell_special, toolchain
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,11 @@ _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
 _BARS = re.compile(r"used (\d+) barriers")
-_DIAG = re.compile(
-    r"^(?P<file>[^\n(]*?)\((?P<line>\d+)\): (?P<sev>error|warning|remark|catastrophic error)"
-    r"(?: #(?P<code>[\w-]+))?\s*:\s*(?P<text>.*)$"
-)
+_DIAG_AT = (r"\((?P<line>\d+)\): (?P<sev>error|warning|remark|catastrophic error)"
+            r"(?: #(?P<code>[\w-]+))?\s*:\s*(?P<text>.*)$")
+_DIAG = re.compile(r"^(?P<file>[^\n(]*?)" + _DIAG_AT)
+#: a diagnostic after a known file name, which may itself hold parentheses (`k(1).cu(12): error ...`)
+_DIAG_AFTER = re.compile(_DIAG_AT)
 _PTXAS_DIAG = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*: (?P<text>.*)$")
 
 
@@ -142,15 +143,29 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
     return result
 
 
-def parse_messages(log: str, default_file: str) -> list[CompilerMessage]:
-    """nvcc front-end diagnostics (``file(12): error: ...``) and ptxas errors/warnings."""
+def parse_messages(log: str, default_file: str, files: tuple[str, ...] = ()) -> list[CompilerMessage]:
+    """nvcc front-end diagnostics (``file(12): error: ...``) and ptxas errors/warnings.
+
+    ``files`` (and ``default_file``) are names known to appear, read whole even where they hold parentheses.
+    """
     msgs: list[CompilerMessage] = []
     for line in log.splitlines():
-        m = _DIAG.match(line.strip())
+        stripped = line.strip()
+        m = None
+        file = default_file
+        for known in (*files, default_file):
+            if known and stripped.startswith(known + "("):
+                m = _DIAG_AFTER.match(stripped, len(known))
+                if m is not None:
+                    file = known
+                    break
+        if m is None:
+            m = _DIAG.match(stripped)
+            file = (m.group("file") if m else "") or default_file
         if m:
             sev = "error" if "error" in m.group("sev") else m.group("sev")
-            msgs.append(CompilerMessage(m.group("file") or default_file, int(m.group("line")), sev,
-                                        m.group("code") or "", m.group("text").strip()))
+            msgs.append(CompilerMessage(file, int(m.group("line")), sev, m.group("code") or "",
+                                        m.group("text").strip()))
             continue
         m = _PTXAS_DIAG.match(line.strip())
         if m and "info" not in m.group("sev"):
@@ -173,7 +188,7 @@ _MEMORY_MAX = 256
 
 def _cache_key(source: str, flags: list[str], arch: str, compiler: str) -> str:
     h = hashlib.sha256()
-    for part in (source, "\0".join(flags), arch, compiler, "v1"):
+    for part in (source, "\0".join(flags), arch, compiler, "v2"):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()[:32]
@@ -228,6 +243,110 @@ def _store_disk(key: str, res: BuildResult) -> None:
         pass  # a read-only cache is a slower cache, not an error
 
 
+#: the fixed names a compile uses inside its private temporary folder: nothing the user named (file, folder)
+#: reaches nvcc's command line, which nvcc turns into shell commands (see ``toolchain.UnsafeArgument``)
+SOURCE_NAME = "kernel.cu"
+CUBIN_NAME = "kernel.cubin"
+INCLUDE_LINK = "include{}"
+
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: options a caller or a candidate may add, beyond the fixed ones. An allow-list, because other options
+#: can name a program for nvcc to run (``-ccbin``, ``-Xcompiler -wrapper,...``, ``--options-file``) or
+#: reach a sub-command's shell without quotes (``-Xptxas`` values are pasted into ptxas's command as is).
+_NVCC_FLAG = re.compile(
+    r"--?(use_fast_math|use-fast-math|extra-device-vectorization|expt-relaxed-constexpr|extended-lambda|"
+    r"restrict|lineinfo|generate-line-info|device-debug|G|O[0-3]|"
+    r"(ftz|prec-div|prec-sqrt|fmad|rdc|relocatable-device-code)=(true|false)|"
+    r"maxrregcount=\d{1,4}|std=c\+\+(14|17|20))"
+)
+_PTXAS_FLAG = re.compile(
+    r"--?(O[0-3]|v|verbose|warn-spills|warn-on-spills|warn-lmem-usage|warn-on-local-memory-usage|"
+    r"warn-double-usage|warn-on-double-precision-use|allow-expensive-optimizations=(true|false)|"
+    r"maxrregcount=\d{1,4}|def-load-cache=\w+|def-store-cache=\w+|fmad=(true|false)|"
+    r"register-usage-level=\d{1,2})"
+)
+_PTXAS_OPTION = ("-Xptxas", "--ptxas-options")
+
+
+def define_problem(name: str, value: str) -> str | None:
+    """Why ``-Dname=value`` may not go to nvcc (None when it may).
+
+    The value reaches a shell inside double quotes, so `$`, backticks, quotes, backslashes and line breaks
+    are refused; a comma too, because nvcc splits ``-D`` values at commas (``-DX=max(1,2)`` would define
+    ``X=max(1`` and a macro ``2)``).
+    """
+    if not _MACRO.fullmatch(name):
+        return f"the macro name `{name}` is not a C identifier"
+    ch = shell_special(value)
+    if ch is not None:
+        return f"the value of -D{name} contains {describe_char(ch)}"
+    if "," in value:
+        return f"the value of -D{name} (`{value}`) contains a comma, which nvcc splits -D values at"
+    return None
+
+
+def flag_problem(flags: list[str]) -> str | None:
+    """Why these extra nvcc options may not be used (None when every one is allowed)."""
+    it = iter(flags)
+    for f in it:
+        if f in _PTXAS_OPTION or f.startswith(tuple(o + "=" for o in _PTXAS_OPTION)):
+            value = f.split("=", 1)[1] if "=" in f else next(it, "")
+            bad = [v for v in value.split(",") if not _PTXAS_FLAG.fullmatch(v)]
+            if bad or not value:
+                return f"the ptxas option `{bad[0] if bad else value}` is not one WarpForge passes on"
+        elif f.startswith("-D"):
+            name, _, value = (f[2:] or next(it, "")).partition("=")
+            why = define_problem(name, value)
+            if why is not None:
+                return why
+        elif not _NVCC_FLAG.fullmatch(f):
+            return (f"the nvcc option `{f}` is not one WarpForge passes on (allowed: -use_fast_math, "
+                    "-maxrregcount=N, -O0..3, -ftz/-prec-div/-prec-sqrt/-fmad=true|false, -rdc=true, -Xptxas -O3, -D)")
+    return None
+
+
+def _refused(arch: str, filename: str, why: str) -> BuildResult:
+    """The not-ok result of a compile that was never started because an argument was unsafe."""
+    text = f"not compiled: {why}"
+    return BuildResult(ok=False, arch=arch, messages=[CompilerMessage(filename, 0, "error", "unsafe", text)],
+                       log=text)
+
+
+def _link_includes(tmp: Path, include_dirs: list[str]) -> dict[str, str]:
+    """Expose each include folder inside ``tmp`` under a fixed name; returns {link path: the user's folder}."""
+    links: dict[str, str] = {}
+    for i, inc in enumerate(include_dirs):
+        link = tmp / INCLUDE_LINK.format(i)
+        link.symlink_to(Path(inc).resolve(), target_is_directory=True)
+        links[str(link)] = inc
+    return links
+
+
+def _c_string(text: str) -> str:
+    """``text`` as ``cuda.extract`` writes it inside a ``#line`` directive."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "?").replace("\r", "?")
+
+
+def _alias_line_names(source: str, filename: str, alias: str) -> str:
+    """``#line N "filename"`` directives renamed to ``alias`` when the name holds a quote, backslash or line break.
+
+    cicc copies the ``#line`` name into the PTX ``.file`` directive without escaping it, and ptxas then
+    rejects the PTX: such a file would never compile. The alias is the temporary source's own path, which
+    messages map back to ``filename`` like every other mention of it.
+    """
+    if not any(ch in filename for ch in '"\\\n\r'):
+        return source
+    directive = re.compile(r'^(#line \d+ )"' + re.escape(_c_string(filename)) + r'"$', re.MULTILINE)
+    return directive.sub(lambda m: f'{m.group(1)}"{alias}"', source)
+
+
+def _map_names(log: str, names: dict[str, str]) -> str:
+    """The log with the fixed temporary names replaced by what the user knows them as (longest first)."""
+    for fixed in sorted(names, key=len, reverse=True):
+        log = log.replace(fixed, names[fixed])
+    return log
+
+
 def compile_cubin(
     source: str,
     *,
@@ -242,18 +361,27 @@ def compile_cubin(
 ) -> BuildResult:
     """Compile device code to a cubin. Never raises for bad source: ``ok`` is False and messages say why.
 
-    Raises ``ToolMissing`` when there is no nvcc at all (the caller reports it once).
+    ``filename`` is only what messages call the source: the compile itself uses ``kernel.cu`` in a private
+    temporary folder, include folders are linked there under fixed names, and a define, option or path
+    that a shell could interpret gives a not-ok result without running anything. Raises ``ToolMissing``
+    when there is no nvcc at all (the caller reports it once).
     """
     tc = toolchain(nvcc)
     arch = default_arch(arch)
+    for k, v in sorted((defines or {}).items()):
+        why = define_problem(k, str(v))
+        if why is not None:
+            return _refused(arch, filename, why)
+    why = flag_problem(list(flags or []))
+    if why is not None:
+        return _refused(arch, filename, why)
     all_flags = ["-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
                  "-std=c++17"]
     for k, v in sorted((defines or {}).items()):
         all_flags.append(f"-D{k}={v}")
-    for inc in include_dirs or []:
-        all_flags.append(f"-I{inc}")
     all_flags.extend(flags or [])
-    key = _cache_key(source, all_flags, arch, tc.key)
+    # The cache key names the user's include folders; the command names their links.
+    key = _cache_key(source, [*all_flags, *(f"-I{inc}" for inc in include_dirs or [])], arch, tc.key)
     if use_cache:
         with _memory_lock:
             hit = _memory.get(key)
@@ -266,16 +394,26 @@ def compile_cubin(
             return disk
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="warpforge-build-") as tmp:
-        src_path = Path(tmp) / (Path(filename).name or "kernel.cu")
-        if src_path.suffix not in (".cu", ".cuh"):
-            src_path = src_path.with_suffix(".cu")
-        src_path.write_text(source, encoding="utf-8")
-        out_path = Path(tmp) / "kernel.cubin"
-        cmd = [str(tc.nvcc), *all_flags, "-o", str(out_path), str(src_path)]
+        src_path = Path(tmp) / SOURCE_NAME
+        src_path.write_text(_alias_line_names(source, filename, str(src_path)), encoding="utf-8")
+        out_path = Path(tmp) / CUBIN_NAME
+        try:
+            links = _link_includes(Path(tmp), list(include_dirs or []))
+        except OSError as e:
+            return _refused(arch, filename, f"an include folder could not be linked ({e.strerror})")
+        names = {**links, str(src_path): filename}
+        try:
+            cmd = guard_argv("nvcc", [str(tc.nvcc), *all_flags, *(f"-I{link}" for link in links),
+                                      "-o", str(out_path), str(src_path)])
+        except UnsafeArgument as e:
+            fix = "set TMPDIR to a plain folder" if tmp in e.argument else "install nvcc under a plain path"
+            return _refused(arch, filename, f"{e.why} (in `{e.argument[:80]}`; {fix})")
+        # nvcc's own intermediate files go to TMPDIR: keep them in this private folder too.
+        env = {**os.environ, "TMPDIR": tmp}
         try:
             # Own process group so a timeout kills cicc/ptxas too, not only the nvcc driver.
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    cwd=tmp, start_new_session=True)
+                                    cwd=tmp, env=env, start_new_session=True)
         except OSError as e:
             raise ToolMissing("nvcc", f"{tc.nvcc} could not be started: {e}") from e
         try:
@@ -287,12 +425,16 @@ def compile_cubin(
             log, _ = proc.communicate()
             timed_out = True
         seconds = time.perf_counter() - t0
-        log = (log or "").replace(str(src_path), filename)
+        # Messages are read from the log as nvcc wrote it (fixed, plain names), then renamed: a user's name
+        # may hold parentheses or line breaks that a message line cannot be read back from.
+        raw = log or ""
+        messages = [replace(m, file=_map_names(m.file, names))
+                    for m in parse_messages(raw, str(src_path), files=(filename,))]
+        log = _map_names(raw, names)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
         ok = proc.returncode == 0 and not timed_out and out_path.is_file()
         cubin = out_path.read_bytes() if ok else b""
-    messages = parse_messages(log, filename)
     if timed_out:
         messages.append(CompilerMessage(filename, 0, "error", "timeout",
                                         f"compilation exceeded {timeout:.0f} s (a compile bomb?)"))

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .toolchain import ToolMissing, find_tool
+from .toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
 @dataclass(frozen=True)
@@ -190,10 +190,13 @@ def sass_text(cubin: bytes, nvdisasm: str | None = None, timeout: float = 60.0) 
     """
     tool = find_tool("nvdisasm", nvdisasm)
     with tempfile.TemporaryDirectory(prefix="warpforge-sass-") as tmp:
-        path = Path(tmp) / "k.cubin"
+        path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        proc = subprocess.run([str(tool), "--print-code", "--no-dataflow", str(path)], capture_output=True,
-                              text=True, timeout=timeout)
+        try:
+            argv = guard_argv("nvdisasm", [str(tool), "--print-code", "--no-dataflow", str(path)])
+        except UnsafeArgument as e:
+            raise RuntimeError(f"nvdisasm not run: {e}") from e
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"nvdisasm failed: {proc.stderr.strip()[:300]}")
     return proc.stdout

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from .inputs import Layout
-from .toolchain import ToolMissing, find_tool
+from .toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 ERROR_EXIT = 86
 TOOLS = ("memcheck", "racecheck")
+#: every compute-sanitizer tool a caller may ask for
+KNOWN_TOOLS = (*TOOLS, "synccheck", "initcheck")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,25 @@ def parse_output(tool: str, text: str, returncode: int) -> tuple[bool, int, str,
     return ok, errors, first, summary
 
 
+#: a kernel's symbol as ptxas names it (mangled or ``extern "C"``): a C++ identifier, nothing else
+SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def sanitizer_command(exe: str, tool: str, job: str, python: str = sys.executable) -> list[str]:
+    """The compute-sanitizer command line for one tool on one pickled job; ``UnsafeArgument`` if any part
+    (the job's temporary path, the interpreter's path) holds a character a shell would interpret.
+
+    The kernel's name and data travel in the job file, never on the command line, and the job file has a
+    fixed name in a private folder. compute-sanitizer's handling of the target's argv is not documented, so
+    the command passes the same guard as nvcc's.
+    """
+    if tool not in KNOWN_TOOLS:
+        raise UnsafeArgument("compute-sanitizer", tool, f"is not a sanitizer tool ({', '.join(KNOWN_TOOLS)})")
+    return guard_argv("compute-sanitizer", [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT),
+                                            "--print-limit", "20", python, "-m", "warpforge.gpu.worker",
+                                            "--oneshot", job])
+
+
 def run_sanitizer(
     cubin: bytes,
     symbol: str,
@@ -127,6 +148,9 @@ def run_sanitizer(
     if exe is None:
         return SanitizerReport([], "compute-sanitizer not found: memcheck/racecheck skipped "
                                    "(install the CUDA toolkit to check winners for out-of-bounds accesses and races)")
+    if not SYMBOL.fullmatch(symbol):
+        return SanitizerReport([ToolReport(t, False, False, note=f"not run: the kernel symbol {symbol[:80]!r} is "
+                                                                 "not a C++ identifier") for t in tools])
     reports: list[ToolReport] = []
     with tempfile.TemporaryDirectory(prefix="warpforge-sanitize-") as tmp:
         job = Path(tmp) / "job.pkl"
@@ -137,8 +161,11 @@ def run_sanitizer(
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         for tool in tools:
-            cmd = [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20",
-                   python, "-m", "warpforge.gpu.worker", "--oneshot", str(job)]
+            try:
+                cmd = sanitizer_command(exe, tool, str(job), python)
+            except UnsafeArgument as e:
+                reports.append(ToolReport(tool, False, False, note=f"not run: {e}"))
+                continue
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,

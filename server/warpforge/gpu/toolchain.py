@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,53 @@ class ToolMissing(RuntimeError):
         self.tool = tool
         self.hint = hint
         super().__init__(f"{tool} not found: {hint}")
+
+
+class UnsafeArgument(ValueError):
+    """An argument for a CUDA tool that a shell inside the tool could interpret: the tool is not run.
+
+    nvcc runs cicc, ptxas and the host preprocessor through ``sh -c`` with -D values and file names inside
+    double quotes (so ``$(...)``, backticks, ``"`` and ``\\`` still act there) and some options (-Xptxas)
+    not quoted at all. Nothing from a file may reach that shell, so every tool call goes through
+    ``guard_argv`` first.
+    """
+
+    def __init__(self, tool: str, argument: str, why: str) -> None:
+        self.tool = tool
+        self.argument = argument
+        self.why = why
+        shown = argument if len(argument) <= 80 else argument[:77] + "..."
+        super().__init__(f"refusing to run {tool}: the argument {shown!r} {why}")
+
+
+#: what a POSIX shell still interprets inside double quotes, plus line breaks and NUL (a newline ends a
+#: command in an unquoted context; NUL cannot be passed at all)
+SHELL_QUOTED_SPECIALS = frozenset('$`"\\\n\r\0')
+
+
+def shell_special(text: str) -> str | None:
+    """The first character of ``text`` a shell would interpret inside double quotes, or None."""
+    return next((ch for ch in text if ch in SHELL_QUOTED_SPECIALS), None)
+
+
+def describe_char(ch: str) -> str:
+    """A character as a reader can see it in a one-line message."""
+    return {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}.get(ch, f"`{ch}`")
+
+
+def guard_argv(tool: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` unchanged when no element holds a shell-interpreted character; else ``UnsafeArgument``.
+
+    The single lowest-level check every CUDA tool call passes (nvcc, nvdisasm, ncu, compute-sanitizer), the
+    executable's own path included: whatever validation sits above it, a value that would let a tool's
+    internal shell run a command never reaches the tool.
+    """
+    out = [str(a) for a in argv]
+    for arg in out:
+        ch = shell_special(arg)
+        if ch is not None:
+            raise UnsafeArgument(tool, arg, f"contains {describe_char(ch)}, which a shell would interpret")
+    return out
 
 
 _HINTS = {

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..gpu.inputs import Layout
-from ..gpu.toolchain import ToolMissing, find_tool
+from ..gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -80,6 +80,10 @@ PAGES: dict[str, tuple[str, ...]] = {
 
 HARNESS_TAG = "WARPFORGE_HARNESS "
 PERMISSION_CODE = "ERR_NVGPUCTRPERM"
+#: a kernel symbol as ptxas names it (mangled or ``extern "C"``)
+KERNEL_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: a section identifier or a metric name (``dram__bytes_read.sum``, ``...avg.pct_of_peak_sustained_active``)
+_NCU_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
 class ProfilerUnavailable(RuntimeError):
@@ -140,8 +144,9 @@ def available_sections(ncu: str) -> str | None:
     """``ncu --list-sections`` output (cached per executable), or None when it cannot be listed."""
     if ncu not in _sections_cache:
         try:
-            proc = subprocess.run([ncu, "--list-sections"], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
+            proc = subprocess.run(guard_argv("ncu", [ncu, "--list-sections"]), capture_output=True, text=True,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
             return None
         if proc.returncode != 0:
             return None
@@ -158,7 +163,18 @@ def usable_sections(wanted: Sequence[str], listing: str | None) -> list[str]:
 
 def profile_command(ncu: str, report: str, symbol: str, job: str, *, sections: Sequence[str],
                     metrics: Sequence[str], python: str = sys.executable, marked: bool = True) -> list[str]:
-    """The ``ncu`` command line that profiles the harness's one marked launch (or its first, unmarked)."""
+    """The ``ncu`` command line that profiles the harness's one marked launch (or its first, unmarked).
+
+    Raises ``UnsafeArgument`` unless ``symbol`` is a C++ identifier (ncu reads ``regex:...`` and other
+    forms in ``--kernel-name``; a mangled or ``extern "C"`` name is always an identifier) and every part
+    passes the same shell guard as nvcc's: ncu starts the harness from this argv, and how it does so
+    (directly or through a shell) is not documented.
+    """
+    if not KERNEL_SYMBOL.fullmatch(symbol):
+        raise UnsafeArgument("ncu", symbol, "is not a kernel symbol (a C++ identifier)")
+    for name in (*sections, *metrics):
+        if not _NCU_NAME.fullmatch(name):
+            raise UnsafeArgument("ncu", name, "is not a section or metric name")
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off" if marked else "on",
            "--kernel-name-base", "mangled",
            "--kernel-name", symbol, "--launch-count", "1", "--import-source", "yes", "--target-processes",
@@ -168,7 +184,7 @@ def profile_command(ncu: str, report: str, symbol: str, job: str, *, sections: S
     if metrics:
         cmd += ["--metrics", ",".join(metrics)]
     cmd += [python, "-m", "warpforge.profile.ncu", "--harness", job]
-    return cmd
+    return guard_argv("ncu", cmd)
 
 
 def _classify_failure(text: str, returncode: int) -> ProfilerUnavailable:
@@ -195,9 +211,9 @@ def export_pages(ncu: str, report: str, pages: dict[str, tuple[str, ...]], timeo
     def one(item: tuple[str, tuple[str, ...]]) -> tuple[str, str | None]:
         name, args = item
         try:
-            proc = subprocess.run([ncu, "--import", report, "--csv", *args], capture_output=True, text=True,
-                                  timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired):
+            proc = subprocess.run(guard_argv("ncu", [ncu, "--import", report, "--csv", *args]),
+                                  capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
             return name, None
         if proc.returncode != 0 or not proc.stdout.strip():
             return name, None
@@ -233,6 +249,9 @@ def collect(
     A metric this Nsight version does not know makes ``ncu`` refuse the whole run, so a failed run is
     retried without ``metrics`` (the sections alone) before giving up.
     """
+    if not KERNEL_SYMBOL.fullmatch(symbol):
+        raise ProfilerUnavailable("failed", f"Nsight Compute was not run: the kernel symbol {symbol[:80]!r} is "
+                                            "not a C++ identifier")
     exe = ncu or ncu_path()
     if exe is None:
         raise ProfilerUnavailable("missing", missing_message())
@@ -251,8 +270,11 @@ def collect(
         cmd: list[str] = []
         for _ in range(3):
             _write_job(job, cubin, symbol, layout, launch, seed, device, warmup_seconds if marked else 0.0, marked)
-            cmd = profile_command(exe, report, symbol, str(job), sections=sections,
-                                  metrics=list(metrics) if use_metrics else [], python=python, marked=marked)
+            try:
+                cmd = profile_command(exe, report, symbol, str(job), sections=sections,
+                                      metrics=list(metrics) if use_metrics else [], python=python, marked=marked)
+            except UnsafeArgument as e:
+                raise ProfilerUnavailable("failed", f"Nsight Compute was not run: {e}") from e
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                                       start_new_session=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..gpu.mangle import split_name
-from ..gpu.toolchain import ToolMissing, find_tool
+from ..gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,15 @@ def categorize(opcode: str) -> list[str]:
 def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout: float = 60.0) -> dict[str, SassFunction]:
     """Per-function SASS of a cubin; raises ``ToolMissing`` without nvdisasm."""
     tool = find_tool("nvdisasm", nvdisasm)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
+    # A fixed name in a private folder: nothing the user named reaches the command line.
+    with tempfile.TemporaryDirectory(prefix="warpforge-sass-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
         try:
-            proc = subprocess.run([str(tool), "-json", "-g", f.name], capture_output=True, text=True,
-                                  timeout=timeout)
+            argv = guard_argv("nvdisasm", [str(tool), "-json", "-g", str(path)])
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except UnsafeArgument as e:
+            raise ToolMissing("nvdisasm", f"not run: {e}") from e
         except (OSError, subprocess.TimeoutExpired) as e:
             raise ToolMissing("nvdisasm", f"{tool} failed to run: {e}") from e
     if proc.returncode != 0:

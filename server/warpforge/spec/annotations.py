@@ -188,7 +188,7 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
             m = _SIZE.match(rest)
             if not m:
                 raise SpecError(file, line, f"cannot read `tune {rest}`", "write `tune NAME = V1, V2, ...`")
-            values = tuple(v for v in _split_top(m.group(2)) if v)
+            values = tuple(_tune_value(v, file, line, m.group(1)) for v in _split_top(m.group(2)) if v)
             if not values:
                 raise SpecError(file, line, f"tunable `{m.group(1)}` has no values", "list at least one value")
             ann.tunables.append(Tunable(m.group(1), values, line))
@@ -333,13 +333,51 @@ def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
     return (rtol if rtol is not None else 0.0, atol if atol is not None else 0.0)
 
 
+#: a type name as a value: `float`, `__half`, `unsigned int`, `float4`, `T*` (identifiers, optional `*`s)
+_TYPE_NAME = re.compile(r"[A-Za-z_]\w*(\s+[A-Za-z_]\w*)*(\s*\*)*")
+#: a template argument may also be a qualified or templated type: `cuda::std::plus<float>`, `Vec<float, 4>`
+_TEMPLATE_TYPE = re.compile(r"(::)?[A-Za-z_][\w\s:<>,*&]*")
+
+
+def _tune_value(text: str, file: str, line: int, name: str) -> str:
+    """A tunable's value, which becomes ``-DNAME=VALUE`` on nvcc's command line: an expression of the spec
+    language or a type name, and nothing else. nvcc pastes -D values into shell commands, so free text here
+    (`256 $(id)`) would run; and it splits -D values at commas, so a value may not hold one."""
+    value = text.strip()
+    if not _TYPE_NAME.fullmatch(value):
+        try:
+            parse(value)
+        except ExprError as e:
+            raise SpecError(file, line, f"tunable `{name}` takes numbers, expressions or type names: {expr_message(e)}",
+                            "write a number, an expression such as `2 * 128`, or a type name such as "
+                            "`float` or `unsigned int`") from e
+    if "," in value:
+        raise SpecError(file, line, f"tunable `{name}`: `{value}` holds a comma, which nvcc splits -D values at",
+                        "write a value without a comma (compute it in the kernel, or list the results)")
+    return value
+
+
+def _template_value(text: str, file: str, line: int, name: str) -> str:
+    """A template argument: an expression of the spec language or a type name (qualified or templated)."""
+    value = text.strip()
+    if _TEMPLATE_TYPE.fullmatch(value) and value.count("<") == value.count(">"):
+        return value
+    try:
+        parse(value)
+    except ExprError as e:
+        raise SpecError(file, line, f"template argument {name} must be a type or an expression: {expr_message(e)}",
+                        "write a number, an expression such as `2 * 128`, or a type such as `float`") from e
+    return value
+
+
 def _template(rest: str, kernel: Kernel, file: str, line: int) -> tuple[str, ...]:
     if not kernel.template_params:
         raise SpecError(file, line, f"`{kernel.name}` is not a template", "remove the `template` line")
     parts = _split_top(rest)
     names = [p.name for p in kernel.template_params]
     if all("=" in p for p in parts):
-        given = {k.strip(): v.strip() for k, _, v in (p.partition("=") for p in parts)}
+        given = {k.strip(): _template_value(v, file, line, f"`{k.strip()}`")
+                 for k, _, v in (p.partition("=") for p in parts)}
         unknown = set(given) - set(names)
         if unknown:
             raise SpecError(file, line, f"unknown template parameter(s) {', '.join(sorted(unknown))}",
@@ -357,7 +395,7 @@ def _template(rest: str, kernel: Kernel, file: str, line: int) -> tuple[str, ...
     if len(parts) != len(names):
         raise SpecError(file, line, f"`{kernel.name}` takes {len(names)} template arguments ({', '.join(names)})",
                         f"write `template {', '.join(n + '=...' for n in names)}`")
-    return tuple(parts)
+    return tuple(_template_value(p, file, line, f"{i + 1}") for i, p in enumerate(parts))
 
 
 def has_annotation(src: SourceText, kernel: Kernel) -> bool:
