@@ -311,3 +311,19 @@ def test_accept_refuses_launch_define_and_flag_text_that_is_not_an_expression(ch
     cand = Candidate("gelu_forward", KERNEL, **change)  # type: ignore[arg-type]
     with pytest.raises(HostCodeRefused, match="was not written"):
         apply_candidate(USER_FILE, _user_kernel(), cand)
+
+
+def test_the_namespace_around_the_kernel_is_flattened_and_others_are_kept() -> None:
+    """The candidate takes the kernel's place, already inside its namespace: re-opening it would nest it."""
+    code = """namespace ops {
+namespace detail { __device__ float sq(float x) { return x * x; } }
+__device__ float h(float x) { return detail::sq(x); }
+int host_thing() { return 1; }
+__global__ void fill(float* x) { x[0] = h(1.f); }
+}
+"""
+    r = reduce_device(code, kernel="fill")
+    assert r.assembled("fill") == ("namespace detail { __device__ float sq(float x) { return x * x; } }\n\n"
+                                   "__device__ float h(float x) { return detail::sq(x); }\n\n"
+                                   "__global__ void fill(float* x) { x[0] = h(1.f); }\n")
+    assert [str(d) for d in r.dropped] == ["line 4: host function host_thing (only __device__ functions are kept)"]

@@ -236,7 +236,8 @@ class _Cut:
     reports: list[Dropped] = field(default_factory=list)
 
 
-_Outcome = Item | _Cut
+#: a kept construct, a cut, or the members of a namespace around the kernel (flattened: see ``namespace``)
+_Outcome = Item | _Cut | list[Item]
 
 
 class _Reducer:
@@ -394,6 +395,8 @@ class _Reducer:
             out = self.visit(c, cend, ns)
             if isinstance(out, Item):
                 kept.append(out)
+            elif isinstance(out, list):
+                kept.extend(out)
             elif isinstance(out, _Cut):
                 cuts.append(out)
         if cuts:
@@ -406,6 +409,11 @@ class _Reducer:
         return self.item(Kind.CONDITIONAL, node, end, names, macro_like=bool(kept) and all(k.macro_like for k in kept))
 
     def namespace(self, node: Node, end: int, ns: tuple[str, ...]) -> _Outcome | None:
+        """A namespace of kept members; the namespace around the kernel itself is flattened to its members.
+
+        Why flattened: a candidate's text takes the place of the kernel's definition in the user's file, which
+        is already inside that namespace; re-opening it there would nest it a second time.
+        """
         nm = node.child_by_field_name("name")
         name = _text(nm, self.data).replace(" ", "") if nm is not None else ""
         parts = tuple(p for p in name.split("::") if p)
@@ -416,14 +424,18 @@ class _Reducer:
             return self.item(Kind.NAMESPACE, node, end, parts)
         inner: list[Item] = []
         for c, cend in _top_nodes(body.children):
-            if self.existing(c, cend):
+            if self.existing(c, cend) and not self._is_kernel(c):
                 self.cuts.append(_Cut(c.start_byte, cend))
                 continue
             out = self.visit(c, cend, (*ns, *parts))
             if isinstance(out, Item):
                 inner.append(out)
+            elif isinstance(out, list):
+                inner.extend(out)
             elif isinstance(out, _Cut):
                 self.cuts.append(out)
+        if self.kernel is not None and any(i.kind is Kind.KERNEL and self.kernel in i.names for i in inner):
+            return inner
         if not inner:
             return _Cut(node.start_byte, end) if self.file is not None else None
         text = self.cut_text(node.start_byte, end)
@@ -686,6 +698,8 @@ class _Reducer:
             out = self.visit(c, end, ())
             if isinstance(out, Item):
                 items.append(out)
+            elif isinstance(out, list):
+                items.extend(out)
             elif isinstance(out, _Cut):
                 self.cuts.append(out)
         for ec in self._error_cuts:
