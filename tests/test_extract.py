@@ -91,6 +91,21 @@ def test_standalone_with_a_new_body_or_definition() -> None:
     assert definition in tu and "c_weights[j + RADIUS]" not in tu
 
 
+def test_a_candidate_definition_is_compiled_as_device_code_only() -> None:
+    """Whoever wrote a candidate, its host code and off-list includes never reach nvcc (issue 14)."""
+    src, model = load("deps.cu")
+    stencil = model.kernel("stencil")
+    assert stencil is not None
+    kernel = "__global__ void stencil(const real* in, real* out, int n) { out[0] = in[0] * p.x; }"
+    definition = ('#include </etc/passwd>\n#include <cuda_fp16.h>\nstatic int boom = system("id");\n'
+                  "struct Pt { float x; };\n__device__ Pt p;\n" + kernel)
+    tu = standalone(src, model, stencil, definition=definition)
+    assert "system" not in tu and "/etc/passwd" not in tu
+    # kept: the toolkit include, the type with its `;`, the device variable, the kernel
+    assert "#include <cuda_fp16.h>" in tu and "struct Pt { float x; };" in tu and "__device__ Pt p;" in tu
+    assert kernel in tu
+
+
 def test_instantiation() -> None:
     _, model = load("deps.cu")
     k = model.kernel("block_reduce")

@@ -31,7 +31,7 @@ from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..search.engine import Budget, SearchEvent
 from ..search.memory import SearchMemory
-from ..search.optimize import OptimizeOutcome, OptimizeRequest, candidate_notes, optimize
+from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, candidate_notes, optimize
 from ..search.report import ReportInfo, render
 from .hints import _format
 
@@ -187,7 +187,10 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
     best = result.best
     ev = best.evaluation
     headline = ev.headline() if ev is not None and hasattr(ev, "headline") else ""
-    diff = outcome.diff() if result.improved else ""
+    try:
+        diff = outcome.diff() if result.improved else ""
+    except HostCodeRefused as e:  # Accept's check: the variant would add host code to the file
+        raise CliError(f"{args.file}: {e}") from e
     timing = getattr(ev, "timing", None)
     base_ms = timing.baseline.median if timing is not None and timing.baseline is not None else None
     best_ms = timing.candidate.median if timing is not None and timing.candidate is not None else None

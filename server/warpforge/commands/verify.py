@@ -1,7 +1,8 @@
 """``warpforge verify FILE --kernel K --candidate VARIANT.cu [--json]``: is a hand-written variant right, and
 faster?
 
-The variant file holds a kernel of the same name (and any new device helpers it needs). It goes through
+The variant file holds a kernel of the same name (and any new device helpers it needs); only its device
+code is kept (host code and includes off the toolkit list are dropped and listed on stderr). It goes through
 the whole evaluation: guards, build, differential checks against the original for every seed at the spec
 size and the perturbed size, interleaved timing, a re-check with fresh inputs and, when it is faster,
 compute-sanitizer. The report lists the evidence per seed and size. Neither file is written.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cand = candidate_from_variant(src.text, vpath.read_text(encoding="utf-8"), kernel.name)
     except KeyError as e:
         raise CliError(f"{args.candidate}: {e.args[0]}") from e
+    for d in cand.dropped:  # host code and off-list includes are never compiled: say so
+        print(f"{args.candidate}: dropped {d}", file=sys.stderr)
     settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds))
 
     async def job(progress: Callable[[str, str], None]) -> Evaluation:

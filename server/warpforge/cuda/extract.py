@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .model import Declaration, DeclKind, FileModel, Kernel
+from .reduce import device_source
 from .text import SourceText, Span
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -115,7 +116,8 @@ def standalone(
 ) -> str:
     """A translation unit holding ``kernel`` and everything it needs.
 
-    ``definition`` replaces the whole kernel definition text (a candidate), ``body`` only its body.
+    ``definition`` replaces the whole kernel definition text (a candidate, reduced to its device code),
+    ``body`` only its body.
     ``instantiate`` gives template arguments for an explicit instantiation, needed to get any code for a
     templated kernel out of a cubin build.
     """
@@ -137,7 +139,9 @@ def standalone(
             text += ";"
         parts.append(_line_directive(src, d.span.start, filename) + _wrap_namespace(text, d.namespace) + "\n")
     if definition is not None:
-        ktext = definition
+        # A candidate's text is compiled only as device code, whoever wrote it (``reduce``): an include of
+        # another file or host code in it never reaches nvcc.
+        ktext = device_source(definition, kernel.name)
     elif body is not None:
         ktext = src.slice(Span(kernel.span.start, kernel.body_span.start)) + body
     else:

@@ -36,10 +36,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ..cuda import DeclKind, FileModel, Kernel, SourceText, parse
-from ..cuda.extract import needed_declarations, standalone
+from ..cuda import FileModel, Kernel, SourceText, parse
+from ..cuda.extract import standalone
+from ..cuda.reduce import device_source
 from ..cuda.text import Span
 from ..search.candidate import Candidate
+from ..search.candidate import candidate_from_variant as candidate_from_variant  # re-exported
 from ..spec import KernelSpec, SpecError, build_spec
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
@@ -364,40 +366,6 @@ def build_job(source: str, kernel: str, defines: dict[str, str], flags: list[str
     return BuildOut(stats, res.cubin, found, note)
 
 
-def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -> Candidate:
-    """A candidate from a hand-written variant file holding a kernel of the same name.
-
-    The variant's kernel definition is taken, preceded by what it needs from its own file that the
-    original file does not have verbatim (new device helpers, new includes); everything else comes from
-    the original file when the candidate is built.
-    """
-    vsrc = SourceText(variant_text)
-    vmodel = parse(vsrc.data)
-    vk = vmodel.kernel(kernel)
-    if vk is None:
-        names = ", ".join(k.name for k in vmodel.kernels) or "none"
-        raise KeyError(f"the candidate file has no __global__ kernel named `{kernel}` (kernels there: {names})")
-    extra: list[str] = []
-    for inc in vmodel.includes:
-        text = vsrc.slice(inc.span).strip()
-        if text not in original_text:
-            extra.append(text)
-    needed = needed_declarations(vmodel, vk)
-    # Explicit specializations (``template <> struct Bomb<0>``) are named with their arguments; they belong
-    # with their primary template.
-    needed_names = {n for d in needed for n in d.names}
-    starts = {d.span.start for d in needed}
-    needed += [d for d in vmodel.declarations
-               if d.span.start not in starts and d.kind is not DeclKind.HOST_FUNCTION
-               and any(n.split("<")[0].strip() in needed_names for n in d.names)]
-    for d in sorted(needed, key=lambda d: d.span.start):
-        text = vsrc.slice(d.span).strip()
-        if text not in original_text:
-            extra.append(text + ("" if text.endswith(("}", ";")) or text.startswith("#") else ";"))
-    source = ("\n".join(extra) + "\n" if extra else "") + vsrc.slice(vk.span)
-    return Candidate(kernel=kernel, source=source, family="hand-written", rationale="from a variant file")
-
-
 # --------------------------------------------------------------------------- backend
 #: the local pool under its historical name (``Backend(devices=(0, 1))``); see ``backends.py``
 Backend = LocalBackend
@@ -508,7 +476,8 @@ class Evaluator:
         # context; the candidate's whole text (new helpers first, then the kernel) is emitted verbatim, as
         # the "kernel", and declarations inside it are not pulled in a second time.
         span = self.kernel.span
-        body = cand.source.encode("utf-8")
+        # Only device code of a candidate is ever compiled, whoever wrote it (``cuda.reduce``).
+        body = device_source(cand.source, self.kernel.name).encode("utf-8")
         merged = self.src.data[: span.start] + body + self.src.data[span.end :]
         msrc = SourceText(merged)
         mmodel = parse(msrc.data)
@@ -677,6 +646,8 @@ class Evaluator:
 
     async def _pipeline(self, cand: Candidate, ev: Evaluation, *, sanitize: bool, baseline: bool) -> None:
         # 1. static guards
+        if cand.dropped:
+            ev.notes.append("dropped from the candidate (not device code): " + "; ".join(cand.dropped))
         if not baseline and cand.source != self.original.source:
             found = guards.check_candidate(self.kernel, self.original.source, cand.source)
             if found:

@@ -49,6 +49,8 @@ class Candidate:
     parent: str | None = None
     family: str = ""
     rationale: str = ""
+    #: what reducing the text to device code dropped (``line N: what (why)``); a report, not behaviour
+    dropped: tuple[str, ...] = ()
     #: transformation steps (``family:param``) from the original to here; lineage, not behaviour (not hashed):
     #: the offline policy replays them to compose two branches (crossover)
     steps: tuple[str, ...] = ()
@@ -57,6 +59,7 @@ class Candidate:
         # Normalise so that equal variants hash equally however they were written down.
         object.__setattr__(self, "defines", {str(k): str(v) for k, v in sorted(dict(self.defines).items())})
         object.__setattr__(self, "flags", tuple(str(f) for f in self.flags))
+        object.__setattr__(self, "dropped", tuple(str(d) for d in self.dropped))
         for name in ("grid", "block"):
             dims = getattr(self, name)
             if dims is not None:
@@ -132,3 +135,27 @@ def kernel_definition(text: str, kernel: str) -> str:
         names = ", ".join(x.name for x in model.kernels) or "none"
         raise KeyError(f"no __global__ kernel named `{kernel}` (kernels here: {names})")
     return src.slice(k.span)
+
+
+def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -> Candidate:
+    """A candidate from a hand-written variant file holding a kernel of the same name.
+
+    The variant file is often a copy of the original with the kernel changed, so it is reduced to device
+    code (``cuda.reduce``), to what its kernel needs, and to what the original file does not already hold
+    (new device helpers, types with their ``;``, toolkit includes); host code and the rest are dropped and
+    listed in ``dropped``. Everything else comes from the original file when the candidate is built.
+    """
+    from ..cuda import SourceText, parse
+    from ..cuda.reduce import reduce_device
+
+    vmodel = parse(SourceText(variant_text).data)
+    if vmodel.kernel(kernel) is None:
+        names = ", ".join(k.name for k in vmodel.kernels) or "none"
+        raise KeyError(f"the candidate file has no __global__ kernel named `{kernel}` (kernels there: {names})")
+    reduced = reduce_device(variant_text, kernel=kernel, file_text=original_text, only_needed=True)
+    if reduced.kernel(kernel) is None:
+        raise KeyError(f"the kernel `{kernel}` in the candidate file could not be kept as device code")
+    # Drops the user need not hear about: other kernels and helpers the kernel does not use.
+    report = tuple(str(d) for d in reduced.dropped if d.host)
+    return Candidate(kernel=kernel, source=reduced.assembled(kernel), family="hand-written",
+                     rationale="from a variant file", dropped=report)

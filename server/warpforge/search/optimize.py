@@ -17,9 +17,12 @@ from typing import Any
 
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
+from ..cuda.reduce import reduce_device
 from ..cuda.rewrite import TextEdit, apply_edits, make_edit
 from ..cuda.text import SourceText, Span
 from ..policy.offline import OfflinePolicy
+from ..spec.expr import ExprError
+from ..spec.expr import parse as parse_expr
 from ..spec.model import KernelSpec
 from ..spec.resolve import build_spec
 from .beam import BeamConfig, BeamSearch
@@ -118,6 +121,51 @@ def _dims_spec(d: tuple[str, ...]) -> str:
     return d[0] if len(d) == 1 else "(" + ", ".join(d) + ")"
 
 
+class HostCodeRefused(ValueError):
+    """Accepting a variant would write host code, or text outside the spec language, into the user's file."""
+
+
+#: what a define's value may hold once written into a ``#define`` line or a comment: one line of an expression
+_DEFINE_VALUE = re.compile(r"[A-Za-z0-9_ .+\-*/%()<>=!&|^~?:,]*")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def checked_definition(text: str, kernel: Kernel, candidate: Candidate) -> str:
+    """The text Accept writes in place of ``kernel``: the candidate reduced to device code (``cuda.reduce``).
+
+    Why a check here and not only where candidates are made: this is the one place every variant passes
+    through on its way into the user's file, whoever wrote it. A top-level construct the user's text does
+    not already hold must be device code; anything else refuses the whole variant (``HostCodeRefused``)
+    rather than writing part of it. Launch expressions, define values and flags are written into host code,
+    ``#define`` lines and comments, so they must be spec expressions or plain one-line values.
+    """
+    where = f"the variant of `{kernel.name}`"
+    reduced = reduce_device(candidate.definition, kernel=kernel.name, file_text=text)
+    bad = reduced.host_dropped
+    if bad:
+        listed = "; ".join(str(d) for d in bad[:3]) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise HostCodeRefused(f"{where} was not written: it holds code that is not device code and that the file "
+                              f"does not have ({listed}); re-run Optimize")
+    if reduced.kernel(kernel.name) is None:
+        raise HostCodeRefused(f"{where} was not written: its kernel could not be read as device code")
+    for what, dims in (("grid", candidate.grid), ("block", candidate.block),
+                       ("smem", (candidate.smem,) if candidate.smem is not None else None)):
+        for d in dims or ():
+            try:
+                parse_expr(d)
+            except ExprError as e:
+                raise HostCodeRefused(f"{where} was not written: its {what} `{d}` is not a spec expression "
+                                      f"({str(e).splitlines()[0]})") from e
+    for name, value in candidate.defines.items():
+        if not _IDENT.fullmatch(name) or not _DEFINE_VALUE.fullmatch(value) or "/*" in value or "//" in value:
+            raise HostCodeRefused(f"{where} was not written: its define {name}={value!r} is not an identifier set "
+                                  "to a one-line expression")
+    for flag in candidate.flags:
+        if any(c in flag for c in "\r\n\0"):
+            raise HostCodeRefused(f"{where} was not written: a compile flag spans lines")
+    return reduced.source.rstrip()
+
+
 def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
     """The file text with the candidate in place: the kernel definition, and what its launch needs.
 
@@ -126,10 +174,12 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
     ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
+    Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``).
     """
+    definition = checked_definition(text, kernel, candidate)
     src = SourceText(text)
     model = parse(src.data)
-    edits: list[TextEdit] = [make_edit(src, kernel.span, candidate.definition.rstrip())]
+    edits: list[TextEdit] = [make_edit(src, kernel.span, definition)]
     notes: list[str] = []
     lo = candidate.launch
     if lo is not None and spec is not None:
@@ -180,8 +230,7 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     if candidate.flags:
         notes.append(f"compile with {' '.join(candidate.flags)}")
     if notes:
-        edits[0] = make_edit(src, kernel.span, "\n".join(f"// warpforge: {n}" for n in notes) + "\n"
-                             + candidate.definition.rstrip())
+        edits[0] = make_edit(src, kernel.span, "\n".join(f"// warpforge: {n}" for n in notes) + "\n" + definition)
     return apply_edits(src, edits)
 
 

@@ -2,10 +2,11 @@
 
 Why strict: a candidate's text replaces the kernel's definition in the user's file when accepted and is
 compiled and run on the GPU before that, so what a model returns is parsed (tree-sitter, the same model
-the editor uses) and reduced to what a candidate may hold — new device helpers, macros, constant data,
-system includes, and the kernel itself with the original's exact signature. Host code, ``main``, launches
-and other kernels are dropped; a different signature, a missing kernel or launch expressions that do not
-evaluate are errors shown to the model so it can correct them.
+the editor uses) and reduced to what a candidate may hold (``cuda.reduce``) — new device helpers, types,
+macros it uses, constant data, toolkit includes from a fixed list, and the kernel itself with the
+original's exact signature. Host code, ``main``, launches, other kernels and other includes are dropped
+and listed (an error when the kernel uses what was dropped); a different signature, a missing kernel or
+launch expressions that do not evaluate are errors shown to the model so it can correct them.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...cuda.model import DeclKind, FileModel, Kernel
+from ...cuda.model import FileModel, Kernel
 from ...cuda.parser import parse
+from ...cuda.reduce import reduce_device
 from ...cuda.text import SourceText
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ...spec.model import KernelSpec
 
+#: the name in a drop report (``host function f``, ``#define X``, ``host variable boom``)
+_DROPPED_NAME = re.compile(
+    r"(?:function|variable|#define|struct|class|union|declaration of(?: host function)?) ([A-Za-z_]\w*)")
 _FENCE = re.compile(r"```[a-zA-Z+]*\n(.*?)```", re.S)
 MAX_BLOCK_THREADS = 1024
 
@@ -71,43 +76,27 @@ def extract_kernel(text: str, original: Kernel, file_src: SourceText, file_model
         got = src.slice(k.params_span)
         out.errors.append(f"the parameter list differs from the original's: expected {_norm(want)}, got {_norm(got)}")
     # Syntax errors inside the kernel are left to nvcc: its messages are what the fixer works from.
-    existing = {_norm(file_src.slice(d.span)) for d in file_model.declarations}
-    file_names = {n for d in file_model.declarations for n in d.names}
-    parts: list[tuple[int, str]] = []
-    for inc in model.includes:
-        if inc.system:
-            parts.append((inc.span.start, src.slice(inc.span).rstrip()))
-        else:
-            out.dropped.append(f'#include "{inc.path}" (only system headers may be added)')
-    seen_conditionals: set[int] = set()
-    for d in model.declarations:
-        if d.kind is DeclKind.HOST_FUNCTION:
-            out.dropped.append(f"host function {', '.join(d.names)}")
-            continue
-        if k.span.contains_span(d.span):
-            continue
-        if d.conditional is not None:
-            if d.conditional.start in seen_conditionals:
-                continue
-            seen_conditionals.add(d.conditional.start)
-            span = d.conditional
-        else:
-            span = d.span
-        body = src.slice(span)
-        if _norm(body) in existing:
-            continue  # the model repeated a declaration the file already has
-        if d.kind is DeclKind.MACRO and set(d.names) & file_names:
-            out.dropped.append(f"macro {', '.join(d.names)} (the file defines it; a tunable is set with defines)")
-            continue
-        parts.append((span.start, body.rstrip()))
-    for other in model.kernels:
-        if other is not k:
-            out.dropped.append(f"kernel {other.name} (only `{original.name}` is launched)")
-    ktext = src.slice(k.span).rstrip()
+    # What else the model wrote is reduced to device code the file does not already hold (reduce.py): host
+    # code, local or off-list includes, other kernels and macros the file uses are dropped and reported.
+    reduced = reduce_device(code, kernel=original.name, file_text=file_src.text)
+    out.dropped = [str(d) for d in reduced.dropped]
+    kept_names = {n for i in reduced.items for n in i.names}
+    used = set(k.uses)
+    for i in reduced.items:
+        used |= i.uses
+    for d in reduced.dropped:
+        name = _DROPPED_NAME.search(d.what)
+        if d.host and name is not None and name.group(1) in used and name.group(1) not in kept_names:
+            out.errors.append(f"line {d.line}: `{name.group(1)}` is used but was dropped: {d.reason}")
+    ktext = reduced.kernel(original.name)
+    if ktext is None:  # the kernel's own text did not survive (it should always): keep the error visible
+        out.errors.append(f"the kernel `{original.name}` could not be kept as device code")
+        return out
+    text = reduced.assembled(original.name)
     if original.extern_c and not k.extern_c:
-        ktext = 'extern "C" ' + ktext
-    pieces = [body for _, body in sorted(parts)]
-    out.source = ("\n\n".join([*pieces, ktext]) if pieces else ktext) + "\n"
+        body = ktext.text.strip()
+        text = text[: text.rindex(body)] + 'extern "C" ' + body + "\n"
+    out.source = text
     return out
 
 

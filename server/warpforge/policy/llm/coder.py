@@ -73,6 +73,7 @@ class KernelWriter:
             family=family,
             rationale=rationale[:600],
             steps=(*base.steps, step),
+            dropped=tuple(code.dropped),
         )
 
 

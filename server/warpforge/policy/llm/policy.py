@@ -279,6 +279,8 @@ class LLMPolicy:
     async def _compiled(self, base: Candidate, root: Candidate, h: Hypothesis, cand: Candidate) -> Candidate | None:
         """``cand`` once it compiles here (fixing it from nvcc's messages), or None (a recorded failure)."""
         self.hypotheses[cand.hash] = h
+        if cand.dropped:
+            self.notice(f"dropped from the model's code for `{h.title}` (not device code): " + "; ".join(cand.dropped))
         if not self.compile_check:
             return cand
         attempts = max(0, self.config.compile_fix_attempts)
