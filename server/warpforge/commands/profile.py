@@ -20,9 +20,9 @@ from typing import Any
 from rich.console import Console
 
 from ..exitcodes import CliError, ExitCode
+from ..gpu import supervisor
 from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.ncu_parse import load_profile
-from ..profile import profiler
 from ..profile.profiler import ProfileReport, profile_kernel, render_profile
 from ..profile.roofline import Ceilings, cached_ceilings
 from ..spec import SpecError
@@ -67,9 +67,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         _print(report)
     if report.profile is not None:
         return ExitCode.OK
-    # Without a GPU the static findings above are all this machine can give: the profile needs one. (The
-    # profiler's own check, so the code and its notice agree.)
-    no_gpu = not args.recorded and profiler.gpu_unavailable_reason() is not None
+    # Without a GPU the static findings above are all this machine can give: the profile needs one.
+    no_gpu = not args.recorded and supervisor.gpu_unavailable_reason() is not None
     return ExitCode.UNAVAILABLE if no_gpu else ExitCode.FAILED
 
 
