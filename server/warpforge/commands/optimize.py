@@ -141,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) -> Evaluator:
     """The job's evaluator: a local pool over the chosen GPUs, or Ray's GPUs with ``--ray-address``."""
-    from ..gpu.backends import GpuSelectionError
     from ..gpu.evaluator import evaluator_for_job
 
     choice = args.gpu_choice
@@ -150,13 +149,11 @@ def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) 
 
         backend = RayBackend(args.ray_address, gpus=choice if isinstance(choice, int) else None)
         return evaluator_for_job(req, workspace=workspace, backend=backend)
-    try:
-        return evaluator_for_job(req, workspace=workspace, gpus=choice if choice is not None else "all")
-    except GpuSelectionError as e:
-        raise CliError(str(e), ExitCode.UNAVAILABLE) from e
+    return evaluator_for_job(req, workspace=workspace, gpus=choice if choice is not None else "all")
 
 
 def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[Finding]) -> int:
+    from ..gpu.backends import GpuSelectionError
     from ..gpu.evaluator import GpuUnavailable
     from ..gpu.supervisor import no_gpu_message
     from ..policy.llm import policy_for_request
@@ -169,7 +166,10 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
     console = Console(stderr=True)
     notices: list[str] = []
 
-    evaluator = _evaluator(args, req, workspace)
+    try:
+        evaluator = _evaluator(args, req, workspace)
+    except GpuSelectionError as e:  # e.g. --gpus 4 on a machine with 2: fine input, the wrong machine
+        return _static_only(args, kernel, findings, str(e))
     backend = evaluator.backend
 
     async def job(on_event: Any) -> OptimizeOutcome:
