@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .commands.inputs import parse_failure, read_source, unparsed_kernels
+from .commands.inputs import launch_limits, parse_failure, read_source, unparsed_kernels
 from .cuda import FileModel, Kernel, SourceText, parse
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode
@@ -183,7 +183,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
         else:
             print(msg)
         return EXIT_OK
-    spec = build_spec(src, model, kernel, args.file)
+    # Checked against this machine's GPU when it has one, as `optimize` will check it.
+    spec = build_spec(src, model, kernel, args.file, launch_limits(None))
     if args.json:
         out = spec.to_json()
         out["resolved"] = _resolved_json(spec, False)
