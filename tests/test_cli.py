@@ -98,6 +98,21 @@ def test_kernels_with_unicode_columns_and_syntax_errors(capsys: pytest.CaptureFi
                    "the file are still listed\n")
 
 
+def test_kernels_names_a_kernel_that_does_not_parse_and_lists_the_others(capsys: pytest.CaptureFixture[str],
+                                                                          tmp_path: Path) -> None:
+    f = tmp_path / "two.cu"
+    f.write_text("__global__ void ok(float* x) { x[0] = 1; }\n"
+                 "// __global__ void in_a_comment(float* x) {\n"
+                 "__global__ void proto(float* x);\n"
+                 "__global__ void __launch_bounds__(256) bad(float* x) { x[0] = ; ) }\n")
+    code, out, err = run(capsys, "kernels", str(f))
+    assert code == 0 and out == f"{f}:1:17: ok(float* x)\n"
+    assert err.splitlines()[-1] == f"{f}:4: warning: the kernel `bad` does not parse and is not listed"
+    code, _, err = run(capsys, "spec", str(f), "--kernel", "bad")
+    assert code == 2 and one_line_error(err).startswith(f"{f}:4: the kernel `bad` at line 4 does not parse "
+                                                        "(syntax error near `= ; )` at line 4)")
+
+
 def test_kernels_of_a_file_without_kernels(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     empty = tmp_path / "host.cu"
     empty.write_text("int main() { return 0; }\n")
@@ -308,10 +323,17 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["spec"])
     assert info.value.code == 2
-    assert "required: FILE" in capsys.readouterr().err
+    # argparse's errors are one line like every other (its usage block is one --help away)
+    assert one_line_error(capsys.readouterr().err) == ("spec: the following arguments are required: FILE (see "
+                                                       "`warpforge spec --help`)")
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
+    assert "required: COMMAND" in one_line_error(capsys.readouterr().err)
+    with pytest.raises(SystemExit) as info:
+        main(["optimize", "k.cu", "--strategy", "annealing"])
+    assert info.value.code == 2
+    assert one_line_error(capsys.readouterr().err).startswith("optimize: argument --strategy: invalid choice")
 
 
 # ------------------------------------------------------------------------------------ entry points

@@ -413,6 +413,27 @@ ERRORS = [
      "add `// @warpforge arg n = VALUE` above the kernel"),
     ([(5, None)], (), 8, "cannot infer the launch configuration of `k`: no launch of `k` in this file",
      "add `// @warpforge launch grid=(N + 255) / 256, block=256` above the kernel"),
+    # What no GPU can launch, at the line that says it (issue 14: these used to fail in the worker).
+    ([], ("// @warpforge size N = 4096",), 9, "size `N` is defined twice (first at line 2)",
+     "keep one `@warpforge size` line per name"),
+    ([(0, "// @warpforge size N = 1 << 62")], (), 7, "grid.x = 18014398509481984 is above CUDA's limit of 2147483647",
+     "loop inside the kernel (grid-stride)"),
+    ([(0, "// @warpforge size N = 1 << 63")], (), 2, "size `N` = 9223372036854775808 does not fit in 64 bits",
+     "e.g. `1 << 24`"),
+    ([(5, "// @warpforge launch grid=(1, 70000), block=256")], (), 7, "grid.y = 70000 is above CUDA's limit of 65535",
+     "grid-stride"),
+    ([(5, "// @warpforge launch grid=1, block=(1, 1, 128)")], (), 7, "block.z = 128 is above CUDA's limit of 64",
+     "use at most 64 threads along z"),
+    ([(5, "// @warpforge launch grid=1, block=256, smem=1 << 40")], (), 7,
+     "dynamic shared memory of 1099511627776 bytes is above the 232448 bytes (227.0 KiB) a block can have on sm_90 "
+     "(no GPU known)", "use less shared memory per block"),
+    ([(5, "// @warpforge launch grid=1, block=256, smem=-4")], (), 7, "dynamic shared memory is negative (-4)",
+     "give `smem=` a byte count of 0 or more"),
+    ([(4, "// @warpforge arg n = 1 << 31")], (), 6, "`n` = 2147483648 does not fit its C type (int32: -2147483648 to "
+     "2147483647)", "declare the parameter with a wider type"),
+    ([(4, "// @warpforge arg n = -(1 << 31) - 1")], (), 6, "`n` = -2147483649 does not fit its C type",
+     "give a smaller value"),
+    ([(3, "// @warpforge arg a = 1e39")], (), 5, "`a` = 1e+39 is beyond the largest float32", "a value the type"),
 ]
 
 
@@ -605,3 +626,43 @@ def test_load_spec_errors(tmp_path: Path) -> None:
         load_spec(tmp_path / "missing.cu", "k")
     with pytest.raises(SpecError, match=r"no __global__ kernel named `nope`; kernels here: saxpy"):
         load_spec(Path(KERNEL_FILES[0]).parent / "saxpy.cu", "nope")
+
+
+# ------------------------------------------------------------------------------------ launch limits
+def test_limits_come_from_the_target_gpu() -> None:
+    from warpforge.spec.limits import DEFAULT_LIMITS, limits_for_arch
+
+    assert DEFAULT_LIMITS.smem_per_block == 227 * 1024 and DEFAULT_LIMITS.source == "sm_90 (no GPU known)"
+    assert [limits_for_arch(a).smem_per_block // 1024 for a in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a",
+                                                                "sm_100", "sm_120", "sm_61")] == [
+        64, 163, 99, 99, 227, 227, 99, 48]
+    assert limits_for_arch("sm_88").smem_per_block == 163 * 1024  # between entries: the one below (sm_87)
+    src = SourceText(annotated((5, "// @warpforge launch grid=cdiv(N, 256), block=256, smem=100 * 1024")))
+    model = parse(src.data)
+    k = model.kernel("k")
+    assert k is not None
+    assert build_spec(src, model, k, "t.cu").resolve().smem == 102400  # fits sm_90
+    with pytest.raises(SpecError, match=r"t.cu:7: dynamic shared memory of 102400 bytes is above the 101376 bytes "
+                                        r"\(99.0 KiB\) a block can have on NVIDIA A10 \(sm_86\)"):
+        build_spec(src, model, k, "t.cu", limits_for_arch("sm_86", gpu="NVIDIA A10"))
+
+
+def test_buffers_beyond_the_gpu_memory_are_refused_only_when_the_gpu_is_known() -> None:
+    from warpforge.spec.limits import limits_for_arch
+
+    src = SourceText(annotated((0, "// @warpforge size N = 1 << 31"), (4, "// @warpforge arg n = 1")))  # 16 GiB
+    model = parse(src.data)
+    k = model.kernel("k")
+    assert k is not None
+    build_spec(src, model, k, "t.cu")
+    build_spec(src, model, k, "t.cu", limits_for_arch("sm_90", gpu="NVIDIA H100", memory_bytes=80 << 30))
+    with pytest.raises(SpecError, match=r"t.cu:3: the buffers need 16.0 GiB, more than the 8.0 GiB of NVIDIA "
+                                        r"small \(sm_90\)"):
+        build_spec(src, model, k, "t.cu", limits_for_arch("sm_90", gpu="NVIDIA small", memory_bytes=8 << 30))
+
+
+def test_limits_are_checked_at_the_perturbed_size_too() -> None:
+    # The odd size is larger here (odd=): the launch fits at the spec size and not at the perturbed one.
+    e = error_of(annotated((0, "// @warpforge size N = 1 << 20 odd=1 << 40"),
+                           (5, "// @warpforge launch grid=cdiv(N, 256), block=256")), "k")
+    assert e.line == 7 and "grid.x = 4294967296 at the perturbed size is above CUDA's limit" in e.message

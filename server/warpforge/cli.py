@@ -1,73 +1,70 @@
 """The ``warpforge`` command line: the same jobs as the editor, headless.
 
-Human output by default (rich), ``--json`` for machines. Bad input is one clear line on stderr and a
-non-zero exit (2 for input the user must fix, 1 for a failure of the job itself) — never a traceback.
+Human output by default (rich), ``--json`` for machines. Exit codes follow one contract for every command
+(``exitcodes.ExitCode``: 0 done, 1 the job failed, 2 bad input, 3 cannot run here). Bad input is one clear
+line on stderr — never a traceback: options and files are checked before any work starts, and anything
+unexpected that still escapes a command is reduced to one line by ``main``, the net under those checks.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
 from . import __version__
+from .commands.inputs import launch_limits, parse_failure, read_source, unparsed_kernels
 from .cuda import FileModel, Kernel, SourceText, parse
 from .cuda.rewrite import apply_edits
+from .exitcodes import CliError, ExitCode
 from .spec import KernelSpec, SpecError, build_spec, guess_spec
 from .spec.annotations import annotation_edits, has_annotation
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+# The contract's codes under the names the commands have always imported.
+EXIT_OK = ExitCode.OK
+EXIT_FAILED = ExitCode.FAILED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_UNAVAILABLE = ExitCode.UNAVAILABLE
 
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit code ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "CliError", "ExitCode", "load_file",
+           "main", "pick_kernel"]
 
 
 def _out() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
-def _read(path: str) -> SourceText:
-    p = Path(path)
-    if not p.exists():
-        raise CliError(f"{path}: no such file")
-    if p.is_dir():
-        raise CliError(f"{path}: is a directory; pass .cu files (e.g. {path}/*.cu)")
-    try:
-        return SourceText(p.read_bytes())
-    except OSError as e:
-        raise CliError(f"{path}: cannot read: {e.strerror}") from e
-
-
 def load_file(path: str) -> tuple[SourceText, FileModel]:
-    src = _read(path)
+    """Read (checked: not binary, not too large, UTF-8) and parse a CUDA file."""
+    src = read_source(path)
     return src, parse(src.data)
 
 
-def pick_kernel(path: str, model: FileModel, name: str | None) -> Kernel:
-    """The kernel named ``name``, or the only kernel in the file when no name is given."""
+def pick_kernel(path: str, model: FileModel, name: str | None, src: SourceText | None = None) -> Kernel:
+    """The kernel named ``name``, or the only kernel in the file when no name is given.
+
+    With ``src``, a kernel that is in the text but does not parse is reported as such, with the syntax
+    error, rather than as missing."""
     names = ", ".join(k.name for k in model.kernels) or "none"
     if name is None:
         if len(model.kernels) == 1:
             return model.kernels[0]
         if not model.kernels:
-            raise CliError(f"{path}: no __global__ kernels found")
+            raise CliError((parse_failure(path, src, model, None) if src is not None else None)
+                           or f"{path}: no __global__ kernels found")
         raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
     k = model.kernel(name)
     if k is None:
-        raise CliError(f"{path}: no __global__ kernel named `{name}` (kernels here: {names})")
+        raise CliError((parse_failure(path, src, model, name) if src is not None else None)
+                       or f"{path}: no __global__ kernel named `{name}` (kernels here: {names})")
     return k
 
 
@@ -93,9 +90,15 @@ def cmd_kernels(args: argparse.Namespace) -> int:
                 and has_annotation(src, k),
                 "launch_sites": [s.line + 1 for s in model.launches_of(k.name)],
             })
+        broken = unparsed_kernels(src, model)
+        if broken and not model.kernels:
+            # Nothing to list, and the reason is the file's syntax: that is the answer, not "no kernels".
+            raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
         for prob in model.problems:
             print(f"{path}:{prob.line + 1}: warning: {prob.message}; kernels elsewhere in the file are still "
                   "listed", file=sys.stderr)
+        for line, name in broken:
+            print(f"{path}:{line}: warning: the kernel `{name}` does not parse and is not listed", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -164,7 +167,7 @@ def _annotation_edit(src: SourceText, kernel: Kernel, block: str) -> str:
 
 def cmd_spec(args: argparse.Namespace) -> int:
     src, model = load_file(args.file)
-    kernel = pick_kernel(args.file, model, args.kernel)
+    kernel = pick_kernel(args.file, model, args.kernel, src)
     if args.write:
         spec = guess_spec(src, model, kernel, args.file)
         text = _annotation_edit(src, kernel, spec.to_annotation())
@@ -180,7 +183,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
         else:
             print(msg)
         return EXIT_OK
-    spec = build_spec(src, model, kernel, args.file)
+    # Checked against this machine's GPU when it has one, as `optimize` will check it.
+    spec = build_spec(src, model, kernel, args.file, launch_limits(None))
     if args.json:
         out = spec.to_json()
         out["resolved"] = _resolved_json(spec, False)
@@ -206,10 +210,23 @@ def _resolved_json(spec: KernelSpec, perturbed: bool) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- main
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like every other error (it prints the usage block and then
+    the error; the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]  # "optimize" of "warpforge optimize"
+        print(f"warpforge: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)",
+              file=sys.stderr)
+        sys.exit(ExitCode.USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="warpforge",
         description="Make the CUDA kernel under your cursor faster, and prove it.",
+        epilog="Exit codes: 0 done, 1 the job failed, 2 bad input (fix it), 3 cannot run here (no GPU or tool: "
+               "what could be done without it is printed first).",
     )
     parser.add_argument("--version", action="version", version=f"warpforge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -233,6 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unexpected(e: BaseException) -> int:
+    """The last-resort net: an exception no check foresaw is still one line, and a bug report's traceback
+    is one environment variable away."""
+    if os.environ.get("WARPFORGE_DEBUG"):
+        traceback.print_exc()
+    detail = " ".join(str(e).split())[:300] or "(no message)"
+    print(f"warpforge: error: unexpected {type(e).__name__}: {detail} (run with WARPFORGE_DEBUG=1 for the "
+          "traceback)", file=sys.stderr)
+    return ExitCode.FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -244,9 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code
     except SpecError as e:
         print(f"warpforge: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("warpforge: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
+    except MemoryError:
+        print("warpforge: error: out of memory (run with WARPFORGE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return ExitCode.FAILED
+    except Exception as e:
+        return _unexpected(e)

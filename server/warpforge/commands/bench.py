@@ -6,8 +6,9 @@ number says how far the kernel is from its memory roofline. The kernel's outputs
 determinism and for elements it never writes, since a benchmark of a kernel that does not do its job is
 not worth reading.
 
-``require_gpu`` and ``run_with_progress`` are shared with ``verify``: both GPU commands print the same one
-line when there is no GPU and show progress the same way (on stderr, so ``--json`` stays clean).
+``require_gpu`` and ``run_with_progress`` are shared with ``verify``: both GPU commands check their input
+first (exit 2), then print the same one line when there is no GPU (exit 3, "cannot run here"), and show
+progress the same way (on stderr, so ``--json`` stays clean).
 """
 
 from __future__ import annotations
@@ -22,21 +23,23 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..cli import EXIT_FAILED, EXIT_OK, CliError, load_file, pick_kernel
+from ..cli import load_file, pick_kernel
+from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import EngineSettings, Evaluation, Evaluator, GpuUnavailable
 from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 from ..gpu.timing import TimingSettings
 from ..gpu.toolchain import ToolMissing
 from ..spec import build_spec
+from . import inputs
 
 T = TypeVar("T")
 
 
 def require_gpu(command: str) -> None:
-    """Fail with one clear line (exit 1) when this machine cannot run GPU work."""
+    """Fail with one clear line (exit 3, "cannot run here") when this machine cannot run GPU work."""
     why = gpu_unavailable_reason()
     if why is not None:
-        raise CliError(no_gpu_message(command, why), EXIT_FAILED)
+        raise CliError(no_gpu_message(command, why), ExitCode.UNAVAILABLE)
 
 
 def run_with_progress(command: str, title: str, job: Callable[[Callable[[str, str], None]], Coroutine[Any, Any, T]],
@@ -55,10 +58,9 @@ def run_with_progress(command: str, title: str, job: Callable[[Callable[[str, st
 
             return asyncio.run(job(update))
     except GpuUnavailable as e:
-        raise CliError(no_gpu_message(command, str(e)), EXIT_FAILED) from e
+        raise CliError(no_gpu_message(command, str(e)), ExitCode.UNAVAILABLE) from e
     except ToolMissing as e:
-        raise CliError(str(e), EXIT_FAILED) from e
-
+        raise CliError(str(e), ExitCode.UNAVAILABLE) from e
 
 
 def register(sub: Any) -> None:
@@ -66,17 +68,17 @@ def register(sub: Any) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    p.add_argument("--seconds", type=float, default=2.0, help="timing budget in seconds (default 2)")
+    p.add_argument("--device", type=inputs.index_int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--seconds", type=inputs.positive_float, default=2.0, help="timing budget in seconds (default 2)")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (for microsecond kernels)")
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    require_gpu("bench")
     src, model = load_file(args.file)
-    kernel = pick_kernel(args.file, model, args.kernel)
-    spec = build_spec(src, model, kernel, args.file)
+    kernel = pick_kernel(args.file, model, args.kernel, src)
+    spec = build_spec(src, model, kernel, args.file, inputs.launch_limits(None, args.device))
+    require_gpu("bench")
     settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds, graph=args.graph))
 
     async def job(progress: Callable[[str, str], None]) -> Evaluation:
@@ -94,7 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(_result(e), indent=2))
     else:
         _print(e)
-    return EXIT_OK if e.status in ("ok", "suspicious") else EXIT_FAILED
+    return ExitCode.OK if e.status in ("ok", "suspicious") else ExitCode.FAILED
 
 
 def _result(e: Evaluation) -> dict[str, Any]:

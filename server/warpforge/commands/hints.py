@@ -9,18 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..profile.findings import Finding
-from ..profile.hints import HintsReport, analyze_file
+from ..profile.hints import HintsReport, analyze_source
+from . import inputs
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("hints", help="static bottleneck hints (compiler, SASS, source patterns); no GPU needed")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--kernel", "-k", action="append", help="only this kernel (repeatable)")
-    p.add_argument("--arch", help="target architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
+    p.add_argument("--arch", type=inputs.arch,
+                   help="target architecture, e.g. sm_90 (default: the local GPU's, else sm_90)")
     p.add_argument("--nvcc", help="path to nvcc (default: PATH, CUDA_HOME, /usr/local/cuda, pip)")
     p.add_argument("--no-compile", action="store_true", help="source patterns only (no nvcc/nvdisasm)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -42,24 +43,28 @@ def _format(f: Finding) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import CliError
-    from ..gpu.toolchain import normalize_arch
+    from ..cuda import parse
+    from ..exitcodes import CliError, ExitCode
+    from .inputs import parse_failure, read_source, unparsed_kernels
 
-    arch = None
-    if args.arch:
-        try:
-            arch = normalize_arch(args.arch)
-        except ValueError as e:
-            raise CliError(str(e)) from e
-    reports: list[HintsReport] = []
+    # Every file is read and checked before the first one is compiled: a bad one fails the run at once.
+    files = []
     for path in args.files:
-        p = Path(path)
-        if not p.is_file():
-            raise CliError(f"{path}: no such file" if not p.exists() else f"{path}: not a file")
-        report = analyze_file(path, kernels=args.kernel, arch=arch, nvcc=args.nvcc,
-                              use_compiler=not args.no_compile)
+        src = read_source(path)
+        model = parse(src.data)
+        broken = unparsed_kernels(src, model)
+        if broken and not model.kernels:
+            raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
+        files.append((path, src, model, broken))
+    reports: list[HintsReport] = []
+    for path, src, model, broken in files:
+        report = analyze_source(path, src.data, kernels=args.kernel, arch=args.arch, nvcc=args.nvcc,
+                                use_compiler=not args.no_compile, model=model)
         if args.kernel and not report.kernels:
-            raise CliError(f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+            raise CliError(parse_failure(path, src, model, args.kernel[0])
+                           or f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+        report.notes.extend(f"{path}:{line}: the kernel `{name}` does not parse and is not analyzed"
+                            for line, name in broken)
         reports.append(report)
     if args.json:
         print(json.dumps([{"file": r.file, "kernels": r.kernels, "notes": r.notes,
@@ -76,4 +81,4 @@ def run(args: argparse.Namespace) -> int:
               "Timing, verification and profiler-grounded hints need an NVIDIA GPU "
               "(`warpforge bench`, `warpforge profile`, `warpforge optimize`).", file=sys.stderr)
     errors = any(f.severity.value == "error" for r in reports for f in r.findings)
-    return 1 if errors else 0
+    return ExitCode.FAILED if errors else ExitCode.OK

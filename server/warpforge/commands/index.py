@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import inputs
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("index", help="the retrieval index of CUDA kernels the LLM planner reads")
@@ -43,9 +45,10 @@ def register(sub: Any) -> None:
 
     s = isub.add_parser("search", help="search the index as the planner does")
     s.add_argument("query", metavar="QUERY")
-    s.add_argument("--k", type=int, default=5, help="results (default 5)")
+    s.add_argument("--k", type=inputs.positive_int, default=5, help="results (default 5)")
     s.add_argument("--op", help="prefer this op type (softmax, gemm, reduction, ...)")
-    s.add_argument("--per-source", type=int, default=3, help="at most this many results per source (default 3)")
+    s.add_argument("--per-source", type=inputs.positive_int, default=3,
+                   help="at most this many results per source (default 3)")
     s.add_argument("--json", action="store_true")
     common(s)
     s.set_defaults(func=run_search)
@@ -56,12 +59,14 @@ def register(sub: Any) -> None:
     t.set_defaults(func=run_stats)
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, create: bool = False) -> Any:
+    """The index; only ``add`` creates one (reading a missing index is an error, not a new empty file)."""
     from ..cli import CliError
     from ..rag.index import open_index
 
     try:
-        return open_index(args.backend, path=args.index, pinecone_host=args.pinecone_host, namespace=args.namespace)
+        return open_index(args.backend, path=args.index, pinecone_host=args.pinecone_host, namespace=args.namespace,
+                          create=create)
     except ValueError as e:
         raise CliError(str(e)) from e
     except Exception as e:
@@ -74,9 +79,9 @@ def run_add(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not root.exists():
         raise CliError(f"{args.dir}: no such file or directory")
-    if args.weight < 0:
-        raise CliError("--weight must be 0 or more")
-    index = _open(args)
+    if not args.weight >= 0 or args.weight == float("inf"):
+        raise CliError(f"--weight must be a number of 0 or more, got {args.weight}")
+    index = _open(args, create=True)
     try:
         n = index.add_directory(root, args.source, args.weight, replace=not args.append)
     except Exception as e:
@@ -97,8 +102,6 @@ def run_search(args: argparse.Namespace) -> int:
     from ..cli import CliError
     from ..rag.index import Query
 
-    if args.k < 1:
-        raise CliError("--k must be at least 1")
     index = _open(args)
     try:
         hits = index.search(Query(args.query, op_type=args.op, k=args.k, per_source=args.per_source))

@@ -5,11 +5,15 @@ Candidates are spread over every visible GPU of this machine (``--gpus``, defaul
 ``CUDA_VISIBLE_DEVICES``), or over the GPUs of a Ray cluster (``--ray-address``); each speedup is still a
 ratio measured on one GPU, and verification is the same everywhere.
 
-On a machine without a GPU it still does the useful part — the static hints that would guide the search —
-and says clearly that measuring and verifying variants needs an NVIDIA GPU (exit 0: the hints are the
-result there). With a GPU: a rich progress bar (round, candidates, best verified speedup), then the best
+Every option, the file and its spec are checked before anything runs (exit 2 and one line naming what is
+wrong). On a machine without a GPU (or without Ray, with ``--ray-address``) it still does the useful part —
+the static hints that would guide the search — and then says what needs a GPU, exiting 3 ("cannot run
+here", ``ExitCode.UNAVAILABLE``): the hints are printed, but the job, a verified variant, was not done.
+With a GPU: a rich progress bar (round, candidates, best verified speedup), then the best
 verified variant as a unified diff with its speedup and interval, what was checked, and the findings that
-motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise.
+motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise. Exit 0 when the search
+ran (finding no faster variant is an answer), 1 when it could not: the original kernel could not be
+evaluated, or the report or ``--apply`` could not be written (the result is printed all the same).
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..cli import EXIT_FAILED, EXIT_OK, CliError, load_file, pick_kernel
+from ..cli import load_file, pick_kernel
+from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..search.engine import Budget, SearchEvent
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, candidate_notes, optimize
 from ..search.report import ReportInfo, render
+from . import inputs
 from .hints import _format
 
 if TYPE_CHECKING:
@@ -44,15 +50,17 @@ def register(sub: Any) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
     p.add_argument("--strategy", choices=("beam", "mcts"), default="beam")
-    p.add_argument("--budget", type=int, default=48, help="maximum candidates to evaluate (default 48)")
-    p.add_argument("--time", type=float, default=300.0, help="wall-clock budget in seconds (default 300)")
-    p.add_argument("--target", type=float, help="stop once a variant is this many times faster")
-    p.add_argument("--arch", help="target architecture (default: the GPU's)")
+    p.add_argument("--budget", type=inputs.positive_int, default=48,
+                   help="maximum candidates to evaluate (default 48)")
+    p.add_argument("--time", type=inputs.positive_float, default=300.0,
+                   help="wall-clock budget in seconds (default 300)")
+    p.add_argument("--target", type=inputs.speedup, help="stop once a variant is this many times faster (above 1)")
+    p.add_argument("--arch", type=inputs.arch, help="target architecture (default: the GPU's)")
     p.add_argument("--gpus", metavar="all|N|0,1",
                    help="GPUs of this machine to spread the search over: all visible ones (the default, honouring "
                         "CUDA_VISIBLE_DEVICES), the first N, or CUDA indices (one alone as `1,`)")
-    p.add_argument("--device", type=int, help="one CUDA device index (same as --gpus D,)")
-    p.add_argument("--ray-address", metavar="ADDR",
+    p.add_argument("--device", type=inputs.index_int, help="one CUDA device index (same as --gpus D,)")
+    p.add_argument("--ray-address", metavar="ADDR", type=inputs.ray_address,
                    help="evaluate on a Ray cluster: auto, HOST:PORT, ray://HOST:10001, or `local` to start one on "
                         "this machine (needs the ray extra: pip install 'warpforge[ray]')")
     p.add_argument("--api-key", help="Anthropic API key (default: $ANTHROPIC_API_KEY; without one, rules only)")
@@ -76,46 +84,63 @@ def _gpu_choice(args: argparse.Namespace) -> str | int | list[int] | None:
         gpus = parse_gpus(args.gpus) if args.gpus is not None else None
     except GpuSelectionError as e:
         raise CliError(str(e)) from e
-    if args.ray_address:
-        if args.device is not None or isinstance(gpus, list):
-            raise CliError("with --ray-address, --gpus is all or a number: Ray chooses the GPUs")
-        from ..gpu.ray_backend import RAY_HINT, ray_available
-
-        if not ray_available():
-            raise CliError(f"--ray-address needs Ray: {RAY_HINT}", EXIT_FAILED)
+    if args.ray_address and (args.device is not None or isinstance(gpus, list)):
+        raise CliError("with --ray-address, --gpus is all or a number: Ray chooses the GPUs")
     return [args.device] if args.device is not None else gpus
 
 
-def run(args: argparse.Namespace) -> int:
+def _why_not_here(args: argparse.Namespace) -> str | None:
+    """What this machine lacks for the search (None: nothing): Ray with ``--ray-address`` (the GPUs are the
+    cluster's, so this machine needs neither a GPU nor pycuda), else a GPU with pycuda."""
     from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 
-    args.gpu_choice = _gpu_choice(args)
-    src, model = load_file(args.file)
-    kernel = pick_kernel(args.file, model, args.kernel)
+    if args.ray_address:
+        from ..gpu.ray_backend import RAY_HINT, ray_available
+
+        return None if ray_available() else f"`warpforge optimize --ray-address` needs Ray: {RAY_HINT}"
+    why = gpu_unavailable_reason()
+    return None if why is None else no_gpu_message("optimize", why)
+
+
+def _static_only(args: argparse.Namespace, kernel: str, findings: list[Finding], msg: str) -> int:
+    """Print what could be done here — the static findings — and what needs a GPU; exit "cannot run here"."""
+    if args.json:
+        print(json.dumps({"file": args.file, "kernel": kernel, "gpu": None, "message": msg,
+                          "findings": [f.to_json() for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            print(_format(f))
+        print(f"\n{len(findings)} static finding{'s' if len(findings) != 1 else ''} for `{kernel}` "
+              "(compiler, SASS and source patterns: these guide the search).", file=sys.stderr)
+        print(f"Measuring and verifying variants needs a GPU: {msg}.", file=sys.stderr)
+    return ExitCode.UNAVAILABLE
+
+
+def run(args: argparse.Namespace) -> int:
     from ..spec import build_spec
 
-    build_spec(src, model, kernel, args.file)  # a bad spec is reported before anything runs
+    # Everything the user gave is checked before any work: a mistake found after the search costs its GPU time.
+    args.gpu_choice = _gpu_choice(args)
+    if args.report:
+        inputs.check_writable(args.report, "--report")
+    src, model = load_file(args.file)
+    kernel = pick_kernel(args.file, model, args.kernel, src)
+    if args.apply:
+        inputs.check_writable(args.file, "--apply")
+        inputs.check_writable(args.file + ".orig", "--apply (the backup)")
+    choice = args.gpu_choice
+    device = choice[0] if isinstance(choice, list) else 0
+    limits = inputs.launch_limits(args.arch, device, local=not args.ray_address)
+    build_spec(src, model, kernel, args.file, limits)  # a bad spec is reported before anything runs
     findings = _static(args.file, src.text, kernel.name, args.arch)
-    # With Ray the GPUs are the cluster's: this machine needs neither a GPU nor pycuda.
-    why = None if args.ray_address else gpu_unavailable_reason()
+    why = _why_not_here(args)
     if why is not None:
-        msg = no_gpu_message("optimize", why)
-        if args.json:
-            print(json.dumps({"file": args.file, "kernel": kernel.name, "gpu": None, "message": msg,
-                              "findings": [f.to_json() for f in findings]}, indent=2))
-        else:
-            for f in findings:
-                print(_format(f))
-            print(f"\n{len(findings)} static finding{'s' if len(findings) != 1 else ''} for `{kernel.name}` "
-                  "(compiler, SASS and source patterns: these guide the search).", file=sys.stderr)
-            print(f"Measuring and verifying variants needs a GPU: {msg}.", file=sys.stderr)
-        return EXIT_OK
+        return _static_only(args, kernel.name, findings, why)
     return _optimize(args, src.text, kernel.name, findings)
 
 
 def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) -> Evaluator:
     """The job's evaluator: a local pool over the chosen GPUs, or Ray's GPUs with ``--ray-address``."""
-    from ..gpu.backends import GpuSelectionError
     from ..gpu.evaluator import evaluator_for_job
 
     choice = args.gpu_choice
@@ -124,13 +149,11 @@ def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) 
 
         backend = RayBackend(args.ray_address, gpus=choice if isinstance(choice, int) else None)
         return evaluator_for_job(req, workspace=workspace, backend=backend)
-    try:
-        return evaluator_for_job(req, workspace=workspace, gpus=choice if choice is not None else "all")
-    except GpuSelectionError as e:
-        raise CliError(str(e), EXIT_FAILED) from e
+    return evaluator_for_job(req, workspace=workspace, gpus=choice if choice is not None else "all")
 
 
 def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[Finding]) -> int:
+    from ..gpu.backends import GpuSelectionError
     from ..gpu.evaluator import GpuUnavailable
     from ..gpu.supervisor import no_gpu_message
     from ..policy.llm import policy_for_request
@@ -143,7 +166,10 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
     console = Console(stderr=True)
     notices: list[str] = []
 
-    evaluator = _evaluator(args, req, workspace)
+    try:
+        evaluator = _evaluator(args, req, workspace)
+    except GpuSelectionError as e:  # e.g. --gpus 4 on a machine with 2: fine input, the wrong machine
+        return _static_only(args, kernel, findings, str(e))
     backend = evaluator.backend
 
     async def job(on_event: Any) -> OptimizeOutcome:
@@ -179,9 +205,14 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
 
                 outcome = asyncio.run(job(on_event))
     except GpuUnavailable as e:
-        if args.ray_address:
-            raise CliError(f"`warpforge optimize --ray-address`: {e}", EXIT_FAILED) from e
-        raise CliError(no_gpu_message("optimize", str(e)), EXIT_FAILED) from e
+        msg = f"`warpforge optimize --ray-address`: {e}" if args.ray_address else no_gpu_message("optimize", str(e))
+        return _static_only(args, kernel, findings, msg)
+    except ConnectionError as e:
+        if not args.ray_address:
+            raise
+        # Ray says so with an exception: an unreachable cluster is a machine that cannot run the job.
+        return _static_only(args, kernel, findings, f"the Ray cluster at {args.ray_address} cannot be reached "
+                            f"({' '.join(str(e).split())})")
     seconds = time.monotonic() - t0
     result = outcome.result
     best = result.best
@@ -194,18 +225,28 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
     timing = getattr(ev, "timing", None)
     base_ms = timing.baseline.median if timing is not None and timing.baseline is not None else None
     best_ms = timing.candidate.median if timing is not None and timing.candidate is not None else None
+    # A write that fails after the search is said once, after the result is printed: the search is not lost.
+    write_errors: list[str] = []
     if args.report:
         info = ReportInfo(args.file, kernel, gpu=getattr(ev, "gpu", ""),
                           baseline_us=base_ms * 1e3 if base_ms else None, best_us=best_ms * 1e3 if best_ms else None,
                           diff=diff, evidence=[headline] if headline else [],
                           findings=[f"{f.code} line {f.line}: {f.message}" for f in findings], notes=notices)
-        Path(args.report).write_text(render(result, info), encoding="utf-8")
+        try:
+            Path(args.report).write_text(render(result, info), encoding="utf-8")
+        except OSError as e:
+            write_errors.append(f"--report {args.report}: cannot write: {e.strerror or e}")
     applied = None
     if args.apply and result.improved:
         backup = Path(args.file + ".orig")
-        shutil.copyfile(args.file, backup)
-        Path(args.file).write_text(outcome.new_text(), encoding="utf-8")
-        applied = str(backup)
+        try:
+            shutil.copyfile(args.file, backup)
+            Path(args.file).write_text(outcome.new_text(), encoding="utf-8")
+            applied = str(backup)
+        except OSError as e:
+            write_errors.append(f"--apply {args.file}: cannot write: {e.strerror or e}")
+    # The original kernel is the oracle and the baseline: without it nothing was searched.
+    code = ExitCode.OK if result.root.ok and not write_errors else ExitCode.FAILED
     if args.json:
         print(json.dumps({
             "file": args.file, "kernel": kernel, "improved": result.improved, "speedup": result.best_speedup,
@@ -213,8 +254,9 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
             "families": list(best.families), "search": result.to_json(), "seconds": round(seconds, 1),
             "applied_backup": applied, "notices": notices, "report": args.report, "backend": backend.summary(),
+            "errors": write_errors,
         }, indent=2))
-        return EXIT_OK
+        return _finish(write_errors, code)
     out = Console(highlight=False, soft_wrap=True)
     for n in notices + backend.notes:
         out.print(f"[dim]note: {n}[/]")
@@ -238,5 +280,12 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
         f" of the Ray cluster at {args.ray_address}" if args.ray_address else "")
     lost = f"; {backend.device_losses} lost mid-candidate, retried" if backend.device_losses else ""
     out.print(f"[dim]{result.strategy} search: {result.evaluations} candidates in {seconds:.0f} s on {where}{lost}; "
-              f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report else "") + "[/]")
-    return EXIT_OK
+              f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report and not write_errors
+                                              else "") + "[/]")
+    return _finish(write_errors, code)
+
+
+def _finish(write_errors: list[str], code: int) -> int:
+    for e in write_errors:
+        print(f"warpforge: error: {e}", file=sys.stderr)
+    return code

@@ -5,7 +5,8 @@ as Nsight Compute measures it), what the kernel achieves against this GPU's meas
 bandwidth, FP32 and tensor rates; arithmetic intensity against the ridge point), then the per-line
 findings in the compiler format of ``warpforge hints`` — static and profiler-grounded together, the
 measured ones replacing the static guesses on the same subject. Without Nsight Compute or permission to
-read the GPU's counters it says so once and falls back to timing; without a GPU, to static findings.
+read the GPU's counters it says so once and falls back to timing; without a GPU, to static findings, and
+then exits 3 ("cannot run here"): the findings were printed, the profile was not made.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any
 
 from rich.console import Console
 
-from ..cli import EXIT_FAILED, EXIT_OK, CliError
-from ..gpu.toolchain import normalize_arch
+from ..exitcodes import CliError, ExitCode
+from ..gpu import supervisor
 from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.ncu_parse import load_profile
 from ..profile.profiler import ProfileReport, profile_kernel, render_profile
 from ..profile.roofline import Ceilings, cached_ceilings
 from ..spec import SpecError
+from . import inputs
 from .hints import _format
 
 
@@ -34,8 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    p.add_argument("--arch", help="target architecture, e.g. sm_90 (default: the local GPU's)")
+    p.add_argument("--device", type=inputs.index_int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--arch", type=inputs.arch, help="target architecture, e.g. sm_90 (default: the local GPU's)")
     p.add_argument("--section", action="append", metavar="NAME",
                    help=f"Nsight Compute section to collect (repeatable; default: {', '.join(DEFAULT_SECTIONS)})")
     p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute: classify from timing alone")
@@ -46,21 +48,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    arch = None
-    if args.arch:
-        try:
-            arch = normalize_arch(args.arch)
-        except ValueError as e:
-            raise CliError(str(e)) from e
-    try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError as e:
-        raise CliError(f"{args.file}: no such file") from e
-    except IsADirectoryError as e:
-        raise CliError(f"{args.file}: is a directory") from e
-    except OSError as e:
-        raise CliError(f"{args.file}: cannot read: {e.strerror}") from e
+    arch = args.arch
+    text = inputs.read_source(args.file).text
     try:
         if args.recorded:
             report = _render_recorded(args, text, arch)
@@ -76,9 +65,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
         _print(report)
-    if report.profile is None:
-        return EXIT_FAILED
-    return EXIT_OK
+    if report.profile is not None:
+        return ExitCode.OK
+    # Without a GPU the static findings above are all this machine can give: the profile needs one.
+    no_gpu = not args.recorded and supervisor.gpu_unavailable_reason() is not None
+    return ExitCode.UNAVAILABLE if no_gpu else ExitCode.FAILED
 
 
 def _render_recorded(args: argparse.Namespace, text: str, arch: str | None) -> ProfileReport:

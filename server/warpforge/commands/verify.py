@@ -14,16 +14,17 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import EXIT_FAILED, EXIT_OK, CliError, load_file, pick_kernel
+from ..cli import load_file, pick_kernel
+from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
 from ..gpu.timing import TimingSettings
 from ..spec import build_spec
+from . import inputs
 from .bench import require_gpu, run_with_progress
 
 
@@ -34,26 +35,25 @@ def register(sub: Any) -> None:
     p.add_argument("--candidate", "-c", required=True, metavar="VARIANT.cu",
                    help="a file with a kernel of the same name")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--device", type=inputs.index_int, default=0, help="CUDA device index (default 0)")
     p.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer on a faster variant")
-    p.add_argument("--seconds", type=float, default=2.0, help="timing budget in seconds (default 2)")
+    p.add_argument("--seconds", type=inputs.positive_float, default=2.0, help="timing budget in seconds (default 2)")
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    require_gpu("verify")
+    # Both files and the spec are checked before the GPU is asked for: bad input is exit 2 on any machine.
     src, model = load_file(args.file)
-    kernel = pick_kernel(args.file, model, args.kernel)
-    spec = build_spec(src, model, kernel, args.file)
-    vpath = Path(args.candidate)
-    if not vpath.is_file():
-        raise CliError(f"{args.candidate}: no such file")
+    kernel = pick_kernel(args.file, model, args.kernel, src)
+    spec = build_spec(src, model, kernel, args.file, inputs.launch_limits(None, args.device))
+    variant = inputs.read_source(args.candidate)
     try:
-        cand = candidate_from_variant(src.text, vpath.read_text(encoding="utf-8"), kernel.name)
+        cand = candidate_from_variant(src.text, variant.text, kernel.name)
     except KeyError as e:
         raise CliError(f"{args.candidate}: {e.args[0]}") from e
     for d in cand.dropped:  # host code and off-list includes are never compiled: say so
         print(f"{args.candidate}: dropped {d}", file=sys.stderr)
+    require_gpu("verify")
     settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds))
 
     async def job(progress: Callable[[str, str], None]) -> Evaluation:
@@ -72,7 +72,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.to_json(), indent=2, default=str))
     else:
         _print(outcome, args.candidate)
-    return EXIT_OK if outcome.ok else EXIT_FAILED
+    return ExitCode.OK if outcome.ok else ExitCode.FAILED
 
 
 def _print(e: Evaluation, variant: str) -> None:

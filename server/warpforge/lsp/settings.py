@@ -5,13 +5,20 @@ The API key arrives from the editor's secret store; it is kept out of ``repr`` a
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
     "timeBudget": "time_budget",
 }
+_EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
+#: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
+_MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, True)}
 
 
 @dataclass
@@ -31,9 +38,14 @@ class Settings:
     ray_address: str = ""
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6
+    #: why each rejected value was rejected since the last ``take_rejected`` (for the editor to show)
+    _rejected: list[str] = field(default_factory=list, repr=False)
 
     def update(self, options: Any) -> list[str]:
-        """Apply a (possibly nested under "warpforge") settings object; returns names of changed settings."""
+        """Apply a (possibly nested under "warpforge") settings object; returns names of changed settings.
+
+        A value of the wrong type or out of range (``budget: "lots"``, ``timeBudget: -5``) keeps the setting
+        as it was and is logged with what to write instead — an optimize job must never start on it."""
         if not isinstance(options, dict):
             return []
         if isinstance(options.get("warpforge"), dict):
@@ -45,17 +57,46 @@ class Settings:
             if name not in known or name.startswith("_") or value is None:
                 continue
             current = getattr(self, name)
-            try:
-                value = type(current)(value)
-            except (TypeError, ValueError):
+            problem = _check(name, value, current)
+            if problem is not None:
+                msg = (f"setting warpforge.{_EDITOR_NAMES.get(name, name)} = {value!r} ignored: {problem}; "
+                       f"keeping {current!r}")
+                log.warning("%s", msg)
+                self._rejected.append(msg)
                 continue
+            value = type(current)(value)
             if value != current:
                 setattr(self, name, value)
                 changed.append(name)
         return changed
+
+    def take_rejected(self) -> list[str]:
+        """The rejection messages since the last call (each said once)."""
+        out, self._rejected = self._rejected, []
+        return out
 
     def public(self) -> dict[str, Any]:
         """Settings safe to log or echo (the key is reduced to whether one is set)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
         out["api_key"] = "set" if self.api_key else ""
         return out
+
+
+def _check(name: str, value: Any, current: Any) -> str | None:
+    """Why ``value`` cannot be setting ``name`` (whose value now is ``current``); None when it can."""
+    kind = type(current)
+    if kind is str:
+        return None if isinstance(value, str) else "expected text"
+    # JSON numbers only: "48" or true are not a budget, whatever Python's int() would make of them.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"expected a {'whole ' if kind is int else ''}number"
+    if kind is int and value != int(value):
+        return "expected a whole number"
+    if not math.isfinite(value):
+        return "expected a finite number"
+    bound = _MINIMUM.get(name)
+    if bound is not None:
+        low, inclusive = bound
+        if value < low or (value == low and not inclusive):
+            return f"must be {'at least' if inclusive else 'above'} {low}"
+    return None

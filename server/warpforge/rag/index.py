@@ -377,12 +377,23 @@ def default_index_path() -> Path:
 
 
 def open_index(backend: str = "sqlite", *, path: str | Path | None = None, pinecone_host: str | None = None,
-               pinecone_api_key: str | None = None, namespace: str | None = None) -> Index:
-    """The index on the chosen backend (``sqlite`` default; ``pinecone`` needs a key and an index host)."""
+               pinecone_api_key: str | None = None, namespace: str | None = None, create: bool = True) -> Index:
+    """The index on the chosen backend (``sqlite`` default; ``pinecone`` needs a key and an index host).
+
+    ``create=False`` (reading: stats, search) never makes a file: a missing SQLite index is a ``ValueError``
+    saying how to build one, rather than an empty index quietly created at a mistyped path. An explicit
+    ``path`` must be in an existing folder either way; only the default one under the cache is made."""
     if backend == "sqlite":
         from .sqlite_fts import SqliteBackend
 
-        return Index(SqliteBackend(path or default_index_path()))
+        where = Path(path) if path else default_index_path()
+        build = f"build one with `warpforge index add DIR --source NAME{f' --index {path}' if path else ''}`"
+        if path and not where.parent.is_dir():
+            raise ValueError(f"{path}: the folder {where.parent} does not exist; create it"
+                             + ("" if create else f", then {build}"))
+        if not create and not where.is_file():
+            raise ValueError(f"{where}: no index there; {build}")
+        return Index(SqliteBackend(where))
     if backend == "pinecone":
         from .pinecone_backend import PineconeBackend
 

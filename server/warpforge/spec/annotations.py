@@ -173,7 +173,13 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
             raise SpecError(file, line, f"unknown @warpforge directive `{directive}`",
                             f"use one of: {', '.join(DIRECTIVES)} (see docs/spec-format.md)")
         if directive == "size":
-            ann.sizes.append(_size(rest, file, line))
+            size = _size(rest, file, line)
+            earlier = next((s for s in ann.sizes if s.name == size.name), None)
+            if earlier is not None:
+                # The later line would silently win; which one the user meant is theirs to say.
+                raise SpecError(file, line, f"size `{size.name}` is defined twice (first at line {earlier.line})",
+                                "keep one `@warpforge size` line per name")
+            ann.sizes.append(size)
         elif directive == "arg":
             a = _arg(rest, file, line, params, kernel)
             if a.name in ann.args:

@@ -16,6 +16,7 @@ from ..cuda.text import SourceText
 from .annotations import parse_annotation
 from .expr import parse as expr_parse
 from .infer import infer
+from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     DEFAULT_SEEDS,
     ArgSpec,
@@ -43,8 +44,12 @@ def _fix_for_arg(kernel: Kernel, name: str, template_args: tuple[str, ...] = ())
     return f"add `// @warpforge arg {name} = VALUE` above the kernel"
 
 
-def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
-    """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix."""
+def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
+               limits: LaunchLimits = DEFAULT_LIMITS) -> KernelSpec:
+    """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix.
+
+    ``limits`` are the target GPU's (grid, block, shared memory, memory): a spec it cannot launch is an
+    error at its line now, not a launch failure of every candidate later."""
     ann = parse_annotation(src, kernel, file)
     inf = infer(src, model, kernel, file, ann.template_args)
     kline = kernel.start_line + 1
@@ -87,11 +92,12 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
         bytes=ann.bytes,
         notes=tuple(notes),
     )
-    _validate(spec, ann.lines)
+    _validate(spec, ann.lines, limits)
     return spec
 
 
-def _validate(spec: KernelSpec, lines: dict[str, int] | None = None) -> None:
+def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
+              limits: LaunchLimits = DEFAULT_LIMITS) -> None:
     names = [s.name for s in spec.sizes]
     for t in spec.tunables:
         if t.name in names:
@@ -111,9 +117,7 @@ def _validate(spec: KernelSpec, lines: dict[str, int] | None = None) -> None:
                 src = spec.arg(a.name)
                 raise SpecError(spec.file, src.line if src else None, f"`{a.name}` has length 0",
                                 "give it a positive length")
-        if r.threads > 1024:
-            raise SpecError(spec.file, spec.launch.line, f"block {r.block} has {r.threads} threads",
-                            "CUDA allows at most 1024 threads per block")
+        check_limits(spec, r, limits)
 
 
 def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
