@@ -48,8 +48,7 @@ async def main_async(out: Path | None, repeats: int) -> list[dict[str, Any]]:
                         cand_b = await ev._build(cand)
                         sides = [Side(b.cubin, b.symbol, b.launches["spec"]) for b in (base_b, cand_b)]
                         for flush in (False, True):
-                            b_ns, c_ns = await asyncio.get_running_loop().run_in_executor(
-                                None, lambda f=flush: measure(sides[0], sides[1], ev.layouts["spec"], flush=f))
+                            b_ns, c_ns = measure(sides[0], sides[1], ev.layouts["spec"], flush=flush)
                             c = judge(sp, b_ns, c_ns, "flushed" if flush else "warm")
                             row["ncu_flushed" if flush else "ncu_warm"] = {
                                 "ratio": c.ncu_ratio, "agrees_with_graph": c.agrees,
