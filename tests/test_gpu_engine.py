@@ -104,17 +104,17 @@ def control(backend: Backend, original: tuple[Path, str]) -> Evaluation:
 
 
 # --------------------------------------------------------------------------- adversarial and faulty candidates
-CASES: list[tuple[str, tuple[Path, str], str, str]] = [
+CASES: list[tuple[str, tuple[Path, str], str, str, bool]] = [
     (c.file, (ROOT / "kernels" / c.original[0].name, c.original[1]) if c.original[0].parent.name == "originals"
-     else c.original, c.status, c.reason) for c in SELFTEST_CASES
+     else c.original, c.status, c.reason, c.sensitivity) for c in SELFTEST_CASES
 ]
 
 
-@pytest.mark.parametrize(("name", "original", "status", "reason"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "original", "status", "reason", "sensitivity"), CASES, ids=[c[0] for c in CASES])
 def test_adversarial_candidate_is_rejected_and_the_engine_goes_on(
-    backend: Backend, name: str, original: tuple[Path, str], status: str, reason: str
+    backend: Backend, name: str, original: tuple[Path, str], status: str, reason: str, sensitivity: bool
 ) -> None:
-    ev = evaluator(backend, original)
+    ev = evaluator(backend, original, SETTINGS if sensitivity else replace(SETTINGS, sensitivity=False))
     e = run(ev.evaluate(variant(ev, ADV / name)))
     assert e.status == status, explain(e)
     assert reason.lower() in e.reason.lower(), explain(e)
@@ -250,6 +250,13 @@ def test_a_microsecond_kernel_is_timed_with_graph_replays_on_both_sides(backend:
     assert not e.timing.significant, e.timing.speedup  # identical code is no win
     big = run(evaluator(backend, GELU).baseline())  # ~100 µs per launch: events, as before
     assert big.timing is not None and big.timing.mode.startswith("events"), big.timing.mode
+
+
+def test_the_floor_cheat_is_also_caught_by_the_sensitivity_check(backend: Backend) -> None:
+    """It ignores its input (constant test data); perturbed inputs expose that before the floor check."""
+    ev = evaluator(backend, FLOOR)
+    e = run(ev.evaluate(variant(ev, ADV / "floor_cheat.cu")))
+    assert e.status == "incorrect" and "tail sensitivity" in e.reason, explain(e)
 
 
 def test_a_dropped_tail_passes_every_ordinary_check_and_the_sensitivity_check_catches_it(backend: Backend) -> None:

@@ -34,6 +34,9 @@ class Case:
     status: str
     reason: str  # a phrase the verdict's reason must contain (lower-case comparison)
     guard: str  # the guard, in words
+    #: run the tail-sensitivity check too; off where it would catch the candidate before the guard under
+    #: test does (``floor_cheat.cu`` ignores its input, which perturbed inputs expose before the floor)
+    sensitivity: bool = True
 
     @property
     def path(self) -> Path:
@@ -50,7 +53,8 @@ CASES: tuple[Case, ...] = (
     Case("gelu_device_launch.cu", GELU, "rejected", "launches a kernel from device code",
          "static guard: device-side launches"),
     Case("gelu_signature.cu", GELU, "rejected", "signature changed", "static guard: same signature"),
-    Case("floor_cheat.cu", FLOOR, "suspicious", "physical floor", "physical floor (bytes / bandwidth)"),
+    Case("floor_cheat.cu", FLOOR, "suspicious", "physical floor", "physical floor (bytes / bandwidth)",
+         sensitivity=False),
     Case("reduce_racy.cu", REDUCE, "racy", "not deterministic", "two runs on the same inputs agree"),
     Case("gelu_oob_write.cu", GELU, "rejected", "out-of-bounds write past the end of `out`",
          "guard bytes around every buffer"),
@@ -89,18 +93,21 @@ async def run_suite(backend: Any, cases: Sequence[Case] = CASES, *, settings: An
 
     Raises ``GpuUnavailable`` (from the evaluator) when there is no GPU to run on.
     """
+    from dataclasses import replace
+
     from ..gpu.evaluator import EngineSettings, Evaluator, candidate_from_variant
     from ..gpu.timing import TimingSettings
 
     settings = settings or EngineSettings(kernel_timeout=4.0, compile_timeout=30.0,
                                           timing=TimingSettings(max_seconds=0.6))
-    evaluators: dict[tuple[str, str], Evaluator] = {}
+    evaluators: dict[tuple[str, str, bool], Evaluator] = {}
     out: list[Outcome] = []
     try:
         for case in cases:
-            key = (str(case.original[0]), case.original[1])
+            key = (str(case.original[0]), case.original[1], case.sensitivity)
             if key not in evaluators:
-                evaluators[key] = Evaluator(case.original[0], case.original[1], backend=backend, settings=settings)
+                evaluators[key] = Evaluator(case.original[0], case.original[1], backend=backend,
+                                            settings=replace(settings, sensitivity=case.sensitivity))
             ev = evaluators[key]
             t0 = time.perf_counter()
             cand = candidate_from_variant(ev.text, case.path.read_text(encoding="utf-8"), ev.kernel.name)
