@@ -271,7 +271,6 @@ def test_a_dropped_tail_passes_every_ordinary_check_and_the_sensitivity_check_ca
     tail_runs = [r for r in good.correctness.runs if r.purpose == "sensitivity"]
     assert {r.variant for r in tail_runs} == {"spec", "odd"}
     assert all(r.tail_changes.get("out") == 1 for r in tail_runs), [r.tail_changes for r in tail_runs]
-    assert "tail sensitivity" in good.correctness.evidence()
 
 
 def test_ncu_confirms_a_real_win_and_flags_a_fake_one(backend: Backend) -> None:

@@ -176,8 +176,7 @@ class CorrectnessReport:
         """``3 seeds + odd size`` style summary of what was checked."""
         n = len(self.seeds)
         odd = " + odd size" if "odd" in self.sizes_checked else ""
-        tail = " + tail sensitivity" if any(r.purpose == "sensitivity" for r in self.runs) else ""
-        return f"{n} seed{'s' if n != 1 else ''}{odd}{tail}"
+        return f"{n} seed{'s' if n != 1 else ''}{odd}"
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": [r.to_json() for r in self.runs],
@@ -1015,6 +1014,8 @@ def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:
     flushed = ", L2 flushed" if ts.flush_l2 else ""
     if not graph:
         return "events" + flushed
+    if graph.get("unavailable"):
+        return f"events{flushed} (CUDA graphs unavailable: {graph['unavailable']})"
     k = (graph.get("launches_per_replay") or [0])[0]
     if graph.get("auto"):
         fastest = min(graph.get("per_launch_ms") or [0.0]) * 1e3
