@@ -51,7 +51,7 @@ from warpforge.search.candidate import Candidate
 from warpforge.spec import load_spec
 from warpforge.store import SCHEMA_VERSION, EvalKey, Store, StoreError
 
-ADV = ROOT / "tests" / "fixtures" / "adversarial"
+ADV = ROOT / "server" / "warpforge" / "selftest" / "adversarial"  # shipped with the package (selftest)
 VAR = ROOT / "tests" / "fixtures" / "variants"
 FAKE_WORKER = ROOT / "tests" / "fixtures" / "fake_worker.py"
 FAKE_PYCUDA = ROOT / "tests" / "fake_pycuda"

@@ -2,8 +2,9 @@
 reason, and the engine keeps evaluating the next one.
 
 Run on the GPU machine: ``pytest -m gpu tests/test_gpu_engine.py``. Skipped (with the reason) where there
-is no pycuda or no GPU. The candidates are in ``tests/fixtures/adversarial`` (one cheat or fault each, the
-first comment says which) and ``tests/fixtures/variants`` (a known faster reduce_sum and a wrong one).
+is no pycuda or no GPU. The candidates are in ``warpforge/selftest/adversarial`` (one cheat or fault each, the
+first comment says which; shipped for ``warpforge selftest``, whose table ``CASES`` this module runs too) and
+``tests/fixtures/variants`` (a known faster reduce_sum and a wrong one).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Coroutine, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +29,7 @@ _WHY = gpu_unavailable_reason()
 if _WHY is not None:
     pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
 
+from warpforge.gpu.confirm import Side, confirm  # noqa: E402
 from warpforge.gpu.evaluator import (  # noqa: E402
     Backend,
     EngineSettings,
@@ -35,12 +38,14 @@ from warpforge.gpu.evaluator import (  # noqa: E402
     candidate_from_variant,
 )
 from warpforge.gpu.sanitizer import sanitizer_path  # noqa: E402
-from warpforge.gpu.timing import TimingSettings, cv  # noqa: E402
+from warpforge.gpu.timing import Speedup, TimingSettings, cv  # noqa: E402
+from warpforge.profile.ncu import ncu_path  # noqa: E402
 from warpforge.search.candidate import Candidate  # noqa: E402
+from warpforge.selftest import CASES as SELFTEST_CASES  # noqa: E402
 from warpforge.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ADV = ROOT / "tests" / "fixtures" / "adversarial"
+ADV = ROOT / "server" / "warpforge" / "selftest" / "adversarial"
 VAR = ROOT / "tests" / "fixtures" / "variants"
 GELU = (ROOT / "kernels" / "gelu.cu", "gelu_forward")
 SAXPY = (ROOT / "kernels" / "saxpy.cu", "saxpy")
@@ -99,30 +104,17 @@ def control(backend: Backend, original: tuple[Path, str]) -> Evaluation:
 
 
 # --------------------------------------------------------------------------- adversarial and faulty candidates
-CASES: list[tuple[str, tuple[Path, str], str, str]] = [
-    ("gelu_partial_write.cu", GELU, "incorrect", "never written"),
-    ("gelu_cached_flag.cu", GELU, "incorrect", "skips work"),
-    ("gelu_cached_pointer.cu", GELU, "suspicious", "timed launches"),
-    ("saxpy_stale_noop.cu", SAXPY, "incorrect", "elements differ"),
-    ("gelu_clock.cu", GELU, "rejected", "reads the clock"),
-    ("gelu_globaltimer.cu", GELU, "rejected", "globaltimer"),
-    ("gelu_device_launch.cu", GELU, "rejected", "launches a kernel from device code"),
-    ("gelu_signature.cu", GELU, "rejected", "signature changed"),
-    ("floor_cheat.cu", FLOOR, "suspicious", "physical floor"),
-    ("reduce_racy.cu", REDUCE, "racy", "not deterministic"),
-    ("gelu_oob_write.cu", GELU, "rejected", "out-of-bounds write past the end of `out`"),
-    ("gelu_static_smem.cu", GELU, "compile_error", "too much shared data"),
-    ("gelu_nan.cu", GELU, "incorrect", "NaN where the original has a number"),
-    ("gelu_illegal_address.cu", GELU, "crashed", "illegal"),
-    ("gelu_hang.cu", GELU, "timeout", "did not finish"),
+CASES: list[tuple[str, tuple[Path, str], str, str, bool]] = [
+    (c.file, (ROOT / "kernels" / c.original[0].name, c.original[1]) if c.original[0].parent.name == "originals"
+     else c.original, c.status, c.reason, c.sensitivity) for c in SELFTEST_CASES
 ]
 
 
-@pytest.mark.parametrize(("name", "original", "status", "reason"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "original", "status", "reason", "sensitivity"), CASES, ids=[c[0] for c in CASES])
 def test_adversarial_candidate_is_rejected_and_the_engine_goes_on(
-    backend: Backend, name: str, original: tuple[Path, str], status: str, reason: str
+    backend: Backend, name: str, original: tuple[Path, str], status: str, reason: str, sensitivity: bool
 ) -> None:
-    ev = evaluator(backend, original)
+    ev = evaluator(backend, original, SETTINGS if sensitivity else replace(SETTINGS, sensitivity=False))
     e = run(ev.evaluate(variant(ev, ADV / name)))
     assert e.status == status, explain(e)
     assert reason.lower() in e.reason.lower(), explain(e)
@@ -240,6 +232,66 @@ def test_graph_mode_times_both_sides_the_same_way(backend: Backend) -> None:
     assert e.status == "ok", explain(e)
     assert e.timing is not None and "graph" in e.timing.mode
     assert e.speedup is not None and 0.5 < e.speedup < 2.0
+
+
+#: gelu at 2^18 elements: a few microseconds per launch, where event timing measures launch overhead
+SMALL_GELU_TEXT = (ROOT / "kernels" / "gelu.cu").read_text(encoding="utf-8").replace("size N = 1 << 25",
+                                                                                    "size N = 1 << 18")
+
+
+def test_a_microsecond_kernel_is_timed_with_graph_replays_on_both_sides(backend: Backend) -> None:
+    assert "1 << 18" in SMALL_GELU_TEXT
+    ev = Evaluator(GELU[0], GELU[1], text=SMALL_GELU_TEXT, backend=backend, settings=SETTINGS)
+    e = run(ev.evaluate(ev.original.derive(flags=("-DWF_SAME=1",))))
+    assert e.status == "ok", explain(e)
+    assert e.timing is not None and e.timing.speedup is not None
+    assert "CUDA graph" in e.timing.mode and "automatic" in e.timing.mode, e.timing.mode
+    assert 0.97 < e.timing.speedup.ratio < 1.03, e.timing.speedup
+    assert not e.timing.significant, e.timing.speedup  # identical code is no win
+    big = run(evaluator(backend, GELU).baseline())  # ~100 µs per launch: events, as before
+    assert big.timing is not None and big.timing.mode.startswith("events"), big.timing.mode
+
+
+def test_the_floor_cheat_is_also_caught_by_the_sensitivity_check(backend: Backend) -> None:
+    """It ignores its input (constant test data); perturbed inputs expose that before the floor check."""
+    ev = evaluator(backend, FLOOR)
+    e = run(ev.evaluate(variant(ev, ADV / "floor_cheat.cu")))
+    assert e.status == "incorrect" and "tail sensitivity" in e.reason, explain(e)
+
+
+def test_a_dropped_tail_passes_every_ordinary_check_and_the_sensitivity_check_catches_it(backend: Backend) -> None:
+    blind = evaluator(backend, REDUCE, replace(SETTINGS, sensitivity=False))
+    e = run(blind.evaluate(variant(blind, ADV / "reduce_tail_drop.cu")))
+    assert e.status == "ok", explain(e)  # rtol 1e-4 hides 128 missing elements of 2^24...
+    ev = evaluator(backend, REDUCE)
+    caught = run(ev.evaluate(variant(ev, ADV / "reduce_tail_drop.cu")))
+    assert caught.status == "incorrect" and "tail sensitivity" in caught.reason, explain(caught)  # ...not this
+    good = run(ev.evaluate(variant(ev, VAR / "reduce_sum_fast.cu")))
+    assert good.status == "ok", explain(good)
+    tail_runs = [r for r in good.correctness.runs if r.purpose == "sensitivity"]
+    assert {r.variant for r in tail_runs} == {"spec", "odd"}
+    assert all(r.tail_changes.get("out") == 1 for r in tail_runs), [r.tail_changes for r in tail_runs]
+
+
+def test_ncu_confirms_a_real_win_and_flags_a_fake_one(backend: Backend) -> None:
+    if ncu_path() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    ev = evaluator(backend, REDUCE)
+    fast = run(ev.sanitize(variant(ev, VAR / "reduce_sum_fast.cu")))
+    assert fast.status == "ok", explain(fast)
+    assert fast.timing is not None and fast.timing.confirmation is not None
+    conf = fast.timing.confirmation
+    assert conf.ran, conf.note
+    assert conf.agrees and conf.ncu_ratio is not None and conf.ncu_ratio > 1.3, conf.text()
+    assert fast.timing.significant
+    # A fake: identical kernels claimed 1.3x faster. ncu measures both and finds no such difference.
+    built = run(ev._baseline_built())
+    grid, block, smem = built.launches["spec"]
+    side = Side(built.cubin, built.symbol, (grid, block, smem))
+    fake = confirm(side, side, ev.layouts["spec"], Speedup(1.30, 1.25, 1.35, 100), seed=ev._seeds()[0])
+    assert fake.ran, fake.note
+    assert fake.agrees is False and fake.ncu_ratio is not None and 0.9 < fake.ncu_ratio < 1.1, fake.text()
+    assert "not significant" in fake.text()
 
 
 def test_energy_objective_reports_joules_per_launch(backend: Backend) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-MODULES: tuple[str, ...] = ("hints", "profile", "optimize", "bench", "verify", "serve", "index")
+MODULES: tuple[str, ...] = ("hints", "profile", "optimize", "bench", "verify", "serve", "index", "selftest")
 
 
 def register_all(sub: Any) -> None:

@@ -51,7 +51,9 @@ from . import guards
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
 from .backends import GpuUnavailable as GpuUnavailable  # re-exported: callers catch it from here
 from .build import compile_cubin
-from .inputs import Layout
+from .confirm import Confirmation, Side
+from .confirm import confirm as ncu_confirm
+from .inputs import TAIL, Layout
 from .sanitizer import SanitizerReport
 from .supervisor import Msg
 from .timing import Speedup, Stats, TimingSettings, speedup, summarize
@@ -61,7 +63,7 @@ Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "susp
 STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
                              "rejected")
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
 RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
 T = TypeVar("T")
@@ -85,11 +87,16 @@ class EngineSettings:
     compile_timeout: float = 60.0
     sanitize_timeout: float = 300.0
     arch: str | None = None
+    #: verify on inputs whose last elements are perturbed too (``inputs.perturb_tail``)
+    sensitivity: bool = True
+    #: confirm a winner's speedup with Nsight Compute's gpu__time_duration where ncu is available
+    confirm: bool = True
 
     def verdict_key(self) -> str:
         """The settings that can change a verdict (part of the cache key)."""
         d = {"seeds": self.seeds, "odd": self.odd, "odd_seeds": self.odd_seeds, "det": self.determinism,
              "recheck": self.recheck, "graph": self.timing.graph, "flush": self.timing.flush_l2,
+             "graph_below": self.timing.graph_below_ms, "sensitivity": self.sensitivity,
              "objective": self.objective, "arch": self.arch}
         return json.dumps(d, sort_keys=True)
 
@@ -124,7 +131,9 @@ class RunReport:
     sizes: str
     buffers: list[cmp.BufferReport] = field(default_factory=list)
     guard: list[str] = field(default_factory=list)
-    purpose: str = "verify"  # verify | recheck
+    purpose: str = "verify"  # verify | recheck | sensitivity (inputs with their last elements perturbed)
+    #: sensitivity runs: elements of each output the perturbation changed in the original's results
+    tail_changes: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -132,12 +141,14 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant, "seed": self.seed, "sizes": self.sizes, "purpose": self.purpose,
-                "ok": self.ok, "guard": self.guard, "buffers": [b.to_json() for b in self.buffers]}
+                "ok": self.ok, "guard": self.guard, "buffers": [b.to_json() for b in self.buffers],
+                "tail_changes": self.tail_changes}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunReport:
         return cls(d["variant"], int(d["seed"]), d["sizes"], [cmp.BufferReport.from_json(b) for b in d["buffers"]],
-                   list(d.get("guard", [])), d.get("purpose", "verify"))
+                   list(d.get("guard", [])), d.get("purpose", "verify"),
+                   {str(k): int(v) for k, v in (d.get("tail_changes") or {}).items()})
 
 
 @dataclass
@@ -199,6 +210,15 @@ class TimingReport:
     bytes: float | None = None
     flops: float | None = None
     floor_ms: float | None = None
+    #: Nsight Compute's check of a winner's speedup (``confirm``), when one was made
+    confirmation: Confirmation | None = None
+
+    @property
+    def significant(self) -> bool:
+        """Is the speedup outside the noise? Its interval excludes 1 and no confirmation disagrees."""
+        if self.speedup is None or self.speedup.low <= 1.0:
+            return False
+        return not (self.confirmation is not None and self.confirmation.agrees is False)
 
     @property
     def achieved_gbps(self) -> float | None:
@@ -218,7 +238,8 @@ class TimingReport:
                 "speedup": self.speedup.to_json() if self.speedup else None, "mode": self.mode, "gpu": self.gpu,
                 "driver": self.driver, "sm_clock_mhz": self.sm_clock_mhz, "max_clock_mhz": self.max_clock_mhz,
                 "peak_gbps": self.peak_gbps, "bytes": self.bytes, "flops": self.flops, "floor_ms": self.floor_ms,
-                "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops}
+                "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops,
+                "confirmation": self.confirmation.to_json() if self.confirmation else None}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TimingReport:
@@ -227,7 +248,7 @@ class TimingReport:
                    Speedup.from_json(d["speedup"]) if d.get("speedup") else None,
                    d.get("mode", ""), d.get("gpu", ""), d.get("driver", ""), d.get("sm_clock_mhz"),
                    d.get("max_clock_mhz"), float(d.get("peak_gbps") or 0.0), d.get("bytes"), d.get("flops"),
-                   d.get("floor_ms"))
+                   d.get("floor_ms"), Confirmation.from_json(d["confirmation"]) if d.get("confirmation") else None)
 
 
 @dataclass
@@ -301,6 +322,9 @@ class Evaluation:
             return f"verified ({where})"
         word = "faster" if sp >= 1 else "slower"
         factor = sp if sp >= 1 else 1 / sp
+        conf = self.timing.confirmation if self.timing else None
+        if conf is not None and conf.agrees is False:
+            return f"{factor:.2f}x {word}, {conf.text()} ({where})"
         return f"{factor:.2f}x {word} ({where})"
 
     def to_json(self) -> dict[str, Any]:
@@ -624,8 +648,12 @@ class Evaluator:
                 built = await self._build(cand)
                 await self.backend.ensure_compare(self.arch)
 
-                async def sanitize_only(dev: Device, ev: Evaluation = ev, built: _Built = built) -> None:
+                base = await self._baseline_built()
+
+                async def sanitize_only(dev: Device, ev: Evaluation = ev, built: _Built = built,
+                                        base: _Built = base) -> None:
                     await self._sanitize_step(ev, built, dev)
+                    await self._confirm_step(ev, built, base, dev)
 
                 await self._on_device(ev, sanitize_only)
             except _Fail as f:
@@ -751,6 +779,9 @@ class Evaluator:
         runs: list[list[Any]] = [["spec", s] for s in seeds]
         if "odd" in self.variants:
             runs += [["odd", s] for s in seeds[: max(1, self.settings.odd_seeds)]]
+        if self.settings.sensitivity:
+            # Last: the ordinary runs' verdicts come first. Both sizes, as tails are where sizes differ.
+            runs += [[v, seeds[0], "tail"] for v in self.variants]
         per_request = 120.0 + kt * (len(runs) * 3 + 4)
         # -- correctness
         self._say(cand, "verifying")
@@ -762,7 +793,9 @@ class Evaluator:
         r = await self._request(dev, msg, per_request, "verification", ev)
         for rr in r["runs"]:
             ev.correctness.runs.append(RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]),
-                                                 list(rr["guard"])))
+                                                 list(rr["guard"]),
+                                                 purpose="sensitivity" if rr.get("tail") else "verify",
+                                                 tail_changes=dict(rr.get("tail_changes") or {})))
             if rr.get("unwritten"):
                 ev.correctness.unwritten_by_original.update({k: v for k, v in rr["unwritten"].items() if v})
             if rr.get("oracle_guard"):
@@ -788,6 +821,13 @@ class Evaluator:
             if run.guard:
                 raise _Fail("rejected", f"{run.variant} size ({run.sizes}), seed {run.seed}: " + "; ".join(run.guard))
             bad_bufs = [b for b in run.buffers if not b.ok]
+            if bad_bufs and run.purpose == "sensitivity":
+                changed = ", ".join(f"{n} of `{k}`" for k, n in run.tail_changes.items() if n) or "none"
+                raise _Fail("incorrect", f"tail sensitivity, {run.variant} size ({run.sizes}), seed {run.seed}: with "
+                                         f"the last {TAIL} elements of every input perturbed, the original's outputs "
+                                         f"change ({changed} elements) but the candidate's do not follow: "
+                                         + "; ".join(b.summary() for b in bad_bufs)
+                                         + " (does it skip the last elements? a tolerance hid that on plain inputs)")
             if bad_bufs:
                 raise _Fail("incorrect", f"{run.variant} size ({run.sizes}), seed {run.seed}: "
                                          + "; ".join(b.summary() for b in bad_bufs))
@@ -807,7 +847,7 @@ class Evaluator:
         timing = TimingReport(
             candidate=cand_stats, baseline=base_stats,
             speedup=None if baseline else speedup(samples[0], samples[1]),
-            mode=("CUDA graph replays" if ts.graph else "events") + (", L2 flushed" if ts.flush_l2 else ""),
+            mode=_mode_text(t.get("graph"), ts),
             gpu=str(info.get("name", "")), driver=str(info.get("driver", "")), sm_clock_mhz=t.get("sm_clock_mhz"),
             max_clock_mhz=int(info.get("clock_mhz") or 0) or None, peak_gbps=peak,
             bytes=self._bytes(), flops=self._flops(),
@@ -852,9 +892,10 @@ class Evaluator:
         if self.settings.objective == "energy":
             self._say(cand, "measuring energy")
             ev.energy = await self._energy(dev, built, base, baseline)
-        # -- sanitizer
+        # -- the winner's checks: sanitizer, then the speedup confirmed by Nsight Compute
         if sanitize:
             await self._sanitize_step(ev, built, dev)
+            await self._confirm_step(ev, built, base, dev)
 
     async def _sanitize_step(self, ev: Evaluation, built: _Built, dev: Device) -> None:
         self._say_id(ev.candidate_id, "compute-sanitizer")
@@ -864,6 +905,36 @@ class Evaluator:
         if bad is not None:
             status = "racy" if bad.tool == "racecheck" else "rejected"
             raise _Fail(status, f"compute-sanitizer {bad.tool}: {bad.errors} error(s): {bad.first_error}")
+
+    async def _confirm_step(self, ev: Evaluation, built: _Built, base: _Built, dev: Device) -> None:
+        """Re-measure a claimed win with ncu's gpu__time_duration (``confirm``); a disagreement beyond the
+        timing's interval makes the win not significant: the interval is widened to cover both measurements
+        and the evidence says why. Runs in its own process on the device's GPU, which this evaluation holds.
+        """
+        t = ev.timing
+        if (not self.settings.confirm or t is None or t.speedup is None or t.speedup.ratio <= 1.0
+                or t.confirmation is not None):
+            return
+        if not isinstance(self.backend, LocalBackend):
+            ev.notes.append("speedup not confirmed by Nsight Compute: it runs with local GPUs only")
+            return
+        self._say_id(ev.candidate_id, "Nsight Compute confirmation")
+        claimed = t.speedup
+        flush = self.settings.timing.flush_l2 and "graph" not in t.mode
+
+        def side(b: _Built) -> Side:
+            grid, block, smem = b.launches["spec"]
+            return Side(b.cubin, b.symbol, (grid, block, smem))
+
+        layout, seed, device = self.layouts["spec"], self._seeds()[0], dev.device
+        loop = asyncio.get_running_loop()
+        conf = await loop.run_in_executor(None, lambda: ncu_confirm(side(base), side(built), layout, claimed,
+                                                                    seed=seed, device=device, flush=flush))
+        t.confirmation = conf
+        ev.notes.append(conf.text())
+        if conf.agrees is False and conf.ncu_ratio is not None:
+            t.speedup = Speedup(claimed.ratio, min(claimed.low, conf.ncu_ratio), max(claimed.high, conf.ncu_ratio),
+                                claimed.pairs)
 
     def _bytes(self) -> float | None:
         r = self.spec.resolve()
@@ -907,6 +978,21 @@ class Evaluator:
         grid, block, smem = built.launches[variant]
         return await dev.sanitize(built.cubin, built.symbol, self.layouts[variant], (grid, block, smem),
                                   seed=self._seeds()[0], timeout=self.settings.sanitize_timeout)
+
+
+def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:
+    """How the sides were timed, for reports: events, or graph replays (and why), and the L2 policy."""
+    flushed = ", L2 flushed" if ts.flush_l2 else ""
+    if not graph:
+        return "events" + flushed
+    if graph.get("unavailable"):
+        return f"events{flushed} (CUDA graphs unavailable: {graph['unavailable']})"
+    k = (graph.get("launches_per_replay") or [0])[0]
+    if graph.get("auto"):
+        fastest = min(graph.get("per_launch_ms") or [0.0]) * 1e3
+        why = f"automatic: {fastest:.1f} µs per launch < {float(graph.get('below_ms', 0.0)) * 1e3:.0f} µs"
+        return f"CUDA graph replays of {k} launches ({why}){flushed} before each replay"
+    return f"CUDA graph replays of {k} launches{flushed} before each replay"
 
 
 def _json_safe(d: Any) -> Any:

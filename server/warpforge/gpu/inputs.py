@@ -199,6 +199,64 @@ def make_inputs(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
     return {a.name: generate(a, seed) for a in layout.buffers if a.readable}
 
 
+# --------------------------------------------------------------------------- tail perturbation
+#: how many elements at the end of each input buffer the sensitivity check changes
+TAIL = 32
+#: how far a perturbed floating-point element moves, in units of its distribution's scale
+TAIL_SCALE = 1e4
+#: the largest move for float16 elements (its largest finite value is 65504)
+TAIL_MAX_FLOAT16 = 1024.0
+
+
+def _scale(dist: tuple[str, float, float]) -> float:
+    """A typical magnitude of values drawn from ``dist`` (at least 1)."""
+    kind, a, b = dist
+    if kind == "normal":
+        return max(1.0, abs(a) + 3 * abs(b))
+    return max(1.0, abs(a), abs(b))
+
+
+def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A copy of one input buffer with its last ``TAIL`` elements changed so much that any output depending
+    on them changes beyond a tolerance: the sensitivity check of verification.
+
+    Why: a tolerance hides small omissions. A sum of 2^24 uniform(0, 1) values under rtol 1e-4 passes with
+    ~100 of its last elements dropped (each contributes 1e-7 of the total). Moved by ``TAIL_SCALE`` times
+    their scale, in one direction (so that a sum cannot cancel the moves), the same elements contribute far
+    more than the tolerance: a kernel that ignores them no longer matches the original on these inputs.
+
+    Floating-point elements move up by ``TAIL_SCALE`` times the distribution's scale (float16 at most by
+    ``TAIL_MAX_FLOAT16``). Integer elements drawn from ``int(lo, hi)`` are reflected inside that range
+    (``lo + hi - 1 - x``), so indices stay valid indices; other integer buffers are left alone (their
+    valid values are unknown: a perturbed index could make the original itself read out of bounds).
+    """
+    n = int(arg.count or 0)
+    k = min(TAIL, n)
+    out = np.array(data, copy=True)
+    if k == 0:
+        return out
+    dist = arg.dist or default_dist(arg.dtype)
+    if is_float(arg.dtype):
+        move = TAIL_SCALE * _scale(dist)
+        if arg.dtype == "float16":
+            move = min(move, TAIL_MAX_FLOAT16)
+        tail = to_float64(out[n - k:], arg.dtype) + move
+        if arg.dtype == "bfloat16":
+            out[n - k:] = _bfloat16_bits(tail.astype(np.float32))
+        else:
+            out[n - k:] = tail.astype(out.dtype)
+        return out
+    kind, a, b = dist
+    if kind != "int":
+        return out
+    lo, hi = int(np.ceil(a)), int(np.ceil(b))
+    if hi - lo < 2:
+        return out
+    tail_i = out[n - k:].astype(np.int64)
+    out[n - k:] = (lo + hi - 1 - tail_i).astype(out.dtype)
+    return out
+
+
 # --------------------------------------------------------------------------- poison
 def poison_bytes(nbytes: int) -> bytes:
     """``nbytes`` of the poison pattern, starting at an even (aligned) offset."""

@@ -22,7 +22,10 @@ What the worker does for the verification rules (see DESIGN.md "Verification"):
   kernel that reads a buffer twice its size, leaving no dirty lines behind), inout buffers restored and
   outputs re-poisoned before every repetition (outside the events), sides interleaved ABBA on buffer sets
   they rotate through together (placement cannot favour a side), adaptive repetitions (``timing``);
-  optionally the launches are captured in a CUDA graph;
+  when a side's launch takes microseconds (or when asked), both sides are timed as replays of CUDA graphs
+  of many back-to-back launches instead (``timing.use_graphs``);
+- verification can also run on inputs whose last elements are perturbed (``inputs.perturb_tail``): a
+  run's third element ``"tail"`` asks for that, for the subject and the oracle alike;
 - after timing, each side is called once more on the buffers it was timed on and its outputs are compared
   with the oracle's, so a kernel that skips work when called again on the same buffers is caught.
 
@@ -60,6 +63,7 @@ from .inputs import (
     generate,
     initial_buffers,
     itemsize,
+    perturb_tail,
     poison_fill,
     poison_scalar,
     scalar_format,
@@ -67,7 +71,7 @@ from .inputs import (
     storage_dtype,
     to_float64,
 )
-from .timing import TimingSettings, converged, interleave
+from .timing import TimingSettings, converged, interleave, launches_per_replay, use_graphs
 
 Msg = dict[str, Any]
 Launch = tuple[tuple[int, int, int], tuple[int, int, int], int]
@@ -131,8 +135,8 @@ class _Problem:
     id: str
     layouts: dict[str, Layout]
     tolerances: dict[str, tuple[float, float]]
-    pristine: dict[tuple[str, int], dict[str, _Buf]] = field(default_factory=dict)
-    oracles: dict[tuple[str, str, int], _Oracle] = field(default_factory=dict)
+    pristine: dict[tuple[str, int, bool], dict[str, _Buf]] = field(default_factory=dict)
+    oracles: dict[tuple[str, str, int, bool], _Oracle] = field(default_factory=dict)
     nbytes: int = 0
 
 
@@ -467,8 +471,9 @@ class Engine:
         self.last_busy = time.monotonic()
 
     # ----------------------------------------------------------------- runs
-    def _pristine(self, prob: _Problem, variant: str, seed: int) -> dict[str, _Buf]:
-        key = (variant, int(seed))
+    def _pristine(self, prob: _Problem, variant: str, seed: int, tail: bool = False) -> dict[str, _Buf]:
+        """The inputs of (variant, seed) on the device, kept; ``tail``: with their last elements perturbed."""
+        key = (variant, int(seed), bool(tail))
         bufs = prob.pristine.get(key)
         if bufs is not None:
             return bufs
@@ -478,6 +483,8 @@ class Engine:
             if not a.readable:
                 continue
             host = inputs_for(a, int(seed))  # generated once per machine, shared by its workers
+            if tail:
+                host = perturb_tail(a, host)
             b = self._alloc(host.nbytes, guarded=False)
             b.owned = True
             if host.nbytes:
@@ -501,9 +508,10 @@ class Engine:
         self._free_retired()
         return bufs
 
-    def _run(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int, timeout: float) -> _Run:
+    def _run(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int, timeout: float,
+             tail: bool = False) -> _Run:
         layout = prob.layouts[variant]
-        pristine = self._pristine(prob, variant, seed)
+        pristine = self._pristine(prob, variant, seed, tail)
         bufs = self._fresh(layout, pristine, guarded=True)
         self._launch(mod, launch, layout, {k: b.ptr for k, b in bufs.items()})
         self._sync(timeout)
@@ -528,12 +536,12 @@ class Engine:
         return found
 
     def _oracle(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int,
-                timeout: float) -> _Oracle:
-        key = (mod.key, variant, int(seed))
+                timeout: float, tail: bool = False) -> _Oracle:
+        key = (mod.key, variant, int(seed), bool(tail))
         found = prob.oracles.get(key)
         if found is not None:
             return found
-        run = self._run(prob, mod, launch, variant, seed, timeout)
+        run = self._run(prob, mod, launch, variant, seed, timeout, tail)
         keep = {a.name: run.bufs[a.name] for a in run.layout.writable}
         for b in keep.values():
             b.owned = True
@@ -708,9 +716,10 @@ class Engine:
         omod = self._module(oref)
         smod = self._module(sref)
         timeout = float(msg.get("kernel_timeout", 10.0))
-        runs = [(str(v), int(s)) for v, s in msg["runs"]]
+        # A run is [variant, seed] or [variant, seed, "tail"] (inputs with their last elements perturbed).
+        runs = [(str(r[0]), int(r[1]), len(r) > 2 and r[2] == "tail") for r in msg["runs"]]
         det = tuple(msg["determinism"]) if msg.get("determinism") else None
-        for variant in {v for v, _ in runs}:
+        for variant in {r[0] for r in runs}:
             try:
                 self._precheck(omod, _launch_of(oref["launch"][variant]))
             except Rejected as e:
@@ -718,13 +727,15 @@ class Engine:
             self._precheck(smod, _launch_of(sref["launch"][variant]))
         reports: list[Msg] = []
         determinism: list[cmp.BufferReport] | None = None
-        for variant, seed in runs:
+        for variant, seed, tail in runs:
             layout = prob.layouts[variant]
-            oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
-            run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
+            oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout, tail)
+            run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout, tail)
             report: Msg = {"variant": variant, "seed": seed, "label": layout.label, "sizes": layout.describe(),
-                           "guard": run.guard, "oracle_guard": oracle.guard, "buffers": []}
-            if det is not None and (variant, seed) == (det[0], int(det[1])) and determinism is None:
+                           "guard": run.guard, "oracle_guard": oracle.guard, "buffers": [], "tail": tail}
+            if tail:
+                report["tail_changes"] = self._tail_changes(prob, omod, oref, variant, seed, oracle, timeout)
+            if det is not None and not tail and (variant, seed) == (det[0], int(det[1])) and determinism is None:
                 again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
                 determinism = [self._compare(a, again.bufs[a.name].ptr, run.bufs[a.name].ptr,
                                              prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
@@ -747,6 +758,21 @@ class Engine:
                 break
         return {"status": "ok", "runs": reports, "determinism": determinism, "attrs": smod.attrs,
                 "oracle_attrs": omod.attrs}
+
+    def _tail_changes(self, prob: _Problem, omod: _Module, oref: Msg, variant: str, seed: int, perturbed: _Oracle,
+                      timeout: float) -> dict[str, int]:
+        """Elements of each output that the tail perturbation changed in the original's results.
+
+        Evidence for the sensitivity check: where this is 0 the original does not depend on the perturbed
+        elements (nothing to check there); elsewhere the candidate had to follow the change.
+        """
+        plain = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
+        out: dict[str, int] = {}
+        for a in prob.layouts[variant].writable:
+            rep = self._compare(a, perturbed.bufs[a.name].ptr, plain.bufs[a.name].ptr,
+                                prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+            out[a.name] = rep.mismatches
+        return out
 
     def _count_unwritten(self, layout: Layout, oracle: _Oracle, timeout: float) -> dict[str, int]:
         """Elements of each output the oracle left holding the poison (a spec length larger than the kernel's)."""
@@ -835,8 +861,18 @@ class Engine:
         graph_info: Msg | None = None
         per_launch = [1] * len(refs)
         execs: list[list[tuple[Any, Any]]] = []
-        if settings.graph:
-            execs, per_launch, graph_info = self._graphs_for(len(refs), prep, launch, settings, timeout)
+        estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
+        if use_graphs(settings, estimates):
+            k = launches_per_replay(settings, estimates)
+            try:
+                execs = self._graphs_for(len(refs), k, prep, launch)
+                per_launch = [k] * len(refs)
+                graph_info = {"launches_per_replay": per_launch, "per_launch_ms": estimates,
+                              "auto": not settings.graph, "below_ms": settings.graph_below_ms}
+            except OSError as err:  # no driver library to capture graphs with: events, and the report says so
+                if settings.graph:
+                    raise
+                graph_info = {"unavailable": str(err), "per_launch_ms": estimates}
         samples: list[list[float]] = [[] for _ in refs]
         events = [[(cuda.Event(), cuda.Event()) for _ in range(settings.batch)] for _ in refs]
         start = time.monotonic()
@@ -889,36 +925,44 @@ class Engine:
         return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info,
                 "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warmed}
 
-    def _graphs_for(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
-                    settings: TimingSettings, timeout: float) -> tuple[list[list[tuple[Any, Any]]], list[int], Msg]:
-        """Capture ``k`` back-to-back launches per side and buffer set, ``k`` making a replay ~graph_target_ms."""
+    def _per_launch_ms(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
+                       timeout: float) -> list[float]:
+        """Each side's time per launch (ms) from a few back-to-back launches: decides graph mode and its size.
+
+        Back-to-back launches keep the queue full, so this is close to the kernel's own time even for a
+        microsecond kernel (a single event-timed launch is not).
+        """
         cuda = self.cuda
-        if self.graphs is None:
-            self.graphs = _Graphs()
-        handle = int(self.stream.handle)
-        execs: list[list[tuple[Any, Any]]] = []
-        counts: list[int] = []
+        out: list[float] = []
         for i in range(sides):
             prep(0)
             s, e = cuda.Event(), cuda.Event()
             s.record(self.stream)
-            for _ in range(3):
+            for _ in range(5):
                 launch(i, 0)
             e.record(self.stream)
-            self._sync(timeout * 3)
-            est = max(float(e.time_since(s)) / 3, 1e-4)
-            k = int(min(1000, max(1, math.ceil(settings.graph_target_ms / est))))
+            self._sync(timeout * 5)
+            out.append(max(float(e.time_since(s)) / 5, 1e-4))
+        return out
+
+    def _graphs_for(self, sides: int, k: int, prep: Callable[[int], None],
+                    launch: Callable[[int, int], None]) -> list[list[tuple[Any, Any]]]:
+        """Capture ``k`` back-to-back launches per side and buffer set (the same ``k`` for every side)."""
+        if self.graphs is None:
+            self.graphs = _Graphs()
+        handle = int(self.stream.handle)
+        execs: list[list[tuple[Any, Any]]] = []
+        for i in range(sides):
             per_set: list[tuple[Any, Any]] = []
             for si in range(TIMING_SETS):
 
-                def body(i: int = i, k: int = k, si: int = si) -> None:
+                def body(i: int = i, si: int = si) -> None:
                     for _ in range(k):
                         launch(i, si)
 
                 per_set.append(self.graphs.capture(handle, body))
             execs.append(per_set)
-            counts.append(k)
-        return execs, counts, {"launches_per_replay": counts}
+        return execs
 
     def op_energy(self, msg: Msg) -> Msg:
         """Joules per launch over >= ``seconds`` of back-to-back launches (see ``energy``)."""

@@ -316,8 +316,10 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
     """Run the best variants under compute-sanitizer (memcheck, racecheck) before one is offered.
 
     A winner that fails (an out-of-bounds access the output comparison could not see, a race) is marked
-    with the sanitizer's verdict in the tree and the next best verified variant is tried. Evaluators
-    without a sanitizer (plug-ins, the CI fixture) are taken as they are.
+    with the sanitizer's verdict in the tree and the next best verified variant is tried. So is a winner
+    whose speedup Nsight Compute's kernel durations contradict (``gpu.confirm``: its evaluation keeps the
+    measurement and says it is not significant). Evaluators without a sanitizer (plug-ins, the CI fixture)
+    are taken as they are.
     """
     sanitize = getattr(evaluator, "sanitize", None)
     if sanitize is None:
@@ -326,9 +328,15 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
                      and SearchEngine._significant(n)), key=lambda n: -(n.speedup or 0))
     for node in ranked[:tries]:
         checked = await sanitize(node.candidate)
-        if checked.status == "ok":
+        if checked.status == "ok" and not _contradicted(checked):
             result.best = node
             return
         node.evaluation = checked
     if ranked:
         result.best = result.root  # nothing passed the sanitizer: offer nothing rather than an unchecked variant
+
+
+def _contradicted(evaluation: Any) -> bool:
+    """Did the winner's speedup confirmation (ncu) disagree with its timing? (False where none was made.)"""
+    conf = getattr(getattr(evaluation, "timing", None), "confirmation", None)
+    return getattr(conf, "agrees", None) is False

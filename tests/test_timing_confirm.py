@@ -1,0 +1,172 @@
+"""CPU tests of small-kernel timing decisions and of the ncu confirmation's judgement and parsing.
+
+The measurements themselves run on the GPU (``tests/test_gpu_engine.py``); what is decided from them is
+pure Python and is checked here: when graphs are used, how many launches a replay holds, when ncu's
+durations contradict a timed speedup, how ncu's CSV is read, and that a contradicted winner is not offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from warpforge.gpu.confirm import MIN_ALLOWED, Confirmation, Side, confirm, confirm_command, judge, parse_durations
+from warpforge.gpu.inputs import ArgLayout, Layout
+from warpforge.gpu.timing import Speedup, TimingSettings, launches_per_replay, use_graphs
+from warpforge.search.optimize import confirm_winner
+
+
+def test_graphs_for_both_sides_when_either_launch_is_microseconds() -> None:
+    s = TimingSettings()
+    assert use_graphs(s, [0.005, 0.2])  # one side at 5 µs: both sides graph-timed
+    assert use_graphs(s, [0.2, 0.049])
+    assert not use_graphs(s, [0.06, 0.3])
+    assert use_graphs(TimingSettings(graph=True), [5.0, 5.0])  # forced
+    assert not use_graphs(TimingSettings(graph_below_ms=0.0), [0.001, 0.001])  # automatic choice off
+
+
+def test_one_launch_count_for_every_side_from_the_fastest() -> None:
+    s = TimingSettings(graph_target_ms=0.5)
+    assert launches_per_replay(s, [0.005, 0.01]) == 100
+    assert launches_per_replay(s, [0.01, 0.005]) == 100
+    assert launches_per_replay(s, [1e-7, 1e-7]) == 1000  # capped
+    assert launches_per_replay(s, [2.0]) == 1
+
+
+def test_the_issues_5us_kernel_is_not_significant_but_a_real_win_is_confirmed() -> None:
+    # Issue 14: timed 1.056x [1.029, 1.070]; ncu measured 0.99x.
+    claimed = Speedup(1.056, 1.029, 1.070, 400)
+    c = judge(claimed, [5000.0] * 7, [5050.0] * 7, "warm")
+    assert c.ran and c.agrees is False
+    assert c.ncu_ratio is not None and abs(c.ncu_ratio - 0.990) < 0.001
+    assert "not significant" in c.text() and "0.990x" in c.text()
+    real = judge(Speedup(1.62, 1.58, 1.66, 300), [30_000.0, 30_500.0, 29_900.0], [18_800.0, 18_900.0, 19_000.0])
+    assert real.agrees is True and "confirmed" in real.text()
+
+
+def test_a_tight_interval_still_allows_ncus_own_noise() -> None:
+    c = judge(Speedup(1.500, 1.499, 1.501, 1000), [15_000.0], [10_150.0])  # 1.478x: 0.022 off
+    assert c.allowed == MIN_ALLOWED and c.agrees is False
+    c = judge(Speedup(1.500, 1.499, 1.501, 1000), [15_000.0], [10_050.0])  # 1.493x
+    assert c.agrees is True
+
+
+def test_no_durations_is_no_verdict() -> None:
+    c = judge(Speedup(1.2, 1.1, 1.3, 50), [], [])
+    assert not c.ran and c.agrees is None and "no kernel durations" in c.note
+    again = Confirmation.from_json(c.to_json())
+    assert again == c
+
+
+_HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+         '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+
+
+def _row(ident: int, grid: int, unit: str, value: str) -> str:
+    return (f'"{ident}","4242","python3.12","127.0.0.1","reduce_sum(const float *, float *, int)","1","7",'
+            f'"(256, 1, 1)","({grid}, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum",'
+            f'"{unit}","{value}"')
+
+
+NCU_CSV = "\n".join([
+    "==PROF== Connected to process 4242 (/usr/bin/python3.12)",
+    '==PROF== Profiling "reduce_sum" - 0: 0%....50%....100% - 1 pass',
+    "==PROF== Disconnected from process 4242",
+    _HEAD,
+    _row(0, 65536, "nsecond", "31,264"),
+    _row(1, 16384, "nsecond", "18,912"),
+    _row(2, 65536, "usecond", "31.5"),
+    _row(3, 16384, "nsecond", "18,880"),
+    'WARPFORGE_CONFIRM {"warmup_seconds": 0.31}',
+])
+
+
+def test_ncu_csv_rows_alternate_between_the_sides() -> None:
+    base, cand = parse_durations(NCU_CSV)
+    assert base == [31264.0, 31500.0]
+    assert cand == [18912.0, 18880.0]
+    assert parse_durations("no csv here") == [[], []]
+
+
+def test_the_command_leaves_clocks_alone_and_follows_the_timings_cache_policy() -> None:
+    warm = confirm_command("ncu", "/tmp/job.pkl", flush=False, python="python3")
+    assert warm[warm.index("--clock-control") + 1] == "none"
+    assert warm[warm.index("--cache-control") + 1] == "none"
+    assert "gpu__time_duration.sum" in warm and warm[-2:] == ["--harness", "/tmp/job.pkl"]
+    flushed = confirm_command("ncu", "/tmp/job.pkl", flush=True)
+    assert flushed[flushed.index("--cache-control") + 1] == "all"
+
+
+def test_without_ncu_the_confirmation_is_skipped_with_a_note(tmp_path: Path) -> None:
+    side = Side(b"", "k", ((1, 1, 1), (32, 1, 1), 0))
+    layout = Layout("spec", (ArgLayout("x", "in", "float32", 4),))
+    c = confirm(side, side, layout, Speedup(1.2, 1.1, 1.3, 50), ncu=str(tmp_path / "no-such-ncu"))
+    assert not c.ran and c.agrees is None and "could not be started" in c.note
+    assert c.text().startswith("speedup not confirmed")
+
+
+# --------------------------------------------------------------------------- the search offers no contradicted win
+@dataclass
+class _Timing:
+    confirmation: Confirmation | None
+    speedup: Speedup = field(default_factory=lambda: Speedup(1.3, 1.2, 1.4, 50))
+
+
+@dataclass
+class _Eval:
+    status: str
+    speedup: float | None
+    timing: _Timing
+    reason: str = ""
+
+
+@dataclass
+class _Node:
+    evaluation: _Eval
+    candidate: str
+
+    @property
+    def ok(self) -> bool:
+        return self.evaluation.status == "ok"
+
+    @property
+    def speedup(self) -> float | None:
+        return self.evaluation.speedup
+
+
+@dataclass
+class _Result:
+    nodes: list[_Node]
+    root: _Node
+    best: _Node
+
+
+class _Evaluator:
+    def __init__(self, verdicts: dict[str, _Eval]) -> None:
+        self.verdicts = verdicts
+        self.sanitized: list[str] = []
+
+    async def evaluate(self, candidate: str) -> _Eval:
+        return self.verdicts[candidate]
+
+    async def sanitize(self, candidate: str) -> _Eval:
+        self.sanitized.append(candidate)
+        return self.verdicts[candidate]
+
+
+def test_a_winner_contradicted_by_ncu_is_not_offered_and_the_next_one_is() -> None:
+    no = Confirmation(1.5, 1.4, 1.6, ran=True, agrees=False, ncu_ratio=0.99)
+    yes = Confirmation(1.2, 1.15, 1.25, ran=True, agrees=True, ncu_ratio=1.21)
+    fake = _Eval("ok", 1.5, _Timing(no))
+    real = _Eval("ok", 1.2, _Timing(yes))
+    root = _Node(_Eval("ok", 1.0, _Timing(None)), "root")
+    nodes = [root, _Node(fake, "fake"), _Node(real, "real")]
+    result = _Result(nodes, root, nodes[1])
+    ev = _Evaluator({"fake": fake, "real": real})
+    asyncio.run(confirm_winner(result, ev))  # type: ignore[arg-type]
+    assert ev.sanitized == ["fake", "real"]
+    assert result.best is nodes[2]
+    only_fake = _Result(nodes[:2], root, nodes[1])
+    asyncio.run(confirm_winner(only_fake, _Evaluator({"fake": fake})))  # type: ignore[arg-type]
+    assert only_fake.best is root  # nothing confirmed: nothing offered
