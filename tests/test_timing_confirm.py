@@ -45,6 +45,24 @@ def test_the_issues_5us_kernel_is_not_significant_but_a_real_win_is_confirmed() 
     assert real.agrees is True and "confirmed" in real.text()
 
 
+def test_per_launch_savings_are_compared_so_ncus_fixed_launch_cost_does_not_hide_a_real_win() -> None:
+    # A real 1.3x on a kernel of 1.6 µs per launch (graph replays); ncu adds ~1.3 µs to every lone launch, so
+    # its ratio is only ~1.15x. The time saved per launch is the same on both: confirmed.
+    claimed = Speedup(1.30, 1.28, 1.32, 400)
+    base_ns, cand_ns = [1600.0 + 1300.0] * 7, [1600.0 / 1.30 + 1300.0] * 7
+    ratio_rule = judge(claimed, base_ns, cand_ns)
+    assert ratio_rule.agrees is False  # the ratio alone would turn the real win down
+    c = judge(claimed, base_ns, cand_ns, "warm", timed_baseline_ms=0.0016)
+    assert c.agrees is True and c.ncu_saving_us is not None and abs(c.ncu_saving_us - 0.369) < 0.01
+    assert "confirmed" in c.text() and "µs per launch" in c.text()
+    # The issue's 5 µs kernel: timed 1.056x [1.029, 1.070] saves 0.27 µs; ncu sees it 0.05 µs slower.
+    bad = judge(Speedup(1.056, 1.029, 1.070, 400), [5000.0] * 7, [5050.0] * 7, "warm", timed_baseline_ms=0.005)
+    assert bad.agrees is False and "not significant" in bad.text()
+    # ncu seeing a larger saving than timed does not contradict the win
+    more = judge(claimed, [2900.0] * 7, [2000.0] * 7, timed_baseline_ms=0.0016)
+    assert more.agrees is True
+
+
 def test_a_tight_interval_still_allows_ncus_own_noise() -> None:
     c = judge(Speedup(1.500, 1.499, 1.501, 1000), [15_000.0], [10_150.0])  # 1.478x: 0.022 off
     assert c.allowed == MIN_ALLOWED and c.agrees is False

@@ -18,14 +18,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import EXIT_FAILED, EXIT_OK, CliError
+from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import Backend, GpuUnavailable
 from ..gpu.supervisor import gpu_unavailable_reason
 from ..gpu.toolchain import ToolMissing
 from ..selftest import CASES, Outcome, run_suite
-
-#: could not run here (no GPU, no driver, no pycuda): the job was not attempted
-EXIT_CANNOT_RUN = 3
 
 
 def register(sub: Any) -> None:
@@ -41,7 +38,7 @@ def _cannot_run(why: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"ran": False, "reason": why, "cases": len(CASES)}))
     print(msg, file=sys.stderr)
-    return EXIT_CANNOT_RUN
+    return ExitCode.UNAVAILABLE
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -66,7 +63,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     except GpuUnavailable as e:
         return _cannot_run(str(e), args.json)
     except ToolMissing as e:
-        raise CliError(str(e), EXIT_FAILED) from e
+        raise CliError(str(e), ExitCode.FAILED) from e
     failed = [o for o in outcomes if not o.held]
     if args.json:
         print(json.dumps({"ran": True, "held": len(outcomes) - len(failed), "failed": len(failed),
@@ -75,7 +72,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         out = Console(highlight=False, soft_wrap=True)
         out.print(render(outcomes))
         out.print(f"{len(outcomes) - len(failed)} of {len(outcomes)} guards held")
-    return EXIT_OK if not failed else EXIT_FAILED
+    return ExitCode.OK if not failed else ExitCode.FAILED
 
 
 def render(outcomes: list[Outcome]) -> Table:

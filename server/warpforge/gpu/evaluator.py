@@ -928,8 +928,10 @@ class Evaluator:
 
         layout, seed, device = self.layouts["spec"], self._seeds()[0], dev.device
         loop = asyncio.get_running_loop()
+        per_launch = t.baseline.median if t.baseline is not None else None
         conf = await loop.run_in_executor(None, lambda: ncu_confirm(side(base), side(built), layout, claimed,
-                                                                    seed=seed, device=device, flush=flush))
+                                                                    seed=seed, device=device, flush=flush,
+                                                                    timed_baseline_ms=per_launch))
         t.confirmation = conf
         ev.notes.append(conf.text())
         if conf.agrees is False and conf.ncu_ratio is not None:
