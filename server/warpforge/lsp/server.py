@@ -8,10 +8,14 @@ internal error — the server keeps running either way.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
@@ -21,7 +25,7 @@ from .. import __version__
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
-from . import actions, diagnostics, lenses
+from . import actions, diagnostics, framing, lenses
 from .diagnostics import Diagnostics
 from .jobs import JobError, Jobs
 from .profiling import ProfileJobs
@@ -39,6 +43,59 @@ class WarpForgeServer(LanguageServer):
         self.diagnostics = Diagnostics(self)
         self.jobs = Jobs(self)
         self.profiles = ProfileJobs(self, JobError)
+        #: why the connection was closed, when the client broke the framing (see ``framing``)
+        self.framing_error: str | None = None
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve LSP on stdio through ``framing`` (pygls' own reader can be wedged by a bad header)."""
+        writer = framing.LockedWriter(stdout or sys.stdout.buffer)
+        self.protocol.set_writer(writer)
+        self._serve(framing.StreamChunks(stdin or sys.stdin.buffer), writer)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """One TCP connection (debugging), with the same framing as stdio."""
+        async def main() -> None:
+            done = asyncio.Event()
+
+            async def connection(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                self.protocol.set_writer(w)
+                try:
+                    self.framing_error = await framing.pump(self.protocol, reader, w)
+                finally:
+                    done.set()
+
+            srv = await asyncio.start_server(connection, host, port)
+            log.info("serving LSP on %s:%s", host, port)
+            async with srv:
+                await done.wait()
+
+        with contextlib.suppress(KeyboardInterrupt, SystemExit, BrokenPipeError):
+            asyncio.run(main())
+        self._closed()
+
+    def _serve(self, source: framing.ChunkSource, writer: framing.Writer) -> None:
+        try:
+            self.framing_error = asyncio.run(framing.pump(self.protocol, source, writer))
+        except BrokenPipeError:
+            log.error("the client closed the connection")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        self._closed()
+
+    def _closed(self) -> None:
+        if self.framing_error is None:
+            self.shutdown()  # type: ignore[no-untyped-call]
+            return
+        # The stream cannot be trusted any more: say why, where the editor shows it, and leave at once
+        # (work still running in the thread pool answers nobody).
+        reason = f"WarpForge: closing the connection, the client broke the LSP framing: {self.framing_error}"
+        log.error("%s", reason)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            self.protocol.writer.write(framing.frame({  # type: ignore[union-attr]
+                "jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 1, "message": reason}}))
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(framing.EXIT_FRAMING)
 
     def lenses_changed(self) -> None:
         caps = self.client_capabilities.workspace
