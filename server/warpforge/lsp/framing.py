@@ -89,10 +89,16 @@ class StreamChunks:
         return self._queue.get()
 
     def _run(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
-        read1: Callable[[int], bytes] = getattr(self._stream, "read1", self._stream.read)
+        # The file descriptor, not the buffered stream: a daemon thread blocked inside BufferedReader holds
+        # its lock, and the interpreter aborts at exit ("could not acquire lock for <stdin>").
+        try:
+            fd = self._stream.fileno()
+            read: Callable[[int], bytes] = lambda n: os.read(fd, n)  # noqa: E731
+        except (AttributeError, OSError, ValueError):
+            read = getattr(self._stream, "read1", self._stream.read)
         while True:
             try:
-                data = read1(self._chunk)
+                data = read(self._chunk)
             except (OSError, ValueError):
                 data = b""
             try:

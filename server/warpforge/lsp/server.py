@@ -25,10 +25,11 @@ from .. import __version__
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
-from . import actions, diagnostics, framing, lenses
+from . import actions, diagnostics, framing, lenses, limits
 from .diagnostics import Diagnostics
 from .jobs import JobError, Jobs
 from .profiling import ProfileJobs
+from .restricted import Trust
 from .settings import Settings
 
 log = logging.getLogger("warpforge.lsp")
@@ -40,6 +41,7 @@ class WarpForgeServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("warpforge", __version__)
         self.settings = Settings()
+        self.trust = Trust()
         self.diagnostics = Diagnostics(self)
         self.jobs = Jobs(self)
         self.profiles = ProfileJobs(self, JobError)
@@ -97,6 +99,29 @@ class WarpForgeServer(LanguageServer):
         sys.stderr.flush()
         os._exit(framing.EXIT_FRAMING)
 
+    def analyzable(self, uri: str) -> SourceText:
+        """The open document's text, for a command that parses it; JobError when it is not open or the
+        server does not analyze it (too large, not text)."""
+        try:
+            doc = self.workspace.get_text_document(uri)
+            text = doc.source
+        except Exception as e:
+            raise JobError(f"document {uri} is not open") from e
+        reason = limits.skip_reason(text, self.settings.max_document_bytes)
+        if reason is not None:
+            raise JobError(f"{doc.path or uri}: {reason}")
+        return SourceText(text)
+
+    def allowed(self, what: str) -> None:
+        """JobError in Restricted Mode (see ``restricted``)."""
+        reason = self.trust.check(what)
+        if reason is not None:
+            raise JobError(reason)
+
+    async def off_loop(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in the thread pool: parsing a document must not hold up other requests."""
+        return await asyncio.get_running_loop().run_in_executor(self.thread_pool, fn)
+
     def lenses_changed(self) -> None:
         caps = self.client_capabilities.workspace
         if caps is not None and caps.code_lens is not None and caps.code_lens.refresh_support:
@@ -131,12 +156,16 @@ def create_server() -> WarpForgeServer:
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: WarpForgeServer, params: lsp.InitializeParams) -> None:
         ls.settings.update(params.initialization_options)
-        log.info("settings: %s", ls.settings.public())
+        ls.trust.update(params.initialization_options)
+        log.info("settings: %s; workspace %s", ls.settings.public(),
+                 "trusted" if ls.trust.trusted else "untrusted (Restricted Mode: nothing is compiled or run)")
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: WarpForgeServer, params: lsp.DidChangeConfigurationParams) -> None:
         changed = ls.settings.update(params.settings)
-        if {"arch", "nvcc_path"} & set(changed):
+        if ls.trust.update(params.settings):
+            changed.append("trusted")
+        if {"arch", "nvcc_path", "max_document_bytes", "trusted"} & set(changed):
             for uri in list(ls.diagnostics.docs):
                 ls.diagnostics.schedule(uri, 0.0)
 
@@ -148,6 +177,8 @@ def create_server() -> WarpForgeServer:
     @server.command("warpforge.optimize")
     @guarded
     async def optimize(ls: WarpForgeServer, uri: str, kernel: str, strategy: str = "") -> dict[str, Any]:
+        ls.allowed("Optimize")
+        ls.analyzable(uri)
         job = await ls.jobs.start_optimize(uri, kernel, strategy or ls.settings.strategy)
         ls.lenses_changed()
         return {"job": job.id, "token": job.token}
@@ -155,6 +186,8 @@ def create_server() -> WarpForgeServer:
     @server.command("warpforge.profile")
     @guarded
     async def profile(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
+        ls.allowed("Profile")
+        ls.analyzable(uri)
         job = await ls.profiles.start(uri, kernel)
         return {"job": job.id, "token": job.token}
 
@@ -183,36 +216,42 @@ def create_server() -> WarpForgeServer:
         if node is None:
             raise JobError(f"job {job} has no candidate `{candidate}`")
         text = j.snapshot
-        model = parse(text)
-        k = model.kernel(j.kernel)
-        if k is None:
-            raise JobError(f"`{j.kernel}` is not in the job's snapshot")
-        from ..search.optimize import apply_candidate
-        from ..spec.resolve import build_spec
 
-        try:
-            spec = build_spec(SourceText(text), model, k, j.uri)
-        except SpecError:
-            spec = None
+        def variant() -> str:
+            model = parse(text)
+            k = model.kernel(j.kernel)
+            if k is None:
+                raise JobError(f"`{j.kernel}` is not in the job's snapshot")
+            from ..search.optimize import apply_candidate
+            from ..spec.resolve import build_spec
+
+            try:
+                spec = build_spec(SourceText(text), model, k, j.uri)
+            except SpecError:
+                spec = None
+            return apply_candidate(text, k, node.candidate, spec)
+
         return {"job": job, "candidate": node.candidate.hash, "uri": j.uri, "kernel": j.kernel,
                 "speedup": node.speedup, "family": node.candidate.family, "status": node.status,
-                "original": text, "variant": apply_candidate(text, k, node.candidate, spec)}
+                "original": text, "variant": await ls.off_loop(variant)}
 
     @server.command("warpforge.addSpec")
     @guarded
     async def add_spec(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
-        try:
-            doc = ls.workspace.get_text_document(uri)
-        except Exception as e:
-            raise JobError(f"document {uri} is not open") from e
-        src = SourceText(doc.source)
-        model = parse(src.data)
-        k = model.kernel(kernel)
-        if k is None:
-            raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
-        edits = actions.spec_edits(src, k, doc.path or uri, model)
+        src = ls.analyzable(uri)
+        doc = ls.workspace.get_text_document(uri)
+        version = doc.version  # of the text being parsed: a later edit makes the client refuse these edits
+
+        def edits_for() -> list[Any]:
+            model = parse(src.data)
+            k = model.kernel(kernel)
+            if k is None:
+                raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
+            return actions.spec_edits(src, k, doc.path or uri, model)
+
+        edits = await ls.off_loop(edits_for)
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
-            label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, doc.version, edits)))
+            label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, version, edits)))
         return {"applied": bool(result.applied) if result is not None else False}
 
     @server.feature("warpforge/searchTree")

@@ -10,7 +10,7 @@ from typing import Any
 
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
-    "timeBudget": "time_budget",
+    "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes",
 }
 
 
@@ -31,6 +31,8 @@ class Settings:
     ray_address: str = ""
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6
+    #: documents larger than this (bytes of UTF-8) get a notice instead of analysis (see lsp/limits.py)
+    max_document_bytes: int = 1_000_000
 
     def update(self, options: Any) -> list[str]:
         """Apply a (possibly nested under "warpforge") settings object; returns names of changed settings."""
