@@ -1,6 +1,7 @@
 """A raw byte-level client of the real language server process, started the way the extension starts it.
 
-``python -P -m warpforge serve`` with ``PYTHONSAFEPATH=1`` and a working directory outside any workspace;
+The interpreter flags, arguments and environment come from the extension's own ``extension/src/launch.json``
+(``python -P -m warpforge serve`` with ``PYTHONSAFEPATH=1``), the working directory is outside any workspace;
 stdin takes raw bytes (so tests can send what no well-behaved client would), stdout is split into frames
 on a reader thread, stderr is collected for the logged reasons.
 """
@@ -19,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: how the extension starts Python (extension/src/launch.ts reads the same file)
+LAUNCH = json.loads((ROOT / "extension" / "src" / "launch.json").read_text())
+SERVER_COMMAND = [sys.executable, *LAUNCH["pythonFlags"], *LAUNCH["serverArgs"]]
 
 
 def server_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("ANTHROPIC_API_KEY", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), env.get("PYTHONPATH", "")])
-    env["PYTHONSAFEPATH"] = "1"
+    env.update(LAUNCH["env"])
     env.update(extra)
     return env
 
@@ -37,7 +41,7 @@ def frame(payload: dict[str, Any] | bytes) -> bytes:
 
 class RawServer:
     def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "warpforge", "serve"], cwd=cwd,
+        self.proc = subprocess.Popen(SERVER_COMMAND, cwd=cwd,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env or server_env())
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()

@@ -4,8 +4,9 @@
   tool at all — nvcc, nvdisasm and ncu on PATH are wrappers that record every call — yet source-pattern
   hints arrive, one notice says what is off, Optimize and Profile are refused with the reason. Granting
   trust (didChangeConfiguration) then runs the compiler: the same wrappers record it, so the check can fail.
-- Path shadowing: a workspace holding ``numpy.py``, ``lsprotocol/``, ``pygls.py``, ... that write a marker
-  when imported is the server's working directory's neighbour, never on its ``sys.path``.
+- Path shadowing: a workspace holds ``numpy.py``, ``json.py``, ``pygls.py``, ... that write a marker when
+  imported; none is imported, whether the server runs in a neutral directory (as the extension starts it)
+  or, worst case, in the workspace itself. Started the old way, the same workspace's ``json.py`` runs.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_lsp
-from lsp_raw import ROOT, RawServer, server_env
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from lsp_raw import LAUNCH, ROOT, SERVER_COMMAND, RawServer, server_env
 from test_lsp import SAXPY, WORK, attach, open_doc, wait_diagnostics
 
 REAL_NVCC = shutil.which("nvcc")
@@ -51,7 +54,7 @@ def _calls() -> str:
     return CALLS.read_text() if CALLS.exists() else ""
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-P", "-m", "warpforge", "serve"],
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND,
                                               server_env=_tool_env()))
 async def untrusted(lsp_client: LanguageClient) -> Any:
     attach(lsp_client, WORK)
@@ -123,10 +126,10 @@ def test_a_workspace_cannot_shadow_the_servers_modules(tmp_path: Path) -> None:
             s.close()
     assert not marker.exists(), marker.read_text()
 
-    # The check can fail: the same workspace as cwd without -P / PYTHONSAFEPATH imports its numpy.py.
+    # The check can fail: the old launch (no flags, the workspace as cwd) imports the workspace's json.py.
     env = server_env()
-    env.pop("PYTHONSAFEPATH")
-    import subprocess
-
-    subprocess.run([sys.executable, "-m", "numpy"], cwd=workspace, env=env, capture_output=True, timeout=60)
+    for name in LAUNCH["env"]:
+        env.pop(name)
+    subprocess.run([sys.executable, *LAUNCH["serverArgs"]], cwd=workspace, env=env, input=b"", capture_output=True,
+                   timeout=60)
     assert marker.exists()

@@ -14,8 +14,8 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, BinaryIO, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, BinaryIO, NoReturn, TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
@@ -47,6 +47,8 @@ class WarpForgeServer(LanguageServer):
         self.profiles = ProfileJobs(self, JobError)
         #: why the connection was closed, when the client broke the framing (see ``framing``)
         self.framing_error: str | None = None
+        #: the process's exit status once the connection is over
+        self.exit_code = 0
 
     def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """Serve LSP on stdio through ``framing`` (pygls' own reader can be wedged by a bad header)."""
@@ -71,33 +73,37 @@ class WarpForgeServer(LanguageServer):
             async with srv:
                 await done.wait()
 
-        with contextlib.suppress(KeyboardInterrupt, SystemExit, BrokenPipeError):
-            asyncio.run(main())
-        self._closed()
+        self._run(main())
 
     def _serve(self, source: framing.ChunkSource, writer: framing.Writer) -> None:
+        async def main() -> None:
+            self.framing_error = await framing.pump(self.protocol, source, writer)
+
+        self._run(main())
+
+    def _run(self, main: Coroutine[Any, Any, None]) -> None:
         try:
-            self.framing_error = asyncio.run(framing.pump(self.protocol, source, writer))
+            asyncio.run(main)
+        except SystemExit as e:  # the `exit` notification: 0 after `shutdown`, else 1 (the LSP rule)
+            self.exit_code = e.code if isinstance(e.code, int) else 1
         except BrokenPipeError:
             log.error("the client closed the connection")
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             pass
         self._closed()
 
     def _closed(self) -> None:
-        if self.framing_error is None:
-            self.shutdown()  # type: ignore[no-untyped-call]
-            return
-        # The stream cannot be trusted any more: say why, where the editor shows it, and leave at once
-        # (work still running in the thread pool answers nobody).
-        reason = f"WarpForge: closing the connection, the client broke the LSP framing: {self.framing_error}"
-        log.error("%s", reason)
-        with contextlib.suppress(Exception):  # the client may be gone already
-            self.protocol.writer.write(framing.frame({  # type: ignore[union-attr]
-                "jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 1, "message": reason}}))
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(framing.EXIT_FRAMING)
+        """The connection is over: stop accepting work. ``serve`` then leaves without waiting for analyses
+        still running in the thread pool (their results would answer nobody; a 5 MB parse takes seconds)."""
+        if self.framing_error is not None:
+            # The stream cannot be trusted any more: say why, where the editor shows it.
+            reason = f"WarpForge: closing the connection, the client broke the LSP framing: {self.framing_error}"
+            log.error("%s", reason)
+            with contextlib.suppress(Exception):  # the client may be gone already
+                self.protocol.writer.write(framing.frame({  # type: ignore[union-attr]
+                    "jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 1, "message": reason}}))
+            self.exit_code = framing.EXIT_FRAMING
+        self.thread_pool.shutdown(wait=False, cancel_futures=True)
 
     def analyzable(self, uri: str) -> SourceText:
         """The open document's text, for a command that parses it; JobError when it is not open or the
@@ -265,7 +271,7 @@ def create_server() -> WarpForgeServer:
     return server
 
 
-def serve(tcp: str | None = None) -> None:
+def serve(tcp: str | None = None) -> NoReturn:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
     server = create_server()
@@ -274,3 +280,8 @@ def serve(tcp: str | None = None) -> None:
         server.start_tcp(host or "127.0.0.1", int(port))
     else:
         server.start_io()
+    # Leave now: the non-daemon pool threads would otherwise be joined at exit, finishing work for nobody.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(server.exit_code)
