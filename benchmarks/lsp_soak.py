@@ -257,7 +257,7 @@ async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, 
         await asyncio.sleep(rng.uniform(0.02, 0.25))
         if time.monotonic() >= next_sample:
             timeline.append({"t_s": round(time.monotonic() - t_start, 1), "rss_mb": round(rss_mb(pid), 1),
-                             "open": len(soak.open)})
+                             "open": len(soak.open), "load1": round(os.getloadavg()[0], 2)})
             next_sample += sample
     alive_during = proc.returncode is None
     # Close everything, let the server settle, measure what it gives back.
@@ -277,6 +277,7 @@ async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, 
     await client.stop()
     wall = time.monotonic() - t_start
     rss = [s["rss_mb"] for s in timeline]
+    loads = [s["load1"] for s in timeline[1:]] or [round(os.getloadavg()[0], 2)]
     windows: list[dict[str, Any]] = []
     span = max(60.0, minutes * 60 / 6)
     for w in range(int(minutes * 60 // span) + 1):
@@ -297,6 +298,7 @@ async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, 
         "server_alive_throughout": alive_during, "server_answered_shutdown": answered,
         "server_exit_status": proc.returncode, "wall_s": round(wall, 1),
         "client_cpu_s": round(sum(os.times()[:2]) - sum(cpu0[:2]), 1),
+        "machine_load1": {"min": min(loads), "max": max(loads), "mean": round(sum(loads) / len(loads), 2)},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -115,3 +115,11 @@ def test_a_request_whose_params_do_not_fit_is_answered(server: RawServer) -> Non
     resp = server.response(5)
     assert resp is not None and resp["error"]["code"] in (-32602, -32603), resp
     assert answered(server)
+
+
+def test_shutdown_then_exit_leaves_with_status_0(server: RawServer) -> None:
+    server.send(frame(VALID))
+    assert server.response(99) is not None
+    server.send(frame({"jsonrpc": "2.0", "method": "exit"}))
+    assert server.exit_status(10) == 0
+    assert b"Traceback" not in server.stderr, server.stderr.decode()

@@ -8,7 +8,6 @@ take long on a big file); a document the server does not analyze (see ``limits``
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
@@ -117,5 +116,5 @@ def register(server: WarpForgeServer) -> None:
         text = doc.source
         if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:
             return []
-        return await asyncio.get_running_loop().run_in_executor(
-            ls.thread_pool, actions, uri, doc.version, doc.path or uri, text, params)
+        version, path = doc.version, doc.path or uri
+        return await ls.off_loop(lambda: actions(uri, version, path, text, params))

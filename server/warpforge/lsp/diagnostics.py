@@ -1,6 +1,6 @@
 """Static findings as diagnostics: on open and save at once, after edits debounced; stale runs dropped.
 
-Analysis (tree-sitter, nvcc, nvdisasm) runs in the server's thread pool, never on the event loop. A run
+Analysis (tree-sitter, nvcc, nvdisasm) runs in the server's analysis pool, never on the event loop. A run
 whose document changed meanwhile is discarded instead of publishing hints for text that no longer
 exists; a newer edit cancels the pending debounced run. When a job has profiler-grounded findings for a
 kernel, they replace that kernel's static ones until the kernel's text changes.
@@ -69,7 +69,7 @@ class Diagnostics:
             st.task.cancel()
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
         del st
-        asyncio.get_running_loop().run_in_executor(self.server.thread_pool, limits.release_memory)
+        asyncio.get_running_loop().run_in_executor(self.server.analysis_pool, limits.release_memory)
 
     def _skip(self, uri: str, path: str, version: int | None, reason: str) -> None:
         """One notice instead of analysis (too big, not text)."""
@@ -109,7 +109,7 @@ class Diagnostics:
 
         for use_compiler in phases:
             try:
-                report, kernel_texts = await loop.run_in_executor(self.server.thread_pool, analyze, use_compiler)
+                report, kernel_texts = await loop.run_in_executor(self.server.analysis_pool, analyze, use_compiler)
             except Exception as e:
                 log.exception("analysis of %s failed", uri)
                 self.server.window_log_message(lsp.LogMessageParams(

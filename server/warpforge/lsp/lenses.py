@@ -1,13 +1,12 @@
 """CodeLens above each ``__global__``: Optimize · Add spec; after a run, "1.42× faster variant ready — View".
 
-The parse runs in the thread pool (a large file must not hold up other requests); the lenses are put
+The parse runs in the interactive thread pool (a large file must not hold up other requests); the lenses are put
 together on the event loop, where the job state lives. A document the server does not analyze (too
 large, not text: see ``limits``) has no lenses.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,7 +66,7 @@ async def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
     text = server.workspace.get_text_document(uri).source
     if limits.skip_reason(text, server.settings.max_document_bytes) is not None:
         return []
-    rows = await asyncio.get_running_loop().run_in_executor(server.thread_pool, kernel_rows, text)
+    rows = await server.off_loop(lambda: kernel_rows(text))
     return assemble(server, uri, rows)
 
 

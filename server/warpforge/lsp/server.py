@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, NoReturn, TypeVar
 
 from lsprotocol import types as lsp
@@ -42,6 +43,12 @@ class WarpForgeServer(LanguageServer):
         super().__init__("warpforge", __version__)
         self.settings = Settings()
         self.trust = Trust()
+        # Two small pools besides pygls' own (jobs): requests never queue behind analyses, and analyses
+        # superseded by an edit before they start are dropped from the queue instead of piling up.
+        #: code lens, code actions, commands that parse: what the user is waiting for
+        self.interactive_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-interactive")
+        #: diagnostics runs (tree-sitter, analyzers, nvcc, nvdisasm)
+        self.analysis_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-analysis")
         self.diagnostics = Diagnostics(self)
         self.jobs = Jobs(self)
         self.profiles = ProfileJobs(self, JobError)
@@ -103,7 +110,8 @@ class WarpForgeServer(LanguageServer):
                 self.protocol.writer.write(framing.frame({  # type: ignore[union-attr]
                     "jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 1, "message": reason}}))
             self.exit_code = framing.EXIT_FRAMING
-        self.thread_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self.thread_pool, self.interactive_pool, self.analysis_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def analyzable(self, uri: str) -> SourceText:
         """The open document's text, for a command that parses it; JobError when it is not open or the
@@ -125,8 +133,8 @@ class WarpForgeServer(LanguageServer):
             raise JobError(reason)
 
     async def off_loop(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` in the thread pool: parsing a document must not hold up other requests."""
-        return await asyncio.get_running_loop().run_in_executor(self.thread_pool, fn)
+        """Run ``fn`` in the interactive pool: parsing a document must not hold up other requests."""
+        return await asyncio.get_running_loop().run_in_executor(self.interactive_pool, fn)
 
     def lenses_changed(self) -> None:
         caps = self.client_capabilities.workspace
@@ -282,6 +290,7 @@ def serve(tcp: str | None = None) -> NoReturn:
         server.start_io()
     # Leave now: the non-daemon pool threads would otherwise be joined at exit, finishing work for nobody.
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):  # `exit` closes stdout
+            stream.flush()
     os._exit(server.exit_code)
