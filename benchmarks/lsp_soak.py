@@ -16,6 +16,10 @@ Every ``--sample`` seconds: the server's RSS. At the end: every file closed, the
 back), and whether the server is still alive and answering.
 
     nice -n 10 .venv/bin/python benchmarks/lsp_soak.py --minutes 30 [--out benchmarks/results/lsp_soak_cpu2.json]
+
+``--big-mb 5`` measures one large document instead (the issue's 19.5 s / 1.64 GB case): a small document's
+code lens while the large one is open, the server's peak RSS, and RSS after closing it — once with the
+default size limit (the large file gets a notice) and once with the limit raised so that it is analyzed.
 """
 
 from __future__ import annotations
@@ -192,6 +196,122 @@ def percentiles(values: list[float]) -> dict[str, float | int]:
             "max": round(v[-1], 2)}
 
 
+async def start_server(cwd: Path, root: Path, env: dict[str, str], log: Path,
+                       options: dict[str, Any]) -> tuple[LanguageClient, Any, asyncio.Task[None]]:
+    """The server started as the extension starts it, initialized; its stderr drained into ``log``."""
+    client = LanguageClient("warpforge-soak", "1")
+    pubs = {"count": 0}
+    client.pubs = pubs  # type: ignore[attr-defined]
+    client.published = {}  # type: ignore[attr-defined]
+
+    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_pub(params: lsp.PublishDiagnosticsParams) -> None:
+        pubs["count"] += 1
+        client.published[params.uri] = params.diagnostics  # type: ignore[attr-defined]
+
+    @client.feature(lsp.WINDOW_SHOW_MESSAGE)
+    def on_message(params: lsp.ShowMessageParams) -> None:
+        pass
+
+    @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
+    def on_refresh(params: None) -> None:
+        return None
+
+    converter = client.protocol._converter
+
+    def structure(obj: Any, _: Any) -> Any:  # lsprotocol 2025.0.0: a CodeAction with a command decodes as Command
+        return converter.structure(obj, lsp.Command if isinstance(obj.get("command"), str) else lsp.CodeAction)
+
+    converter.register_structure_hook(lsp.Command | lsp.CodeAction, structure)  # type: ignore[arg-type]
+    await client.start_io(sys.executable, *LAUNCH["pythonFlags"], *LAUNCH["serverArgs"], env=env, cwd=cwd)
+    proc = client._server  # type: ignore[attr-defined]
+
+    async def drain() -> None:  # the server logs to stderr: an unread pipe would block it
+        with log.open("wb") as f:
+            while chunk := await proc.stderr.read(65536):
+                f.write(chunk)
+
+    drainer = asyncio.create_task(drain())
+    await client.initialize_async(lsp.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"), root_uri=root.as_uri(), initialization_options=options))
+    client.initialized(lsp.InitializedParams())
+    return client, proc, drainer
+
+
+async def stop_server(client: LanguageClient, proc: Any, drainer: asyncio.Task[None]) -> bool:
+    answered = False
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.shutdown_async(None), 30)
+        answered = True
+    client.exit(None)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(proc.wait(), 30)
+    drainer.cancel()
+    await client.stop()
+    return answered
+
+
+def big_source(size: int) -> str:
+    """The reference kernels again and again, each copy in its own namespace, to about ``size`` bytes."""
+    body = "\n".join(line for p in sorted((ROOT / "kernels").glob("*.cu")) for line in p.read_text().splitlines()
+                     if not line.startswith("#include"))
+    parts = ["#include <cuda_runtime.h>\n"]
+    total = 0
+    while total < size:
+        parts.append(f"namespace copy{len(parts)} {{\n{body}\n}}\n")
+        total += len(parts[-1])
+    return "".join(parts)
+
+
+async def big_document(mb: float, out: Path) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="wf-lsp-big-"))
+    (work / "ws").mkdir()
+    (work / "storage").mkdir()
+    env = dict(os.environ)
+    env.update(LAUNCH["env"])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), env.get("PYTHONPATH", "")])
+    env["WARPFORGE_CACHE"] = str(work / "cache")
+    big_text = big_source(int(mb * 1e6))
+    small_text = (ROOT / "kernels" / "saxpy.cu").read_text()
+    results: dict[str, Any] = {"document_mb": round(len(big_text.encode()) / 1e6, 2),
+                               "machine": f"{platform.machine()}, {os.cpu_count()} cores shared, no GPU"}
+    for label, limit in (("default_limit", None), ("limit_raised_analyzed", 50_000_000)):
+        options: dict[str, Any] = {"trusted": True, "nvccPath": "/nonexistent/nvcc"}  # source-pattern phase only
+        if limit is not None:
+            options["maxDocumentSize"] = limit
+        client, proc, drainer = await start_server(work / "storage", work / "ws", env, work / f"{label}.log",
+                                                   {"warpforge": options})
+        pid = proc.pid
+        peak = rss_mb(pid)
+        big = (work / "ws" / "big.cu").as_uri()
+        small = (work / "ws" / "small.cu").as_uri()
+        t0 = time.monotonic()
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(big, "cuda-cpp", 1, big_text)))
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+            lsp.TextDocumentItem(small, "cuda-cpp", 1, small_text)))
+        t1 = time.perf_counter()
+        await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(small)))
+        small_lens_ms = (time.perf_counter() - t1) * 1e3
+        published = client.published  # type: ignore[attr-defined]
+        while big not in published and time.monotonic() - t0 < 600:
+            peak = max(peak, rss_mb(pid))
+            await asyncio.sleep(0.1)
+        big_diag_s = time.monotonic() - t0
+        peak = max(peak, rss_mb(pid))
+        notice = [d.message for d in published.get(big, [])][:1]
+        client.text_document_did_close(lsp.DidCloseTextDocumentParams(lsp.TextDocumentIdentifier(big)))
+        await asyncio.sleep(5)
+        after = rss_mb(pid)
+        await stop_server(client, proc, drainer)
+        results[label] = {"small_doc_code_lens_ms": round(small_lens_ms, 1),
+                          "big_doc_first_diagnostics_s": round(big_diag_s, 2), "peak_rss_mb": round(peak, 1),
+                          "rss_after_close_mb": round(after, 1), "big_doc_notice": notice}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
 async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, Any]:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="wf-lsp-soak-"))
@@ -208,42 +328,9 @@ async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, 
     env["WARPFORGE_CACHE"] = str(work / "cache")
     env.pop("ANTHROPIC_API_KEY", None)
 
-    client = LanguageClient("warpforge-soak", "1")
-    pubs = {"count": 0}
-
-    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    def on_pub(params: lsp.PublishDiagnosticsParams) -> None:
-        pubs["count"] += 1
-
-    @client.feature(lsp.WINDOW_SHOW_MESSAGE)
-    def on_message(params: lsp.ShowMessageParams) -> None:
-        pass
-
-    @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
-    def on_refresh(params: None) -> None:
-        return None
-
-    converter = client.protocol._converter
-
-    def structure(obj: Any, _: Any) -> Any:  # lsprotocol 2025.0.0: a CodeAction with a command decodes as Command
-        return converter.structure(obj, lsp.Command if isinstance(obj.get("command"), str) else lsp.CodeAction)
-
-    converter.register_structure_hook(lsp.Command | lsp.CodeAction, structure)  # type: ignore[arg-type]
-
-    await client.start_io(sys.executable, *LAUNCH["pythonFlags"], *LAUNCH["serverArgs"], env=env, cwd=neutral)
-    proc = client._server  # type: ignore[attr-defined]
-    stderr_log = work / "server.log"
-
-    async def drain() -> None:  # the server logs to stderr: an unread pipe would block it
-        with stderr_log.open("wb") as f:
-            while chunk := await proc.stderr.read(65536):
-                f.write(chunk)
-
-    drainer = asyncio.create_task(drain())
-    await client.initialize_async(lsp.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), root_uri=files_dir.as_uri(),
-        initialization_options={"warpforge": {"trusted": True}}))
-    client.initialized(lsp.InitializedParams())
+    client, proc, drainer = await start_server(neutral, files_dir, env, work / "server.log",
+                                               {"warpforge": {"trusted": True}})
+    pubs = client.pubs  # type: ignore[attr-defined]
     pid = proc.pid
     soak = Soak(client, files, files_dir, rng)
     t_start = time.monotonic()
@@ -266,15 +353,7 @@ async def run(minutes: float, sample: float, seed: int, out: Path) -> dict[str, 
         client.text_document_did_close(lsp.DidCloseTextDocumentParams(lsp.TextDocumentIdentifier(uri)))
     await asyncio.sleep(10)
     rss_closed = rss_mb(pid) if proc.returncode is None else float("nan")
-    answered = False
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.shutdown_async(None), 30)
-        answered = True
-    client.exit(None)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(proc.wait(), 30)
-    drainer.cancel()
-    await client.stop()
+    answered = await stop_server(client, proc, drainer)
     wall = time.monotonic() - t_start
     rss = [s["rss_mb"] for s in timeline]
     loads = [s["load1"] for s in timeline[1:]] or [round(os.getloadavg()[0], 2)]
@@ -311,10 +390,15 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0, help="how long to soak (default 30)")
     ap.add_argument("--sample", type=float, default=10.0, help="seconds between RSS samples (default 10)")
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--big-mb", type=float, default=0.0,
+                    help="measure one document of this many MB instead of soaking (see above)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lsp_soak.json"))
     args = ap.parse_args()
-    if args.minutes <= 0 or args.sample <= 0:
-        ap.error("--minutes and --sample must be positive")
+    if args.minutes <= 0 or args.sample <= 0 or args.big_mb < 0:
+        ap.error("--minutes and --sample must be positive, --big-mb not negative")
+    if args.big_mb:
+        print(json.dumps(asyncio.run(big_document(args.big_mb, Path(args.out))), indent=2))
+        return
     res = asyncio.run(run(args.minutes, args.sample, args.seed, Path(args.out)))
     summary = {k: v for k, v in res.items() if k not in ("rss_mb", "latency_ms_by_window")}
     summary["rss_mb"] = {k: v for k, v in res["rss_mb"].items() if k != "samples"}
