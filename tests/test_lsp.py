@@ -389,3 +389,13 @@ async def test_oversized_and_binary_documents_get_a_notice_instead_of_analysis(c
         with pytest.raises(Exception, match=why):
             await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
                 command="warpforge.addSpec", arguments=[uri, "saxpy"]))
+
+
+def test_skip_reason_counts_utf8_bytes_and_tells_text_from_binary() -> None:
+    from warpforge.lsp.limits import skip_reason
+
+    assert skip_reason("é" * 400_000, 1_000_000) is None  # 800 kB of UTF-8
+    assert "over the 1 MB limit" in (skip_reason("é" * 600_000, 1_000_000) or "")  # 1.2 MB, 600 k characters
+    assert skip_reason("__global__ void k() {}\n\t// tab, \x1b[0m escape, \f form feed\r\n", 1_000_000) is None
+    assert "not source text" in (skip_reason("int x;\x00\x01", 1_000_000) or "")
+    assert "not source text" in (skip_reason("".join(chr(i % 9) for i in range(4000)), 1_000_000) or "")

@@ -19,7 +19,10 @@ _CONTROL = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f]")
 
 def skip_reason(text: str, max_bytes: int) -> str | None:
     """Why a document gets no analysis, in words for its notice; None when it is analyzed."""
-    size = len(text.encode("utf-8", "surrogatepass"))
+    # Runs on the event loop for every request: encode only when the character count cannot decide
+    # (a character is 1 to 4 bytes of UTF-8).
+    size = len(text) if len(text) > max_bytes or 4 * len(text) <= max_bytes else len(
+        text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         return (f"this file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB limit for analysis: WarpForge "
                 "shows no hints, lenses or actions for it (setting warpforge.maxDocumentSize)")
