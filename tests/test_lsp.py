@@ -335,3 +335,67 @@ async def test_profile_job_without_a_gpu_keeps_static_findings_and_says_why(clie
         await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
             command="warpforge.profile", arguments=[uri, "nope"]))
 
+
+
+def big_source(size: int) -> str:
+    """A CUDA file of about ``size`` bytes: the reference kernels again and again, each copy in its own
+    namespace (the text is valid; only its size is unusual)."""
+    body = "\n".join(line for p in sorted((ROOT / "kernels").glob("*.cu")) for line in p.read_text().splitlines()
+                     if not line.startswith("#include"))
+    parts = ["#include <cuda_runtime.h>\n"]
+    total, i = 0, 0
+    while total < size:
+        parts.append(f"namespace copy{i} {{\n{body}\n}}  // namespace copy{i}\n")
+        total += len(parts[-1])
+        i += 1
+    return "".join(parts)
+
+
+async def test_a_large_document_does_not_hold_up_requests_on_another(client: LanguageClient) -> None:
+    """A 5 MB document (over the default limit, raised here so that it is analyzed) is parsed in the thread
+    pool: a code lens on a small document is answered while the big one's lens and diagnostics are still
+    being computed (an ordering, not a timing)."""
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"warpforge": {"maxDocumentSize": 20_000_000, "nvccPath": "/nonexistent/nvcc"}}))
+    big = open_doc(client, "big_5mb.cu", big_source(5_000_000))
+    small = open_doc(client, "small_next_to_big.cu", SAXPY)
+    events: list[str] = []
+
+    async def lens(uri: str, name: str) -> None:
+        await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+        events.append(name)
+
+    big_lens = asyncio.ensure_future(lens(big, "big lens"))
+    await asyncio.sleep(0)  # the big request goes out first
+    await lens(small, "small lens")
+    assert events == ["small lens"] and client.diagnostics.get(big) is None and not big_lens.done(), events
+    big_lens.cancel()
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(lsp.TextDocumentIdentifier(big)))
+
+
+async def test_oversized_and_binary_documents_get_a_notice_instead_of_analysis(client: LanguageClient) -> None:
+    cases = {"big_default_limit.cu": (big_source(1_200_000), "over the 1 MB limit"),
+             "binary.cu": ("\x7fELF\x02\x01\x01\x00\x00\x00" + "\x00\x03\x00>\x00" * 2000, "not source text")}
+    for name, (text, why) in cases.items():
+        uri = open_doc(client, name, text)
+        diags = await wait_diagnostics(client, uri)
+        assert len(diags) == 1 and why in diags[0].message and diags[0].severity == lsp.DiagnosticSeverity.Information
+        lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+        assert not lenses
+        actions = await client.text_document_code_action_async(lsp.CodeActionParams(
+            lsp.TextDocumentIdentifier(uri), lsp.Range(lsp.Position(5, 0), lsp.Position(5, 0)),
+            lsp.CodeActionContext(diagnostics=[])))
+        assert not actions
+        with pytest.raises(Exception, match=why):
+            await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+                command="warpforge.addSpec", arguments=[uri, "saxpy"]))
+
+
+def test_skip_reason_counts_utf8_bytes_and_tells_text_from_binary() -> None:
+    from warpforge.lsp.limits import skip_reason
+
+    assert skip_reason("é" * 400_000, 1_000_000) is None  # 800 kB of UTF-8
+    assert "over the 1 MB limit" in (skip_reason("é" * 600_000, 1_000_000) or "")  # 1.2 MB, 600 k characters
+    assert skip_reason("__global__ void k() {}\n\t// tab, \x1b[0m escape, \f form feed\r\n", 1_000_000) is None
+    assert "not source text" in (skip_reason("int x;\x00\x01", 1_000_000) or "")
+    assert "not source text" in (skip_reason("".join(chr(i % 9) for i in range(4000)), 1_000_000) or "")

@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
+import { probeArgs } from './launch';
 import { expand } from './settings';
 
 export interface Interpreter {
@@ -63,14 +64,16 @@ export interface ImportCheck {
   problem?: string;
 }
 
-/** Run `python -c "import warpforge"`; resolves with the version or the reason it failed. */
-export function checkWarpforge(python: string, env: NodeJS.ProcessEnv): Promise<ImportCheck> {
+/** Run `python -P -c "import warpforge"` the way the server runs (same flags, environment and neutral
+ *  working directory: a probe from the workspace would import its modules too); resolves with the version
+ *  or the reason it failed. */
+export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: string): Promise<ImportCheck> {
   return new Promise((resolve) => {
     execFile(
       python,
       // what `python -m warpforge serve` imports: the package, its command line and the language server
-      ['-c', 'import sys, warpforge, warpforge.cli, warpforge.lsp.server; sys.stdout.write(warpforge.__version__)'],
-      { timeout: 30_000, env },
+      probeArgs('import sys, warpforge, warpforge.cli, warpforge.lsp.server; sys.stdout.write(warpforge.__version__)'),
+      { timeout: 30_000, env, cwd },
       (err, stdout, stderr) => {
         if (!err) {
           resolve({ ok: true, version: stdout.trim() });

@@ -1,4 +1,5 @@
-// Starts, restarts and talks to `python -m warpforge serve` through vscode-languageclient.
+// Starts, restarts and talks to `python -P -m warpforge serve` through vscode-languageclient. The process
+// runs in a neutral directory (see launch.ts) and learns the workspace and its trust from initialize.
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification,
@@ -14,6 +15,7 @@ import {
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
 import { CandidateNotification, CandidateParams, JobDoneNotification, JobDoneParams } from './protocol';
+import { neutralDir, serverLaunch } from './launch';
 import { checkWarpforge, installCommand, resolveInterpreter } from './python';
 import { RedactingChannel } from './redact';
 import { serverOptions } from './settings';
@@ -104,8 +106,9 @@ export class Server implements vscode.Disposable {
 
   private async doStart(): Promise<boolean> {
     const interpreter = await resolveInterpreter(this.log);
-    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
-    const check = await checkWarpforge(interpreter.path, env);
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+    const launch = serverLaunch(interpreter.path, neutralDir(this.context.globalStorageUri?.fsPath, folders), process.env);
+    const check = await checkWarpforge(interpreter.path, launch.options.env, launch.options.cwd);
     if (!check.ok) {
       this.problem = check.problem;
       this.log.appendLine(`[client] not starting the server: ${check.problem} (interpreter from ${interpreter.source})`);
@@ -115,13 +118,13 @@ export class Server implements vscode.Disposable {
     }
     this.problem = undefined;
     this.log.appendLine(
-      `[client] starting the server: ${interpreter.path} -m warpforge serve (warpforge ${check.version}, interpreter from ${interpreter.source})`,
+      `[client] starting the server: ${interpreter.path} ${launch.args.join(' ')} in ${launch.options.cwd} (warpforge ${check.version}, interpreter from ${interpreter.source}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted: nothing is compiled'})`,
     );
     const serverOpts: ServerOptions = {
-      command: interpreter.path,
-      args: ['-m', 'warpforge', 'serve'],
+      command: launch.command,
+      args: launch.args,
       transport: TransportKind.stdio,
-      options: { env, cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath },
+      options: launch.options,
     };
     const hooks = this.hooks;
     const init = await serverOptions(this.context.secrets);

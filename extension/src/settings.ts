@@ -10,6 +10,10 @@ export interface ServerSettings {
   arch: string;
   evaluationBackend: string;
   rayAddress: string;
+  /** bytes; larger documents get a notice instead of analysis */
+  maxDocumentSize: number;
+  /** the workspace is trusted: false keeps the server from compiling or running anything (Restricted Mode) */
+  trusted: boolean;
   apiKey?: string;
 }
 
@@ -26,6 +30,8 @@ export function serverSettings(): ServerSettings {
     arch: c.get<string>('arch', ''),
     evaluationBackend: c.get<string>('evaluationBackend', 'local') || 'local',
     rayAddress: c.get<string>('rayAddress', ''),
+    maxDocumentSize: c.get<number>('maxDocumentSize', 1_000_000),
+    trusted: vscode.workspace.isTrusted,
   };
 }
 

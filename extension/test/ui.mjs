@@ -51,6 +51,28 @@ for (const f of fs.readdirSync(path.join(REPO, 'kernels'))) {
   fs.copyFileSync(path.join(REPO, 'kernels', f), path.join(WS, 'kernels', f));
 }
 fs.writeFileSync(CFG, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
+// A hostile repository: modules the server imports, shadowed by files that leave a marker when imported.
+// The extension starts Python with -P / PYTHONSAFEPATH in a neutral directory, so none may ever run.
+const PWNED = path.join(TMP, 'pwned');
+for (const m of ['json', 'asyncio', 'numpy', 'pygls', 'lsprotocol', 'typing', 'logging']) {
+  fs.writeFileSync(path.join(WS, `${m}.py`), `open(${JSON.stringify(PWNED)}, 'a').write(${JSON.stringify(m)} + '\\n')\n`);
+}
+
+/** The running `warpforge serve` processes: argv, environment and working directory from /proc. */
+function serverProcesses() {
+  const out = [];
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      if (!(argv.includes('warpforge') && argv.includes('serve'))) continue;
+      const env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+      out.push({ pid, argv, env, cwd: fs.realpathSync(`/proc/${pid}/cwd`) });
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return out;
+}
 
 /** A fresh user-data dir. `trust`: false opens the folder in Restricted Mode (workspace trust on, no prompt). */
 function makeProfile(name, { trust = true } = {}) {
@@ -528,6 +550,20 @@ try {
     await warn.first().locator('.monaco-button', { hasText: 'Manage Workspace Trust' }).waitFor();
     await shot('restricted-mode');
     if (/job-\d+: optimizing/.test(outputLog())) throw new Error('a job started in Restricted Mode');
+    // The server's own notice, once: what is off and how to turn it on.
+    await toast('hints come from source patterns only').first().waitFor({ timeout: 30_000 });
+    if (!/workspace not trusted: nothing is compiled/.test(outputLog())) throw new Error('the client did not start the server untrusted');
+  });
+  await check('Restricted Mode: the server runs with -P, PYTHONSAFEPATH=1 outside the workspace; no workspace module ran', async () => {
+    const procs = serverProcesses();
+    if (procs.length === 0) throw new Error('no warpforge serve process found');
+    const ws = fs.realpathSync(WS);
+    for (const p of procs) {
+      if (!p.argv.includes('-P')) throw new Error(`server ${p.pid} started without -P: ${p.argv.join(' ')}`);
+      if (!p.env.includes('PYTHONSAFEPATH=1')) throw new Error(`server ${p.pid} has no PYTHONSAFEPATH=1`);
+      if (p.cwd === ws || p.cwd.startsWith(ws + path.sep)) throw new Error(`server ${p.pid} runs in the workspace (${p.cwd})`);
+    }
+    if (fs.existsSync(PWNED)) throw new Error(`a workspace module was imported: ${fs.readFileSync(PWNED, 'utf8')}`);
   });
   await ctx.close();
 } catch (e) {

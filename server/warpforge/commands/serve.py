@@ -14,7 +14,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve until the client leaves; the process exits from here with 0 after ``shutdown`` + ``exit``,
+    1 on ``exit`` without ``shutdown`` (the LSP rule), 2 when the client broke the LSP framing."""
     from ..lsp.server import serve
 
     serve(args.tcp)
-    return 0

@@ -2,6 +2,8 @@
 
 Quick fixes are attached to findings whose transformation applies directly as a source edit (WF101 →
 ``const __restrict__``, WF010 → ``__launch_bounds__``); each carries its edit so the editor can preview it.
+Actions are computed from a snapshot of the document in the thread pool (parsing and guessing a spec
+take long on a big file); a document the server does not analyze (see ``limits``) has none.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
 from ..cuda.text import Position, SourceText
 from ..spec.annotations import annotation_edits, has_annotation
 from ..spec.resolve import guess_spec
+from . import limits
 from .convert import text_edit
 
 if TYPE_CHECKING:
@@ -44,7 +47,7 @@ def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp
         edits=[text_edit(e) for e in edits])])
 
 
-def _quick_fixes(server: WarpForgeServer, uri: str, version: int | None, src: SourceText, model: FileModel,
+def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileModel,
                  diagnostics: list[lsp.Diagnostic]) -> list[lsp.CodeAction]:
     out: list[lsp.CodeAction] = []
     for d in diagnostics:
@@ -79,13 +82,13 @@ def _quick_fixes(server: WarpForgeServer, uri: str, version: int | None, src: So
     return out
 
 
-def actions(server: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    uri = params.text_document.uri
-    doc = server.workspace.get_text_document(uri)
-    src = SourceText(doc.source)
+def actions(uri: str, version: int | None, path: str, text: str,
+            params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+    """The actions at ``params.range`` for a snapshot of the document (runs in the thread pool)."""
+    src = SourceText(text)
     model = parse(src.data)
     k = kernel_at(src, model, params.range.start)
-    out = _quick_fixes(server, uri, doc.version, src, model, list(params.context.diagnostics))
+    out = _quick_fixes(uri, version, src, model, list(params.context.diagnostics))
     if k is None:
         return out
     for strategy, label in (("beam", "beam search"), ("mcts", "MCTS")):
@@ -100,12 +103,18 @@ def actions(server: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.C
     out.append(lsp.CodeAction(
         title=f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`",
         kind=lsp.CodeActionKind.Refactor,
-        edit=_workspace_edit(uri, doc.version, spec_edits(src, k, doc.path or uri, model))))
+        edit=_workspace_edit(uri, version, spec_edits(src, k, path, model))))
     return out
 
 
 def register(server: WarpForgeServer) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(
         code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Refactor]))
-    def code_action(ls: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-        return actions(ls, params)
+    async def code_action(ls: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        uri = params.text_document.uri
+        doc = ls.workspace.get_text_document(uri)
+        text = doc.source
+        if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:
+            return []
+        version, path = doc.version, doc.path or uri
+        return await ls.off_loop(lambda: actions(uri, version, path, text, params))

@@ -1,9 +1,13 @@
 """Static findings as diagnostics: on open and save at once, after edits debounced; stale runs dropped.
 
-Analysis (tree-sitter, nvcc, nvdisasm) runs in the server's thread pool, never on the event loop. A run
+Analysis (tree-sitter, nvcc, nvdisasm) runs in the server's analysis pool, never on the event loop. A run
 whose document changed meanwhile is discarded instead of publishing hints for text that no longer
 exists; a newer edit cancels the pending debounced run. When a job has profiler-grounded findings for a
 kernel, they replace that kernel's static ones until the kernel's text changes.
+
+In Restricted Mode only the source-pattern phase runs (see ``restricted``). A document over the size limit
+or not text gets one notice instead of analysis (see ``limits``). Closing a document drops everything kept
+for it and gives the memory back.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from ..profile.findings import Finding
+from ..cuda.text import Position, Range
+from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
+from . import limits
 from .convert import diagnostic
 
 if TYPE_CHECKING:
@@ -62,6 +68,17 @@ class Diagnostics:
         if st is not None and st.task is not None:
             st.task.cancel()
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        del st
+        asyncio.get_running_loop().run_in_executor(self.server.analysis_pool, limits.release_memory)
+
+    def _skip(self, uri: str, path: str, version: int | None, reason: str) -> None:
+        """One notice instead of analysis (too big, not text)."""
+        st = self.state(uri)
+        st.version = version
+        st.kernel_texts = {}
+        st.report = HintsReport(path, findings=[make("WF002", path, Range(Position(0, 0), Position(0, 0)),
+                                                     reason, severity=Severity.INFO)])
+        self.publish(uri)
 
     async def _run(self, uri: str, delay: float) -> None:
         if delay > 0:
@@ -74,17 +91,25 @@ class Diagnostics:
         text = doc.source
         path = doc.path or uri
         s = self.server.settings
+        skip = limits.skip_reason(text, self.server.settings.max_document_bytes)
+        if skip is not None:
+            self._skip(uri, path, version, skip)
+            return
         loop = asyncio.get_running_loop()
         # Two phases: source-pattern hints in tens of milliseconds, then the compiler and SASS evidence
         # (nvcc + nvdisasm cost ~0.5 s even for one changed kernel). Each phase publishes only if the
-        # document is still the text it analyzed.
-        for use_compiler in (False, True):
+        # document is still the text it analyzed. Restricted Mode stops after the first.
+        phases = (False, True) if self.server.trust.trusted else (False,)
+        self.server.trust.notice(self.server)
+
+        def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str]]:
+            report = analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None,
+                                    use_compiler=use_compiler)
+            return report, _kernel_texts(text)
+
+        for use_compiler in phases:
             try:
-                report = await loop.run_in_executor(
-                    self.server.thread_pool,
-                    lambda c=use_compiler: analyze_source(path, text, arch=s.arch or None,  # type: ignore[misc]
-                                                          nvcc=s.nvcc_path or None, use_compiler=c),
-                )
+                report, kernel_texts = await loop.run_in_executor(self.server.analysis_pool, analyze, use_compiler)
             except Exception as e:
                 log.exception("analysis of %s failed", uri)
                 self.server.window_log_message(lsp.LogMessageParams(
@@ -97,7 +122,6 @@ class Diagnostics:
             if current.version != version or current.source != text:
                 return  # stale: a newer run is scheduled
             st = self.state(uri)
-            kernel_texts = _kernel_texts(text)
             if not use_compiler and st.report is not None:
                 # Until phase two lands, keep the compiler/SASS findings of kernels whose text is unchanged
                 # (no flicker); those of edited kernels are dropped, they may point at moved lines.
@@ -116,20 +140,12 @@ class Diagnostics:
         if st is None or st.report is None:
             return []
         out = list(st.report.findings)
-        if st.profiled:
-            try:
-                text = self.server.workspace.get_text_document(uri).source
-            except Exception:
-                text = ""
-            from ..cuda.parser import parse
-
-            model = parse(text)
-            for name, (ktext, prof) in list(st.profiled.items()):
-                k = model.kernel(name)
-                if k is None or text.encode()[k.span.start : k.span.end].decode("utf-8", "replace") != ktext:
-                    del st.profiled[name]  # the kernel changed: its profile no longer describes it
-                    continue
-                out = [f for f in out if f.kernel != name or f.code.startswith("WF0")] + prof
+        # The kernel texts of the last analysis stand for the document (no parse here: this runs on the loop).
+        for name, (ktext, prof) in list(st.profiled.items()):
+            if st.kernel_texts.get(name) != ktext:
+                del st.profiled[name]  # the kernel changed: its profile no longer describes it
+                continue
+            out = [f for f in out if f.kernel != name or f.code.startswith("WF0")] + prof
         return out
 
     def publish(self, uri: str) -> None:

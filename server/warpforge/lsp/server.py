@@ -8,10 +8,15 @@ internal error — the server keeps running either way.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, NoReturn, TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
@@ -21,10 +26,11 @@ from .. import __version__
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
-from . import actions, diagnostics, lenses
+from . import actions, diagnostics, framing, lenses, limits
 from .diagnostics import Diagnostics
 from .jobs import JobError, Jobs
 from .profiling import ProfileJobs
+from .restricted import Trust
 from .settings import Settings
 
 log = logging.getLogger("warpforge.lsp")
@@ -36,9 +42,99 @@ class WarpForgeServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("warpforge", __version__)
         self.settings = Settings()
+        self.trust = Trust()
+        # Two small pools besides pygls' own (jobs): requests never queue behind analyses, and analyses
+        # superseded by an edit before they start are dropped from the queue instead of piling up.
+        #: code lens, code actions, commands that parse: what the user is waiting for
+        self.interactive_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-interactive")
+        #: diagnostics runs (tree-sitter, analyzers, nvcc, nvdisasm)
+        self.analysis_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-analysis")
         self.diagnostics = Diagnostics(self)
         self.jobs = Jobs(self)
         self.profiles = ProfileJobs(self, JobError)
+        #: why the connection was closed, when the client broke the framing (see ``framing``)
+        self.framing_error: str | None = None
+        #: the process's exit status once the connection is over
+        self.exit_code = 0
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve LSP on stdio through ``framing`` (pygls' own reader can be wedged by a bad header)."""
+        writer = framing.LockedWriter(stdout or sys.stdout.buffer)
+        self.protocol.set_writer(writer)
+        self._serve(framing.StreamChunks(stdin or sys.stdin.buffer), writer)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """One TCP connection (debugging), with the same framing as stdio."""
+        async def main() -> None:
+            done = asyncio.Event()
+
+            async def connection(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                self.protocol.set_writer(w)
+                try:
+                    self.framing_error = await framing.pump(self.protocol, reader, w)
+                finally:
+                    done.set()
+
+            srv = await asyncio.start_server(connection, host, port)
+            log.info("serving LSP on %s:%s", host, port)
+            async with srv:
+                await done.wait()
+
+        self._run(main())
+
+    def _serve(self, source: framing.ChunkSource, writer: framing.Writer) -> None:
+        async def main() -> None:
+            self.framing_error = await framing.pump(self.protocol, source, writer)
+
+        self._run(main())
+
+    def _run(self, main: Coroutine[Any, Any, None]) -> None:
+        try:
+            asyncio.run(main)
+        except SystemExit as e:  # the `exit` notification: 0 after `shutdown`, else 1 (the LSP rule)
+            self.exit_code = e.code if isinstance(e.code, int) else 1
+        except BrokenPipeError:
+            log.error("the client closed the connection")
+        except KeyboardInterrupt:
+            pass
+        self._closed()
+
+    def _closed(self) -> None:
+        """The connection is over: stop accepting work. ``serve`` then leaves without waiting for analyses
+        still running in the thread pool (their results would answer nobody; a 5 MB parse takes seconds)."""
+        if self.framing_error is not None:
+            # The stream cannot be trusted any more: say why, where the editor shows it.
+            reason = f"WarpForge: closing the connection, the client broke the LSP framing: {self.framing_error}"
+            log.error("%s", reason)
+            with contextlib.suppress(Exception):  # the client may be gone already
+                self.protocol.writer.write(framing.frame({  # type: ignore[union-attr]
+                    "jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 1, "message": reason}}))
+            self.exit_code = framing.EXIT_FRAMING
+        for pool in (self.thread_pool, self.interactive_pool, self.analysis_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def analyzable(self, uri: str) -> SourceText:
+        """The open document's text, for a command that parses it; JobError when it is not open or the
+        server does not analyze it (too large, not text)."""
+        try:
+            doc = self.workspace.get_text_document(uri)
+            text = doc.source
+        except Exception as e:
+            raise JobError(f"document {uri} is not open") from e
+        reason = limits.skip_reason(text, self.settings.max_document_bytes)
+        if reason is not None:
+            raise JobError(f"{doc.path or uri}: {reason}")
+        return SourceText(text)
+
+    def allowed(self, what: str) -> None:
+        """JobError in Restricted Mode (see ``restricted``)."""
+        reason = self.trust.check(what)
+        if reason is not None:
+            raise JobError(reason)
+
+    async def off_loop(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in the interactive pool: parsing a document must not hold up other requests."""
+        return await asyncio.get_running_loop().run_in_executor(self.interactive_pool, fn)
 
     def lenses_changed(self) -> None:
         caps = self.client_capabilities.workspace
@@ -65,6 +161,12 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
+def _say_rejected(ls: WarpForgeServer) -> None:
+    """Show each setting value that was refused (``budget: "lots"``): the user sees why it has no effect."""
+    for msg in ls.settings.take_rejected():
+        ls.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning, message=f"WarpForge: {msg}"))
+
+
 def create_server() -> WarpForgeServer:
     server = WarpForgeServer()
     diagnostics.register(server)
@@ -74,12 +176,18 @@ def create_server() -> WarpForgeServer:
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: WarpForgeServer, params: lsp.InitializeParams) -> None:
         ls.settings.update(params.initialization_options)
-        log.info("settings: %s", ls.settings.public())
+        _say_rejected(ls)
+        ls.trust.update(params.initialization_options)
+        log.info("settings: %s; workspace %s", ls.settings.public(),
+                 "trusted" if ls.trust.trusted else "untrusted (Restricted Mode: nothing is compiled or run)")
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: WarpForgeServer, params: lsp.DidChangeConfigurationParams) -> None:
         changed = ls.settings.update(params.settings)
-        if {"arch", "nvcc_path"} & set(changed):
+        _say_rejected(ls)
+        if ls.trust.update(params.settings):
+            changed.append("trusted")
+        if {"arch", "nvcc_path", "max_document_bytes", "trusted"} & set(changed):
             for uri in list(ls.diagnostics.docs):
                 ls.diagnostics.schedule(uri, 0.0)
 
@@ -91,6 +199,8 @@ def create_server() -> WarpForgeServer:
     @server.command("warpforge.optimize")
     @guarded
     async def optimize(ls: WarpForgeServer, uri: str, kernel: str, strategy: str = "") -> dict[str, Any]:
+        ls.allowed("Optimize")
+        ls.analyzable(uri)
         job = await ls.jobs.start_optimize(uri, kernel, strategy or ls.settings.strategy)
         ls.lenses_changed()
         return {"job": job.id, "token": job.token}
@@ -98,6 +208,8 @@ def create_server() -> WarpForgeServer:
     @server.command("warpforge.profile")
     @guarded
     async def profile(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
+        ls.allowed("Profile")
+        ls.analyzable(uri)
         job = await ls.profiles.start(uri, kernel)
         return {"job": job.id, "token": job.token}
 
@@ -126,36 +238,42 @@ def create_server() -> WarpForgeServer:
         if node is None:
             raise JobError(f"job {job} has no candidate `{candidate}`")
         text = j.snapshot
-        model = parse(text)
-        k = model.kernel(j.kernel)
-        if k is None:
-            raise JobError(f"`{j.kernel}` is not in the job's snapshot")
-        from ..search.optimize import apply_candidate
-        from ..spec.resolve import build_spec
 
-        try:
-            spec = build_spec(SourceText(text), model, k, j.uri)
-        except SpecError:
-            spec = None
+        def variant() -> str:
+            model = parse(text)
+            k = model.kernel(j.kernel)
+            if k is None:
+                raise JobError(f"`{j.kernel}` is not in the job's snapshot")
+            from ..search.optimize import apply_candidate
+            from ..spec.resolve import build_spec
+
+            try:
+                spec = build_spec(SourceText(text), model, k, j.uri)
+            except SpecError:
+                spec = None
+            return apply_candidate(text, k, node.candidate, spec)
+
         return {"job": job, "candidate": node.candidate.hash, "uri": j.uri, "kernel": j.kernel,
                 "speedup": node.speedup, "family": node.candidate.family, "status": node.status,
-                "original": text, "variant": apply_candidate(text, k, node.candidate, spec)}
+                "original": text, "variant": await ls.off_loop(variant)}
 
     @server.command("warpforge.addSpec")
     @guarded
     async def add_spec(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
-        try:
-            doc = ls.workspace.get_text_document(uri)
-        except Exception as e:
-            raise JobError(f"document {uri} is not open") from e
-        src = SourceText(doc.source)
-        model = parse(src.data)
-        k = model.kernel(kernel)
-        if k is None:
-            raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
-        edits = actions.spec_edits(src, k, doc.path or uri, model)
+        src = ls.analyzable(uri)
+        doc = ls.workspace.get_text_document(uri)
+        version = doc.version  # of the text being parsed: a later edit makes the client refuse these edits
+
+        def edits_for() -> list[Any]:
+            model = parse(src.data)
+            k = model.kernel(kernel)
+            if k is None:
+                raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
+            return actions.spec_edits(src, k, doc.path or uri, model)
+
+        edits = await ls.off_loop(edits_for)
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
-            label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, doc.version, edits)))
+            label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, version, edits)))
         return {"applied": bool(result.applied) if result is not None else False}
 
     @server.feature("warpforge/searchTree")
@@ -169,7 +287,7 @@ def create_server() -> WarpForgeServer:
     return server
 
 
-def serve(tcp: str | None = None) -> None:
+def serve(tcp: str | None = None) -> NoReturn:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
     server = create_server()
@@ -178,3 +296,9 @@ def serve(tcp: str | None = None) -> None:
         server.start_tcp(host or "127.0.0.1", int(port))
     else:
         server.start_io()
+    # Leave now: the non-daemon pool threads would otherwise be joined at exit, finishing work for nobody.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):  # `exit` closes stdout
+            stream.flush()
+    os._exit(server.exit_code)

@@ -14,11 +14,11 @@ log = logging.getLogger(__name__)
 
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
-    "timeBudget": "time_budget",
+    "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes",
 }
 _EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
 #: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
-_MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, True)}
+_MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, True), "max_document_bytes": (1, True)}
 
 
 @dataclass
@@ -38,6 +38,8 @@ class Settings:
     ray_address: str = ""
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6
+    #: documents larger than this (bytes of UTF-8) get a notice instead of analysis (see lsp/limits.py)
+    max_document_bytes: int = 1_000_000
     #: why each rejected value was rejected since the last ``take_rejected`` (for the editor to show)
     _rejected: list[str] = field(default_factory=list, repr=False)
 
