@@ -28,7 +28,8 @@ SERVER_COMMAND = [sys.executable, *LAUNCH["pythonFlags"], *LAUNCH["serverArgs"]]
 def server_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("ANTHROPIC_API_KEY", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), env.get("PYTHONPATH", "")])
+    # No empty entry: Python reads one as the working directory, which would put the workspace back on the path.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "server"), env.get("PYTHONPATH", "")] if p)
     env.update(LAUNCH["env"])
     env.update(extra)
     return env

@@ -357,3 +357,22 @@ def test_console_script_runs_for_real() -> None:
     spec = json.loads(r.stdout)
     assert spec["kernel"] == "transpose_naive" and spec["resolved"]["grid"] == [128, 512, 1]
     assert r.stderr == ""
+
+
+def test_hints_show_an_annotation_error_at_its_line_and_not_for_an_inferred_spec(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A wrong `@warpforge` line is a WF003 warning at that line (it was swallowed, and the compile then went on
+    without the tunable's define); a kernel with no annotation and no launch site gets no WF003."""
+    body = "__global__ void k(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }\n"
+    bad = tmp_path / "bad.cu"
+    bad.write_text("// @warpforge size N = 1024\n// @warpforge arg n = N\n// @warpforge tune BLOCK = 256 `x`, 128\n"
+                   + body)
+    code, out, _ = run(capsys, "hints", str(bad), "--no-compile", "--json")
+    assert code == 0
+    found = [f for f in json.loads(out)[0]["findings"] if f["code"] == "WF003"]
+    assert len(found) == 1 and found[0]["range"]["start"]["line"] == 2, found
+    assert "tunable `BLOCK`" in found[0]["message"]
+    plain = tmp_path / "plain.cu"
+    plain.write_text(body)
+    code, out, _ = run(capsys, "hints", str(plain), "--no-compile", "--json")
+    assert code == 0 and not [f for f in json.loads(out)[0]["findings"] if f["code"] == "WF003"]

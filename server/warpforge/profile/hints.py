@@ -29,6 +29,7 @@ from ..cuda.parser import parse
 from ..cuda.text import Position, Range, SourceText
 from ..gpu.build import BuildResult, CompilerMessage, Resources, cache_dir, compile_cubin
 from ..gpu.toolchain import ToolMissing, default_arch, find_tool, toolchain
+from ..spec.annotations import has_annotation
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec
 from .analyzers import load
@@ -328,12 +329,16 @@ def analyze_source(
     arch = default_arch(arch)
     specs: dict[str, KernelSpec | None] = {}
     spec_errors: dict[str, str] = {}
+    #: errors in an annotation block the user wrote (an inferred spec that cannot be completed is no finding)
+    spec_errors_at: dict[str, SpecError] = {}
     for k in targets:
         try:
             specs[k.name] = build_spec(src, model, k, file)
         except SpecError as e:
             specs[k.name] = None
             spec_errors[k.name] = str(e)
+            if has_annotation(src, k):
+                spec_errors_at[k.name] = e
     builds: dict[str, KernelBuild] = {}
     compiler_missing: str | None = None
     compiler = _Compiler(file, src, model, arch, nvcc)
@@ -356,6 +361,11 @@ def analyze_source(
                             sass_lines=kb.sass_lines if kb else {})
         if kb is not None:
             report.findings.extend(_message_findings(file, src, k, kb.messages, seen_msgs))
+        spec_error = spec_errors_at.get(k.name)
+        if spec_error is not None:  # the user's own annotation is wrong: say where, or the job fails later
+            report.findings.append(make("WF003", file, ctx.line_range(spec_error.line or k.start_line + 1),
+                                        spec_error.message + (f"; {spec_error.fix}" if spec_error.fix else ""),
+                                        kernel=k.name))
         have = {"source"}
         if ctx.spec is not None:
             have.add("spec")
