@@ -159,14 +159,12 @@ class Store:
         try:
             self._db = connect(path)
         except (sqlite3.DatabaseError, OSError) as e:
-            raise StoreError(f"{self.path}: cannot open the WarpForge database ({e}); check the folder is "
-                             "writable, or move the file away to start afresh") from e
+            raise StoreError(f"{self.path}: cannot open the WarpForge database ({e}); {_advice(e)}") from e
         try:
             self._migrate()
         except sqlite3.DatabaseError as e:
             self._db.close()
-            raise StoreError(f"{self.path}: cannot use the WarpForge database ({e}); move it away to start "
-                             "afresh") from e
+            raise StoreError(f"{self.path}: cannot use the WarpForge database ({e}); {_advice(e)}") from e
         except StoreError:
             self._db.close()
             raise
@@ -263,6 +261,15 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _advice(e: BaseException) -> str:
+    """What the user can do about a failure to open the file (a lock is not a reason to delete it)."""
+    if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        return f"another WarpForge process kept it locked for {BUSY_TIMEOUT_S:.0f} s; try again when it is done"
+    if isinstance(e, OSError):
+        return "check that the folder exists and is writable"
+    return "move the file away to start afresh"
 
 
 def statements(script: str) -> list[str]:
