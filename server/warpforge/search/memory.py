@@ -34,29 +34,38 @@ class SearchMemory:
         return self.store.path
 
     def record(self, key: str, family: str, ok: bool, speedup: float | None, note: str = "") -> None:
-        win = 1 if ok and speedup is not None and speedup > 1.0 else 0
-        with self.store.writing() as db:
-            db.execute(
-                """INSERT INTO search_memory (kernel_key, family, tries, wins, best, last_note, updated)
-                   VALUES (?, ?, 1, ?, ?, ?, ?)
-                   ON CONFLICT (kernel_key, family) DO UPDATE SET
-                     tries = tries + 1, wins = wins + excluded.wins, best = max(best, excluded.best),
-                     last_note = excluded.last_note, updated = excluded.updated""",
-                (key, family, win, speedup if win and speedup is not None else 1.0, note[:500], time.time()),
-            )
+        self._record_many([(key, family, ok, speedup, note)])
 
     def record_result(self, key: str, result: SearchResult) -> None:
         """Every evaluated non-root node of a finished search, credited with its gain over its parent.
 
         The marginal gain (not the absolute speedup) is what says whether applying the family helped:
-        a family applied on top of a 2× variant should not inherit the 2×.
+        a family applied on top of a 2× variant should not inherit the 2×. One transaction for the whole
+        search, so another process never reads half of it.
         """
+        rows: list[tuple[str, str, bool, float | None, str]] = []
         for n in result.nodes:
             if n is result.root or n.evaluation is None:
                 continue
             parent = n.parent.speedup if n.parent is not None and n.parent.speedup else 1.0
             gain = n.speedup / parent if n.speedup is not None else None
-            self.record(key, n.candidate.family, n.ok, gain, n.evaluation.reason)
+            rows.append((key, n.candidate.family, n.ok, gain, n.evaluation.reason))
+        self._record_many(rows)
+
+    def _record_many(self, outcomes: list[tuple[str, str, bool, float | None, str]]) -> None:
+        rows = []
+        for key, family, ok, speedup, note in outcomes:  # each its own time: notes() lists them in this order
+            win = 1 if ok and speedup is not None and speedup > 1.0 else 0
+            rows.append((key, family, win, speedup if win and speedup is not None else 1.0, note[:500], time.time()))
+        with self.store.writing() as db:
+            db.executemany(
+                """INSERT INTO search_memory (kernel_key, family, tries, wins, best, last_note, updated)
+                   VALUES (?, ?, 1, ?, ?, ?, ?)
+                   ON CONFLICT (kernel_key, family) DO UPDATE SET
+                     tries = tries + 1, wins = wins + excluded.wins, best = max(best, excluded.best),
+                     last_note = excluded.last_note, updated = excluded.updated""",
+                rows,
+            )
 
     def record_rejection(self, key: str, family: str, note: str = "rejected by the user") -> None:
         with self.store.writing() as db:
