@@ -1,19 +1,29 @@
-"""SQLite store in the workspace (``.warpforge/warpforge.db``): the evaluation cache, and later jobs and
-search memory.
+"""The workspace store: one SQLite file (``.warpforge/warpforge.db``) holding the evaluation cache, search
+memory and the LLM's lessons, and the one place that opens WarpForge's SQLite files.
 
-Why SQLite: one file next to the user's code, no server, safe for the language server and a CLI run to use
-at once (WAL mode), and it survives restarts so that identical work is never benchmarked twice: an
-evaluation is keyed by (candidate hash, spec hash, GPU name, driver version), everything that decides its
-outcome, and a hit is returned as is.
+Why one file and one front end: the three kinds of record describe the same work on the same kernels and
+are written by the same jobs; kept apart they each grew their own connect code, their own table creation
+and their own idea of where the file lives. Here the location is decided once (``workspace_db``), every
+connection is made once (``connect``: WAL, a busy timeout, explicit transactions), and the schema has one
+version number. ``search.memory.SearchMemory`` and ``policy.llm.reflector.LessonStore`` are views over a
+``Store``: they own their queries, not a connection. The retrieval index (``rag/sqlite_fts.py``) is a
+separate file in the user's cache (it is shared by all workspaces) but opens it with ``connect`` too.
+
+Why SQLite: one file next to the user's code, no server, safe for the language server, a CLI run and
+worker processes to write at once (WAL; writers wait up to ``BUSY_TIMEOUT_S`` for each other instead of
+failing), and it survives restarts, so identical work is never benchmarked twice: an evaluation is keyed
+by (candidate hash, spec hash, GPU name, driver version), everything that decides its outcome.
 
 The schema is versioned with SQLite's ``user_version``: ``MIGRATIONS[i]`` takes a database from version
-``i`` to ``i + 1``, applied in order inside one transaction each. A database written by a newer WarpForge
+``i`` to ``i + 1``. Each runs in its own ``BEGIN IMMEDIATE`` transaction that re-reads the version first,
+so two processes opening a fresh file at once migrate it once. A database written by a newer WarpForge
 (higher version than this code knows) is refused rather than misread.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -23,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: MIGRATIONS[i] upgrades a database from user_version i to i + 1.
+#: MIGRATIONS[i] upgrades a database from user_version i to i + 1. Never edit a released entry: add one.
 MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: the evaluation cache.
     """
-    CREATE TABLE evaluations (
+    CREATE TABLE IF NOT EXISTS evaluations (
         candidate_hash TEXT NOT NULL,
         spec_hash      TEXT NOT NULL,
         gpu            TEXT NOT NULL,
@@ -38,12 +49,39 @@ MIGRATIONS: tuple[str, ...] = (
         created        REAL NOT NULL,
         PRIMARY KEY (candidate_hash, spec_hash, gpu, driver)
     );
-    CREATE INDEX evaluations_by_spec ON evaluations (spec_hash, status);
+    CREATE INDEX IF NOT EXISTS evaluations_by_spec ON evaluations (spec_hash, status);
+    """,
+    # 1 -> 2: search memory and lessons join the versioned schema. Before, each front end created its
+    # table in this same file with IF NOT EXISTS outside any version, so both may already be there.
+    """
+    CREATE TABLE IF NOT EXISTS search_memory (
+        kernel_key TEXT NOT NULL,
+        family     TEXT NOT NULL,
+        tries      INTEGER NOT NULL DEFAULT 0,
+        wins       INTEGER NOT NULL DEFAULT 0,
+        best       REAL NOT NULL DEFAULT 1.0,
+        rejected   INTEGER NOT NULL DEFAULT 0,
+        last_note  TEXT NOT NULL DEFAULT '',
+        updated    REAL NOT NULL,
+        PRIMARY KEY (kernel_key, family)
+    );
+    CREATE TABLE IF NOT EXISTS llm_lessons (
+        kernel_key TEXT NOT NULL,
+        family     TEXT NOT NULL,
+        outcome    TEXT NOT NULL,
+        lesson     TEXT NOT NULL,
+        created    REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS llm_lessons_key ON llm_lessons (kernel_key, created);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 DIRNAME = ".warpforge"
 FILENAME = "warpforge.db"
+#: How long a writer waits for another process's transaction before giving up (an evaluation batch or a
+#: migration takes milliseconds; the margin covers a slow network file system).
+BUSY_TIMEOUT_S = 30.0
+MEMORY = ":memory:"
 
 
 class StoreError(RuntimeError):
@@ -58,27 +96,88 @@ class EvalKey:
     driver: str
 
 
+# --------------------------------------------------------------------------- location
+def user_dir() -> Path:
+    """WarpForge's per-user folder (``$WARPFORGE_CACHE``, else the XDG cache dir), for work outside a workspace."""
+    base = os.environ.get("WARPFORGE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warpforge")
+    return Path(base)
+
+
+def workspace_db(root: str | Path | None) -> Path:
+    """Where the store of the workspace rooted at ``root`` lives; with no workspace, the per-user one."""
+    return Path(root) / DIRNAME / FILENAME if root is not None else user_dir() / FILENAME
+
+
+# --------------------------------------------------------------------------- connections
+def connect(path: str | Path) -> sqlite3.Connection:
+    """Open a WarpForge SQLite file the one way every front end uses.
+
+    Autocommit mode (``isolation_level=None``): Python's implicit transactions are off so that writes are
+    grouped by ``transaction`` explicitly, with ``BEGIN IMMEDIATE`` taking the write lock up front (a
+    deferred transaction that upgrades later can fail with "database is locked" without waiting). The busy
+    timeout is set before switching to WAL, because that switch itself needs the lock. Shared between
+    threads behind the owner's lock (``check_same_thread=False``). Rows are plain tuples.
+    """
+    where = str(path)
+    if where != MEMORY:
+        Path(where).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(where, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if where != MEMORY:
+            db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA foreign_keys = ON")  # enforce any reference a later migration declares
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction on a ``connect``-ed connection: all of the block or none of it."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+# --------------------------------------------------------------------------- the store
 class Store:
-    """A connection to one workspace database; safe to share between threads of one process."""
+    """A connection to one workspace database; safe to share between threads of one process.
+
+    ``path`` may be ``":memory:"`` for a one-off job that keeps nothing (its lessons, say).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
-                                       isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db = connect(path)
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise StoreError(f"{self.path}: cannot open the WarpForge database ({e}); {_advice(e)}") from e
+        try:
             self._migrate()
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: cannot use the WarpForge database ({e}); move it away to start afresh") \
-                from e
+            self._db.close()
+            raise StoreError(f"{self.path}: cannot use the WarpForge database ({e}); {_advice(e)}") from e
+        except StoreError:
+            self._db.close()
+            raise
 
     @classmethod
-    def for_workspace(cls, root: str | Path) -> Store:
-        """The store of the workspace rooted at ``root``."""
-        return cls(Path(root) / DIRNAME / FILENAME)
+    def for_workspace(cls, root: str | Path | None) -> Store:
+        """The store of the workspace rooted at ``root`` (the per-user one when there is no workspace)."""
+        return cls(workspace_db(root))
+
+    @classmethod
+    def in_memory(cls) -> Store:
+        """A private store that lives as long as the object (nothing is written to disk)."""
+        return cls(MEMORY)
 
     # ----------------------------------------------------------------- schema
     @property
@@ -87,32 +186,45 @@ class Store:
             row = self._db.execute("PRAGMA user_version").fetchone()
         return int(row[0])
 
-    def _migrate(self) -> None:
-        current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+    def _check_version(self, current: int) -> None:
         if current > SCHEMA_VERSION:
             raise StoreError(f"{self.path} was written by a newer WarpForge (schema {current}, this one knows "
-                             f"{SCHEMA_VERSION}); upgrade WarpForge")
-        for version in range(current, SCHEMA_VERSION):
-            with self._transaction():
-                for statement in _statements(MIGRATIONS[version]):
+                             f"{SCHEMA_VERSION}); upgrade WarpForge, or move the file away to start afresh")
+
+    def _migrate(self) -> None:
+        """Apply the missing migrations, one transaction each; a no-op on an up-to-date file."""
+        current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        self._check_version(current)
+        while current < SCHEMA_VERSION:
+            with transaction(self._db):
+                # Re-read under the write lock: another process may have migrated since we looked.
+                current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+                self._check_version(current)
+                if current >= SCHEMA_VERSION:
+                    break
+                for statement in statements(MIGRATIONS[current]):
                     self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {version + 1}")
+                current += 1
+                self._db.execute(f"PRAGMA user_version = {current}")
+
+    # ----------------------------------------------------------------- access for views
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection, held for this thread (for a query or a few)."""
+        with self._lock:
+            yield self._db
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """The connection inside a write transaction, held for this thread."""
+        with self._lock, transaction(self._db) as db:
+            yield db
 
     # ----------------------------------------------------------------- evaluations
     def get_evaluation(self, key: EvalKey) -> dict[str, Any] | None:
         """The cached evaluation (as stored JSON), or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self.reading() as db:
+            row = db.execute(
                 "SELECT result FROM evaluations WHERE candidate_hash=? AND spec_hash=? AND gpu=? AND driver=?",
                 (key.candidate_hash, key.spec_hash, key.gpu, key.driver),
             ).fetchone()
@@ -124,8 +236,8 @@ class Store:
     def put_evaluation(self, key: EvalKey, kernel: str, status: str, speedup: float | None,
                        result: dict[str, Any]) -> None:
         text = json.dumps(result, sort_keys=True, allow_nan=False, default=str)
-        with self._lock:
-            self._db.execute(
+        with self.writing() as db:
+            db.execute(
                 "INSERT OR REPLACE INTO evaluations "
                 "(candidate_hash, spec_hash, gpu, driver, kernel, status, speedup, result, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -133,11 +245,11 @@ class Store:
             )
 
     def count_evaluations(self, spec_hash: str | None = None) -> int:
-        with self._lock:
+        with self.reading() as db:
             if spec_hash is None:
-                row = self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()
+                row = db.execute("SELECT COUNT(*) FROM evaluations").fetchone()
             else:
-                row = self._db.execute("SELECT COUNT(*) FROM evaluations WHERE spec_hash=?", (spec_hash,)).fetchone()
+                row = db.execute("SELECT COUNT(*) FROM evaluations WHERE spec_hash=?", (spec_hash,)).fetchone()
         return int(row[0])
 
     def close(self) -> None:
@@ -151,6 +263,15 @@ class Store:
         self.close()
 
 
-def _statements(script: str) -> list[str]:
+def _advice(e: BaseException) -> str:
+    """What the user can do about a failure to open the file (a lock is not a reason to delete it)."""
+    if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        return f"another WarpForge process kept it locked for {BUSY_TIMEOUT_S:.0f} s; try again when it is done"
+    if isinstance(e, OSError):
+        return "check that the folder exists and is writable"
+    return "move the file away to start afresh"
+
+
+def statements(script: str) -> list[str]:
     """Split a migration script into statements (they contain no semicolons inside literals)."""
     return [s.strip() for s in script.split(";") if s.strip()]

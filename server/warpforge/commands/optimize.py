@@ -38,6 +38,7 @@ from ..search.engine import Budget, SearchEvent
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, candidate_notes, optimize
 from ..search.report import ReportInfo, render
+from ..store import Store
 from . import inputs
 from .hints import _format
 
@@ -162,7 +163,7 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
                           Budget(max_candidates=args.budget, wall_seconds=args.time, target_speedup=args.target),
                           findings=findings, arch=args.arch or "sm_90")
     workspace = Path.cwd()
-    memory = SearchMemory(workspace / ".warpforge" / "warpforge.db")
+    memory = SearchMemory(Store.for_workspace(workspace))
     console = Console(stderr=True)
     notices: list[str] = []
 

@@ -1021,7 +1021,7 @@ def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: 
     re-measures identical work on the same GPU model and driver.
     """
     root = Path(workspace) if workspace is not None else Path(req.file).resolve().parent
-    store = Store(root / ".warpforge" / "warpforge.db")
+    store = Store.for_workspace(root)
     settings = EngineSettings(arch=req.arch or None)
     if backend is None:
         backend = LocalBackend([device] if device is not None else (gpus if gpus is not None else "all"))

@@ -17,7 +17,6 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
@@ -30,6 +29,7 @@ from ..search.engine import Budget, SearchEngine, SearchEvent
 from ..search.memory import SearchMemory, kernel_key
 from ..search.optimize import OptimizeOutcome, OptimizeRequest, apply_candidate, kernel_diff, optimize
 from ..search.tree import EvaluatorLike, Node
+from ..store import Store, StoreError
 from .profiling import show_profile
 
 if TYPE_CHECKING:
@@ -121,10 +121,9 @@ class Jobs:
     # ----------------------------------------------------------------- helpers
     def _memory(self) -> SearchMemory | None:
         root = self.server.workspace.root_path if self.server.workspace else None
-        base = Path(root) / ".warpforge" if root else Path(os.path.expanduser("~/.cache/warpforge"))
         try:
-            return SearchMemory(base / "warpforge.db")
-        except OSError:
+            return SearchMemory(Store.for_workspace(root or None))
+        except StoreError:
             return None
 
     def running_for(self, uri: str, kernel: str) -> Job | None:

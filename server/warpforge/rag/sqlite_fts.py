@@ -13,9 +13,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from ..store import connect, statements, transaction
 from .index import Chunk, Hit, Query, split_identifier
 
 SCHEMA = """
@@ -56,20 +58,32 @@ class SqliteBackend:
     name = "sqlite"
 
     def __init__(self, path: str | Path) -> None:
+        # The index is its own file (in the user's cache, shared by every workspace) but is opened the way
+        # the workspace store is: one connection, WAL, a busy timeout, explicit write transactions.
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        with self._connect() as db:
-            db.executescript(SCHEMA)
+        self._db = connect(self.path)
+        with transaction(self._db) as db:
+            for statement in statements(SCHEMA):
+                db.execute(statement)
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=10)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._db
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, transaction(self._db) as db:
+            yield db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
     def add(self, chunks: Sequence[Chunk]) -> int:
         now = time.time()
-        with self._lock, self._connect() as db:
+        with self._writing() as db:
             for c in chunks:
                 db.execute("DELETE FROM chunks_fts WHERE id = ?", (c.id,))
                 db.execute(
@@ -83,7 +97,7 @@ class SqliteBackend:
         return len(chunks)
 
     def remove_source(self, source: str) -> int:
-        with self._lock, self._connect() as db:
+        with self._writing() as db:
             ids = [r[0] for r in db.execute("SELECT id FROM chunks WHERE source = ?", (source,))]
             db.executemany("DELETE FROM chunks_fts WHERE id = ?", [(i,) for i in ids])
             db.execute("DELETE FROM chunks WHERE source = ?", (source,))
@@ -95,7 +109,7 @@ class SqliteBackend:
             return []
         match = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
         w = ", ".join(str(x) for x in BM25_WEIGHTS)
-        with self._lock, self._connect() as db:
+        with self._reading() as db:
             rows = db.execute(
                 f"""SELECT c.id, c.source, c.path, c.name, c.kind, c.op_type, c.tags, c.weight, c.start_line,
                            c.end_line, c.text, bm25(chunks_fts, {w}) AS score
@@ -111,9 +125,9 @@ class SqliteBackend:
         return hits
 
     def count(self) -> int:
-        with self._lock, self._connect() as db:
+        with self._reading() as db:
             return int(db.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     def sources(self) -> dict[str, int]:
-        with self._lock, self._connect() as db:
+        with self._reading() as db:
             return {str(s): int(n) for s, n in db.execute("SELECT source, count(*) FROM chunks GROUP BY source")}

@@ -106,7 +106,7 @@ class LLMPolicy:
         self.findings = tuple(findings)
         self.index = index
         self.memory = memory
-        self.lessons = lessons or LessonStore(memory.path if memory is not None else None)
+        self.lessons = lessons or LessonStore(memory.store if memory is not None else None)
         self.on_notice = on_notice
         self.notices: list[str] = []
         self.failures: list[Failure] = []

@@ -3,19 +3,19 @@
 Why: search memory (``search/memory.py``) keeps numbers per family — tries, wins, best gain. What it
 cannot keep is *why*: "vectorizing helped, the division is now the cost", "warp per row broke on the odd
 size because lanes past the row end were read". The reflector writes those sentences, one per outcome
-that teaches something, into the ``llm_lessons`` table next to search memory (same SQLite file when the
-job has one), and the planner reads the latest ones for the same kernel in later rounds and later jobs.
+that teaches something, into the ``llm_lessons`` table of the workspace store next to search memory (an
+in-memory store when the job has none), and the planner reads the latest ones for the same kernel in
+later rounds and later jobs.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...store import Store
 from .client import LLMClient
 from .context import KernelBrief
 from .planner import system_for
@@ -32,18 +32,6 @@ RECORD = ToolSpec(
         "lesson": string("One or two sentences: what was tried, what happened, the likely reason, what to try next"),
     }))}),
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS llm_lessons (
-    kernel_key TEXT NOT NULL,
-    family     TEXT NOT NULL,
-    outcome    TEXT NOT NULL,
-    lesson     TEXT NOT NULL,
-    created    REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS llm_lessons_key ON llm_lessons (kernel_key, created);
-"""
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -75,49 +63,30 @@ class Lesson:
 
 
 class LessonStore:
-    """Lessons per kernel in SQLite (a file shared with search memory, or in memory for a one-off job)."""
+    """The ``llm_lessons`` table of a workspace ``Store`` (the one search memory uses), or of a private
+    in-memory store for a one-off job; a path opens the store there."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = str(path) if path is not None else ":memory:"
-        self._lock = threading.Lock()
-        self._mem: sqlite3.Connection | None = None
-        if self.path == ":memory:":
-            self._mem = sqlite3.connect(":memory:", check_same_thread=False)
+    def __init__(self, store: Store | str | Path | None = None) -> None:
+        if isinstance(store, Store):
+            self.store = store
         else:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            db = self._connect()
-            db.executescript(SCHEMA)
-            db.commit()
-            self._close(db)
+            self.store = Store(store) if store is not None else Store.in_memory()
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._mem is not None:
-            return self._mem
-        db = sqlite3.connect(self.path, timeout=10)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
-
-    def _close(self, db: sqlite3.Connection) -> None:
-        if db is not self._mem:
-            db.close()
+    @property
+    def path(self) -> Path:
+        return self.store.path
 
     def add(self, kernel_key: str, lessons: Sequence[Lesson]) -> None:
         now = time.time()
-        with self._lock:
-            db = self._connect()
-            rows = [(kernel_key, x.family, x.outcome, x.lesson[:600], now) for x in lessons]
+        rows = [(kernel_key, x.family, x.outcome, x.lesson[:600], now) for x in lessons]
+        with self.store.writing() as db:
             db.executemany("INSERT INTO llm_lessons (kernel_key, family, outcome, lesson, created) "
                            "VALUES (?, ?, ?, ?, ?)", rows)
-            db.commit()
-            self._close(db)
 
     def recent(self, kernel_key: str, limit: int = 12) -> list[Lesson]:
-        with self._lock:
-            db = self._connect()
+        with self.store.reading() as db:
             rows = db.execute("SELECT family, outcome, lesson FROM llm_lessons WHERE kernel_key = ? "
                               "ORDER BY created DESC, rowid DESC LIMIT ?", (kernel_key, limit)).fetchall()
-            self._close(db)
         return [Lesson(str(f), str(o), str(t)) for f, o, t in reversed(rows)]
 
 
