@@ -12,6 +12,7 @@ from warpforge.cuda import (
     DeclKind,
     FileModel,
     Kernel,
+    KernelNotFound,
     Position,
     SourceText,
     Span,
@@ -164,6 +165,19 @@ def test_nested_namespaces_with_and_without_recovery() -> None:
     broken = parse("void f() { g(;\n" + text)
     assert all(k.recovered for k in broken.kernels)
     assert [(k.namespace, k.qualified_name) for k in broken.kernels] == want
+
+
+def test_require_finds_plain_and_qualified_names_and_lists_the_rest() -> None:
+    text = ("namespace a::b {\n__global__ void k(float* x) { x[0] = 1; }\n}\n"
+            "__global__ void other(float* x) { x[0] = 2; }\n")
+    model = parse(text)
+    assert model.require("k") is model.require("a::b::k") is model.kernels[0]
+    with pytest.raises(KernelNotFound) as e:
+        model.require("nope", "x.cu")
+    assert (e.value.file, e.value.name, e.value.kernels) == ("x.cu", "nope", ("k", "other"))
+    assert str(e.value) == "x.cu: no __global__ kernel named `nope` (kernels here: k, other)"
+    with pytest.raises(KernelNotFound, match=r"^no __global__ kernel named `k` \(kernels here: none\)$"):
+        parse("").require("k")
 
 
 def test_shared_memory_stays_inside_the_kernel() -> None:

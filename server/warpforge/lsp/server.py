@@ -18,6 +18,7 @@ from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
+from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
@@ -53,7 +54,7 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     async def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return await fn(*args, **kwargs)
-        except (JobError, SpecError, KeyError, ValueError) as e:
+        except (JobError, SpecError, KernelNotFound, KeyError, ValueError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise JsonRpcInvalidParams(str(msg)) from e
         except JsonRpcInvalidParams:
@@ -150,9 +151,7 @@ def create_server() -> WarpForgeServer:
             raise JobError(f"document {uri} is not open") from e
         src = SourceText(doc.source)
         model = parse(src.data)
-        k = model.kernel(kernel)
-        if k is None:
-            raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
+        k = model.require(kernel, doc.path or uri)
         edits = actions.spec_edits(src, k, doc.path or uri, model)
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
             label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, doc.version, edits)))

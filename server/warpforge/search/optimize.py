@@ -273,13 +273,10 @@ def make_search(
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
-    """Parse the snapshot and build the kernel's spec (raises SpecError / KeyError with clear messages)."""
+    """Parse the snapshot and build the kernel's spec (raises SpecError / KernelNotFound with clear messages)."""
     src = SourceText(req.text)
     model = parse(src.data)
-    kernel = model.kernel(req.kernel)
-    if kernel is None:
-        names = ", ".join(k.name for k in model.kernels) or "none"
-        raise KeyError(f"{req.file}: no __global__ kernel named `{req.kernel}` (kernels here: {names})")
+    kernel = model.require(req.kernel, req.file)
     spec = build_spec(src, model, kernel, req.file)
     return src, model, kernel, spec
 
