@@ -21,6 +21,8 @@ from warpforge.cuda import (
 )
 from warpforge.cuda import rewrite as rw
 from warpforge.cuda.access import param_access
+from warpforge.cuda.parser import parse_tree
+from warpforge.cuda.tree import node_text, walk
 
 
 def kernel(model: FileModel, name: str) -> Kernel:
@@ -178,6 +180,15 @@ def test_require_finds_plain_and_qualified_names_and_lists_the_rest() -> None:
     assert str(e.value) == "x.cu: no __global__ kernel named `nope` (kernels here: k, other)"
     with pytest.raises(KernelNotFound, match=r"^no __global__ kernel named `k` \(kernels here: none\)$"):
         parse("").require("k")
+
+
+def test_walk_is_pre_order_in_document_order_with_types_and_cut() -> None:
+    data = b"__global__ void k(float* x) { if (a) { b(c); } d(e); }"
+    root = parse_tree(data).root_node
+    assert [node_text(n, data) for n in walk(root, ("identifier",))] == ["k", "x", "a", "b", "c", "d", "e"]
+    assert [node_text(n, data) for n in walk(root, ("identifier",), cut=lambda n: n.type == "if_statement")] \
+        == ["k", "x", "d", "e"]
+    assert next(walk(root)) is root and node_text(next(walk(root, ("call_expression",))), data) == "b(c)"
 
 
 def test_shared_memory_stays_inside_the_kernel() -> None:

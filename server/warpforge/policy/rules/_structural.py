@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.rewrite import apply_edits, replace_body
+from ...cuda.tree import node_text, walk
 from ...spec.expr import Number
-from ._util import eval_expr, node_text, size_env, strip_parens, walk
+from ._util import eval_expr, size_env, strip_parens
 from .base import RuleContext
 
 #: calls that synchronize or exchange data between threads: moving code across them changes its meaning
@@ -69,10 +70,6 @@ def statements(node: Node | None) -> list[Node]:
     if node.type == "compound_statement":
         return [c for c in node.named_children if c.type != "comment"]
     return [node]
-
-
-def text(node: Node, data: bytes) -> str:
-    return node_text(node, data)
 
 
 def render(node: Node, data: bytes, replace: Callable[[Node], str | None]) -> str:
@@ -586,19 +583,19 @@ def grid_2d(body: Node, data: bytes) -> Grid2D | None:
         for a, b in ((ands[0], ands[1]), (ands[1], ands[0])):
             bx, by = upper_bound(a, data, x.name), upper_bound(b, data, y.name)
             if bx is not None and by is not None:
-                return Grid2D(x, y, bx, by, g, False, text(cond, data),
+                return Grid2D(x, y, bx, by, g, False, node_text(cond, data),
                               statements(g.child_by_field_name("consequence")))
     ors = _split(cond, data, "||")
     if ors is not None and len(ors) == 2 and is_return_only(g.child_by_field_name("consequence")):
         for a, b in ((ors[0], ors[1]), (ors[1], ors[0])):
             bx, by = failing_bound(a, data, x.name), failing_bound(b, data, y.name)
             if bx is not None and by is not None:
-                return Grid2D(x, y, bx, by, g, True, f"!({text(cond, data)})", sts[at + 1 :])
+                return Grid2D(x, y, bx, by, g, True, f"!({node_text(cond, data)})", sts[at + 1 :])
     return None
 
 
 def bound_text(var: str, b: Bound, data: bytes) -> str:
-    return f"{var} {'<=' if b.inclusive else '<'} {text(b.limit, data)}"
+    return f"{var} {'<=' if b.inclusive else '<'} {node_text(b.limit, data)}"
 
 
 def extent_expr(ctx: RuleContext, b: Bound, data: bytes, axis: int) -> str | None:
@@ -670,7 +667,7 @@ def elementwise_1d(body: Node, data: bytes) -> Elementwise | None:
             if bound is None or u.type != "assignment_expression":
                 return None
             op = u.child_by_field_name("operator")
-            if op is None or text(op, data) != "+=" or not is_ident(u.child_by_field_name("left"), data, idx.name):
+            if op is None or node_text(op, data) != "+=" or not is_ident(u.child_by_field_name("left"), data, idx.name):
                 return None
             stride = u.child_by_field_name("right")
             if not is_grid_stride(stride, data, mult):

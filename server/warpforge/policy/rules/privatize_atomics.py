@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from ...spec.model import DTYPES
 from . import register
@@ -52,12 +53,11 @@ from ._structural import (
     launch_ok,
     render,
     subscript_parts,
-    text,
     unparen,
     with_body,
     written_names,
 )
-from ._util import eval_expr, kernel_body, walk
+from ._util import eval_expr, kernel_body
 from .base import Rule, RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -82,16 +82,16 @@ class _Shape:
 def _target_base(arg: Node, data: bytes) -> str | None:
     """The array of ``&a[E]`` or ``a + E`` (None for anything else)."""
     a = unparen(arg)
-    if a.type == "pointer_expression" and text(a, data).lstrip().startswith("&"):
+    if a.type == "pointer_expression" and node_text(a, data).lstrip().startswith("&"):
         inner = a.child_by_field_name("argument")
         parts = subscript_parts(inner, data) if inner is not None else None
         if parts is not None and is_ident(parts[0], data):
-            return text(unparen(parts[0]), data)
+            return node_text(unparen(parts[0]), data)
         return None
     if a.type == "binary_expression":
         op, left = a.child_by_field_name("operator"), a.child_by_field_name("left")
-        if op is not None and left is not None and text(op, data) == "+" and is_ident(left, data):
-            return text(unparen(left), data)
+        if op is not None and left is not None and node_text(op, data) == "+" and is_ident(left, data):
+            return node_text(unparen(left), data)
     return None
 
 
@@ -111,7 +111,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     i = e.index.name
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     for st in e.prefix + e.between:
-        ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+        ids = {node_text(n, data) for n in walk(st) if n.type == "identifier"}
         if st.type != "declaration" or i in ids or ids & (set(pointers) | _COORDS):
             return None
     targets: list[Node] = []
@@ -121,12 +121,12 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if has_jump(st, loops_ok=True):
             return None
         for n in walk(st):
-            if n.type == "identifier" and text(n, data) in _COORDS:
+            if n.type == "identifier" and node_text(n, data) in _COORDS:
                 return None
             if n.type != "call_expression":
                 continue
             fn = n.child_by_field_name("function")
-            name = text(fn, data) if fn is not None else ""
+            name = node_text(fn, data) if fn is not None else ""
             if not is_collective(name):
                 continue
             args = n.child_by_field_name("arguments")
@@ -146,11 +146,11 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # `bins` appears nowhere but as the base of those atomicAdd targets
     inside = {n.id for t in targets for n in walk(t)}
     for n in walk(body):
-        if n.type == "identifier" and text(n, data) == bins and n.id not in inside:
+        if n.type == "identifier" and node_text(n, data) == bins and n.id not in inside:
             return None
     for c in calls:  # the values added must not mention the array either
         args = c.child_by_field_name("arguments")
-        if args is not None and any(text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
+        if args is not None and any(node_text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
                                     if n.type == "identifier"):
             return None
     return _Shape(e, bins, pointers[bins].type, targets), data
@@ -211,13 +211,13 @@ def _generate(shape: _Shape, data: bytes) -> str:
         t = targets.get(n.id)
         if t is None:
             return None
-        return render(t, data, lambda m: priv if m.type == "identifier" and text(m, data) == shape.bins else None)
+        return render(t, data, lambda m: priv if m.type == "identifier" and node_text(m, data) == shape.bins else None)
 
     body = "\n".join(flush(render(st, data, rep), st, data) for st in e.body)
     cmp = "<=" if e.bound.inclusive else "<"
-    limit = text(e.bound.limit, data)
-    stride = text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
-    pre = "\n".join(flush(text(n, data), n, data) for n in e.prefix + e.between)
+    limit = node_text(e.bound.limit, data)
+    stride = node_text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
+    pre = "\n".join(flush(node_text(n, data), n, data) for n in e.prefix + e.between)
     code = f"""extern __shared__ {shape.elem} {priv}[];
 unsigned int {p}bytes;
 asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"({p}bytes));
@@ -227,7 +227,7 @@ for (unsigned int {p}b = threadIdx.x; {p}b < {p}n; {p}b += blockDim.x) {{
 }}
 __syncthreads();
 {pre}
-for ({e.index.type} {i} = {text(e.index_expr, data)}; {i} {cmp} {limit}; {i} += {stride}) {{
+for ({e.index.type} {i} = {node_text(e.index_expr, data)}; {i} {cmp} {limit}; {i} += {stride}) {{
 {indent(body, "    ")}
 }}
 __syncthreads();

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from . import register
 from ._structural import (
@@ -51,12 +52,11 @@ from ._structural import (
     launch_ok,
     render,
     subscript_parts,
-    text,
     unparen,
     with_body,
     written_names,
 )
-from ._util import kernel_body, walk
+from ._util import kernel_body
 from .base import Rule, RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -84,7 +84,7 @@ def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
     if n.type != "binary_expression":
         return False
     op, left, right = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
-    if op is None or left is None or right is None or text(op, data) != "+":
+    if op is None or left is None or right is None or node_text(op, data) != "+":
         return False
     for term, other in ((left, right), (right, left)):
         if not is_ident(other, data, fast):
@@ -93,11 +93,11 @@ def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
         if t.type != "binary_expression":
             continue
         top, a, b = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
-        if top is None or a is None or b is None or text(top, data) != "*":
+        if top is None or a is None or b is None or node_text(top, data) != "*":
             continue
         for s, e in ((a, b), (b, a)):
             if is_ident(s, data, slow):
-                ids = {text(x, data) for x in walk(e) if x.type == "identifier"}
+                ids = {node_text(x, data) for x in walk(e) if x.type == "identifier"}
                 if fast not in ids and slow not in ids:
                     return True
     return False
@@ -124,26 +124,26 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if e.type != "assignment_expression":
         return None
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None or text(op, data) != "=":
+    if left is None or op is None or right is None or node_text(op, data) != "=":
         return None
     lp = subscript_parts(left, data)
     if lp is None or not is_ident(lp[0], data):
         return None
-    dst = text(unparen(lp[0]), data)
+    dst = node_text(unparen(lp[0]), data)
     reads = [n for n in walk(right) if n.type == "subscript_expression"]
     if len(reads) != 1:
         return None
     rp = subscript_parts(reads[0], data)
     if rp is None or not is_ident(rp[0], data):
         return None
-    src = text(unparen(rp[0]), data)
+    src = node_text(unparen(rp[0]), data)
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     if src not in pointers or dst not in pointers or src == dst:
         return None
     x, y = g.x.name, g.y.name
     if not _linear(rp[1], data, x, y) or not _linear(lp[1], data, y, x):
         return None
-    ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+    ids = {node_text(n, data) for n in walk(st) if n.type == "identifier"}
     if ids & _COORDS or (ids - {x, y}) & written_names(body, data):
         return None
     if any(n.type in ("pointer_expression", "update_expression", "assignment_expression", "comma_expression")
@@ -194,7 +194,7 @@ def _generate(shape: _Shape, data: bytes, rows: int) -> str:
     g = shape.g
     x, y = g.x, g.y
     p = PREFIX
-    read_txt = text(shape.read, data)
+    read_txt = node_text(shape.read, data)
     tile_read = f"{p}tile[threadIdx.x][{p}r]"
 
     def rep(n: Node) -> str | None:
