@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from ...spec.model import DTYPES
 from . import register
 from ._structural import (
@@ -54,11 +53,11 @@ from ._structural import (
     render,
     subscript_parts,
     unparen,
-    with_body,
     written_names,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
-from .base import Rule, RuleContext
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfp_"
@@ -156,15 +155,16 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(e, bins, pointers[bins].type, targets), data
 
 
-class PrivatizeAtomics(Rule):
+class PrivatizeAtomics(StructuralRule[_Shape]):
     family = "atomics_privatize"
     motivated_by = ("WF110", "atomics_privatize")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], str]]:
-        got = _analyse(ctx)
-        if got is None or not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
             return {}
-        shape, _ = got
         a = ctx.spec.arg(shape.bins)
         if a is None or not a.is_buffer or a.count is None or a.dtype not in DTYPES:
             return {}
@@ -176,28 +176,19 @@ class PrivatizeAtomics(Rule):
             v = eval_expr(smem, env)
             if not isinstance(v, int) or v < 1 or v > _MAX_SMEM:
                 return {}
-        out: dict[str, tuple[tuple[str, ...], str]] = {}
+        out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():
             grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
             if launch_ok(ctx, grid, ctx.block):
-                out[param] = (grid, smem)
+                out[param] = Launch(grid, smem=smem)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data))
-        if definition is None:
-            return None
-        why = (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
-               f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], smem=plan[1])
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
+                f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
 
 
 def _generate(shape: _Shape, data: bytes) -> str:

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     Bound,
@@ -58,10 +57,10 @@ from ._structural import (
     subscript_parts,
     unparen,
     upper_bound,
-    with_body,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
-from .base import Rule, RuleContext
+from .base import RuleContext
 from .warp_reduce import is_tid, match_tree_loop, tid_names
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -179,30 +178,26 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(index, mult, load, tree.array, tree.elem, tree.tid, bound, yes, no), data
 
 
-class ReduceCoarsen(Rule):
+class ReduceCoarsen(StructuralRule[_Shape]):
     family = "reduce_coarsen"
     motivated_by = ("reduce_coarsen", "latency_bound", "WF110")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[str, ...]]:
-        if _analyse(ctx) is None:
-            return {}
-        out: dict[str, tuple[str, ...]] = {}
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():
             grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
             if launch_ok(ctx, grid, ctx.block):
-                out[param] = grid
+                out[param] = Launch(grid)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
-
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        grid = self._plan(ctx).get(param)
-        got = _analyse(ctx)
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        """The body with the padded load replaced by a register accumulation over a grid-stride loop."""
         k = ctx.cand_kernel
-        if grid is None or got is None or k is None:
+        if k is None:
             return None
-        shape, data = got
         p = PREFIX
         i, itype = shape.index.name, shape.index.type
         cmp = "<=" if shape.bound.inclusive else "<"
@@ -217,14 +212,12 @@ class ReduceCoarsen(Rule):
                 f"{shape.array}[{shape.tid}] = {p}acc;")
         new = "\n".join((ind + ln if n and ln else ln) for n, ln in enumerate(code.split("\n")))
         src = ctx.cand_src.data
-        body = (src[k.body_span.start : shape.load.start_byte].decode() + new
+        return (src[k.body_span.start : shape.load.start_byte].decode() + new
                 + src[shape.load.end_byte : k.body_span.end].decode())
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        why = (f"each thread sums its share of the input in a register (grid-stride loop over {VARIANTS[param]} "
-               f"blocks per SM) before the block's tree reduction: one tree and one atomic per block")
-        return ctx.derive(self.family, param, why, definition=definition, grid=grid)
+
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"each thread sums its share of the input in a register (grid-stride loop over {VARIANTS[param]} "
+                f"blocks per SM) before the block's tree reduction: one tree and one atomic per block")
 
 
 register(ReduceCoarsen())

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     Decl,
@@ -69,11 +68,11 @@ from ._structural import (
     subscript_parts,
     unparen,
     upper_bound,
-    with_body,
     written_names,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
-from .base import Rule, RuleContext
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wft_"
@@ -214,44 +213,36 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(g, acc, kd, cond, a, b, a_first, epilogue), data
 
 
-class SmemTiling(Rule):
+class SmemTiling(StructuralRule[_Shape]):
     family = "smem_tiling"
     motivated_by = ("smem_tiling", "data_reuse")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None or not is_2d_launch(ctx):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not is_2d_launch(ctx):
             return {}
-        shape, data = got
         nx = extent_expr(ctx, shape.g.x_bound, data, 0)
         ny = extent_expr(ctx, shape.g.y_bound, data, 1)
         if nx is None or ny is None:
             return {}
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, (bm, bn, _bk, tm, tn) in VARIANTS.items():
             grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})")
             block = (str(bn // tn), str(bm // tm))
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, *VARIANTS[param])
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data, *VARIANTS[param]))
-        if definition is None:
-            return None
+    def rationale(self, shape: _Shape, param: str) -> str:
         bm, bn, bk, tm, tn = VARIANTS[param]
         per = f", {tm}x{tn} outputs per thread in registers" if tm * tn > 1 else ""
-        why = (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared memory "
-               f"({bm}x{bn} outputs per block{per})")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], block=plan[1])
+        return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
+                f"memory ({bm}x{bn} outputs per block{per})")
 
 
 def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:

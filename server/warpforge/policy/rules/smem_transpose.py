@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     Grid2D,
@@ -53,11 +52,11 @@ from ._structural import (
     render,
     subscript_parts,
     unparen,
-    with_body,
     written_names,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
-from .base import Rule, RuleContext
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfx_"
@@ -152,42 +151,34 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(g, st, src, dst, reads[0], pointers[src].type), data
 
 
-class SmemTranspose(Rule):
+class SmemTranspose(StructuralRule[_Shape]):
     family = "smem_transpose"
     motivated_by = ("WF103", "coalesce", "smem_transpose")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None or not is_2d_launch(ctx):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not is_2d_launch(ctx):
             return {}
-        shape, data = got
         nx = extent_expr(ctx, shape.g.x_bound, data, 0)
         ny = extent_expr(ctx, shape.g.y_bound, data, 1)
         if nx is None or ny is None:
             return {}
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, rows in VARIANTS.items():
             grid = (f"cdiv({nx}, {_TILE})", f"cdiv({ny}, {_TILE})")
             block = (str(_TILE), str(rows))
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, VARIANTS[param])
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data, VARIANTS[param]))
-        if definition is None:
-            return None
-        why = (f"stage {_TILE}x{_TILE} tiles of {shape.src} in padded shared memory ({_TILE}x{_TILE + 1}) so that the "
-               f"writes of {shape.dst} coalesce too (block {_TILE}x{VARIANTS[param]})")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], block=plan[1])
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"stage {_TILE}x{_TILE} tiles of {shape.src} in padded shared memory ({_TILE}x{_TILE + 1}) so that "
+                f"the writes of {shape.dst} coalesce too (block {_TILE}x{VARIANTS[param]})")
 
 
 def _generate(shape: _Shape, data: bytes, rows: int) -> str:

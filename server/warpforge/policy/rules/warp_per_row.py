@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
@@ -78,11 +77,11 @@ from ._structural import (
     subscript_parts,
     unparen,
     upper_bound,
-    with_body,
     written_names,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body, size_env
-from .base import Rule, RuleContext
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfw_"
@@ -486,7 +485,7 @@ def _combine(kind: str, a: str, b: str) -> str:
     return f"{a} + {b}" if kind == "sum" else f"{kind}({a}, {b})"
 
 
-class WarpPerRow(Rule):
+class WarpPerRow(StructuralRule[_Shape]):
     family = "warp_per_row"
     motivated_by = ("WF111", "warp_per_row", "WF103", "coalesce")
 
@@ -499,18 +498,17 @@ class WarpPerRow(Rule):
             return None
         return f"({ctx.grid[0]}) * ({ctx.block[0]})", False
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None:
-            return {}
-        shape, data = got
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         if not _reduction_kinds_ok(shape):
             return {}
         rows = self._rows(ctx, shape, data)
         if rows is None:
             return {}
         rows_expr, exact = rows
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, (threads, rpb) in VARIANTS.items():
             if rpb == 0:
                 if not exact or not self._long_rows(ctx, shape, data):
@@ -520,7 +518,7 @@ class WarpPerRow(Rule):
                 grid = (f"cdiv({rows_expr}, {rpb})",)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
     @staticmethod
@@ -540,28 +538,16 @@ class WarpPerRow(Rule):
                 return False
         return True
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, block=VARIANTS[param][1] == 0)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
+    def rationale(self, shape: _Shape, param: str) -> str:
         threads, rpb = VARIANTS[param]
-        body = _generate(shape, data, block=rpb == 0)
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        grid, block = plan
         accs = sorted({r.acc for lp in shape.loops for r in lp.reductions.values()})
         red = f"; reductions of {', '.join(accs)} by shuffles" if accs else ""
         if rpb:
-            why = f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
-        else:
-            why = f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
-        return ctx.derive(self.family, param, why, definition=definition, grid=grid, block=block)
+            return f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
+        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
 
 
 def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
