@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
@@ -64,11 +63,11 @@ from ._structural import (
     statements,
     subscript_parts,
     unparen,
-    with_body,
     written_names,
 )
+from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
-from .base import Rule, RuleContext
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfr_"
@@ -352,39 +351,40 @@ if ({tid} < 32) {{
 __syncthreads();"""
 
 
-class WarpReduce(Rule):
+class WarpReduce(StructuralRule[list[TreeLoop]]):
     family = "warp_reduce"
     motivated_by = ("warp_reduce", "barrier_stall")
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(VARIANTS) if _analyse(ctx) is not None else []
+    def analyse(self, ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
+        return _analyse(ctx)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        got = _analyse(ctx)
+    def launches(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes) -> dict[str, Launch]:
+        return {param: Launch() for param in VARIANTS}
+
+    def body(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes, param: str) -> str | None:
+        """The body with every tree loop replaced by its shuffle version."""
         k = ctx.cand_kernel
-        if got is None or k is None or param not in VARIANTS:
+        if k is None:
             return None
-        loops, data = got
         src = ctx.cand_src.data
         assert src == data
         out: list[bytes] = []
         pos = k.body_span.start
-        for n, lp in enumerate(loops):
+        for n, lp in enumerate(shape):
             start, end = lp.node.start_byte, lp.node.end_byte
             out.append(src[pos:start])
             ind = line_indent_of(lp.node, src)
             out.append(indent(_replacement(lp, param, n), ind).lstrip().encode())
             pos = end
         out.append(src[pos : k.body_span.end])
-        body = b"".join(out).decode()
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        arrays = ", ".join(sorted({lp.array for lp in loops}))
+        return b"".join(out).decode()
+
+    def rationale(self, shape: list[TreeLoop], param: str) -> str:
+        arrays = ", ".join(sorted({lp.array for lp in shape}))
         why = ("stop the shared-memory tree at 64 elements and finish in warp 0 with __shfl_down_sync"
                if param == "tail" else
                "reduce each warp with __shfl_down_sync, then the warps' partials in warp 0 (2 barriers)")
-        return ctx.derive(self.family, param, f"{why} ({arrays})", definition=definition)
+        return f"{why} ({arrays})"
 
 
 register(WarpReduce())
