@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
@@ -38,7 +39,7 @@ class OptimizeRequest:
     file: str
     text: str
     kernel: str
-    strategy: str = "beam"  # "beam" | "mcts"
+    strategy: str = defaults.STRATEGY  # one of defaults.STRATEGIES
     budget: Budget = field(default_factory=Budget)
     findings: Sequence[Any] = ()
     sm_count: int = 132
