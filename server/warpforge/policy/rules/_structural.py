@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.model import Kernel
 from ...cuda.rewrite import apply_edits, replace_body
 from ...cuda.tree import node_text, walk
 from ...spec.expr import Number
-from ._util import eval_expr, size_env, strip_parens
+from ._util import eval_expr, kernel_body, size_env, strip_parens
 from .base import RuleContext
 
 #: calls that synchronize or exchange data between threads: moving code across them changes its meaning
@@ -440,6 +441,26 @@ def with_body(ctx: RuleContext, body: str) -> str | None:
     if k is None:
         return None
     return apply_edits(ctx.cand_src, [replace_body(ctx.cand_src, k, body)])
+
+
+def fresh_body(ctx: RuleContext, prefix: str) -> tuple[Kernel, Node, bytes] | None:
+    """The candidate's kernel, body and bytes when a rule that stages data in shared memory may rewrite it.
+
+    Not when it is a template, already holds names with the rule's ``prefix`` (rewritten already, or names
+    ours would clash with), synchronizes (collectives), has shared memory of its own, or declares a local
+    that shadows a parameter: the rewrite moves code around and must know what every name means.
+    """
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params:
+        return None
+    body, data = got
+    if any(n.startswith(prefix) for n in all_names(body, data)) or has_collective(body, data) \
+            or any(n.type == "__shared__" for n in walk(body)):
+        return None
+    if declared_names(body, data) & {p.name for p in k.params}:
+        return None
+    return k, body, data
 
 
 def envs(ctx: RuleContext) -> list[dict[str, Number]] | None:

@@ -51,13 +51,12 @@ from . import register
 from ._structural import (
     Decl,
     Grid2D,
-    all_names,
     bound_text,
     declared_names,
     extent_expr,
     flush,
+    fresh_body,
     grid_2d,
-    has_collective,
     has_jump,
     indent,
     is_2d_launch,
@@ -71,7 +70,6 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import kernel_body
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -126,16 +124,10 @@ def _operand(node: Node, data: bytes, pointers: dict[str, str]) -> _Operand | No
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX)
+    if got is None:
         return None
-    body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
-    if declared_names(body, data) & {p.name for p in k.params}:
-        return None
+    k, body, data = got
     g = grid_2d(body, data)
     if g is None or len(g.inner) < 3:
         return None

@@ -40,11 +40,9 @@ from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     Grid2D,
-    all_names,
-    declared_names,
     extent_expr,
+    fresh_body,
     grid_2d,
-    has_collective,
     indent,
     is_2d_launch,
     is_ident,
@@ -55,7 +53,6 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import kernel_body
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -103,16 +100,10 @@ def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX)
+    if got is None:
         return None
-    body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
-    if declared_names(body, data) & {p.name for p in k.params}:
-        return None
+    k, body, data = got
     g = grid_2d(body, data)
     if g is None or len(g.inner) != 1:
         return None
