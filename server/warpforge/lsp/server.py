@@ -128,9 +128,7 @@ def create_server() -> WarpForgeServer:
             raise JobError(f"job {job} has no candidate `{candidate}`")
         text = j.snapshot
         model = parse(text)
-        k = model.kernel(j.kernel)
-        if k is None:
-            raise JobError(f"`{j.kernel}` is not in the job's snapshot")
+        k = model.require(j.kernel, "the job's snapshot")
         from ..search.optimize import apply_candidate
         from ..spec.resolve import build_spec
 
