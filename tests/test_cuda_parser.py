@@ -12,6 +12,7 @@ from warpforge.cuda import (
     DeclKind,
     FileModel,
     Kernel,
+    KernelNotFound,
     Position,
     SourceText,
     Span,
@@ -20,6 +21,8 @@ from warpforge.cuda import (
 )
 from warpforge.cuda import rewrite as rw
 from warpforge.cuda.access import param_access
+from warpforge.cuda.parser import parse_tree
+from warpforge.cuda.tree import node_text, walk
 
 
 def kernel(model: FileModel, name: str) -> Kernel:
@@ -164,6 +167,28 @@ def test_nested_namespaces_with_and_without_recovery() -> None:
     broken = parse("void f() { g(;\n" + text)
     assert all(k.recovered for k in broken.kernels)
     assert [(k.namespace, k.qualified_name) for k in broken.kernels] == want
+
+
+def test_require_finds_plain_and_qualified_names_and_lists_the_rest() -> None:
+    text = ("namespace a::b {\n__global__ void k(float* x) { x[0] = 1; }\n}\n"
+            "__global__ void other(float* x) { x[0] = 2; }\n")
+    model = parse(text)
+    assert model.require("k") is model.require("a::b::k") is model.kernels[0]
+    with pytest.raises(KernelNotFound) as e:
+        model.require("nope", "x.cu")
+    assert (e.value.file, e.value.name, e.value.kernels) == ("x.cu", "nope", ("k", "other"))
+    assert str(e.value) == "x.cu: no __global__ kernel named `nope` (kernels here: k, other)"
+    with pytest.raises(KernelNotFound, match=r"^no __global__ kernel named `k` \(kernels here: none\)$"):
+        parse("").require("k")
+
+
+def test_walk_is_pre_order_in_document_order_with_types_and_cut() -> None:
+    data = b"__global__ void k(float* x) { if (a) { b(c); } d(e); }"
+    root = parse_tree(data).root_node
+    assert [node_text(n, data) for n in walk(root, ("identifier",))] == ["k", "x", "a", "b", "c", "d", "e"]
+    assert [node_text(n, data) for n in walk(root, ("identifier",), cut=lambda n: n.type == "if_statement")] \
+        == ["k", "x", "d", "e"]
+    assert next(walk(root)) is root and node_text(next(walk(root, ("call_expression",))), data) == "b(c)"
 
 
 def test_shared_memory_stays_inside_the_kernel() -> None:

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, needs_nvcc
+from warpforge.cuda import KernelNotFound
 from warpforge.gpu import compare as cmp
 from warpforge.gpu import guards
 from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
@@ -352,7 +353,7 @@ def test_candidate_from_a_variant_file_brings_its_new_helpers() -> None:
     bomb = candidate_from_variant((ROOT / "kernels" / "gelu.cu").read_text(),
                                   (ADV / "gelu_compile_bomb.cu").read_text(), "gelu_forward")
     assert "struct Bomb<0>" in bomb.source  # the specialization travels with its template
-    with pytest.raises(KeyError, match="no __global__ kernel named `nope`"):
+    with pytest.raises(KernelNotFound, match="no __global__ kernel named `nope`"):
         candidate_from_variant(original, original, "nope")
 
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import KERNELS_DIR
 from fakes.anthropic_server import FakeAnthropic, Reply, Request, tool
 from fakes.llm_script import BROKEN, FIXED, VECTORIZED, SyntheticEvaluator
-from warpforge.cuda import parse
+from warpforge.cuda import KernelNotFound, parse
 from warpforge.policy.llm import Ledger, LLMConfig, synthesize
 from warpforge.policy.llm.synth import rename_kernel, strategies
 
@@ -78,6 +78,12 @@ def test_synthesis_without_key_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     res = asyncio.run(synthesize("y = a*x + y", file="saxpy.cu", text=SAXPY, reference="saxpy", ledger=Ledger()))
     assert res.insertion is None and res.best is None and "no Anthropic API key" in res.notices[0]
+
+
+def test_synthesis_names_the_kernels_when_the_reference_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(KernelNotFound, match=r"^saxpy.cu: no __global__ kernel named `nope` \(kernels here: saxpy\)$"):
+        asyncio.run(synthesize("y = a*x + y", file="saxpy.cu", text=SAXPY, reference="nope", ledger=Ledger()))
 
 
 def test_rename_kernel_only_touches_the_definition_name() -> None:

@@ -289,7 +289,7 @@ async def test_cancel_returns_best_so_far(client: LanguageClient) -> None:
 
 async def test_malformed_requests_get_errors_and_server_stays_up(client: LanguageClient) -> None:
     uri = open_doc(client, "saxpy_bad.cu", SAXPY)
-    with pytest.raises(Exception, match="no __global__ kernel `nope`"):
+    with pytest.raises(Exception, match="no __global__ kernel named `nope`"):
         await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
             command="warpforge.optimize", arguments=[uri, "nope", "beam"]))
     with pytest.raises(Exception, match="not open"):
@@ -331,7 +331,7 @@ async def test_profile_job_without_a_gpu_keeps_static_findings_and_says_why(clie
     diags = await wait_diagnostics(client, uri, lambda d: any(x.code == "WF299" for x in d))
     assert sum(1 for d in diags if d.code == "WF299") == 1  # said once
     assert any(d.code == "WF101" for d in diags)  # the static findings are still there
-    with pytest.raises(Exception, match="no __global__ kernel `nope`"):
+    with pytest.raises(Exception, match="no __global__ kernel named `nope`"):
         await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
             command="warpforge.profile", arguments=[uri, "nope"]))
 

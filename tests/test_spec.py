@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNEL_FILES, load
-from warpforge.cuda import SourceText, parse
+from warpforge.cuda import KernelNotFound, SourceText, parse
 from warpforge.spec import KernelSpec, Role, SpecError, build_spec, guess_spec, load_spec
 from warpforge.spec.annotations import parse_annotation
 from warpforge.spec.model import perturb
@@ -624,7 +624,7 @@ def test_guess_spec_keeps_what_is_known() -> None:
 def test_load_spec_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="cannot read the file"):
         load_spec(tmp_path / "missing.cu", "k")
-    with pytest.raises(SpecError, match=r"no __global__ kernel named `nope`; kernels here: saxpy"):
+    with pytest.raises(KernelNotFound, match=r"saxpy.cu: no __global__ kernel named `nope` \(kernels here: saxpy\)"):
         load_spec(Path(KERNEL_FILES[0]).parent / "saxpy.cu", "nope")
 
 

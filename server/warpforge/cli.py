@@ -22,7 +22,7 @@ from rich.table import Table
 
 from . import __version__
 from .commands.inputs import launch_limits, parse_failure, read_source, unparsed_kernels
-from .cuda import FileModel, Kernel, SourceText, parse
+from .cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode
 from .spec import KernelSpec, SpecError, build_spec, guess_spec
@@ -61,11 +61,10 @@ def pick_kernel(path: str, model: FileModel, name: str | None, src: SourceText |
             raise CliError((parse_failure(path, src, model, None) if src is not None else None)
                            or f"{path}: no __global__ kernels found")
         raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
-    k = model.kernel(name)
-    if k is None:
-        raise CliError((parse_failure(path, src, model, name) if src is not None else None)
-                       or f"{path}: no __global__ kernel named `{name}` (kernels here: {names})")
-    return k
+    try:
+        return model.require(name, path)
+    except KernelNotFound as e:
+        raise CliError((parse_failure(path, src, model, name) if src is not None else None) or str(e)) from e
 
 
 # --------------------------------------------------------------------------- kernels
@@ -270,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as e:
         print(f"warpforge: error: {e}", file=sys.stderr)
         return e.code
-    except SpecError as e:
+    except (SpecError, KernelNotFound) as e:
         print(f"warpforge: error: {e}", file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:

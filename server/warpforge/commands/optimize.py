@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .. import defaults
 from ..cli import load_file, pick_kernel
 from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
@@ -50,11 +51,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("optimize", help="search for a verified faster variant of a kernel (needs a GPU)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--kernel", "-k", help="kernel name (optional when the file has one kernel)")
-    p.add_argument("--strategy", choices=("beam", "mcts"), default="beam")
-    p.add_argument("--budget", type=inputs.positive_int, default=48,
-                   help="maximum candidates to evaluate (default 48)")
-    p.add_argument("--time", type=inputs.positive_float, default=300.0,
-                   help="wall-clock budget in seconds (default 300)")
+    p.add_argument("--strategy", choices=defaults.STRATEGIES, default=defaults.STRATEGY)
+    p.add_argument("--budget", type=inputs.positive_int, default=defaults.BUDGET,
+                   help=f"maximum candidates to evaluate (default {defaults.BUDGET})")
+    p.add_argument("--time", type=inputs.positive_float, default=defaults.TIME_BUDGET,
+                   help=f"wall-clock budget in seconds (default {defaults.TIME_BUDGET:g})")
     p.add_argument("--target", type=inputs.speedup, help="stop once a variant is this many times faster (above 1)")
     p.add_argument("--arch", type=inputs.arch, help="target architecture (default: the GPU's)")
     p.add_argument("--gpus", metavar="all|N|0,1",

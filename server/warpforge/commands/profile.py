@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..cuda import KernelNotFound
 from ..exitcodes import CliError, ExitCode
 from ..gpu import supervisor
 from ..profile.ncu import DEFAULT_SECTIONS
@@ -57,7 +58,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             report = profile_kernel(args.file, args.kernel, text=text, arch=arch, device=args.device,
                                     sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
                                     use_ncu=not args.no_ncu)
-    except KeyError as e:
+    except (KernelNotFound, KeyError) as e:
         raise CliError(str(e.args[0]) if e.args else str(e)) from e
     except SpecError as e:
         raise CliError(str(e)) from e

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cli import load_file, pick_kernel
+from ..cuda import KernelNotFound
 from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
 from ..gpu.timing import TimingSettings
@@ -49,7 +50,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     variant = inputs.read_source(args.candidate)
     try:
         cand = candidate_from_variant(src.text, variant.text, kernel.name)
-    except KeyError as e:
+    except (KernelNotFound, KeyError) as e:
         raise CliError(f"{args.candidate}: {e.args[0]}") from e
     for d in cand.dropped:  # host code and off-list includes are never compiled: say so
         print(f"{args.candidate}: dropped {d}", file=sys.stderr)

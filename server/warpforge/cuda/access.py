@@ -15,6 +15,7 @@ from tree_sitter import Node
 from .model import Kernel
 from .parser import parse_tree
 from .text import SourceText
+from .tree import node_text, walk
 
 _ATOMICS = frozenset(
     {
@@ -33,16 +34,13 @@ class Access:
     escapes: bool = False
 
 
-def _text(n: Node, data: bytes) -> str:
-    return data[n.start_byte : n.end_byte].decode("utf-8", errors="replace")
-
 
 def _base_identifier(node: Node | None, data: bytes) -> str | None:
     """The pointer variable an lvalue/pointer expression is based on: ``p[i]``, ``*(p+i)``, ``p + i``."""
     while node is not None:
         t = node.type
         if t == "identifier":
-            return _text(node, data)
+            return node_text(node, data)
         if t == "subscript_expression" or t == "pointer_expression":
             node = node.child_by_field_name("argument")
         elif t == "parenthesized_expression" or t == "cast_expression":
@@ -88,16 +86,16 @@ def _pointer_valued(node: Node, data: bytes) -> str | None:
             return None
         node = inner
     if node.type == "identifier":
-        return _text(node, data)
-    if node.type == "pointer_expression" and _text(node, data).startswith("&"):
+        return node_text(node, data)
+    if node.type == "pointer_expression" and node_text(node, data).startswith("&"):
         return _base_identifier(node.child_by_field_name("argument"), data)
     if node.type == "binary_expression":
         op = node.child_by_field_name("operator")
-        if op is not None and _text(op, data) in ("+", "-"):
+        if op is not None and node_text(op, data) in ("+", "-"):
             for side in ("left", "right"):
                 c = node.child_by_field_name(side)
                 if c is not None and c.type == "identifier":
-                    return _text(c, data)
+                    return node_text(c, data)
     return None
 
 
@@ -116,16 +114,14 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
     changed = True
     while changed:
         changed = False
-        stack = [body]
-        while stack:
-            n = stack.pop()
+        for n in walk(body):
             if n.type == "assignment_expression":
                 left = n.child_by_field_name("left")
                 right = n.child_by_field_name("right")
                 op = n.child_by_field_name("operator")
                 if left is not None and right is not None and left.type == "identifier" and op is not None \
-                        and _text(op, data) in ("=", "+=", "-="):
-                    local = _text(left, data)
+                        and node_text(op, data) in ("=", "+=", "-="):
+                    local = node_text(left, data)
                     for src_ in _alias_sources(right, data):
                         if src_ in alias and local not in pointers and not alias[src_] <= alias.get(local, set()):
                             alias.setdefault(local, set()).update(alias[src_])
@@ -138,12 +134,11 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                     nm = decl.child_by_field_name("declarator") or (decl.named_children[-1]
                                                                     if decl.named_children else None)
                     if nm is not None:
-                        local = _text(nm, data)
+                        local = node_text(nm, data)
                         for base in [_base_identifier(val, data), *_alias_sources(val, data)]:
                             if base in alias and not alias[base] <= alias.get(local, set()):
                                 alias.setdefault(local, set()).update(alias[base])
                                 changed = True
-            stack.extend(n.children)
 
     def mark(node: Node | None, *, read: bool = False, write: bool = False, atomic: bool = False) -> None:
         base = _base_identifier(node, data)
@@ -162,7 +157,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
         if t == "assignment_expression":
             left = n.child_by_field_name("left")
             op = n.child_by_field_name("operator")
-            compound = op is not None and _text(op, data) != "="
+            compound = op is not None and node_text(op, data) != "="
             if left is not None and left.type in ("subscript_expression", "pointer_expression", "field_expression"):
                 mark(left, write=True, read=compound)
                 # Index expressions on the left are reads of other things; walk them but not the base.
@@ -181,7 +176,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
         elif t == "call_expression":
             fn = n.child_by_field_name("function")
             args = n.child_by_field_name("arguments")
-            name = _text(fn, data) if fn is not None else ""
+            name = node_text(fn, data) if fn is not None else ""
             if name in _ATOMICS and args is not None and args.named_children:
                 first = args.named_children[0]
                 mark(first, write=True, read=True, atomic=True)
@@ -197,7 +192,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                         acc.read = True
                         if not _is_const_param(kernel, param):
                             acc.write = True
-        elif t == "subscript_expression" or (t == "pointer_expression" and _text(n, data).startswith("*")):
+        elif t == "subscript_expression" or (t == "pointer_expression" and node_text(n, data).startswith("*")):
             mark(n, read=True)
         stack.extend(n.children)
     return result

@@ -174,6 +174,22 @@ class SyntaxProblem:
     message: str
 
 
+class KernelNotFound(LookupError):
+    """A kernel asked for by name is not in a file: one error type for every lookup by name.
+
+    The message is one line naming where it looked, the name and the kernels that are there, so every front
+    end (the CLI's exit 2, the language server's invalid-params reply, the LLM fixer's error list) can show it
+    as is; ``file``, ``name`` and ``kernels`` are kept for callers that word it their own way.
+    """
+
+    def __init__(self, file: str, name: str, kernels: tuple[str, ...]) -> None:
+        self.file = file
+        self.name = name
+        self.kernels = kernels
+        where = f"{file}: " if file else ""
+        super().__init__(f"{where}no __global__ kernel named `{name}` (kernels here: {', '.join(kernels) or 'none'})")
+
+
 @dataclass(frozen=True)
 class FileModel:
     """Everything the pipeline needs to know about one CUDA file."""
@@ -189,6 +205,13 @@ class FileModel:
             if k.name == name or k.qualified_name == name:
                 return k
         return None
+
+    def require(self, name: str, file: str = "") -> Kernel:
+        """The kernel ``name`` (plain or qualified); ``KernelNotFound`` naming ``file`` and the kernels here."""
+        k = self.kernel(name)
+        if k is None:
+            raise KernelNotFound(file, name, tuple(x.name for x in self.kernels))
+        return k
 
     def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
         return tuple(s for s in self.launch_sites if s.kernel == kernel)

@@ -28,6 +28,7 @@ from .model import (
     TemplateParam,
 )
 from .text import SourceText, Span
+from .tree import node_text, walk
 
 LANGUAGE = Language(tree_sitter_cuda.language())
 _local = threading.local()
@@ -82,9 +83,6 @@ def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
     return _parser().parse(data, old) if old is not None else _parser().parse(data)
 
 
-def _text(node: Node, data: bytes) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-
 
 def _span(node: Node, base: int = 0) -> Span:
     return Span(node.start_byte + base, node.end_byte + base)
@@ -97,16 +95,12 @@ def _has_token(node: Node, token: str) -> bool:
 def _uses(node: Node, data: bytes) -> frozenset[str]:
     """Identifiers a subtree refers to, including those inside macro bodies and preprocessor args."""
     out: set[str] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
+    for n in walk(node):
         t = n.type
         if t in _ID_TYPES:
-            out.add(_text(n, data))
+            out.add(node_text(n, data))
         elif t == "preproc_arg":
             out.update(m.decode() for m in _IDENT.findall(data[n.start_byte : n.end_byte]))
-        if n.child_count:
-            stack.extend(n.children)
     return frozenset(out)
 
 
@@ -114,13 +108,13 @@ def _declarator_name(node: Node | None, data: bytes) -> tuple[str, Node | None]:
     """Walk nested declarators down to the declared identifier."""
     while node is not None:
         if node.type in ("identifier", "field_identifier", "type_identifier", "operator_name"):
-            return _text(node, data), node
+            return node_text(node, data), node
         if node.type in ("qualified_identifier",):
             name = node.child_by_field_name("name")
-            return (_text(name, data), name) if name is not None else (_text(node, data), node)
+            return (node_text(name, data), name) if name is not None else (node_text(node, data), node)
         if node.type == "template_function":
             name = node.child_by_field_name("name")
-            return (_text(name, data), name) if name is not None else ("", None)
+            return (node_text(name, data), name) if name is not None else ("", None)
         nxt = node.child_by_field_name("declarator")
         if nxt is None:
             named = [c for c in node.named_children if c.type not in ("type_qualifier", "attribute_specifier")]
@@ -133,11 +127,11 @@ def _param(node: Node, data: bytes, base: int) -> Param:
     is_const = False
     const_span: Span | None = None
     for c in node.children:
-        if c.type == "type_qualifier" and _text(c, data) == "const":
+        if c.type == "type_qualifier" and node_text(c, data) == "const":
             is_const = True
             const_span = _span(c, base)
     type_node = node.child_by_field_name("type")
-    base_type = _text(type_node, data) if type_node is not None else ""
+    base_type = node_text(type_node, data) if type_node is not None else ""
     # `unsigned int`, `long long`: sized_type_specifier covers them; keep what is written.
     depth = 0
     restrict = False
@@ -159,7 +153,7 @@ def _param(node: Node, data: bytes, base: int) -> Param:
                 if c.type == "*":
                     star_end = c.end_byte + base
                 if c.type == "type_qualifier":
-                    q = _text(c, data)
+                    q = node_text(c, data)
                     if q in ("__restrict__", "__restrict", "restrict"):
                         restrict = True
                         restrict_span = _span(c, base)
@@ -170,7 +164,7 @@ def _param(node: Node, data: bytes, base: int) -> Param:
             cur = named[-1] if named else None
         elif cur.type == "array_declarator":
             size = cur.child_by_field_name("size")
-            dims.append(_text(size, data) if size is not None else "")
+            dims.append(node_text(size, data) if size is not None else "")
             cur = cur.child_by_field_name("declarator")
         elif cur.type == "parenthesized_declarator":
             named = cur.named_children
@@ -187,7 +181,7 @@ def _param(node: Node, data: bytes, base: int) -> Param:
         is_restrict=restrict,
         is_reference=reference,
         array_dims=tuple(dims),
-        text=_text(node, data),
+        text=node_text(node, data),
         span=_span(node, base),
         name_span=name_span,
         const_span=const_span,
@@ -205,17 +199,17 @@ def _template_params(node: Node, data: bytes, base: int) -> tuple[TemplateParam,
         default = c.child_by_field_name("default_value") or c.child_by_field_name("default_type")
         if c.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
             names = [x for x in c.named_children if x.type == "type_identifier"]
-            nm = _text(names[0], data) if names else ""
-            out.append(TemplateParam(nm, "type", "typename", _text(default, data) if default else None,
+            nm = node_text(names[0], data) if names else ""
+            out.append(TemplateParam(nm, "type", "typename", node_text(default, data) if default else None,
                                      _span(c, base)))
         elif c.type in ("parameter_declaration", "optional_parameter_declaration"):
             decl = c.child_by_field_name("declarator")
             nm, _ = _declarator_name(decl, data)
             tnode = c.child_by_field_name("type")
-            out.append(TemplateParam(nm, "value", _text(tnode, data) if tnode else "",
-                                     _text(default, data) if default else None, _span(c, base)))
+            out.append(TemplateParam(nm, "value", node_text(tnode, data) if tnode else "",
+                                     node_text(default, data) if default else None, _span(c, base)))
         elif c.type == "variadic_type_parameter_declaration":
-            out.append(TemplateParam(_text(c, data), "pack", "typename", None, _span(c, base)))
+            out.append(TemplateParam(node_text(c, data), "pack", "typename", None, _span(c, base)))
     return tuple(out)
 
 
@@ -359,7 +353,7 @@ class _Collector:
             nm = node.child_by_field_name("name")
             body = node.child_by_field_name("body")
             # `namespace a::b {` (C++17) is two levels, as `namespace a { namespace b {` would be.
-            inner = (*namespace, *_text(nm, data).replace(" ", "").split("::")) if nm is not None else namespace
+            inner = (*namespace, *node_text(nm, data).replace(" ", "").split("::")) if nm is not None else namespace
             if body is not None:
                 for c in body.children:
                     self.item(c, inner, conditional)
@@ -378,7 +372,7 @@ class _Collector:
             outer_c = self.extern_c
             # The flag (not a parameter) so that kernels nested deeper, in a namespace or an #if inside the
             # `extern "C" { ... }` block, get C linkage too.
-            self.extern_c = lang is not None and _text(lang, data) == '"C"'
+            self.extern_c = lang is not None and node_text(lang, data) == '"C"'
             try:
                 if body.type == "function_definition":
                     self.function(body, node, namespace, None, False, conditional)
@@ -405,21 +399,21 @@ class _Collector:
         if t == "preproc_include":
             path = node.child_by_field_name("path")
             if path is not None:
-                ptxt = _text(path, data)
+                ptxt = node_text(path, data)
                 self.includes.append(Include(ptxt.strip('<>"'), path.type == "system_lib_string",
                                              _span(node, base)))
             return
         if t in ("preproc_def", "preproc_function_def"):
             nm = node.child_by_field_name("name")
             if nm is not None:
-                self.decls.append(Declaration(DeclKind.MACRO, (_text(nm, data),), _span(node, base),
-                                              _uses(node, data) - {_text(nm, data)}, "", namespace,
+                self.decls.append(Declaration(DeclKind.MACRO, (node_text(nm, data),), _span(node, base),
+                                              _uses(node, data) - {node_text(nm, data)}, "", namespace,
                                               conditional))
             return
         if t == "declaration":
             # Forward declarations of kernels/functions and global variables.
-            space = next((_text(c, data) for c in node.children
-                          if _text(c, data) in ("__constant__", "__device__", "__managed__", "__shared__")),
+            space = next((node_text(c, data) for c in node.children
+                          if node_text(c, data) in ("__constant__", "__device__", "__managed__", "__shared__")),
                          "")
             names = self.declared_names(node)
             is_fn = any(self._is_function_declarator(d) for d in node.children_by_field_name("declarator"))
@@ -431,7 +425,7 @@ class _Collector:
             return
         if t in ("using_declaration", "namespace_alias_definition"):
             nm = node.child_by_field_name("name")
-            names = (_text(nm, data),) if nm is not None and t == "namespace_alias_definition" else ()
+            names = (node_text(nm, data),) if nm is not None and t == "namespace_alias_definition" else ()
             self.decls.append(Declaration(DeclKind.USING, names, _span(node, base), _uses(node, data),
                                           "", namespace, conditional))
             return
@@ -465,7 +459,7 @@ class _Collector:
         if nm is not None:
             # `template <> struct Bomb<0>` declares `Bomb` (a specialization): the name without its arguments
             inner = nm.child_by_field_name("name") if nm.type == "template_type" else None
-            names.append(_text(inner if inner is not None else nm, data))
+            names.append(node_text(inner if inner is not None else nm, data))
         for d in node.children_by_field_name("declarator"):
             n, _ = _declarator_name(d, data)
             if n:
@@ -480,7 +474,7 @@ class _Collector:
                 tag = c.child_by_field_name("name")
                 if tag is not None:
                     inner = tag.child_by_field_name("name") if tag.type == "template_type" else None
-                    names.append(_text(inner if inner is not None else tag, data))
+                    names.append(node_text(inner if inner is not None else tag, data))
                 names.extend(self._enumerators(c))
         if node.type == "enum_specifier":
             names.extend(self._enumerators(node))
@@ -494,7 +488,7 @@ class _Collector:
         for e in body.named_children:
             nm = e.child_by_field_name("name")
             if nm is not None:
-                out.append(_text(nm, self.data))
+                out.append(node_text(nm, self.data))
         return out
 
     def function(
@@ -522,16 +516,12 @@ class _Collector:
             self.scan_launches(fn, name)
 
     def scan_launches(self, node: Node, function: str) -> None:
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if n.type == "call_expression":
-                cfg = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
-                if cfg is not None:
-                    site = self._launch(n, cfg, function)
-                    if site is not None:
-                        self.launches.append(site)
-            stack.extend(reversed(n.children))
+        for n in walk(node, ("call_expression",)):
+            cfg = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
+            if cfg is not None:
+                site = self._launch(n, cfg, function)
+                if site is not None:
+                    self.launches.append(site)
 
     def _launch(self, call: Node, cfg: Node, function: str) -> LaunchSite | None:
         data = self.data
@@ -548,16 +538,16 @@ class _Collector:
         if fn.type == "template_function":
             nm = fn.child_by_field_name("name")
             al = fn.child_by_field_name("arguments")
-            targs = tuple(_text(a, data) for a in al.named_children) if al is not None else ()
-            name = _text(nm, data) if nm is not None else _text(fn, data)
+            targs = tuple(node_text(a, data) for a in al.named_children) if al is not None else ()
+            name = node_text(nm, data) if nm is not None else node_text(fn, data)
         else:
-            name = _text(fn, data)
-        config = [_text(c, data) for c in cfg.children
+            name = node_text(fn, data)
+        config = [node_text(c, data) for c in cfg.children
                   if c.type not in _PUNCT and c.is_named and c.type != "comment"]
         if len(config) < 2:
             return None
         args_node = call.child_by_field_name("arguments")
-        args = tuple(_text(a, data) for a in args_node.named_children
+        args = tuple(node_text(a, data) for a in args_node.named_children
                      if a.type != "comment") if args_node is not None else ()
         return LaunchSite(
             kernel=name.split("::")[-1],

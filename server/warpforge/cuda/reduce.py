@@ -30,6 +30,7 @@ from tree_sitter import Node
 
 from .parser import _declarator_name, _uses, parse, parse_tree
 from .text import SourceText, Span
+from .tree import node_text, walk
 
 #: toolkit headers a candidate may include (``#include <...>`` only): device types and intrinsics,
 #: cooperative groups, warp matrix and async-copy APIs, fixed-width integers and math
@@ -186,9 +187,6 @@ def _reserved_macro(name: str) -> bool:
     return name in _KEYWORDS or name.startswith("__") or (len(name) > 1 and name[0] == "_" and name[1].isupper())
 
 
-def _text(node: Node, data: bytes) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-
 
 def _top_nodes(children: Iterable[Node]) -> list[tuple[Node, int]]:
     """Sibling constructs with the end of each: a type definition ends after the ``;`` that follows it."""
@@ -276,7 +274,7 @@ class _Reducer:
             if c.type in _FUNCTION_SPECS or c.type in ("__forceinline__", "__noinline__", "virtual"):
                 out.add(c.type)
             elif c.type in ("storage_class_specifier", "type_qualifier"):
-                out.add(_text(c, self.data).strip())
+                out.add(node_text(c, self.data).strip())
         return out
 
     def bad_attributes(self, node: Node, skip: Node | None = None) -> str | None:
@@ -286,10 +284,10 @@ class _Reducer:
             n = stack.pop()
             if skip is not None and n.id == skip.id:
                 continue
-            if n.type in ("gnu_asm_expression", "asm") or _text(n, self.data) in ("asm", "__asm__", "__asm"):
+            if n.type in ("gnu_asm_expression", "asm") or node_text(n, self.data) in ("asm", "__asm__", "__asm"):
                 return "an asm label renames a symbol"
             if n.type in ("attribute_specifier", "attribute_declaration", "attribute"):
-                bad = set(_IDENT_TEXT.findall(_text(n, self.data))) & _BAD_ATTRIBUTES
+                bad = set(_IDENT_TEXT.findall(node_text(n, self.data))) & _BAD_ATTRIBUTES
                 if bad:
                     return f"attribute `{sorted(bad)[0]}` runs code or binds a symbol outside device code"
             stack.extend(n.children)
@@ -317,7 +315,7 @@ class _Reducer:
             return self.error(node, end)
         if t == "preproc_include":
             path = node.child_by_field_name("path")
-            ptxt = _text(path, data).strip() if path is not None else ""
+            ptxt = node_text(path, data).strip() if path is not None else ""
             inner = ptxt.strip('<>"')
             if path is not None and path.type == "system_lib_string" and include_allowed(inner):
                 return self.item(Kind.INCLUDE, node, end, ())
@@ -325,7 +323,7 @@ class _Reducer:
                             "included; see docs/llm.md")
         if t in ("preproc_def", "preproc_function_def"):
             nm = node.child_by_field_name("name")
-            name = _text(nm, data) if nm is not None else ""
+            name = node_text(nm, data) if nm is not None else ""
             if not name or _reserved_macro(name):
                 return self.cut(node, end, f"#define {name}", "it redefines a keyword or a reserved name")
             if self.file is not None and name in self.file.names:
@@ -337,8 +335,8 @@ class _Reducer:
         if t == "preproc_call":
             directive = node.child_by_field_name("directive")
             arg = node.child_by_field_name("argument")
-            d = _text(directive, data).strip() if directive is not None else ""
-            first = (_text(arg, data).split() or [""])[0] if arg is not None else ""
+            d = node_text(directive, data).strip() if directive is not None else ""
+            first = (node_text(arg, data).split() or [""])[0] if arg is not None else ""
             if d == "#pragma" and first in ALLOWED_PRAGMAS:
                 return self.item(Kind.PRAGMA, node, end, ())
             return self.cut(node, end, f"{d} {first}".strip(), "only unroll, once and diagnostic pragmas are kept")
@@ -349,7 +347,7 @@ class _Reducer:
         if t in ("using_declaration", "namespace_alias_definition"):
             nm = node.child_by_field_name("name")
             return self.item(Kind.SCOPE, node, end,
-                             (_text(nm, data),) if nm is not None and t == "namespace_alias_definition" else ())
+                             (node_text(nm, data),) if nm is not None and t == "namespace_alias_definition" else ())
         if t == "static_assert_declaration":
             return self.item(Kind.ASSERT, node, end, ())
         if t == "linkage_specification":
@@ -365,7 +363,7 @@ class _Reducer:
             return self.type_item(node, end, node, specialization=False)
         if t == "declaration":
             return self.declaration(node, end)
-        what = "file-scope asm" if "asm" in _text(node, data)[:8] else f"`{_norm(_text(node, data))[:40]}`"
+        what = "file-scope asm" if "asm" in node_text(node, data)[:8] else f"`{_norm(node_text(node, data))[:40]}`"
         return self.cut(node, end, what, "not device code")
 
     def error(self, node: Node, end: int) -> _Outcome | None:
@@ -373,7 +371,7 @@ class _Reducer:
         kernels = [k for k in (self._model.kernels if self._model else ())
                    if node.start_byte <= k.span.start and k.span.end <= end]
         if not kernels:
-            if not _text(node, self.data).strip():
+            if not node_text(node, self.data).strip():
                 return None
             return self.cut(node, end, "text that does not parse", "it cannot be checked for host code")
         # One kernel at most per ERROR region in practice; the rest of the region is cut around it.
@@ -415,7 +413,7 @@ class _Reducer:
         is already inside that namespace; re-opening it there would nest it a second time.
         """
         nm = node.child_by_field_name("name")
-        name = _text(nm, self.data).replace(" ", "") if nm is not None else ""
+        name = node_text(nm, self.data).replace(" ", "") if nm is not None else ""
         parts = tuple(p for p in name.split("::") if p)
         if parts and (parts[0] in RESERVED_NAMESPACES or parts[0].startswith("__")):
             return self.cut(node, end, f"namespace {name}", "adding to a library namespace changes library code")
@@ -503,7 +501,7 @@ class _Reducer:
         d = decl if decl is not None else node
         declarators = d.children_by_field_name("declarator")
         names = [_declarator_name(x, self.data)[0] for x in declarators]
-        label = ", ".join(n for n in names if n) or _norm(_text(d, self.data))[:40]
+        label = ", ".join(n for n in names if n) or _norm(node_text(d, self.data))[:40]
         bad = self.bad_attributes(d)
         if bad is not None:
             return self.cut(node, end, label, bad)
@@ -553,20 +551,16 @@ class _Reducer:
             value = x.child_by_field_name("value")
             if value is None:
                 return False
-            stack = [value]
-            while stack:
-                n = stack.pop()
-                if n.type not in _SIMPLE_CONST:
-                    return False
-                stack.extend(n.children)
+            if any(n.type not in _SIMPLE_CONST for n in walk(value)):
+                return False
         return True
 
     def type_names(self, spec: Node) -> list[str]:
         nm = spec.child_by_field_name("name")
-        out = [_text(nm, self.data)] if nm is not None and nm.type == "type_identifier" else []
+        out = [node_text(nm, self.data)] if nm is not None and nm.type == "type_identifier" else []
         body = spec.child_by_field_name("body")
         if spec.type == "enum_specifier" and body is not None:
-            out += [_text(e.child_by_field_name("name"), self.data) for e in body.named_children  # type: ignore[arg-type]
+            out += [node_text(e.child_by_field_name("name"), self.data) for e in body.named_children  # type: ignore[arg-type]
                     if e.type == "enumerator" and e.child_by_field_name("name") is not None]
         return out
 
@@ -586,13 +580,13 @@ class _Reducer:
                 names.append(_declarator_name(x, self.data)[0])
             nm = node.child_by_field_name("name")
             if nm is not None:
-                names.append(_text(nm, self.data))
+                names.append(node_text(nm, self.data))
         for s in specs:
             names += self.type_names(s)
             why = self.type_problem(s, specialization)
             if why is not None:
                 tag = s.child_by_field_name("name")
-                label = f"{s.type.split('_')[0]} {_text(tag, self.data)}" if tag is not None else "type"
+                label = f"{s.type.split('_')[0]} {node_text(tag, self.data)}" if tag is not None else "type"
                 return self.cut(outer, end, label, why)
         bad = self.bad_attributes(outer)
         if bad is not None:
@@ -605,7 +599,7 @@ class _Reducer:
         if body is None or spec.type == "enum_specifier":
             return None
         tag = spec.child_by_field_name("name")
-        tag_text = _text(tag, self.data) if tag is not None else ""
+        tag_text = node_text(tag, self.data) if tag is not None else ""
         if "::" in tag_text and tag_text.split("::")[0].strip() in RESERVED_NAMESPACES:
             return "it specialises a library template, which changes library code"
         # Host-callable members are fine on a new type (only new code can name it); not on one the file's
@@ -622,7 +616,7 @@ class _Reducer:
                 why = self.member_function(m, named)
             elif t in _TYPE_SPECIFIERS:
                 why = self.type_problem(m, named)
-            elif t == "preproc_call" and _text(m, self.data).split()[:2] == ["#pragma", "unroll"]:
+            elif t == "preproc_call" and node_text(m, self.data).split()[:2] == ["#pragma", "unroll"]:
                 why = None
             else:
                 why = f"a member at line {self.line(m.start_byte)} is not a field, a type or a __device__ function"

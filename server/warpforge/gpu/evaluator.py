@@ -440,10 +440,7 @@ class Evaluator:
         self.text = text if text is not None else Path(file).read_text(encoding="utf-8")
         self.src = SourceText(self.text)
         self.model: FileModel = parse(self.src.data)
-        k = self.model.kernel(kernel)
-        if k is None:
-            names = ", ".join(x.name for x in self.model.kernels) or "none"
-            raise SpecError(self.file, None, f"no __global__ kernel named `{kernel}`", f"kernels here: {names}")
+        k = self.model.require(kernel, self.file)
         self.kernel: Kernel = k
         self.spec = spec if spec is not None else build_spec(self.src, self.model, k, self.file)
         self.settings = settings or EngineSettings()

@@ -131,14 +131,12 @@ def signature_findings(original: Any, candidate_text: str) -> list[GuardFinding]
     ``original`` is a ``warpforge.cuda.Kernel``. ``const`` and ``__restrict__`` may be added or dropped
     (they are how a variant tells the compiler more); types, pointer depth, order and count may not change.
     """
-    from ..cuda import parse
+    from ..cuda import KernelNotFound, parse
 
-    model = parse(candidate_text.encode("utf-8"))
-    cand = model.kernel(original.name)
-    if cand is None:
-        names = ", ".join(k.name for k in model.kernels) or "none"
-        return [GuardFinding("signature", f"no __global__ kernel named `{original.name}` in the candidate "
-                                          f"(kernels there: {names})")]
+    try:
+        cand = parse(candidate_text.encode("utf-8")).require(original.name, "the candidate")
+    except KernelNotFound as e:
+        return [GuardFinding("signature", str(e))]
     line = candidate_text.encode("utf-8").count(b"\n", 0, cand.span.start) + 1
     want = [(p.name, _norm_type(p.type), p.pointer_depth, p.is_reference, tuple(p.array_dims))
             for p in original.params]

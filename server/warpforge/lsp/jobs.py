@@ -147,10 +147,7 @@ class Jobs:
             text = doc.source
         except Exception as e:
             raise JobError(f"document {uri} is not open") from e
-        model = parse(text)
-        if model.kernel(kernel) is None:
-            names = ", ".join(k.name for k in model.kernels) or "none"
-            raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri} (kernels: {names})")
+        parse(text).require(kernel, doc.path or uri)
         if (running := self.running_for(uri, kernel)) is not None:
             raise JobError(f"`{kernel}` is already being optimized (job {running.id}); cancel it first")
         s = self.server.settings

@@ -71,10 +71,7 @@ class ProfileJobs:
             text = doc.source
         except Exception as e:
             raise self._error(f"document {uri} is not open") from e
-        model = parse(text)
-        if model.kernel(kernel) is None:
-            names = ", ".join(k.name for k in model.kernels) or "none"
-            raise self._error(f"no __global__ kernel `{kernel}` in {doc.path or uri} (kernels: {names})")
+        parse(text).require(kernel, doc.path or uri)
         if (running := self.running_for(uri, kernel)) is not None:
             raise self._error(f"`{kernel}` is already being profiled ({running.id})")
         job = ProfileJob(f"profile-{next(self._ids)}", uri, kernel, f"wfprofile-{os.getpid()}-{id(text)}",

@@ -23,6 +23,7 @@ from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
+from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
@@ -149,7 +150,7 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     async def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return await fn(*args, **kwargs)
-        except (JobError, SpecError, KeyError, ValueError) as e:
+        except (JobError, SpecError, KernelNotFound, KeyError, ValueError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise JsonRpcInvalidParams(str(msg)) from e
         except JsonRpcInvalidParams:
@@ -241,9 +242,7 @@ def create_server() -> WarpForgeServer:
 
         def variant() -> str:
             model = parse(text)
-            k = model.kernel(j.kernel)
-            if k is None:
-                raise JobError(f"`{j.kernel}` is not in the job's snapshot")
+            k = model.require(j.kernel, "the job's snapshot")
             from ..search.optimize import apply_candidate
             from ..spec.resolve import build_spec
 
@@ -266,9 +265,7 @@ def create_server() -> WarpForgeServer:
 
         def edits_for() -> list[Any]:
             model = parse(src.data)
-            k = model.kernel(kernel)
-            if k is None:
-                raise JobError(f"no __global__ kernel `{kernel}` in {doc.path or uri}")
+            k = model.require(kernel, doc.path or uri)
             return actions.spec_edits(src, k, doc.path or uri, model)
 
         edits = await ls.off_loop(edits_for)

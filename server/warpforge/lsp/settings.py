@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .. import defaults
+
 log = logging.getLogger(__name__)
 
 _ALIASES = {
@@ -23,18 +25,18 @@ _MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, 
 
 @dataclass
 class Settings:
-    strategy: str = "beam"
+    strategy: str = defaults.STRATEGY
     #: maximum candidates per optimize job
-    budget: int = 48
+    budget: int = defaults.BUDGET
     #: wall-clock seconds per optimize job
-    time_budget: float = 300.0
+    time_budget: float = defaults.TIME_BUDGET
     model: str = ""
     api_key: str = field(default="", repr=False)
     nvcc_path: str = ""
     arch: str = ""
     #: "local" (the GPUs of this machine) or "python:MODULE:FUNCTION" — a factory
     #: ``f(job) -> evaluator`` for plugging in another evaluator (the CI tests use a deterministic one)
-    backend: str = "local"
+    backend: str = defaults.EVALUATION_BACKEND
     ray_address: str = ""
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6

@@ -19,6 +19,7 @@ from ..cuda.access import Access, param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse_tree
 from ..cuda.text import Position, Range, SourceText, Span
+from ..cuda.tree import walk
 from ..gpu.build import Resources
 from ..spec.model import KernelSpec, ResolvedSpec
 from .sass import SassFunction
@@ -56,13 +57,8 @@ class KernelContext:
     @cached_property
     def body(self) -> Node | None:
         """The kernel body's compound_statement."""
-        stack = [self.tree.root_node]
-        while stack:
-            n = stack.pop()
-            if n.type == "function_definition":
-                return n.child_by_field_name("body")
-            stack.extend(reversed(n.children))
-        return None
+        fn = next(walk(self.tree.root_node, ("function_definition",)), None)
+        return fn.child_by_field_name("body") if fn is not None else None
 
     @cached_property
     def access(self) -> dict[str, Access]:
@@ -97,11 +93,7 @@ class KernelContext:
 
     def walk(self, node: Node | None = None) -> Iterator[Node]:
         """Pre-order walk of the kernel's tree (or a subtree)."""
-        stack = [node if node is not None else self.tree.root_node]
-        while stack:
-            n = stack.pop()
-            yield n
-            stack.extend(reversed(n.children))
+        return walk(node if node is not None else self.tree.root_node)
 
     def node_line(self, node: Node) -> int:
         """1-based file line of a node's start."""

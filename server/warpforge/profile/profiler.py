@@ -171,11 +171,13 @@ def _static_and_build(file: str, body: str, kernel: str | None, arch: str | None
     """Parse, spec, static findings and the build: what both a live profile and a recorded one need."""
     src = SourceText(body)
     model = parse(src.data)
-    k = model.kernel(kernel) if kernel else (model.kernels[0] if len(model.kernels) == 1 else None)
-    if k is None:
+    if kernel:
+        k = model.require(kernel, file)
+    elif len(model.kernels) == 1:
+        k = model.kernels[0]
+    else:
         names = ", ".join(x.name for x in model.kernels) or "none"
-        raise KeyError(f"no __global__ kernel named `{kernel}` in {file} (kernels here: {names})" if kernel
-                       else f"{file} has {len(model.kernels)} kernels ({names}): name one")
+        raise KeyError(f"{file} has {len(model.kernels)} kernels ({names}): name one")
     spec = build_spec(src, model, k, file)
     report = ProfileReport(file, k.name)
     arch = default_arch(arch)

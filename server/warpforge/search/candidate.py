@@ -125,16 +125,12 @@ class Candidate:
 
 
 def kernel_definition(text: str, kernel: str) -> str:
-    """The definition text of ``kernel`` in ``text``; ``KeyError`` naming the kernels present otherwise."""
+    """The definition text of ``kernel`` in ``text``; ``KernelNotFound`` naming the kernels present otherwise."""
     from ..cuda import SourceText, parse
 
     src = SourceText(text)
     model = parse(src.data)
-    k = model.kernel(kernel)
-    if k is None:
-        names = ", ".join(x.name for x in model.kernels) or "none"
-        raise KeyError(f"no __global__ kernel named `{kernel}` (kernels here: {names})")
-    return src.slice(k.span)
+    return src.slice(model.require(kernel).span)
 
 
 def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -> Candidate:
@@ -148,10 +144,7 @@ def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -
     from ..cuda import SourceText, parse
     from ..cuda.reduce import reduce_device
 
-    vmodel = parse(SourceText(variant_text).data)
-    if vmodel.kernel(kernel) is None:
-        names = ", ".join(k.name for k in vmodel.kernels) or "none"
-        raise KeyError(f"the candidate file has no __global__ kernel named `{kernel}` (kernels there: {names})")
+    parse(SourceText(variant_text).data).require(kernel)
     reduced = reduce_device(variant_text, kernel=kernel, file_text=original_text, only_needed=True)
     if reduced.kernel(kernel) is None:
         raise KeyError(f"the kernel `{kernel}` in the candidate file could not be kept as device code")

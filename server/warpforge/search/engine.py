@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from .candidate import Candidate
 from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
 
@@ -23,8 +24,8 @@ from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
 class Budget:
     """Limits of one search. ``None`` means unlimited (at least one limit should be set)."""
 
-    max_candidates: int | None = 64
-    wall_seconds: float | None = 300.0
+    max_candidates: int | None = defaults.BUDGET
+    wall_seconds: float | None = defaults.TIME_BUDGET
     target_speedup: float | None = None
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
@@ -38,7 +39,7 @@ class OptimizeRequest:
     file: str
     text: str
     kernel: str
-    strategy: str = "beam"  # "beam" | "mcts"
+    strategy: str = defaults.STRATEGY  # one of defaults.STRATEGIES
     budget: Budget = field(default_factory=Budget)
     findings: Sequence[Any] = ()
     sm_count: int = 132
@@ -273,13 +274,10 @@ def make_search(
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
-    """Parse the snapshot and build the kernel's spec (raises SpecError / KeyError with clear messages)."""
+    """Parse the snapshot and build the kernel's spec (raises SpecError / KernelNotFound with clear messages)."""
     src = SourceText(req.text)
     model = parse(src.data)
-    kernel = model.kernel(req.kernel)
-    if kernel is None:
-        names = ", ".join(k.name for k in model.kernels) or "none"
-        raise KeyError(f"{req.file}: no __global__ kernel named `{req.kernel}` (kernels here: {names})")
+    kernel = model.require(req.kernel, req.file)
     spec = build_spec(src, model, kernel, req.file)
     return src, model, kernel, spec
 

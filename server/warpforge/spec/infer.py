@@ -19,6 +19,7 @@ from ..cuda.extract import needed_declarations
 from ..cuda.model import DeclKind, FileModel, Kernel, LaunchSite
 from ..cuda.parser import parse_tree
 from ..cuda.text import SourceText
+from ..cuda.tree import node_text, walk
 from .expr import ExprError, parse
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
 
@@ -101,9 +102,6 @@ class Inference:
     site: LaunchSite | None = None
 
 
-def _text(node: Node, data: bytes) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-
 
 def _wrap(text: str) -> str:
     """Parenthesize an inlined expression, unless it is a single name or number (``n2 = n`` -> ``n``)."""
@@ -116,46 +114,42 @@ _CASTS = ("reinterpret_cast", "static_cast", "const_cast")
 
 
 def _collect(node: Node, data: bytes, env: HostEnv, line_base: int, src: SourceText, base: int) -> None:
-    stack = [node]
-    order: list[Node] = []
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(reversed(n.children))
-    for n in order:
+    for n in list(walk(node)):
         if n.type == "init_declarator":
             decl = n.child_by_field_name("declarator")
             val = n.child_by_field_name("value")
             if decl is None or val is None or decl.type != "identifier":
                 continue
-            name = _text(decl, data)
+            name = node_text(decl, data)
             line = src.line_of(n.start_byte + base) + 1
             if val.type in ("argument_list", "initializer_list"):
-                env.dims[name] = tuple(_text(c, data) for c in val.named_children)
+                env.dims[name] = tuple(node_text(c, data) for c in val.named_children)
                 env.lines[name] = line
-            elif val.type == "call_expression" and _text(val.child_by_field_name("function") or val, data) == "dim3":
+            elif val.type == "call_expression" \
+                    and node_text(val.child_by_field_name("function") or val, data) == "dim3":
                 args = val.child_by_field_name("arguments")
-                env.dims[name] = tuple(_text(c, data) for c in args.named_children) if args else ()
+                env.dims[name] = tuple(node_text(c, data) for c in args.named_children) if args else ()
                 env.lines[name] = line
             else:
-                env.define(name, _text(val, data), line)
+                env.define(name, node_text(val, data), line)
         elif n.type == "assignment_expression":
             left = n.child_by_field_name("left")
             right = n.child_by_field_name("right")
             op = n.child_by_field_name("operator")
             if left is not None and right is not None and left.type == "identifier" and op is not None \
-                    and (_text(op, data) == "=" or _text(op, data) in _COMPOUND):
-                env.define(_text(left, data), _text(right, data), src.line_of(n.start_byte + base) + 1,
-                           _text(op, data))
+                    and (node_text(op, data) == "=" or node_text(op, data) in _COMPOUND):
+                env.define(node_text(left, data), node_text(right, data), src.line_of(n.start_byte + base) + 1,
+                           node_text(op, data))
         elif n.type == "update_expression":
             arg = n.child_by_field_name("argument")
             op = n.child_by_field_name("operator")
-            if arg is not None and arg.type == "identifier" and op is not None and _text(arg, data) in env.defs:
-                env.define(_text(arg, data), "1", src.line_of(n.start_byte + base) + 1, _text(op, data)[0] + "=")
+            if arg is not None and arg.type == "identifier" and op is not None and node_text(arg, data) in env.defs:
+                env.define(node_text(arg, data), "1", src.line_of(n.start_byte + base) + 1,
+                           node_text(op, data)[0] + "=")
         elif n.type == "call_expression":
             fn = n.child_by_field_name("function")
             args = n.child_by_field_name("arguments")
-            if fn is None or args is None or _text(fn, data) not in _ALLOCATORS:
+            if fn is None or args is None or node_text(fn, data) not in _ALLOCATORS:
                 continue
             a = args.named_children
             if len(a) < 2:
@@ -169,14 +163,14 @@ def _collect(node: Node, data: bytes, env: HostEnv, line_base: int, src: SourceT
                 callee = target.child_by_field_name("function") if target.type == "call_expression" else None
                 cargs = target.child_by_field_name("arguments") if callee is not None else None
                 if callee is not None and cargs is not None and len(cargs.named_children) == 1 \
-                        and _text(callee, data).startswith(_CASTS):
+                        and node_text(callee, data).startswith(_CASTS):
                     target = cargs.named_children[0]
                     continue
                 break
             if target.type == "pointer_expression":
                 inner = target.child_by_field_name("argument")
                 if inner is not None and inner.type == "identifier":
-                    env.allocs[_text(inner, data)] = _text(a[1], data)
+                    env.allocs[node_text(inner, data)] = node_text(a[1], data)
 
 
 def host_env(src: SourceText, model: FileModel, site: LaunchSite) -> HostEnv:

@@ -172,8 +172,4 @@ def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> Ke
             raise SpecError(str(path), None, f"cannot read the file: {e.strerror}") from e
     src = SourceText(text)
     model = parse(src.data)
-    kernel = model.kernel(kernel_name)
-    if kernel is None:
-        names = ", ".join(k.name for k in model.kernels) or "none"
-        raise SpecError(str(path), None, f"no __global__ kernel named `{kernel_name}`", f"kernels here: {names}")
-    return build_spec(src, model, kernel, str(path))
+    return build_spec(src, model, model.require(kernel_name, str(path)), str(path))

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...cuda.model import FileModel, Kernel
+from ...cuda.model import FileModel, Kernel, KernelNotFound
 from ...cuda.parser import parse
 from ...cuda.reduce import reduce_device
 from ...cuda.text import SourceText
@@ -63,10 +63,10 @@ def extract_kernel(text: str, original: Kernel, file_src: SourceText, file_model
         return out
     src = SourceText(code)
     model = parse(src.data)
-    k = model.kernel(original.name)
-    if k is None:
-        names = ", ".join(x.name for x in model.kernels) or "none"
-        out.errors.append(f"no __global__ kernel named `{original.name}` in the code (kernels found: {names})")
+    try:
+        k = model.require(original.name, "the code")
+    except KernelNotFound as e:
+        out.errors.append(str(e))
         return out
     if [t.name for t in k.template_params] != [t.name for t in original.template_params]:
         out.errors.append("the template parameters differ from the original's "

@@ -85,10 +85,7 @@ async def synthesize(
     cfg = config or LLMConfig.from_sources()
     src = SourceText(text)
     model = parse(src.data)
-    ref = model.kernel(reference)
-    if ref is None:
-        names = ", ".join(k.name for k in model.kernels) or "none"
-        raise KeyError(f"no reference kernel `{reference}` in {file} (kernels here: {names})")
+    ref = model.require(reference, file)
     spec = build_spec(src, model, ref, file)
     target = name or f"{ref.name}_synth"
     result = SynthResult(target, None)

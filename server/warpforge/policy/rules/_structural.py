@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.model import Kernel
 from ...cuda.rewrite import apply_edits, replace_body
+from ...cuda.tree import node_text, walk
 from ...spec.expr import Number
-from ._util import eval_expr, node_text, size_env, strip_parens, walk
+from ._util import eval_expr, kernel_body, size_env, strip_parens
 from .base import RuleContext
 
 #: calls that synchronize or exchange data between threads: moving code across them changes its meaning
@@ -69,10 +71,6 @@ def statements(node: Node | None) -> list[Node]:
     if node.type == "compound_statement":
         return [c for c in node.named_children if c.type != "comment"]
     return [node]
-
-
-def text(node: Node, data: bytes) -> str:
-    return node_text(node, data)
 
 
 def render(node: Node, data: bytes, replace: Callable[[Node], str | None]) -> str:
@@ -445,6 +443,26 @@ def with_body(ctx: RuleContext, body: str) -> str | None:
     return apply_edits(ctx.cand_src, [replace_body(ctx.cand_src, k, body)])
 
 
+def fresh_body(ctx: RuleContext, prefix: str) -> tuple[Kernel, Node, bytes] | None:
+    """The candidate's kernel, body and bytes when a rule that stages data in shared memory may rewrite it.
+
+    Not when it is a template, already holds names with the rule's ``prefix`` (rewritten already, or names
+    ours would clash with), synchronizes (collectives), has shared memory of its own, or declares a local
+    that shadows a parameter: the rewrite moves code around and must know what every name means.
+    """
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params:
+        return None
+    body, data = got
+    if any(n.startswith(prefix) for n in all_names(body, data)) or has_collective(body, data) \
+            or any(n.type == "__shared__" for n in walk(body)):
+        return None
+    if declared_names(body, data) & {p.name for p in k.params}:
+        return None
+    return k, body, data
+
+
 def envs(ctx: RuleContext) -> list[dict[str, Number]] | None:
     """The spec's size environments (spec size and perturbed size) with the candidate's defines."""
     try:
@@ -586,19 +604,19 @@ def grid_2d(body: Node, data: bytes) -> Grid2D | None:
         for a, b in ((ands[0], ands[1]), (ands[1], ands[0])):
             bx, by = upper_bound(a, data, x.name), upper_bound(b, data, y.name)
             if bx is not None and by is not None:
-                return Grid2D(x, y, bx, by, g, False, text(cond, data),
+                return Grid2D(x, y, bx, by, g, False, node_text(cond, data),
                               statements(g.child_by_field_name("consequence")))
     ors = _split(cond, data, "||")
     if ors is not None and len(ors) == 2 and is_return_only(g.child_by_field_name("consequence")):
         for a, b in ((ors[0], ors[1]), (ors[1], ors[0])):
             bx, by = failing_bound(a, data, x.name), failing_bound(b, data, y.name)
             if bx is not None and by is not None:
-                return Grid2D(x, y, bx, by, g, True, f"!({text(cond, data)})", sts[at + 1 :])
+                return Grid2D(x, y, bx, by, g, True, f"!({node_text(cond, data)})", sts[at + 1 :])
     return None
 
 
 def bound_text(var: str, b: Bound, data: bytes) -> str:
-    return f"{var} {'<=' if b.inclusive else '<'} {text(b.limit, data)}"
+    return f"{var} {'<=' if b.inclusive else '<'} {node_text(b.limit, data)}"
 
 
 def extent_expr(ctx: RuleContext, b: Bound, data: bytes, axis: int) -> str | None:
@@ -670,7 +688,7 @@ def elementwise_1d(body: Node, data: bytes) -> Elementwise | None:
             if bound is None or u.type != "assignment_expression":
                 return None
             op = u.child_by_field_name("operator")
-            if op is None or text(op, data) != "+=" or not is_ident(u.child_by_field_name("left"), data, idx.name):
+            if op is None or node_text(op, data) != "+=" or not is_ident(u.child_by_field_name("left"), data, idx.name):
                 return None
             stride = u.child_by_field_name("right")
             if not is_grid_stride(stride, data, mult):

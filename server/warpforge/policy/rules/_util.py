@@ -8,7 +8,7 @@ way keeps the rules' applicability checks consistent with each other.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from tree_sitter import Node
 
@@ -17,24 +17,12 @@ from ...cuda.parser import parse as parse_model
 from ...cuda.parser import parse_tree
 from ...cuda.rewrite import apply_edits, set_launch_bounds
 from ...cuda.text import SourceText
+from ...cuda.tree import walk
 from ...spec.expr import ExprError, Number, parse
 from .base import RuleContext
 
 #: CUDA's per-block thread limit
 MAX_BLOCK_THREADS = 1024
-
-
-def node_text(node: Node, data: bytes) -> str:
-    return data[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-
-
-def walk(node: Node) -> Iterator[Node]:
-    """Every node of a subtree, pre-order."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def kernel_function(ctx: RuleContext) -> tuple[Node, bytes] | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from ...spec.expr import Number
 from . import register
@@ -35,12 +36,10 @@ from ._util import (
     int_literal,
     kernel_body,
     macro_values,
-    node_text,
     refresh_launch_bounds,
     size_env,
     strip_parens,
     tunable_names,
-    walk,
 )
 from .base import Rule, RuleContext
 

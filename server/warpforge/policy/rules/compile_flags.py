@@ -27,11 +27,12 @@ from __future__ import annotations
 import re
 
 from ...cuda.extract import standalone
+from ...cuda.tree import node_text, walk
 from ...gpu.build import compile_cubin
 from ...gpu.toolchain import ToolMissing
 from ...search.candidate import Candidate
 from . import register
-from ._util import kernel_body, node_text, walk
+from ._util import kernel_body
 from .base import Rule, RuleContext
 
 REG_CAPS = (32, 64)

@@ -25,9 +25,10 @@ from tree_sitter import Node
 
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from . import register
-from ._util import families, kernel_body, line_indent, node_text, walk
+from ._util import families, kernel_body, line_indent
 from .base import Rule, RuleContext
 
 FACTORS = (2, 4, 8)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from ...spec.model import DTYPES
 from . import register
 from ._structural import (
@@ -52,13 +52,12 @@ from ._structural import (
     launch_ok,
     render,
     subscript_parts,
-    text,
     unparen,
-    with_body,
     written_names,
 )
-from ._util import eval_expr, kernel_body, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from ._util import eval_expr, kernel_body
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfp_"
@@ -82,16 +81,16 @@ class _Shape:
 def _target_base(arg: Node, data: bytes) -> str | None:
     """The array of ``&a[E]`` or ``a + E`` (None for anything else)."""
     a = unparen(arg)
-    if a.type == "pointer_expression" and text(a, data).lstrip().startswith("&"):
+    if a.type == "pointer_expression" and node_text(a, data).lstrip().startswith("&"):
         inner = a.child_by_field_name("argument")
         parts = subscript_parts(inner, data) if inner is not None else None
         if parts is not None and is_ident(parts[0], data):
-            return text(unparen(parts[0]), data)
+            return node_text(unparen(parts[0]), data)
         return None
     if a.type == "binary_expression":
         op, left = a.child_by_field_name("operator"), a.child_by_field_name("left")
-        if op is not None and left is not None and text(op, data) == "+" and is_ident(left, data):
-            return text(unparen(left), data)
+        if op is not None and left is not None and node_text(op, data) == "+" and is_ident(left, data):
+            return node_text(unparen(left), data)
     return None
 
 
@@ -111,7 +110,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     i = e.index.name
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     for st in e.prefix + e.between:
-        ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+        ids = {node_text(n, data) for n in walk(st) if n.type == "identifier"}
         if st.type != "declaration" or i in ids or ids & (set(pointers) | _COORDS):
             return None
     targets: list[Node] = []
@@ -121,12 +120,12 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if has_jump(st, loops_ok=True):
             return None
         for n in walk(st):
-            if n.type == "identifier" and text(n, data) in _COORDS:
+            if n.type == "identifier" and node_text(n, data) in _COORDS:
                 return None
             if n.type != "call_expression":
                 continue
             fn = n.child_by_field_name("function")
-            name = text(fn, data) if fn is not None else ""
+            name = node_text(fn, data) if fn is not None else ""
             if not is_collective(name):
                 continue
             args = n.child_by_field_name("arguments")
@@ -146,25 +145,26 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # `bins` appears nowhere but as the base of those atomicAdd targets
     inside = {n.id for t in targets for n in walk(t)}
     for n in walk(body):
-        if n.type == "identifier" and text(n, data) == bins and n.id not in inside:
+        if n.type == "identifier" and node_text(n, data) == bins and n.id not in inside:
             return None
     for c in calls:  # the values added must not mention the array either
         args = c.child_by_field_name("arguments")
-        if args is not None and any(text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
+        if args is not None and any(node_text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
                                     if n.type == "identifier"):
             return None
     return _Shape(e, bins, pointers[bins].type, targets), data
 
 
-class PrivatizeAtomics(Rule):
+class PrivatizeAtomics(StructuralRule[_Shape]):
     family = "atomics_privatize"
     motivated_by = ("WF110", "atomics_privatize")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], str]]:
-        got = _analyse(ctx)
-        if got is None or not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
             return {}
-        shape, _ = got
         a = ctx.spec.arg(shape.bins)
         if a is None or not a.is_buffer or a.count is None or a.dtype not in DTYPES:
             return {}
@@ -176,28 +176,19 @@ class PrivatizeAtomics(Rule):
             v = eval_expr(smem, env)
             if not isinstance(v, int) or v < 1 or v > _MAX_SMEM:
                 return {}
-        out: dict[str, tuple[tuple[str, ...], str]] = {}
+        out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():
             grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
             if launch_ok(ctx, grid, ctx.block):
-                out[param] = (grid, smem)
+                out[param] = Launch(grid, smem=smem)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data))
-        if definition is None:
-            return None
-        why = (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
-               f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], smem=plan[1])
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
+                f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
 
 
 def _generate(shape: _Shape, data: bytes) -> str:
@@ -211,13 +202,13 @@ def _generate(shape: _Shape, data: bytes) -> str:
         t = targets.get(n.id)
         if t is None:
             return None
-        return render(t, data, lambda m: priv if m.type == "identifier" and text(m, data) == shape.bins else None)
+        return render(t, data, lambda m: priv if m.type == "identifier" and node_text(m, data) == shape.bins else None)
 
     body = "\n".join(flush(render(st, data, rep), st, data) for st in e.body)
     cmp = "<=" if e.bound.inclusive else "<"
-    limit = text(e.bound.limit, data)
-    stride = text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
-    pre = "\n".join(flush(text(n, data), n, data) for n in e.prefix + e.between)
+    limit = node_text(e.bound.limit, data)
+    stride = node_text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
+    pre = "\n".join(flush(node_text(n, data), n, data) for n in e.prefix + e.between)
     code = f"""extern __shared__ {shape.elem} {priv}[];
 unsigned int {p}bytes;
 asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"({p}bytes));
@@ -227,7 +218,7 @@ for (unsigned int {p}b = threadIdx.x; {p}b < {p}n; {p}b += blockDim.x) {{
 }}
 __syncthreads();
 {pre}
-for ({e.index.type} {i} = {text(e.index_expr, data)}; {i} {cmp} {limit}; {i} += {stride}) {{
+for ({e.index.type} {i} = {node_text(e.index_expr, data)}; {i} {cmp} {limit}; {i} += {stride}) {{
 {indent(body, "    ")}
 }}
 __syncthreads();

@@ -22,9 +22,10 @@ from tree_sitter import Node
 from ...cuda.access import param_access
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from . import register
-from ._util import families, kernel_body, node_text, walk
+from ._util import families, kernel_body
 from .base import Rule, RuleContext
 
 #: element types with an ``__ldg`` overload (sm_35+), as written in a parameter (``const`` stripped)

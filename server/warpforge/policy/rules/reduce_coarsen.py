@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     Bound,
@@ -55,13 +55,12 @@ from ._structural import (
     single_decl,
     statements,
     subscript_parts,
-    text,
     unparen,
     upper_bound,
-    with_body,
 )
-from ._util import eval_expr, kernel_body, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from ._util import eval_expr, kernel_body
+from .base import RuleContext
 from .warp_reduce import is_tid, match_tree_loop, tid_names
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -109,7 +108,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return None
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
     parts = subscript_parts(left, data) if left is not None else None
-    if parts is None or op is None or right is None or text(op, data) != "=" \
+    if parts is None or op is None or right is None or node_text(op, data) != "=" \
             or not is_ident(parts[0], data, tree.array) or is_tid(parts[1], data, tids) is None:
         return None
     cond_expr = unparen(right)
@@ -137,9 +136,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     load_ids = {n.id for n in walk(load)}
     decl_ids = {n.id for n in walk(index.node)}
     for n in walk(body):
-        if n.type == "identifier" and text(n, data) == i and n.id not in load_ids | decl_ids:
+        if n.type == "identifier" and node_text(n, data) == i and n.id not in load_ids | decl_ids:
             return None
-        if n.type == "identifier" and text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
+        if n.type == "identifier" and node_text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
             return None
     if has_collective(yes, data) or any(n.type in ("assignment_expression", "update_expression")
                                         for n in walk(yes)):
@@ -149,7 +148,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
         return None
     c = condition_of(rest[0])
-    if c is None or text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
+    if c is None or node_text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
         return None
     inner = statements(rest[0].child_by_field_name("consequence"))
     if len(inner) != 1 or inner[0].type != "expression_statement" or inner[0].named_child_count != 1:
@@ -158,13 +157,13 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     fn = call.child_by_field_name("function") if call.type == "call_expression" else None
     args = call.child_by_field_name("arguments") if call.type == "call_expression" else None
     xs = [a for a in args.named_children if a.type != "comment"] if args is not None else []
-    if fn is None or text(fn, data) != "atomicAdd" or len(xs) != 2:
+    if fn is None or node_text(fn, data) != "atomicAdd" or len(xs) != 2:
         return None
     sp = subscript_parts(xs[1], data)
     if sp is None or not is_ident(sp[0], data, tree.array) or not is_zero_literal(sp[1], data):
         return None
     params = {p.name for p in k.params}
-    dst_ids = {text(n, data) for n in walk(xs[0]) if n.type == "identifier"}
+    dst_ids = {node_text(n, data) for n in walk(xs[0]) if n.type == "identifier"}
     if not dst_ids <= params or call_names(xs[0], data):
         return None
     # M must be the block size for the grid-stride loop to visit each index once
@@ -179,52 +178,46 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(index, mult, load, tree.array, tree.elem, tree.tid, bound, yes, no), data
 
 
-class ReduceCoarsen(Rule):
+class ReduceCoarsen(StructuralRule[_Shape]):
     family = "reduce_coarsen"
     motivated_by = ("reduce_coarsen", "latency_bound", "WF110")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[str, ...]]:
-        if _analyse(ctx) is None:
-            return {}
-        out: dict[str, tuple[str, ...]] = {}
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():
             grid = (f"min({ctx.grid[0]}, {per_sm * ctx.sm_count})",)
             if launch_ok(ctx, grid, ctx.block):
-                out[param] = grid
+                out[param] = Launch(grid)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
-
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        grid = self._plan(ctx).get(param)
-        got = _analyse(ctx)
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        """The body with the padded load replaced by a register accumulation over a grid-stride loop."""
         k = ctx.cand_kernel
-        if grid is None or got is None or k is None:
+        if k is None:
             return None
-        shape, data = got
         p = PREFIX
         i, itype = shape.index.name, shape.index.type
         cmp = "<=" if shape.bound.inclusive else "<"
         ind = line_indent_of(shape.load, data)
-        code = (f"{shape.elem} {p}acc = {text(shape.zero, data)};\n"
+        code = (f"{shape.elem} {p}acc = {node_text(shape.zero, data)};\n"
                 f"#pragma unroll 4\n"
-                f"for ({itype} {p}i = {i}; {p}i {cmp} {text(shape.bound.limit, data)}; "
+                f"for ({itype} {p}i = {i}; {p}i {cmp} {node_text(shape.bound.limit, data)}; "
                 f"{p}i += ({shape.mult}) * gridDim.x) {{\n"
                 f"    const {itype} {i} = {p}i;\n"
-                f"    {p}acc += {text(shape.expr, data)};\n"
+                f"    {p}acc += {node_text(shape.expr, data)};\n"
                 f"}}\n"
                 f"{shape.array}[{shape.tid}] = {p}acc;")
         new = "\n".join((ind + ln if n and ln else ln) for n, ln in enumerate(code.split("\n")))
         src = ctx.cand_src.data
-        body = (src[k.body_span.start : shape.load.start_byte].decode() + new
+        return (src[k.body_span.start : shape.load.start_byte].decode() + new
                 + src[shape.load.end_byte : k.body_span.end].decode())
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        why = (f"each thread sums its share of the input in a register (grid-stride loop over {VARIANTS[param]} "
-               f"blocks per SM) before the block's tree reduction: one tree and one atomic per block")
-        return ctx.derive(self.family, param, why, definition=definition, grid=grid)
+
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"each thread sums its share of the input in a register (grid-stride loop over {VARIANTS[param]} "
+                f"blocks per SM) before the block's tree reduction: one tree and one atomic per block")
 
 
 register(ReduceCoarsen())

@@ -46,18 +46,17 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     Decl,
     Grid2D,
-    all_names,
     bound_text,
     declared_names,
     extent_expr,
     flush,
+    fresh_body,
     grid_2d,
-    has_collective,
     has_jump,
     indent,
     is_2d_launch,
@@ -66,14 +65,12 @@ from ._structural import (
     single_decl,
     statements,
     subscript_parts,
-    text,
     unparen,
     upper_bound,
-    with_body,
     written_names,
 )
-from ._util import kernel_body, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wft_"
@@ -113,30 +110,24 @@ class _Shape:
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
-    return {text(n, data) for n in walk(node) if n.type == "identifier"}
+    return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
 
 
 def _operand(node: Node, data: bytes, pointers: dict[str, str]) -> _Operand | None:
     parts = subscript_parts(node, data)
     if parts is None or not is_ident(parts[0], data):
         return None
-    name = text(unparen(parts[0]), data)
+    name = node_text(unparen(parts[0]), data)
     if name not in pointers:
         return None
     return _Operand(name, pointers[name], parts[1], unparen(node))
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX)
+    if got is None:
         return None
-    body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
-    if declared_names(body, data) & {p.name for p in k.params}:
-        return None
+    k, body, data = got
     g = grid_2d(body, data)
     if g is None or len(g.inner) < 3:
         return None
@@ -152,11 +143,11 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if init is None or cond is None or upd is None or lbody is None:
         return None
     kd = single_decl(init, data)
-    if kd is None or kd.value is None or text(unparen(kd.value), data) != "0":
+    if kd is None or kd.value is None or node_text(unparen(kd.value), data) != "0":
         return None
     kv = kd.name
     kb = upper_bound(cond, data, kv)
-    if kb is None or text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1"):
+    if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1"):
         return None
     sts = statements(lbody)
     if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
@@ -165,13 +156,13 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if e.type != "assignment_expression":
         return None
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None or not is_ident(left, data, acc.name) or text(op, data) != "+=":
+    if left is None or op is None or right is None or not is_ident(left, data, acc.name) or node_text(op, data) != "+=":
         return None
     prod = unparen(right)
     if prod.type != "binary_expression":
         return None
     pop, p1, p2 = (prod.child_by_field_name(f) for f in ("operator", "left", "right"))
-    if pop is None or p1 is None or p2 is None or text(pop, data) != "*":
+    if pop is None or p1 is None or p2 is None or node_text(pop, data) != "*":
         return None
     pointers = {p.name: p.type for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     o1, o2 = _operand(p1, data, pointers), _operand(p2, data, pointers)
@@ -183,7 +174,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if n.type == "assignment_expression":
             lhs = n.child_by_field_name("left")
             parts = subscript_parts(lhs, data) if lhs is not None else None
-            if parts is not None and text(unparen(parts[0]), data) in (o1.array, o2.array):
+            if parts is not None and node_text(unparen(parts[0]), data) in (o1.array, o2.array):
                 return None
     for o in (o1, o2):
         ids = _ids(o.index, data)
@@ -214,44 +205,36 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(g, acc, kd, cond, a, b, a_first, epilogue), data
 
 
-class SmemTiling(Rule):
+class SmemTiling(StructuralRule[_Shape]):
     family = "smem_tiling"
     motivated_by = ("smem_tiling", "data_reuse")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None or not is_2d_launch(ctx):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not is_2d_launch(ctx):
             return {}
-        shape, data = got
         nx = extent_expr(ctx, shape.g.x_bound, data, 0)
         ny = extent_expr(ctx, shape.g.y_bound, data, 1)
         if nx is None or ny is None:
             return {}
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, (bm, bn, _bk, tm, tn) in VARIANTS.items():
             grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})")
             block = (str(bn // tn), str(bm // tm))
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, *VARIANTS[param])
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data, *VARIANTS[param]))
-        if definition is None:
-            return None
+    def rationale(self, shape: _Shape, param: str) -> str:
         bm, bn, bk, tm, tn = VARIANTS[param]
         per = f", {tm}x{tn} outputs per thread in registers" if tm * tn > 1 else ""
-        why = (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared memory "
-               f"({bm}x{bn} outputs per block{per})")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], block=plan[1])
+        return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
+                f"memory ({bm}x{bn} outputs per block{per})")
 
 
 def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:
@@ -261,18 +244,18 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
     a, b = shape.a, shape.b
     acc = shape.acc
     at, bt = a.elem, b.elem
-    init = text(acc.value, data) if acc.value is not None else "0"
-    k_ok = text(shape.k_cond, data)
+    init = node_text(acc.value, data) if acc.value is not None else "0"
+    k_ok = node_text(shape.k_cond, data)
     y_ok = bound_text(y.name, g.y_bound, data)
     x_ok = bound_text(x.name, g.x_bound, data)
-    ka = text(a.node, data)
-    kbt = text(b.node, data)
+    ka = node_text(a.node, data)
+    kbt = node_text(b.node, data)
     prod = f"{p}a[{p}i] * {p}b[{p}j]" if shape.a_first else f"{p}b[{p}j] * {p}a[{p}i]"
-    epi = "\n".join(flush(text(n, data), n, data) for n in shape.epilogue)
+    epi = "\n".join(flush(node_text(n, data), n, data) for n in shape.epilogue)
     acc_q = "const " if acc.const else ""
     kb = upper_bound(shape.k_cond, data, kv.name)
     assert kb is not None
-    k_end = f"({text(kb.limit, data)}) + 1" if kb.inclusive else f"({text(kb.limit, data)})"
+    k_end = f"({node_text(kb.limit, data)}) + 1" if kb.inclusive else f"({node_text(kb.limit, data)})"
     code = f"""constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
 constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
 __shared__ {at} {p}As[{p}BM][{p}BK];

@@ -36,28 +36,24 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     Grid2D,
-    all_names,
-    declared_names,
     extent_expr,
+    fresh_body,
     grid_2d,
-    has_collective,
     indent,
     is_2d_launch,
     is_ident,
     launch_ok,
     render,
     subscript_parts,
-    text,
     unparen,
-    with_body,
     written_names,
 )
-from ._util import kernel_body, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfx_"
@@ -84,7 +80,7 @@ def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
     if n.type != "binary_expression":
         return False
     op, left, right = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
-    if op is None or left is None or right is None or text(op, data) != "+":
+    if op is None or left is None or right is None or node_text(op, data) != "+":
         return False
     for term, other in ((left, right), (right, left)):
         if not is_ident(other, data, fast):
@@ -93,27 +89,21 @@ def _linear(idx: Node, data: bytes, fast: str, slow: str) -> bool:
         if t.type != "binary_expression":
             continue
         top, a, b = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
-        if top is None or a is None or b is None or text(top, data) != "*":
+        if top is None or a is None or b is None or node_text(top, data) != "*":
             continue
         for s, e in ((a, b), (b, a)):
             if is_ident(s, data, slow):
-                ids = {text(x, data) for x in walk(e) if x.type == "identifier"}
+                ids = {node_text(x, data) for x in walk(e) if x.type == "identifier"}
                 if fast not in ids and slow not in ids:
                     return True
     return False
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX)
+    if got is None:
         return None
-    body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
-    if declared_names(body, data) & {p.name for p in k.params}:
-        return None
+    k, body, data = got
     g = grid_2d(body, data)
     if g is None or len(g.inner) != 1:
         return None
@@ -124,26 +114,26 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if e.type != "assignment_expression":
         return None
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None or text(op, data) != "=":
+    if left is None or op is None or right is None or node_text(op, data) != "=":
         return None
     lp = subscript_parts(left, data)
     if lp is None or not is_ident(lp[0], data):
         return None
-    dst = text(unparen(lp[0]), data)
+    dst = node_text(unparen(lp[0]), data)
     reads = [n for n in walk(right) if n.type == "subscript_expression"]
     if len(reads) != 1:
         return None
     rp = subscript_parts(reads[0], data)
     if rp is None or not is_ident(rp[0], data):
         return None
-    src = text(unparen(rp[0]), data)
+    src = node_text(unparen(rp[0]), data)
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     if src not in pointers or dst not in pointers or src == dst:
         return None
     x, y = g.x.name, g.y.name
     if not _linear(rp[1], data, x, y) or not _linear(lp[1], data, y, x):
         return None
-    ids = {text(n, data) for n in walk(st) if n.type == "identifier"}
+    ids = {node_text(n, data) for n in walk(st) if n.type == "identifier"}
     if ids & _COORDS or (ids - {x, y}) & written_names(body, data):
         return None
     if any(n.type in ("pointer_expression", "update_expression", "assignment_expression", "comma_expression")
@@ -152,49 +142,41 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return _Shape(g, st, src, dst, reads[0], pointers[src].type), data
 
 
-class SmemTranspose(Rule):
+class SmemTranspose(StructuralRule[_Shape]):
     family = "smem_transpose"
     motivated_by = ("WF103", "coalesce", "smem_transpose")
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None or not is_2d_launch(ctx):
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if not is_2d_launch(ctx):
             return {}
-        shape, data = got
         nx = extent_expr(ctx, shape.g.x_bound, data, 0)
         ny = extent_expr(ctx, shape.g.y_bound, data, 1)
         if nx is None or ny is None:
             return {}
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, rows in VARIANTS.items():
             grid = (f"cdiv({nx}, {_TILE})", f"cdiv({ny}, {_TILE})")
             block = (str(_TILE), str(rows))
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, VARIANTS[param])
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
-        definition = with_body(ctx, _generate(shape, data, VARIANTS[param]))
-        if definition is None:
-            return None
-        why = (f"stage {_TILE}x{_TILE} tiles of {shape.src} in padded shared memory ({_TILE}x{_TILE + 1}) so that the "
-               f"writes of {shape.dst} coalesce too (block {_TILE}x{VARIANTS[param]})")
-        return ctx.derive(self.family, param, why, definition=definition, grid=plan[0], block=plan[1])
+    def rationale(self, shape: _Shape, param: str) -> str:
+        return (f"stage {_TILE}x{_TILE} tiles of {shape.src} in padded shared memory ({_TILE}x{_TILE + 1}) so that "
+                f"the writes of {shape.dst} coalesce too (block {_TILE}x{VARIANTS[param]})")
 
 
 def _generate(shape: _Shape, data: bytes, rows: int) -> str:
     g = shape.g
     x, y = g.x, g.y
     p = PREFIX
-    read_txt = text(shape.read, data)
+    read_txt = node_text(shape.read, data)
     tile_read = f"{p}tile[threadIdx.x][{p}r]"
 
     def rep(n: Node) -> str | None:

@@ -20,9 +20,10 @@ from tree_sitter import Node
 
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from . import register
-from ._util import families, kernel_body, line_indent, macro_values, node_text, starts_line, tunable_names, walk
+from ._util import families, kernel_body, line_indent, macro_values, starts_line, tunable_names
 from .base import Rule, RuleContext
 
 FACTORS = (2, 4, 8)

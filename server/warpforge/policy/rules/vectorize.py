@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from ...cuda.tree import node_text, walk
 from ...search.candidate import Candidate
 from . import register
 from ._structural import (
@@ -68,12 +69,11 @@ from ._structural import (
     launch_ok,
     render,
     subscript_parts,
-    text,
     unparen,
     with_body,
     written_names,
 )
-from ._util import call_args, int_literal, kernel_body, walk
+from ._util import call_args, int_literal, kernel_body
 from .base import Rule, RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -137,9 +137,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # every use of a pointer parameter: p[i] inside the body, p a 32-bit element pointer
     body_ids = {n.id for st in shape.e.body for n in walk(st)}
     for n in walk(kbody):
-        if n.type != "identifier" or text(n, data) not in pointers:
+        if n.type != "identifier" or node_text(n, data) not in pointers:
             continue
-        name = text(n, data)
+        name = node_text(n, data)
         p = pointers[name]
         parent = n.parent
         if n.id not in body_ids or parent is None or parent.type != "subscript_expression":
@@ -158,7 +158,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if up is not None and up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent):
             op = up.child_by_field_name("operator")
             arr.written = True
-            if op is None or text(op, data) != "=":
+            if op is None or node_text(op, data) != "=":
                 arr.read = True
         elif up is not None and up.type == "update_expression":
             arr.written = arr.read = True
@@ -172,8 +172,8 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             op = e.child_by_field_name("operator")
             left = e.child_by_field_name("left")
             parts = subscript_parts(left, data) if left is not None else None
-            if op is not None and text(op, data) == "=" and parts is not None and is_ident(parts[1], data, i):
-                name = text(unparen(parts[0]), data)
+            if op is not None and node_text(op, data) == "=" and parts is not None and is_ident(parts[1], data, i):
+                name = node_text(unparen(parts[0]), data)
                 if name in shape.arrays:
                     shape.arrays[name].always_written = True
     return shape, data
@@ -184,7 +184,7 @@ def _same(a: Node | None, b: Node) -> bool:
 
 
 def _idents(node: Node, data: bytes) -> set[str]:
-    return {text(n, data) for n in walk(node) if n.type == "identifier"}
+    return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
 
 
 def _written_in(nodes: list[Node], data: bytes) -> set[str]:
@@ -195,7 +195,7 @@ def _written_in(nodes: list[Node], data: bytes) -> set[str]:
 
 
 def _block(nodes: list[Node], data: bytes) -> str:
-    return "\n".join(flush(text(n, data), n, data) for n in nodes)
+    return "\n".join(flush(node_text(n, data), n, data) for n in nodes)
 
 
 class Vectorize(Rule):
@@ -258,8 +258,8 @@ def _generate(shape: _Shape, data: bytes, w: int) -> str:
     comps = _COMPONENTS[:w]
     arrays = sorted(shape.arrays.values(), key=lambda a: a.name)
     vtype = {a.name: VECTOR_TYPES[a.elem][0 if w == 4 else 1] for a in arrays}
-    gi = text(shape.e.index_expr, data)
-    limit = text(shape.e.bound.limit, data)
+    gi = node_text(shape.e.index_expr, data)
+    limit = node_text(shape.e.bound.limit, data)
     cmp = "<=" if shape.e.bound.inclusive else "<"
     casts = " | ".join(f"reinterpret_cast<unsigned long long>({a.name})" for a in arrays)
     aligned = f"(({casts}) & {4 * w - 1}ull) == 0"
@@ -281,9 +281,10 @@ def _generate(shape: _Shape, data: bytes, w: int) -> str:
                 nonlocal uses_i
                 if n.type == "subscript_expression":
                     parts = subscript_parts(n, data)
-                    if parts is not None and is_ident(parts[1], data, i) and text(unparen(parts[0]), data) in vtype:
-                        return f"{PREFIX}{text(unparen(parts[0]), data)}.{comp}"
-                if n.type == "identifier" and text(n, data) == i:
+                    if parts is not None and is_ident(parts[1], data, i) \
+                            and node_text(unparen(parts[0]), data) in vtype:
+                        return f"{PREFIX}{node_text(unparen(parts[0]), data)}.{comp}"
+                if n.type == "identifier" and node_text(n, data) == i:
                     uses_i = True
                 return None
 
@@ -299,9 +300,9 @@ def _generate(shape: _Shape, data: bytes, w: int) -> str:
     between = _block(shape.e.between, data)
     if shape.e.form == "stride":
         assert shape.e.stride is not None
-        stride = text(shape.e.stride, data)
+        stride = node_text(shape.e.stride, data)
         limit_excl = f"({limit}) + 1" if shape.e.bound.inclusive else f"({limit})"
-        cond = text(shape.e.cond, data)
+        cond = node_text(shape.e.cond, data)
         vec = vector_part(f"{PREFIX}vi", f"{PREFIX}base")
         code = f"""{pre}
 {itype} {PREFIX}done = 0;
@@ -317,7 +318,7 @@ for ({itype} {i} = {PREFIX}done + {gi}; {cond}; {i} += {stride}) {{
 {indent(_block(shape.e.body, data), "    ")}
 }}"""
     else:
-        ok = text(shape.e.cond, data) if shape.e.form == "guard" else f"!({text(shape.e.cond, data)})"
+        ok = node_text(shape.e.cond, data) if shape.e.form == "guard" else f"!({node_text(shape.e.cond, data)})"
         vec = vector_part(f"{PREFIX}vi", f"{PREFIX}base")
         code = f"""{pre}
 const {itype} {PREFIX}vi = {gi};

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
@@ -75,14 +75,13 @@ from ._structural import (
     single_decl,
     statements,
     subscript_parts,
-    text,
     unparen,
     upper_bound,
-    with_body,
     written_names,
 )
-from ._util import eval_expr, kernel_body, size_env, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from ._util import eval_expr, kernel_body, size_env
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfw_"
@@ -125,7 +124,7 @@ class _Shape:
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
-    return {text(n, data) for n in walk(node) if n.type == "identifier"}
+    return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
 
 
 class _Analysis:
@@ -201,9 +200,9 @@ class _Analysis:
                 parts = subscript_parts(target, data) if target is not None else None
                 if parts is not None:
                     base = unparen(parts[0])
-                    if base.type != "identifier" or text(base, data) not in self.root:
+                    if base.type != "identifier" or node_text(base, data) not in self.root:
                         raise _Reject
-                    self.written_roots.add(self.root[text(base, data)])
+                    self.written_roots.add(self.root[node_text(base, data)])
                 elif target is not None and unparen(target).type != "identifier":
                     raise _Reject  # *p = ..., s.f = ...: not something this rule follows
         # pass 2: statements
@@ -229,7 +228,7 @@ class _Analysis:
                 inner = dn.child_by_field_name("declarator") if dn.type == "init_declarator" else dn
                 if tnode is None or inner is None or inner.type != "identifier":
                     raise _Reject
-                self.scalars[text(inner, data)] = text(tnode, data)
+                self.scalars[node_text(inner, data)] = node_text(tnode, data)
             return
         if d.pointer:
             v = unparen(d.value) if d.value is not None else None
@@ -237,12 +236,12 @@ class _Analysis:
             if v is not None and v.type == "binary_expression":
                 op = v.child_by_field_name("operator")
                 base = v.child_by_field_name("left")
-                if op is None or text(op, data) != "+" or base is None:
+                if op is None or node_text(op, data) != "+" or base is None:
                     raise _Reject
                 base = unparen(base)
-            if base is None or base.type != "identifier" or text(base, data) not in self.root:
+            if base is None or base.type != "identifier" or node_text(base, data) not in self.root:
                 raise _Reject
-            self.root[d.name] = self.root[text(base, data)]
+            self.root[d.name] = self.root[node_text(base, data)]
         else:
             self.scalars[d.name] = d.type
 
@@ -262,11 +261,11 @@ class _Analysis:
                 if parts is None:
                     raise _Reject
                 base = unparen(parts[0])
-                if base.type != "identifier" or self.root.get(text(base, data)) in self.written_roots \
-                        or text(base, data) not in self.root:
+                if base.type != "identifier" or self.root.get(node_text(base, data)) in self.written_roots \
+                        or node_text(base, data) not in self.root:
                     raise _Reject
             elif n.type == "for_statement" or (
-                    n.type == "pointer_expression" and text(n, data).lstrip().startswith("*")):
+                    n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
                 raise _Reject
 
     def _loop(self, st: Node) -> _Loop:
@@ -283,7 +282,7 @@ class _Analysis:
         j = d.name
         bound = upper_bound(cond, data, j)
         u = unparen(upd)
-        ut = text(u, data).replace(" ", "")
+        ut = node_text(u, data).replace(" ", "")
         if bound is None or ut not in (f"{j}++", f"++{j}", f"{j}+=1", f"{j}={j}+1"):
             raise _Reject
         loop = _Loop(st, j)
@@ -336,7 +335,7 @@ class _Analysis:
             if arg is None:
                 raise _Reject
             a = unparen(arg)
-            if a.type == "identifier" and text(a, data) in locals_:
+            if a.type == "identifier" and node_text(a, data) in locals_:
                 return
             if a.type == "subscript_expression":
                 self._access(a, loop, outer_written)
@@ -348,14 +347,14 @@ class _Analysis:
         if left is None or op is None or right is None:
             raise _Reject
         lv = unparen(left)
-        o = text(op, data)
+        o = node_text(op, data)
         if lv.type == "subscript_expression":
             self._access(lv, loop, outer_written)
             self._expr(right, loop, outer_written)
             return
         if lv.type != "identifier":
             raise _Reject
-        name = text(lv, data)
+        name = node_text(lv, data)
         if name in locals_ and name not in outer_written:
             self._expr(right, loop, outer_written)
             return
@@ -377,9 +376,9 @@ class _Analysis:
         if parts is None:
             raise _Reject
         base, idx = unparen(parts[0]), parts[1]
-        if base.type != "identifier" or text(base, data) not in self.root:
+        if base.type != "identifier" or node_text(base, data) not in self.root:
             raise _Reject
-        name = text(base, data)
+        name = node_text(base, data)
         root = self.root[name]
         if _ids(idx, data) & outer_written or any(n.type == "subscript_expression" for n in walk(idx)) \
                 or any(n.type == "call_expression" for n in walk(idx)):
@@ -387,7 +386,7 @@ class _Analysis:
         if root in self.written_roots:
             if not _lane_index(idx, data, loop.var):
                 raise _Reject
-            key = (name, text(unparen(idx), data).replace(" ", ""))
+            key = (name, node_text(unparen(idx), data).replace(" ", ""))
             if self.written_access.setdefault(root, key) != key:
                 raise _Reject
         self._expr(idx, loop, outer_written)
@@ -401,7 +400,7 @@ class _Analysis:
             if n.type == "subscript_expression":
                 self._access(n, loop, outer_written)
                 continue
-            if n.type == "identifier" and text(n, data) in outer_written:
+            if n.type == "identifier" and node_text(n, data) in outer_written:
                 raise _Reject
             if n.type == "pointer_expression":
                 raise _Reject
@@ -419,7 +418,7 @@ def _lane_index(idx: Node, data: bytes, j: str) -> bool:
         return False
     op = n.child_by_field_name("operator")
     left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
-    if op is None or text(op, data) != "+" or left is None or right is None:
+    if op is None or node_text(op, data) != "+" or left is None or right is None:
         return False
     if is_ident(right, data, j):
         return j not in _ids(left, data)
@@ -439,22 +438,22 @@ def _reduction(op: str, right: Node, acc: str, data: bytes) -> tuple[str | None,
         bop = r.child_by_field_name("operator")
         a, b = r.child_by_field_name("left"), r.child_by_field_name("right")
         if bop is not None and a is not None and b is not None:
-            if text(bop, data) == "+" and is_ident(a, data, acc):
+            if node_text(bop, data) == "+" and is_ident(a, data, acc):
                 return "sum+", b
-            if text(bop, data) == "+" and is_ident(b, data, acc):
+            if node_text(bop, data) == "+" and is_ident(b, data, acc):
                 return "sum+", a
-            if text(bop, data) == "-" and is_ident(a, data, acc):
+            if node_text(bop, data) == "-" and is_ident(a, data, acc):
                 return "sum-", b
     if r.type == "call_expression":
         fn = r.child_by_field_name("function")
         args = r.child_by_field_name("arguments")
-        if fn is not None and args is not None and text(fn, data) in MINMAX_FUNCS:
+        if fn is not None and args is not None and node_text(fn, data) in MINMAX_FUNCS:
             xs = [c for c in args.named_children if c.type != "comment"]
             if len(xs) == 2:
                 if is_ident(xs[0], data, acc):
-                    return text(fn, data), xs[1]
+                    return node_text(fn, data), xs[1]
                 if is_ident(xs[1], data, acc):
-                    return text(fn, data), xs[0]
+                    return node_text(fn, data), xs[0]
     return None, None
 
 
@@ -486,7 +485,7 @@ def _combine(kind: str, a: str, b: str) -> str:
     return f"{a} + {b}" if kind == "sum" else f"{kind}({a}, {b})"
 
 
-class WarpPerRow(Rule):
+class WarpPerRow(StructuralRule[_Shape]):
     family = "warp_per_row"
     motivated_by = ("WF111", "warp_per_row", "WF103", "coalesce")
 
@@ -499,18 +498,17 @@ class WarpPerRow(Rule):
             return None
         return f"({ctx.grid[0]}) * ({ctx.block[0]})", False
 
-    def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        got = _analyse(ctx)
-        if got is None:
-            return {}
-        shape, data = got
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        return _analyse(ctx)
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         if not _reduction_kinds_ok(shape):
             return {}
         rows = self._rows(ctx, shape, data)
         if rows is None:
             return {}
         rows_expr, exact = rows
-        out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        out: dict[str, Launch] = {}
         for param, (threads, rpb) in VARIANTS.items():
             if rpb == 0:
                 if not exact or not self._long_rows(ctx, shape, data):
@@ -520,7 +518,7 @@ class WarpPerRow(Rule):
                 grid = (f"cdiv({rows_expr}, {rpb})",)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
-                out[param] = (grid, block)
+                out[param] = Launch(grid, block)
         return out
 
     @staticmethod
@@ -540,28 +538,16 @@ class WarpPerRow(Rule):
                 return False
         return True
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._plan(ctx))
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
+        return _generate(shape, data, block=VARIANTS[param][1] == 0)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        plan = self._plan(ctx).get(param)
-        got = _analyse(ctx)
-        if plan is None or got is None:
-            return None
-        shape, data = got
+    def rationale(self, shape: _Shape, param: str) -> str:
         threads, rpb = VARIANTS[param]
-        body = _generate(shape, data, block=rpb == 0)
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        grid, block = plan
         accs = sorted({r.acc for lp in shape.loops for r in lp.reductions.values()})
         red = f"; reductions of {', '.join(accs)} by shuffles" if accs else ""
         if rpb:
-            why = f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
-        else:
-            why = f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
-        return ctx.derive(self.family, param, why, definition=definition, grid=grid, block=block)
+            return f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
+        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
 
 
 def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
@@ -569,7 +555,7 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
     lane = f"{PREFIX}lane"
     out: list[str] = []
     decls: list[str] = []
-    out.extend(flush(text(n, data), n, data) for n in shape.prefix)
+    out.extend(flush(node_text(n, data), n, data) for n in shape.prefix)
     out.append(f"const int {lane} = threadIdx.x & 31;")
     if block:
         out.append(f"const int {PREFIX}warp = threadIdx.x >> 5;")
@@ -577,24 +563,24 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
         out.append(f"{'const ' if row.const else ''}{row.type} {row.name} = blockIdx.x;")
     else:
         assert row.value is not None
-        out.append(f"{'const ' if row.const else ''}{row.type} {row.name} = ({text(row.value, data)}) / 32;")
-    out.extend(flush(text(n, data), n, data) for n in shape.between)
+        out.append(f"{'const ' if row.const else ''}{row.type} {row.name} = ({node_text(row.value, data)}) / 32;")
+    out.extend(flush(node_text(n, data), n, data) for n in shape.between)
     rest: list[str] = []
     loops = {lp.node.id: (n, lp) for n, lp in enumerate(shape.loops)}
     for st in shape.rest:
         if st.id not in loops:
-            rest.append(flush(text(st, data), st, data))
+            rest.append(flush(node_text(st, data), st, data))
             continue
         n, lp = loops[st.id]
         rest.extend(_loop_code(lp, n, data, block, decls))
     inner = "\n".join(rest)
     if shape.exit_form:
-        out.append(flush(text(shape.guard, data), shape.guard, data))
+        out.append(flush(node_text(shape.guard, data), shape.guard, data))
         out.append(inner)
     else:
         cond = condition_of(shape.guard)
         assert cond is not None
-        out.append(f"if ({text(cond, data)}) {{\n{indent(inner, '    ')}\n}}")
+        out.append(f"if ({node_text(cond, data)}) {{\n{indent(inner, '    ')}\n}}")
     code = "\n".join(decls + out)
     return "{\n" + indent(code, "    ") + "\n}"
 
@@ -615,7 +601,7 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     start = "threadIdx.x" if block else f"{PREFIX}lane"
     stride = "blockDim.x" if block else "32"
     body_text = flush(_rename_ids(body, data, parts), body, data)
-    lines.append(f"for ({d.type} {lp.var} = {start}; {text(cond, data)}; {lp.var} += {stride}) {body_text}")
+    lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
     for r in lp.reductions.values():
         p = parts[r.acc]
         lines.append(f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
@@ -640,7 +626,7 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
 def _rename_ids(node: Node, data: bytes, mapping: dict[str, str]) -> str:
     def rep(n: Node) -> str | None:
         if n.type == "identifier":
-            return mapping.get(text(n, data))
+            return mapping.get(node_text(n, data))
         return None
 
     return render(node, data, rep)

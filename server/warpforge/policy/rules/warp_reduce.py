@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
@@ -62,13 +62,12 @@ from ._structural import (
     single_decl,
     statements,
     subscript_parts,
-    text,
     unparen,
-    with_body,
     written_names,
 )
-from ._util import kernel_body, walk
-from .base import Rule, RuleContext
+from ._structural_rule import Launch, StructuralRule
+from ._util import kernel_body
+from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfr_"
@@ -113,10 +112,10 @@ def is_tid(node: Node | None, data: bytes, tids: set[str]) -> str | None:
     if node is None:
         return None
     n = unparen(node)
-    if n.type == "identifier" and text(n, data) in tids:
-        return text(n, data)
+    if n.type == "identifier" and node_text(n, data) in tids:
+        return node_text(n, data)
     if is_builtin(n, data, "threadIdx", "x"):
-        return text(n, data)
+        return node_text(n, data)
     return None
 
 
@@ -128,12 +127,12 @@ def _halving(update: Node, data: bytes, var: str) -> bool:
     right = u.child_by_field_name("right")
     if op is None or right is None:
         return False
-    o, r = text(op, data), text(unparen(right), data).replace(" ", "")
+    o, r = node_text(op, data), node_text(unparen(right), data).replace(" ", "")
     return (o == ">>=" and r == "1") or (o == "/=" and r == "2") or (o == "=" and r in (f"{var}>>1", f"{var}/2"))
 
 
 def _positive(cond: Node, data: bytes, var: str) -> bool:
-    t = text(unparen(cond), data).replace(" ", "")
+    t = node_text(unparen(cond), data).replace(" ", "")
     return t in (f"{var}>0", f"0<{var}", f"{var}>=1", f"1<={var}", f"{var}!=0")
 
 
@@ -143,7 +142,7 @@ def _is_elem(node: Node | None, data: bytes, array: str, index: str) -> bool:
         return False
     parts = subscript_parts(node, data)
     return parts is not None and is_ident(parts[0], data, array) \
-        and text(unparen(parts[1]), data).replace(" ", "") == index
+        and node_text(unparen(parts[1]), data).replace(" ", "") == index
 
 
 def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -> tuple[str, str] | None:
@@ -158,9 +157,9 @@ def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -
     if left is None or op is None or right is None:
         return None
     parts = subscript_parts(left, data)
-    if parts is None or not is_ident(parts[0], data) or text(unparen(parts[1]), data).replace(" ", "") != tid:
+    if parts is None or not is_ident(parts[0], data) or node_text(unparen(parts[1]), data).replace(" ", "") != tid:
         return None
-    arr = text(unparen(parts[0]), data)
+    arr = node_text(unparen(parts[0]), data)
     if arr not in shared:
         return None
     me, other = tid, f"{tid}+{var}"
@@ -169,7 +168,7 @@ def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -
     def is_other(n: Node | None) -> bool:
         return _is_elem(n, data, arr, other) or _is_elem(n, data, arr, other2)
 
-    o = text(op, data)
+    o = node_text(op, data)
     r = unparen(right)
     if o in _COMPOUND and is_other(r):
         return arr, "{a} " + _COMPOUND[o] + " {b}"
@@ -178,16 +177,16 @@ def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -
     if r.type == "binary_expression":
         bop = r.child_by_field_name("operator")
         a, b = r.child_by_field_name("left"), r.child_by_field_name("right")
-        if bop is not None and text(bop, data) in ("+", "*", "|", "&", "^") and _is_elem(a, data, arr, me) \
+        if bop is not None and node_text(bop, data) in ("+", "*", "|", "&", "^") and _is_elem(a, data, arr, me) \
                 and is_other(b):
-            return arr, "{a} " + text(bop, data) + " {b}"
+            return arr, "{a} " + node_text(bop, data) + " {b}"
     if r.type == "call_expression":
         fn = r.child_by_field_name("function")
         args = r.child_by_field_name("arguments")
-        if fn is not None and args is not None and text(fn, data) in MINMAX_FUNCS:
+        if fn is not None and args is not None and node_text(fn, data) in MINMAX_FUNCS:
             xs = [c for c in args.named_children if c.type != "comment"]
             if len(xs) == 2 and _is_elem(xs[0], data, arr, me) and is_other(xs[1]):
-                return arr, text(fn, data) + "({a}, {b})"
+                return arr, node_text(fn, data) + "({a}, {b})"
     return None
 
 
@@ -207,7 +206,7 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     if not _positive(cond, data, var) or not _halving(upd, data, var):
         return None
     if any(is_builtin(n, data, "threadIdx", ax) for n in walk(d.value) for ax in "xyz") \
-            or {text(n, data) for n in walk(d.value) if n.type == "identifier"} & tids:
+            or {node_text(n, data) for n in walk(d.value) if n.type == "identifier"} & tids:
         return None  # the start must be the same for the whole block
     sts = statements(body)
     if len(sts) != 2 or sts[0].type != "if_statement" or not is_syncthreads(sts[1], data):
@@ -224,7 +223,7 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     left, op, right = (cb.child_by_field_name(f) for f in ("left", "operator", "right"))
     if left is None or op is None or right is None:
         return None
-    o = text(op, data)
+    o = node_text(op, data)
     if o == "<" and is_ident(right, data, var):
         tid = is_tid(left, data, tids)
     elif o == ">" and is_ident(left, data, var):
@@ -241,11 +240,11 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     elem = shared[arr]
     if elem not in SHUFFLE_TYPES:
         return None
-    return TreeLoop(st, var, text(d.value, data), arr, elem, tid, comb, flush(text(st, data), st, data))
+    return TreeLoop(st, var, node_text(d.value, data), arr, elem, tid, comb, flush(node_text(st, data), st, data))
 
 
 def _reads_array(node: Node, data: bytes, array: str) -> bool:
-    return any(n.type == "identifier" and text(n, data) == array for n in walk(node))
+    return any(n.type == "identifier" and node_text(n, data) == array for n in walk(node))
 
 
 def _after_ok(rest: list[Node], data: bytes, loop: TreeLoop, tids: set[str]) -> bool:
@@ -255,12 +254,12 @@ def _after_ok(rest: list[Node], data: bytes, loop: TreeLoop, tids: set[str]) -> 
         if e is not None and e.type == "assignment_expression":
             op, left, right = (e.child_by_field_name(f) for f in ("operator", "left", "right"))
             parts = subscript_parts(left, data) if left is not None else None
-            if op is not None and text(op, data) == "=" and parts is not None and right is not None \
+            if op is not None and node_text(op, data) == "=" and parts is not None and right is not None \
                     and is_ident(parts[0], data, loop.array) and is_tid(parts[1], data, tids) is not None \
                     and not _reads_array(right, data, loop.array):
                 return True
         for n in walk(st):
-            if n.type != "identifier" or text(n, data) != loop.array:
+            if n.type != "identifier" or node_text(n, data) != loop.array:
                 continue
             parts = subscript_parts(n.parent, data) if n.parent is not None else None
             if parts is None or parts[0].id != n.id or not is_zero_literal(parts[1], data):
@@ -352,39 +351,40 @@ if ({tid} < 32) {{
 __syncthreads();"""
 
 
-class WarpReduce(Rule):
+class WarpReduce(StructuralRule[list[TreeLoop]]):
     family = "warp_reduce"
     motivated_by = ("warp_reduce", "barrier_stall")
 
-    def variants(self, ctx: RuleContext) -> list[str]:
-        return list(VARIANTS) if _analyse(ctx) is not None else []
+    def analyse(self, ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
+        return _analyse(ctx)
 
-    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
-        got = _analyse(ctx)
+    def launches(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes) -> dict[str, Launch]:
+        return {param: Launch() for param in VARIANTS}
+
+    def body(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes, param: str) -> str | None:
+        """The body with every tree loop replaced by its shuffle version."""
         k = ctx.cand_kernel
-        if got is None or k is None or param not in VARIANTS:
+        if k is None:
             return None
-        loops, data = got
         src = ctx.cand_src.data
         assert src == data
         out: list[bytes] = []
         pos = k.body_span.start
-        for n, lp in enumerate(loops):
+        for n, lp in enumerate(shape):
             start, end = lp.node.start_byte, lp.node.end_byte
             out.append(src[pos:start])
             ind = line_indent_of(lp.node, src)
             out.append(indent(_replacement(lp, param, n), ind).lstrip().encode())
             pos = end
         out.append(src[pos : k.body_span.end])
-        body = b"".join(out).decode()
-        definition = with_body(ctx, body)
-        if definition is None:
-            return None
-        arrays = ", ".join(sorted({lp.array for lp in loops}))
+        return b"".join(out).decode()
+
+    def rationale(self, shape: list[TreeLoop], param: str) -> str:
+        arrays = ", ".join(sorted({lp.array for lp in shape}))
         why = ("stop the shared-memory tree at 64 elements and finish in warp 0 with __shfl_down_sync"
                if param == "tail" else
                "reduce each warp with __shfl_down_sync, then the warps' partials in warp 0 (2 barriers)")
-        return ctx.derive(self.family, param, f"{why} ({arrays})", definition=definition)
+        return f"{why} ({arrays})"
 
 
 register(WarpReduce())

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
+from ...cuda.tree import walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ..context import KernelContext
@@ -156,9 +157,7 @@ class KernelFacts:
         return self._data[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
     def _collect(self, body: Node) -> None:
-        stack = [body]
-        while stack:
-            n = stack.pop()
+        for n in walk(body):
             self.nodes.append(n)
             t = n.type
             if t in LOOPS:
@@ -186,7 +185,6 @@ class KernelFacts:
                 if fn in ("__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
                           "__syncwarp") or fn.endswith((".sync", "::sync", "::sync_warp")):
                     self.has_sync = True
-            stack.extend(reversed(n.children))
 
     def _lvalue_name(self, node: Node | None) -> tuple[str | None, bool]:
         """The local an assignment changes, and whether it replaces the whole variable.

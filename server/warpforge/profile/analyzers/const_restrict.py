@@ -31,6 +31,7 @@ from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
 from ...cuda.text import Range
+from ...cuda.tree import node_text, walk
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
 from . import analyzer
@@ -344,22 +345,15 @@ def _helpers(ctx: KernelContext) -> dict[str, bool]:
             continue
         data = ctx.src.data[d.span.start : d.span.end]
         tree = parse_tree(data)
-        stack = [tree.root_node]
-        writable = False
-        found = False
-        while stack:
-            n = stack.pop()
-            if n.type == "parameter_list":
-                found = True
-                for p in n.named_children:
-                    if p.type != "parameter_declaration":
-                        continue
-                    text = data[p.start_byte : p.end_byte].decode("utf-8", "replace")
-                    if ("*" in text or "&" in text) and "const" not in text.split("*")[0].split("&")[0]:
-                        writable = True
-                break
-            stack.extend(reversed(n.children))
-        if found:
+        plist = next(walk(tree.root_node, ("parameter_list",)), None)
+        if plist is not None:
+            writable = False
+            for p in plist.named_children:
+                if p.type != "parameter_declaration":
+                    continue
+                text = node_text(p, data)
+                if ("*" in text or "&" in text) and "const" not in text.split("*")[0].split("&")[0]:
+                    writable = True
             for name in d.names:
                 out[name] = out.get(name, True) and not writable
     return out

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from tree_sitter import Node
 
+from ...cuda.tree import walk
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
 from . import analyzer
@@ -120,10 +121,4 @@ def index_math(ctx: KernelContext) -> Iterator[Finding]:
 
 def _mentions(f: KernelFacts, node: Node, names: set[str]) -> bool:
     """Does ``node`` mention any of ``names`` (loop counters or variables updated in the loop)?"""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier" and f.text(n) in names:
-            return True
-        stack.extend(n.children)
-    return False
+    return any(f.text(n) in names for n in walk(node, ("identifier",)))

@@ -210,12 +210,6 @@ def _bare(text: str) -> str:
     return text[1:-1].strip() if text.startswith("(") and text.endswith(")") else text
 
 
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def _condition_for(parent: Node, child: Node) -> Node | None:

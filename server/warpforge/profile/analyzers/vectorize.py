@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from tree_sitter import Node
 
+from ...cuda.tree import walk
 from ...spec.model import DTYPES, canonical_dtype
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
@@ -88,12 +89,7 @@ def _elementwise_buffers(f: KernelFacts) -> dict[str, list[Access]]:
 
 
 def _identifiers(f: KernelFacts, node: Node) -> Iterator[str]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier":
-            yield f.text(n)
-        stack.extend(n.children)
+    return (f.text(n) for n in walk(node, ("identifier",)))
 
 
 @analyzer("vectorize", ("WF104",), needs=("source", "sass"))
