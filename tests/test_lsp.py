@@ -399,3 +399,17 @@ def test_skip_reason_counts_utf8_bytes_and_tells_text_from_binary() -> None:
     assert skip_reason("__global__ void k() {}\n\t// tab, \x1b[0m escape, \f form feed\r\n", 1_000_000) is None
     assert "not source text" in (skip_reason("int x;\x00\x01", 1_000_000) or "")
     assert "not source text" in (skip_reason("".join(chr(i % 9) for i in range(4000)), 1_000_000) or "")
+
+
+async def test_a_broken_spec_disables_only_the_spec_action(client: LanguageClient) -> None:
+    """Found by the soak: a spec being typed (`uniform(2, 1)`) made the whole code-action request fail."""
+    text = SAXPY.replace("uniform(-1, 1)", "uniform(2, 1)", 1)
+    uri = open_doc(client, "saxpy_broken_spec.cu", text)
+    kline = next(i for i, t in enumerate(text.splitlines()) if "__global__" in t)
+    result = await client.text_document_code_action_async(lsp.CodeActionParams(
+        lsp.TextDocumentIdentifier(uri), lsp.Range(lsp.Position(kline + 2, 4), lsp.Position(kline + 2, 4)),
+        lsp.CodeActionContext(diagnostics=[])))
+    assert result is not None
+    assert any("Optimize `saxpy` (beam search)" in a.title for a in result)
+    spec = next(a for a in result if isinstance(a, lsp.CodeAction) and "benchmark spec" in a.title)
+    assert spec.edit is None and spec.disabled is not None and "empty range" in spec.disabled.reason

@@ -18,6 +18,7 @@ from ..cuda.parser import parse
 from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
 from ..cuda.text import Position, SourceText
 from ..spec.annotations import annotation_edits, has_annotation
+from ..spec.model import SpecError
 from ..spec.resolve import guess_spec
 from . import limits
 from .convert import text_edit
@@ -100,10 +101,17 @@ def actions(uri: str, version: int | None, path: str, text: str,
                               kind=lsp.CodeActionKind.Refactor,
                               command=lsp.Command(f"Profile {k.name}", "warpforge.profile", arguments=[uri, k.name])))
     annotated = has_annotation(src, k)
-    out.append(lsp.CodeAction(
-        title=f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`",
-        kind=lsp.CodeActionKind.Refactor,
-        edit=_workspace_edit(uri, version, spec_edits(src, k, path, model))))
+    title = f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`"
+    try:
+        edits = spec_edits(src, k, path, model)
+    except SpecError as e:
+        # A spec the user is still typing (or got wrong) must not take the other actions down with it: the
+        # spec action is shown disabled with the error (the hint at the line says it too).
+        out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
+                                  disabled=lsp.CodeActionDisabled(reason=str(e))))
+        return out
+    out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
+                              edit=_workspace_edit(uri, version, edits)))
     return out
 
 
