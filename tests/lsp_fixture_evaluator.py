@@ -18,9 +18,9 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.search.candidate import Candidate
 from warpforge.search.optimize import OptimizeRequest
 

@@ -284,7 +284,7 @@ def test_guards_on_every_adversarial_fixture_that_needs_no_gpu() -> None:
 
 @needs_nvcc
 def test_sass_guard_sees_clock_reads_hidden_from_the_source() -> None:
-    from warpforge.gpu.build import compile_cubin
+    from warpforge.compiler.build import compile_cubin
 
     hidden = ("#define NOW() clock" "64()\n"  # split so the source guard cannot see it
               "__global__ void k(long long* out) { out[threadIdx.x] = NOW(); }\n")
@@ -298,7 +298,7 @@ def test_sass_guard_sees_clock_reads_hidden_from_the_source() -> None:
 
 @needs_nvcc
 def test_sass_guard_sees_timer_reads_and_device_launches_hidden_from_the_source() -> None:
-    from warpforge.gpu.build import compile_cubin
+    from warpforge.compiler.build import compile_cubin
 
     timer = ("__global__ void k(unsigned long long* out) { unsigned long long t;\n"
              "  asm volatile(\"mov.u64 %0, %%global\" \"timer;\" : \"=l\"(t)); out[threadIdx.x] = t; }\n")
@@ -556,7 +556,7 @@ def test_build_cache_never_serves_a_partial_cubin(tmp_path: Path, monkeypatch: p
     """Parallel compiles of one translation unit store one key at once; readers must see whole entries."""
     import threading
 
-    from warpforge.gpu import build
+    from warpforge.compiler import build
 
     monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path))
     src = "__global__ void k(float* x) { x[threadIdx.x] *= 3.0f; }\n"

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 from conftest import KERNEL_FILES
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, load
 from warpforge.search.candidate import Candidate

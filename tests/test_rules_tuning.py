@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNEL_FILES, NVCC, needs_nvcc
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, RuleContext, load
 from warpforge.policy.rules.block_size import derive_grid, work_extent

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from ..compiler.build import compile_cubin
+from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.extract import standalone
 from ..cuda.reduce import device_source
@@ -50,14 +52,12 @@ from . import compare as cmp
 from . import guards
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
 from .backends import GpuUnavailable as GpuUnavailable  # re-exported: callers catch it from here
-from .build import compile_cubin
 from .confirm import Confirmation, Side
 from .confirm import confirm as ncu_confirm
 from .inputs import TAIL, Layout
 from .sanitizer import SanitizerReport
 from .supervisor import Msg
 from .timing import Speedup, Stats, TimingSettings, speedup, summarize
-from .toolchain import ToolMissing, default_arch
 
 Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy", "rejected"]
 STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",

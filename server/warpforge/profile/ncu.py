@@ -2,7 +2,7 @@
 
 How a profile is taken:
 
-- the kernel is built as everywhere else (``gpu.build.compile_cubin``: device code only, ``-lineinfo``, so
+- the kernel is built as everywhere else (``compiler.build.compile_cubin``: device code only, ``-lineinfo``, so
   samples map to the user's lines through the ``#line`` directives of the standalone translation unit);
 - ``ncu`` wraps a small harness process (``python -m warpforge.profile.ncu --harness JOB``) that loads the
   cubin, allocates the spec's inputs with the worker's own machinery (``gpu.inputs``: the same seeds, the
@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from ..gpu.inputs import Layout
-from ..gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -404,10 +404,10 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
 
     Writes ``OUT/<stem>/{details,raw,source,...}.csv`` and ``meta.json``; returns one summary per target.
     """
+    from ..compiler.build import compile_cubin
     from ..cuda import parse
     from ..cuda.extract import standalone
     from ..cuda.text import SourceText
-    from ..gpu.build import compile_cubin
     from ..spec import build_spec
 
     rows: list[dict[str, Any]] = []

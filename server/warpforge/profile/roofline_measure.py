@@ -92,7 +92,7 @@ def measure(device: int = 0, arch: str | None = None) -> dict[str, Any]:
     import numpy as np
     import pycuda.driver as cuda
 
-    from ..gpu.build import compile_cubin
+    from ..compiler.build import compile_cubin
 
     cuda.init()
     dev = cuda.Device(device)

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...compiler.build import compile_cubin
+from ...compiler.toolchain import ToolMissing
 from ...cuda.extract import standalone
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...gpu.build import compile_cubin
-from ...gpu.toolchain import ToolMissing
 from ...search.candidate import Candidate
 from ...spec.model import KernelSpec
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import re
 
+from ...compiler.build import compile_cubin
+from ...compiler.toolchain import ToolMissing
 from ...cuda.extract import standalone
-from ...gpu.build import compile_cubin
-from ...gpu.toolchain import ToolMissing
 from ...search.candidate import Candidate
 from . import register
 from ._util import kernel_body, node_text, walk
