@@ -30,9 +30,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, needs_nvcc
+from warpforge.cuda.candidate import Candidate, candidate_from_variant
 from warpforge.gpu import compare as cmp
 from warpforge.gpu import guards
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator
 from warpforge.gpu.inputs import (
     InputError,
     Layout,
@@ -47,7 +48,6 @@ from warpforge.gpu.inputs import (
 from warpforge.gpu.sanitizer import parse_output
 from warpforge.gpu.supervisor import WorkerSupervisor
 from warpforge.gpu.timing import TimingSettings, converged, interleave, median_ci, speedup, summarize
-from warpforge.search.candidate import Candidate
 from warpforge.spec import load_spec
 from warpforge.store import SCHEMA_VERSION, EvalKey, Store, StoreError
 

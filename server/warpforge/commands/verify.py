@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cli import load_file, pick_kernel
+from ..cuda.candidate import candidate_from_variant
 from ..exitcodes import CliError, ExitCode
-from ..gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
+from ..gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator
 from ..gpu.timing import TimingSettings
 from ..spec import build_spec
 from . import inputs

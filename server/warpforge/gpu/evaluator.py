@@ -39,11 +39,10 @@ from typing import Any, Literal, TypeVar
 from ..compiler.build import compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
+from ..cuda.candidate import Candidate
 from ..cuda.extract import standalone
 from ..cuda.reduce import device_source
 from ..cuda.text import Span
-from ..search.candidate import Candidate
-from ..search.candidate import candidate_from_variant as candidate_from_variant  # re-exported
 from ..spec import KernelSpec, SpecError, build_spec
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .candidate import Candidate
+from ..cuda.candidate import Candidate
 from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
 
 

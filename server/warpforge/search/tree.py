@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .candidate import Candidate
+from ..cuda.candidate import Candidate
 
 
 @runtime_checkable

@@ -19,10 +19,10 @@ from typing import Any
 
 from ...compiler.build import compile_cubin
 from ...compiler.toolchain import ToolMissing
+from ...cuda.candidate import Candidate
 from ...cuda.extract import standalone
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...search.candidate import Candidate
 from ...spec.model import KernelSpec
 
 #: the FP32 ridge point of an H100 (≈67 TFLOP/s over ≈3.35 TB/s): below it a kernel is bandwidth-bound

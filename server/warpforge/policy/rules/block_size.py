@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from ...spec.expr import Number
 from . import register
 from ._util import (

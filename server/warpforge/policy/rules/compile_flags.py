@@ -28,8 +28,8 @@ import re
 
 from ...compiler.build import compile_cubin
 from ...compiler.toolchain import ToolMissing
+from ...cuda.candidate import Candidate
 from ...cuda.extract import standalone
-from ...search.candidate import Candidate
 from . import register
 from ._util import kernel_body, node_text, walk
 from .base import Rule, RuleContext

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
-from ...search.candidate import Candidate
 from . import register
 from ._util import families, kernel_body, line_indent, node_text, walk
 from .base import Rule, RuleContext

@@ -20,9 +20,9 @@ from __future__ import annotations
 from tree_sitter import Node
 
 from ...cuda.access import param_access
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
-from ...search.candidate import Candidate
 from . import register
 from ._util import families, kernel_body, node_text, walk
 from .base import Rule, RuleContext

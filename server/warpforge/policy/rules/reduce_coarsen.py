@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from . import register
 from ._structural import (
     Bound,

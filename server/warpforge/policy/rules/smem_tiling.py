@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from . import register
 from ._structural import (
     Decl,

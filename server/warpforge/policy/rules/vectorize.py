@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from . import register
 from ._structural import (
     VECTOR_TYPES,
