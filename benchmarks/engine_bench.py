@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT / "server"))
 
 from warpforge.compiler.toolchain import default_arch  # noqa: E402
 from warpforge.cuda.candidate import Candidate  # noqa: E402
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator  # noqa: E402
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 from warpforge.gpu.timing import TimingSettings, cv  # noqa: E402
 from warpforge.spec import load_spec  # noqa: E402
 

@@ -33,7 +33,7 @@ from conftest import ROOT, needs_nvcc
 from warpforge.cuda.candidate import Candidate, candidate_from_variant
 from warpforge.gpu import compare as cmp
 from warpforge.gpu import guards
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator
 from warpforge.gpu.inputs import (
     InputError,
     Layout,
@@ -45,6 +45,7 @@ from warpforge.gpu.inputs import (
     poison_array,
     poison_scalar,
 )
+from warpforge.gpu.reports import Evaluation
 from warpforge.gpu.sanitizer import parse_output
 from warpforge.gpu.supervisor import WorkerSupervisor
 from warpforge.gpu.timing import TimingSettings, converged, interleave, median_ci, speedup, summarize

@@ -31,8 +31,10 @@ ray = pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip i
 from conftest import ROOT, needs_nvcc  # noqa: E402
 from test_gpu_cpu import FAKE_PYCUDA, SMALL_SAXPY  # noqa: E402
 from warpforge.cuda.candidate import Candidate  # noqa: E402
-from warpforge.gpu.evaluator import EngineSettings, Evaluation, Evaluator, build_job  # noqa: E402
+from warpforge.gpu.evaluator import EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.pool_build import build_job  # noqa: E402
 from warpforge.gpu.ray_backend import RayBackend, RayDevice  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 from warpforge.gpu.timing import TimingSettings  # noqa: E402
 from warpforge.policy.offline import offline_policy  # noqa: E402
 from warpforge.profile.hints import analyze_source  # noqa: E402

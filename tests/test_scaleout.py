@@ -37,7 +37,8 @@ from warpforge.gpu.backends import (
     select_gpus,
     visible_devices,
 )
-from warpforge.gpu.evaluator import EngineSettings, Evaluation, Evaluator, evaluator_for_job
+from warpforge.gpu.evaluator import EngineSettings, Evaluator, evaluator_for_job
+from warpforge.gpu.reports import Evaluation
 from warpforge.gpu.supervisor import DeviceHandle
 from warpforge.gpu.timing import TimingSettings
 from warpforge.store import Store

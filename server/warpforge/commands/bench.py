@@ -26,7 +26,8 @@ from rich.table import Table
 from ..cli import load_file, pick_kernel
 from ..compiler.toolchain import ToolMissing
 from ..exitcodes import CliError, ExitCode
-from ..gpu.evaluator import EngineSettings, Evaluation, Evaluator, GpuUnavailable
+from ..gpu.evaluator import EngineSettings, Evaluator, GpuUnavailable
+from ..gpu.reports import Evaluation
 from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 from ..gpu.timing import TimingSettings
 from ..spec import build_spec

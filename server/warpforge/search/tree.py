@@ -17,7 +17,7 @@ from ..cuda.candidate import Candidate
 
 @runtime_checkable
 class EvaluationLike(Protocol):
-    """What a search needs from an evaluation (``warpforge.gpu.evaluator.Evaluation`` satisfies it)."""
+    """What a search needs from an evaluation (``warpforge.gpu.reports.Evaluation`` satisfies it)."""
 
     @property
     def status(self) -> str: ...
