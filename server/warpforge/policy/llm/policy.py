@@ -31,7 +31,8 @@ from typing import Any
 from ...cuda.candidate import Candidate
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...rag.index import Index, default_index_path
+from ...rag.backends import default_index_path
+from ...rag.index import Index
 from ...search.engine import SearchResult
 from ...search.memory import SearchMemory, kernel_key
 from ...search.tree import Node, SearchContext
