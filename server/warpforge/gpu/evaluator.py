@@ -20,6 +20,9 @@ A candidate is verified in this order, stopping at the first failure (cheapest c
    (a kernel that skips work only while timed) and the time must not beat the physical floor → suspicious;
 5. a re-check with fresh inputs (a seed derived from the candidate, new buffers and pointers) → incorrect;
 6. optionally energy (objective "energy") and compute-sanitizer memcheck/racecheck (winners) → rejected/racy.
+
+What it reports is in ``reports.py``; the build step that runs in pool processes in ``pool_build.py``; how a
+candidate becomes a translation unit and a launch in ``surgery.py``.
 """
 
 from __future__ import annotations
