@@ -37,10 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator  # noqa: E402
+from warpforge.compiler.toolchain import default_arch  # noqa: E402
+from warpforge.cuda.candidate import Candidate  # noqa: E402
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 from warpforge.gpu.timing import TimingSettings, cv  # noqa: E402
-from warpforge.gpu.toolchain import default_arch  # noqa: E402
-from warpforge.search.candidate import Candidate  # noqa: E402
 from warpforge.spec import load_spec  # noqa: E402
 
 KERNELS = {

@@ -138,7 +138,7 @@ async def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     make_eval = evaluator_factory(args.evaluator)
     index = None
     if args.index:
-        from warpforge.rag.index import open_index
+        from warpforge.rag.backends import open_index
 
         index = open_index("sqlite", path=args.index)
     files = sorted(Path(args.kernels).glob("*.cu"))

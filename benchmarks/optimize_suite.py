@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "server"))
 
 from warpforge.cuda import parse  # noqa: E402
 from warpforge.gpu.evaluator import evaluator_for_job  # noqa: E402
+from warpforge.policy.offline import offline_policy  # noqa: E402
 from warpforge.profile.hints import analyze_source  # noqa: E402
 from warpforge.search.engine import Budget  # noqa: E402
 from warpforge.search.optimize import OptimizeRequest, optimize  # noqa: E402
@@ -39,7 +40,7 @@ async def one(path: Path, strategy: str, budget: int, seconds: float, workspace:
     ev = evaluator_for_job(req, workspace=workspace)
     t0 = time.monotonic()
     try:
-        out = await optimize(req, ev)
+        out = await optimize(req, ev, policy=offline_policy(req))
     finally:
         await ev.close()
     wall = time.monotonic() - t0

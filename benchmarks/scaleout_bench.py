@@ -41,10 +41,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine_bench import KERNELS, SETTINGS, SGEMM_SPACE, sgemm_candidates, variants  # noqa: E402
 
+from warpforge.compiler.toolchain import default_arch  # noqa: E402
+from warpforge.cuda.candidate import Candidate  # noqa: E402
 from warpforge.gpu.backends import EvaluationBackend, LocalBackend  # noqa: E402
-from warpforge.gpu.evaluator import Evaluation, Evaluator  # noqa: E402
-from warpforge.gpu.toolchain import default_arch  # noqa: E402
-from warpforge.search.candidate import Candidate  # noqa: E402
+from warpforge.gpu.evaluator import Evaluator  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 
 #: where local workers write their profiles (``--profile-workers``)
 PROFILE_DIR: Path | None = None

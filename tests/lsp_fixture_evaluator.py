@@ -18,10 +18,10 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
-from warpforge.search.candidate import Candidate
 from warpforge.search.optimize import OptimizeRequest
 
 FACTORS = {"const_restrict": 1.08, "launch_bounds": 1.03, "block_size": 1.12, "vectorize": 1.6,

@@ -517,9 +517,9 @@ def test_wf111_gather_without_reduction_and_gemm_left_to_wf103() -> None:
 
 
 def test_kernels_too_large_to_analyze_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from warpforge.profile.analyzers import _util
+    from warpforge.profile import lanes
 
-    monkeypatch.setattr(_util, "MAX_NODES", 50)
+    monkeypatch.setattr(lanes, "MAX_NODES", 50)
     for code in ("WF103", "WF111", "WF101"):
         assert hints(SOFTMAX, code) == []
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import warpforge.profile.hints as hints_mod
-from warpforge.gpu.toolchain import ToolMissing
+from warpforge.compiler.toolchain import ToolMissing
 from warpforge.profile.findings import CODES, Finding, Severity
 from warpforge.profile.hints import HintsReport, analyze_source
 

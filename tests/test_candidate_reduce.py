@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNELS_DIR, needs_nvcc
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import FileModel, Kernel, SourceText, parse
+from warpforge.cuda.candidate import Candidate, candidate_from_variant
 from warpforge.cuda.extract import standalone
 from warpforge.cuda.reduce import include_allowed, reduce_device
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.llm.code import extract_kernel
 from warpforge.policy.llm.context import LocalCompiler
-from warpforge.search.candidate import Candidate, candidate_from_variant
 from warpforge.search.optimize import HostCodeRefused, apply_candidate
 
 GELU = (KERNELS_DIR / "gelu.cu").read_text(encoding="utf-8")

@@ -31,9 +31,10 @@ import pytest
 
 from conftest import ROOT, needs_nvcc
 from warpforge.cuda import KernelNotFound
+from warpforge.cuda.candidate import Candidate, candidate_from_variant
 from warpforge.gpu import compare as cmp
 from warpforge.gpu import guards
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator
 from warpforge.gpu.inputs import (
     InputError,
     Layout,
@@ -45,10 +46,10 @@ from warpforge.gpu.inputs import (
     poison_array,
     poison_scalar,
 )
+from warpforge.gpu.reports import Evaluation
 from warpforge.gpu.sanitizer import parse_output
 from warpforge.gpu.supervisor import WorkerSupervisor
 from warpforge.gpu.timing import TimingSettings, converged, interleave, median_ci, speedup, summarize
-from warpforge.search.candidate import Candidate
 from warpforge.spec import load_spec
 from warpforge.store import SCHEMA_VERSION, EvalKey, Store, StoreError
 
@@ -285,7 +286,7 @@ def test_guards_on_every_adversarial_fixture_that_needs_no_gpu() -> None:
 
 @needs_nvcc
 def test_sass_guard_sees_clock_reads_hidden_from_the_source() -> None:
-    from warpforge.gpu.build import compile_cubin
+    from warpforge.compiler.build import compile_cubin
 
     hidden = ("#define NOW() clock" "64()\n"  # split so the source guard cannot see it
               "__global__ void k(long long* out) { out[threadIdx.x] = NOW(); }\n")
@@ -299,7 +300,7 @@ def test_sass_guard_sees_clock_reads_hidden_from_the_source() -> None:
 
 @needs_nvcc
 def test_sass_guard_sees_timer_reads_and_device_launches_hidden_from_the_source() -> None:
-    from warpforge.gpu.build import compile_cubin
+    from warpforge.compiler.build import compile_cubin
 
     timer = ("__global__ void k(unsigned long long* out) { unsigned long long t;\n"
              "  asm volatile(\"mov.u64 %0, %%global\" \"timer;\" : \"=l\"(t)); out[threadIdx.x] = t; }\n")
@@ -557,7 +558,7 @@ def test_build_cache_never_serves_a_partial_cubin(tmp_path: Path, monkeypatch: p
     """Parallel compiles of one translation unit store one key at once; readers must see whole entries."""
     import threading
 
-    from warpforge.gpu import build
+    from warpforge.compiler import build
 
     monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path))
     src = "__global__ void k(float* x) { x[threadIdx.x] *= 3.0f; }\n"

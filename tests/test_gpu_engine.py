@@ -29,18 +29,13 @@ _WHY = gpu_unavailable_reason()
 if _WHY is not None:
     pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
 
+from warpforge.compiler.nsight import ncu_path  # noqa: E402
+from warpforge.cuda.candidate import Candidate, candidate_from_variant  # noqa: E402
 from warpforge.gpu.confirm import Side, confirm  # noqa: E402
-from warpforge.gpu.evaluator import (  # noqa: E402
-    Backend,
-    EngineSettings,
-    Evaluation,
-    Evaluator,
-    candidate_from_variant,
-)
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 from warpforge.gpu.sanitizer import sanitizer_path  # noqa: E402
 from warpforge.gpu.timing import Speedup, TimingSettings, cv  # noqa: E402
-from warpforge.profile.ncu import ncu_path  # noqa: E402
-from warpforge.search.candidate import Candidate  # noqa: E402
 from warpforge.selftest import CASES as SELFTEST_CASES  # noqa: E402
 from warpforge.store import Store  # noqa: E402
 

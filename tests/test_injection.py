@@ -27,12 +27,12 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from conftest import ROOT, needs_nvcc
+from warpforge.compiler.build import compile_cubin, define_problem, flag_problem
+from warpforge.compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from warpforge.cuda import parse
 from warpforge.cuda.text import SourceText
 from warpforge.gpu import guards, sanitizer
-from warpforge.gpu.build import compile_cubin, define_problem, flag_problem
 from warpforge.gpu.inputs import Layout
-from warpforge.gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from warpforge.profile import ncu as ncu_mod
 from warpforge.profile import sass
 from warpforge.spec import build_spec

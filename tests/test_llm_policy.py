@@ -21,11 +21,11 @@ import pytest
 from conftest import KERNELS_DIR
 from fakes.anthropic_server import FakeAnthropic, Reply, Request, tool
 from fakes.llm_script import SYNTHETIC, VEC_HYP, VECTORIZED, SyntheticEvaluation, SyntheticEvaluator, saxpy_model
+from warpforge.cuda.candidate import Candidate
 from warpforge.policy.llm import Ledger, LLMConfig, LLMPolicy, MixedPolicy, Price, policy_for_request
 from warpforge.policy.llm.reflector import LessonStore
 from warpforge.rag.index import Index
 from warpforge.rag.sqlite_fts import SqliteBackend
-from warpforge.search.candidate import Candidate
 from warpforge.search.engine import Budget
 from warpforge.search.memory import SearchMemory
 from warpforge.search.optimize import OptimizeOutcome, OptimizeRequest, optimize, prepare

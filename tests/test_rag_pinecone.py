@@ -13,7 +13,8 @@ from pinecone import Pinecone
 
 from conftest import KERNELS_DIR
 from fakes.pinecone_server import FakePinecone
-from warpforge.rag.index import Index, Query, open_index
+from warpforge.rag.backends import open_index
+from warpforge.rag.index import Index, Query
 from warpforge.rag.pinecone_backend import UPSERT_BATCH, PineconeBackend
 
 KEY = "pc-test-key"

@@ -30,11 +30,14 @@ ray = pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip i
 
 from conftest import ROOT, needs_nvcc  # noqa: E402
 from test_gpu_cpu import FAKE_PYCUDA, SMALL_SAXPY  # noqa: E402
-from warpforge.gpu.evaluator import EngineSettings, Evaluation, Evaluator, build_job  # noqa: E402
+from warpforge.cuda.candidate import Candidate  # noqa: E402
+from warpforge.gpu.evaluator import EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.pool_build import build_job  # noqa: E402
 from warpforge.gpu.ray_backend import RayBackend, RayDevice  # noqa: E402
+from warpforge.gpu.reports import Evaluation  # noqa: E402
 from warpforge.gpu.timing import TimingSettings  # noqa: E402
+from warpforge.policy.offline import offline_policy  # noqa: E402
 from warpforge.profile.hints import analyze_source  # noqa: E402
-from warpforge.search.candidate import Candidate  # noqa: E402
 from warpforge.search.engine import Budget  # noqa: E402
 from warpforge.search.optimize import OptimizeRequest, optimize  # noqa: E402
 from warpforge.store import Store  # noqa: E402
@@ -255,7 +258,7 @@ def test_a_search_spreads_over_gpu_actors_and_survives_a_killed_actor(
 
     ev = Evaluator(path, "saxpy", backend=gpus, settings=SETTINGS, store=store, progress=progress)
     req = OptimizeRequest(str(path), SMALL_SAXPY, "saxpy", budget=Budget(max_candidates=8, wall_seconds=300))
-    outcome = loop.run_until_complete(optimize(req, ev))
+    outcome = loop.run_until_complete(optimize(req, ev, policy=offline_policy(req)))
     result = outcome.result
     assert killed and gpus.device_losses == 1
     evaluated = [n for n in result.nodes if n.evaluation is not None]

@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 
 from conftest import KERNEL_FILES
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, load
-from warpforge.search.candidate import Candidate
 from warpforge.spec.model import LaunchSpec, Role, canonical_dtype, default_distribution
 from warpforge.spec.resolve import load_spec
 

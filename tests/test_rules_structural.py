@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import KERNEL_FILES, needs_nvcc
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, RuleContext, load
-from warpforge.search.candidate import Candidate
 from warpforge.spec.resolve import load_spec
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",

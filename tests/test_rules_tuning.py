@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNEL_FILES, NVCC, needs_nvcc
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate, LaunchOverride
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, RuleContext, load
 from warpforge.policy.rules.block_size import derive_grid, work_extent
-from warpforge.search.candidate import Candidate, LaunchOverride
 from warpforge.spec.resolve import load_spec
 
 MINE = frozenset({"block_size", "grid_stride", "launch_bounds", "unroll", "compile_flags", "tunables",

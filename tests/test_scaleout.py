@@ -26,6 +26,7 @@ import pytest
 
 from conftest import ROOT, needs_nvcc
 from test_gpu_cpu import FAKE_PYCUDA, SMALL_SAXPY, _tagged
+from warpforge.cuda.candidate import Candidate
 from warpforge.gpu import backends
 from warpforge.gpu.backends import (
     DeviceLost,
@@ -36,10 +37,10 @@ from warpforge.gpu.backends import (
     select_gpus,
     visible_devices,
 )
-from warpforge.gpu.evaluator import EngineSettings, Evaluation, Evaluator, evaluator_for_job
+from warpforge.gpu.evaluator import EngineSettings, Evaluator, evaluator_for_job
+from warpforge.gpu.reports import Evaluation
 from warpforge.gpu.supervisor import DeviceHandle
 from warpforge.gpu.timing import TimingSettings
-from warpforge.search.candidate import Candidate
 from warpforge.store import Store
 
 ROWS = [("0", "GPU-aaaa", "NVIDIA H200", "580.1"), ("1", "GPU-bbbb", "NVIDIA H200", "580.1"),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from warpforge.cuda.candidate import Candidate
 from warpforge.search.beam import BeamConfig, BeamSearch, select_diverse
-from warpforge.search.candidate import Candidate
 from warpforge.search.engine import Budget, SearchEvent
 from warpforge.search.mcts import MCTS, MCTSConfig
 from warpforge.search.memory import SearchMemory

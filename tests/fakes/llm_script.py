@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakes.anthropic_server import Reply, Request, tool
+from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate
 from warpforge.cuda.extract import standalone
-from warpforge.gpu.build import compile_cubin
-from warpforge.search.candidate import Candidate
 
 SYNTHETIC = "SYNTHETIC speedup (deterministic test evaluator, no GPU)"
 

@@ -24,11 +24,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..cli import load_file, pick_kernel
+from ..compiler.toolchain import ToolMissing
 from ..exitcodes import CliError, ExitCode
-from ..gpu.evaluator import EngineSettings, Evaluation, Evaluator, GpuUnavailable
+from ..gpu.evaluator import EngineSettings, Evaluator, GpuUnavailable
+from ..gpu.reports import Evaluation
 from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 from ..gpu.timing import TimingSettings
-from ..gpu.toolchain import ToolMissing
 from ..spec import build_spec
 from . import inputs
 

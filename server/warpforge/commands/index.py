@@ -62,7 +62,7 @@ def register(sub: Any) -> None:
 def _open(args: argparse.Namespace, create: bool = False) -> Any:
     """The index; only ``add`` creates one (reading a missing index is an error, not a new empty file)."""
     from ..cli import CliError
-    from ..rag.index import open_index
+    from ..rag.backends import open_index
 
     try:
         return open_index(args.backend, path=args.index, pinecone_host=args.pinecone_host, namespace=args.namespace,

@@ -154,7 +154,7 @@ def speedup(text: str) -> float:
 
 def arch(text: str) -> str:
     """``--arch`` as nvcc spells it (``sm_90``), from ``sm_90``, ``90`` or ``9.0``."""
-    from ..gpu.toolchain import normalize_arch
+    from ..compiler.toolchain import normalize_arch
 
     try:
         return normalize_arch(text)
@@ -226,7 +226,7 @@ def launch_limits(target: str | None, device: int = 0, local: bool = True) -> La
     """The limits a spec is checked against: this machine's GPU ``device`` when there is one (and ``target``,
     the ``--arch``, is its architecture or not given), else those of ``target`` or sm_90. ``local=False``
     when the GPUs are elsewhere (a Ray cluster)."""
-    from ..gpu.toolchain import DEFAULT_ARCH
+    from ..compiler.toolchain import DEFAULT_ARCH
 
     gpu = _local_gpu(device) if local else None
     if gpu is not None and (target is None or target.rstrip("af") == gpu[1]):

@@ -18,10 +18,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..compiler.toolchain import ToolMissing
 from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import Backend, GpuUnavailable
 from ..gpu.supervisor import gpu_unavailable_reason
-from ..gpu.toolchain import ToolMissing
 from ..selftest import CASES, Outcome, run_suite
 
 

@@ -21,8 +21,10 @@ from rich.table import Table
 
 from ..cli import load_file, pick_kernel
 from ..cuda import KernelNotFound
+from ..cuda.candidate import candidate_from_variant
 from ..exitcodes import CliError, ExitCode
-from ..gpu.evaluator import Backend, EngineSettings, Evaluation, Evaluator, candidate_from_variant
+from ..gpu.evaluator import Backend, EngineSettings, Evaluator
+from ..gpu.reports import Evaluation
 from ..gpu.timing import TimingSettings
 from ..spec import build_spec
 from . import inputs

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import compare as cmp
+from .pool_build import build_job
 from .supervisor import DeviceHandle, GpuPool, Msg, gpu_identity
 
 if TYPE_CHECKING:
@@ -330,8 +331,6 @@ class EvaluationBackend(abc.ABC):
         await asyncio.shield(self._compare_task)
 
     async def _build_compare(self, arch: str) -> None:
-        from .evaluator import build_job  # the evaluator imports this module
-
         out = await self.cpu(build_job, cmp.DEVICE_SOURCE, "wf_compare_4", {}, [], "warpforge_compare.cu", 120.0,
                              arch)
         if out.stats.ok and out.cubin:

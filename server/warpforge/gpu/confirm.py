@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..profile.ncu import PERMISSION_CODE, ProfilerUnavailable, missing_message, ncu_path, permission_message
+from ..compiler.nsight import PERMISSION_CODE, ProfilerUnavailable, missing_message, ncu_path, permission_message
 from .inputs import Layout
 from .timing import Speedup
 

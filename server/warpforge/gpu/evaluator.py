@@ -20,48 +20,48 @@ A candidate is verified in this order, stopping at the first failure (cheapest c
    (a kernel that skips work only while timed) and the time must not beat the physical floor → suspicious;
 5. a re-check with fresh inputs (a seed derived from the candidate, new buffers and pointers) → incorrect;
 6. optionally energy (objective "energy") and compute-sanitizer memcheck/racecheck (winners) → rejected/racy.
+
+What it reports is in ``reports.py``; the build step that runs in pool processes in ``pool_build.py``; how a
+candidate becomes a translation unit and a launch in ``surgery.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import hashlib
 import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from ..compiler.toolchain import default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
-from ..cuda.extract import standalone
-from ..cuda.reduce import device_source
-from ..cuda.text import Span
-from ..search.candidate import Candidate
-from ..search.candidate import candidate_from_variant as candidate_from_variant  # re-exported
-from ..spec import KernelSpec, SpecError, build_spec
-from ..spec.expr import ExprError
-from ..spec.expr import parse as parse_expr
+from ..cuda.candidate import Candidate
+from ..spec import KernelSpec, build_spec
 from ..store import EvalKey, Store
-from . import compare as cmp
-from . import guards
+from . import guards, surgery
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
 from .backends import GpuUnavailable as GpuUnavailable  # re-exported: callers catch it from here
-from .build import compile_cubin
-from .confirm import Confirmation, Side
+from .confirm import Side
 from .confirm import confirm as ncu_confirm
 from .inputs import TAIL, Layout
+from .pool_build import build_job
+from .reports import (
+    STATUSES,
+    BuildStats,
+    EnergyReport,
+    Evaluation,
+    RunReport,
+    TimingReport,
+)
 from .sanitizer import SanitizerReport
 from .supervisor import Msg
-from .timing import Speedup, Stats, TimingSettings, speedup, summarize
-from .toolchain import ToolMissing, default_arch
+from .timing import Speedup, TimingSettings, speedup, summarize
 
-Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy", "rejected"]
-STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
-                             "rejected")
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
 ENGINE_VERSION = "2"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
@@ -73,7 +73,7 @@ ProgressFn = Callable[[str, str], None]
 # --------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
 class EngineSettings:
-    """How thoroughly to verify and how to time. Defaults follow DESIGN.md "Verification"."""
+    """How thoroughly to verify and how to time. Defaults follow docs/architecture.md "Verification"."""
 
     seeds: tuple[int, ...] | None = None  # None: the spec's seeds
     odd: bool = True  # also verify at the perturbed size where sizes are symbolic
@@ -99,295 +99,6 @@ class EngineSettings:
              "graph_below": self.timing.graph_below_ms, "sensitivity": self.sensitivity,
              "objective": self.objective, "arch": self.arch}
         return json.dumps(d, sort_keys=True)
-
-
-# --------------------------------------------------------------------------- results
-@dataclass
-class BuildStats:
-    ok: bool
-    seconds: float = 0.0
-    cached: bool = False
-    timed_out: bool = False
-    arch: str = ""
-    symbol: str = ""
-    registers: int = 0
-    spill_stores: int = 0
-    spill_loads: int = 0
-    stack_frame: int = 0
-    shared_bytes: int = 0
-    messages: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BuildStats:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-@dataclass
-class RunReport:
-    """One correctness run: a size variant ("spec" or "odd") and a seed."""
-
-    variant: str
-    seed: int
-    sizes: str
-    buffers: list[cmp.BufferReport] = field(default_factory=list)
-    guard: list[str] = field(default_factory=list)
-    purpose: str = "verify"  # verify | recheck | sensitivity (inputs with their last elements perturbed)
-    #: sensitivity runs: elements of each output the perturbation changed in the original's results
-    tail_changes: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.guard and all(b.ok for b in self.buffers)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"variant": self.variant, "seed": self.seed, "sizes": self.sizes, "purpose": self.purpose,
-                "ok": self.ok, "guard": self.guard, "buffers": [b.to_json() for b in self.buffers],
-                "tail_changes": self.tail_changes}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RunReport:
-        return cls(d["variant"], int(d["seed"]), d["sizes"], [cmp.BufferReport.from_json(b) for b in d["buffers"]],
-                   list(d.get("guard", [])), d.get("purpose", "verify"),
-                   {str(k): int(v) for k, v in (d.get("tail_changes") or {}).items()})
-
-
-@dataclass
-class CorrectnessReport:
-    runs: list[RunReport] = field(default_factory=list)
-    determinism: list[cmp.BufferReport] | None = None
-    timed_outputs: list[cmp.BufferReport] = field(default_factory=list)
-    unwritten_by_original: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted({r.seed for r in self.runs if r.purpose == "verify"})
-
-    @property
-    def sizes_checked(self) -> list[str]:
-        return sorted({r.variant for r in self.runs})
-
-    @property
-    def max_abs(self) -> float:
-        return max((b.max_abs for r in self.runs for b in r.buffers), default=0.0)
-
-    @property
-    def max_rel(self) -> float:
-        return max((b.max_rel for r in self.runs for b in r.buffers), default=0.0)
-
-    def evidence(self) -> str:
-        """``3 seeds + odd size`` style summary of what was checked."""
-        n = len(self.seeds)
-        odd = " + odd size" if "odd" in self.sizes_checked else ""
-        return f"{n} seed{'s' if n != 1 else ''}{odd}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"runs": [r.to_json() for r in self.runs],
-                "determinism": None if self.determinism is None else [b.to_json() for b in self.determinism],
-                "timed_outputs": [b.to_json() for b in self.timed_outputs],
-                "unwritten_by_original": self.unwritten_by_original,
-                "seeds": self.seeds, "evidence": self.evidence(), "max_abs": self.max_abs, "max_rel": self.max_rel}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CorrectnessReport:
-        det = d.get("determinism")
-        return cls([RunReport.from_json(r) for r in d.get("runs", [])],
-                   None if det is None else [cmp.BufferReport.from_json(b) for b in det],
-                   [cmp.BufferReport.from_json(b) for b in d.get("timed_outputs", [])],
-                   dict(d.get("unwritten_by_original", {})))
-
-
-@dataclass
-class TimingReport:
-    candidate: Stats | None = None
-    baseline: Stats | None = None
-    speedup: Speedup | None = None
-    mode: str = "events, L2 flushed"
-    gpu: str = ""
-    driver: str = ""
-    sm_clock_mhz: int | None = None
-    max_clock_mhz: int | None = None
-    peak_gbps: float = 0.0
-    bytes: float | None = None
-    flops: float | None = None
-    floor_ms: float | None = None
-    #: Nsight Compute's check of a winner's speedup (``confirm``), when one was made
-    confirmation: Confirmation | None = None
-
-    @property
-    def significant(self) -> bool:
-        """Is the speedup outside the noise? Its interval excludes 1 and no confirmation disagrees."""
-        if self.speedup is None or self.speedup.low <= 1.0:
-            return False
-        return not (self.confirmation is not None and self.confirmation.agrees is False)
-
-    @property
-    def achieved_gbps(self) -> float | None:
-        if self.candidate is None or not self.bytes:
-            return None
-        return self.bytes / (self.candidate.median * 1e-3) / 1e9
-
-    @property
-    def achieved_gflops(self) -> float | None:
-        if self.candidate is None or not self.flops:
-            return None
-        return self.flops / (self.candidate.median * 1e-3) / 1e9
-
-    def to_json(self) -> dict[str, Any]:
-        return {"candidate": self.candidate.to_json() if self.candidate else None,
-                "baseline": self.baseline.to_json() if self.baseline else None,
-                "speedup": self.speedup.to_json() if self.speedup else None, "mode": self.mode, "gpu": self.gpu,
-                "driver": self.driver, "sm_clock_mhz": self.sm_clock_mhz, "max_clock_mhz": self.max_clock_mhz,
-                "peak_gbps": self.peak_gbps, "bytes": self.bytes, "flops": self.flops, "floor_ms": self.floor_ms,
-                "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops,
-                "confirmation": self.confirmation.to_json() if self.confirmation else None}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TimingReport:
-        return cls(Stats.from_json(d["candidate"]) if d.get("candidate") else None,
-                   Stats.from_json(d["baseline"]) if d.get("baseline") else None,
-                   Speedup.from_json(d["speedup"]) if d.get("speedup") else None,
-                   d.get("mode", ""), d.get("gpu", ""), d.get("driver", ""), d.get("sm_clock_mhz"),
-                   d.get("max_clock_mhz"), float(d.get("peak_gbps") or 0.0), d.get("bytes"), d.get("flops"),
-                   d.get("floor_ms"), Confirmation.from_json(d["confirmation"]) if d.get("confirmation") else None)
-
-
-@dataclass
-class EnergyReport:
-    joules_per_launch: float
-    baseline_joules_per_launch: float | None
-    seconds: float
-    launches: int
-    mean_power_w: float
-    note: str = ""
-
-    @property
-    def ratio(self) -> float | None:
-        """Baseline energy over candidate energy (> 1: the candidate uses less)."""
-        if not self.baseline_joules_per_launch or self.joules_per_launch <= 0:
-            return None
-        return self.baseline_joules_per_launch / self.joules_per_launch
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ratio"] = self.ratio
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EnergyReport:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-@dataclass
-class Evaluation:
-    """Everything known about one candidate on one GPU. ``status`` is one of ``STATUSES``."""
-
-    candidate_id: str
-    candidate_hash: str
-    kernel: str
-    status: str
-    reason: str = ""
-    build: BuildStats | None = None
-    correctness: CorrectnessReport = field(default_factory=CorrectnessReport)
-    timing: TimingReport | None = None
-    energy: EnergyReport | None = None
-    sanitizer: SanitizerReport | None = None
-    guards: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    gpu: str = ""
-    driver: str = ""
-    seconds: float = 0.0
-    cached: bool = False
-    cacheable: bool = True
-    #: where ``seconds`` went (seconds, and the worker's preemption count): ``build`` (waiting for the
-    #: builds), ``queue`` (waiting for a free GPU), ``gpu`` (holding one), of which ``worker`` the worker
-    #: spent serving requests (``worker_cpu`` of it on a CPU, ``warmup`` ramping clocks, ``timing`` timing);
-    #: ``gpu`` minus ``worker`` is this process's own overhead. Scale-out measurements read these.
-    time_split: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def speedup(self) -> float | None:
-        return self.timing.speedup.ratio if self.timing and self.timing.speedup else None
-
-    def headline(self) -> str:
-        """One line for people: "1.37x faster (verified on NVIDIA H100, 3 seeds + odd size)"."""
-        if not self.ok:
-            return f"{self.status}: {self.reason}"
-        sp = self.speedup
-        where = f"verified on {self.gpu}, {self.correctness.evidence()}"
-        if sp is None:
-            return f"verified ({where})"
-        word = "faster" if sp >= 1 else "slower"
-        factor = sp if sp >= 1 else 1 / sp
-        conf = self.timing.confirmation if self.timing else None
-        if conf is not None and conf.agrees is False:
-            return f"{factor:.2f}x {word}, {conf.text()} ({where})"
-        return f"{factor:.2f}x {word} ({where})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "candidate_id": self.candidate_id, "candidate_hash": self.candidate_hash, "kernel": self.kernel,
-            "status": self.status, "reason": self.reason, "headline": self.headline(),
-            "build": asdict(self.build) if self.build else None, "correctness": self.correctness.to_json(),
-            "timing": self.timing.to_json() if self.timing else None,
-            "energy": self.energy.to_json() if self.energy else None,
-            "sanitizer": self.sanitizer.to_json() if self.sanitizer else None,
-            "guards": self.guards, "notes": self.notes, "gpu": self.gpu, "driver": self.driver,
-            "seconds": self.seconds, "cached": self.cached, "speedup": self.speedup,
-            "time_split": {k: round(v, 4) for k, v in self.time_split.items()},
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Evaluation:
-        return cls(
-            d["candidate_id"], d["candidate_hash"], d["kernel"], d["status"], d.get("reason", ""),
-            BuildStats.from_json(d["build"]) if d.get("build") else None,
-            CorrectnessReport.from_json(d.get("correctness") or {}),
-            TimingReport.from_json(d["timing"]) if d.get("timing") else None,
-            EnergyReport.from_json(d["energy"]) if d.get("energy") else None,
-            SanitizerReport.from_json(d["sanitizer"]) if d.get("sanitizer") else None,
-            list(d.get("guards", [])), list(d.get("notes", [])), d.get("gpu", ""), d.get("driver", ""),
-            float(d.get("seconds", 0.0)), bool(d.get("cached", False)),
-            time_split={str(k): float(v) for k, v in (d.get("time_split") or {}).items()},
-        )
-
-
-# --------------------------------------------------------------------------- building (in pool processes)
-@dataclass
-class BuildOut:
-    """What a pool process sends back from a build: the cubin, its stats, and SASS guard findings."""
-
-    stats: BuildStats
-    cubin: bytes = b""
-    sass: list[guards.GuardFinding] = field(default_factory=list)
-    sass_note: str | None = None
-    error: str = ""
-
-
-def build_job(source: str, kernel: str, defines: dict[str, str], flags: list[str], filename: str, timeout: float,
-              arch: str) -> BuildOut:
-    """Compile one translation unit and inspect its SASS (runs in a pool process)."""
-    try:
-        res = compile_cubin(source, arch=arch, defines=defines, flags=flags, filename=filename, timeout=timeout)
-    except ToolMissing as e:
-        return BuildOut(BuildStats(False, arch=arch, messages=[str(e)]), error=str(e))
-    msgs = [f"{m.file}:{m.line}: {m.severity}: {m.text}" if m.line else f"{m.severity}: {m.text}"
-            for m in res.messages if m.severity == "error"]
-    msgs += [f"{m.file}:{m.line}: {m.severity}: {m.text}" if m.line else f"{m.severity}: {m.text}"
-             for m in res.messages if m.severity == "warning"][:10]
-    r = res.resources_for(kernel) if res.ok else None
-    stats = BuildStats(res.ok, res.seconds, res.cached, res.timed_out, res.arch, r.mangled if r else "",
-                       r.registers if r else 0, r.spill_stores if r else 0, r.spill_loads if r else 0,
-                       r.stack_frame if r else 0, r.shared_bytes if r else 0, msgs)
-    if not res.ok:
-        return BuildOut(stats)
-    if r is None:
-        return BuildOut(stats, error=f"the cubin has no entry function for kernel `{kernel}`")
-    found, note = guards.sass_findings(res.cubin)
-    return BuildOut(stats, res.cubin, found, note)
 
 
 # --------------------------------------------------------------------------- backend
@@ -490,70 +201,20 @@ class Evaluator:
 
     # ----------------------------------------------------------------- building
     def _translation_unit(self, cand: Candidate) -> str:
-        inst = tuple(self.spec.template_args) if self.kernel.template_params else None
-        if cand.source == self.original.source:
-            return standalone(self.src, self.model, self.kernel, filename=self.file, instantiate=inst)
-        # Put the candidate where the kernel was, so its dependencies are found in the original file's
-        # context; the candidate's whole text (new helpers first, then the kernel) is emitted verbatim, as
-        # the "kernel", and declarations inside it are not pulled in a second time.
-        span = self.kernel.span
-        # Only device code of a candidate is ever compiled, whoever wrote it (``cuda.reduce``).
-        body = device_source(cand.source, self.kernel.name).encode("utf-8")
-        merged = self.src.data[: span.start] + body + self.src.data[span.end :]
-        msrc = SourceText(merged)
-        mmodel = parse(msrc.data)
-        mk = mmodel.kernel(self.kernel.name)
-        if mk is None:
-            raise _Fail("rejected", f"the candidate does not define kernel `{self.kernel.name}`")
-        region = Span(span.start, span.start + len(body))
-        if region.contains_span(mk.span):
-            mk = replace(mk, span=region)
-        return standalone(msrc, mmodel, mk, filename=self.file, instantiate=inst)
+        try:
+            return surgery.translation_unit(self.src, self.model, self.kernel, self.spec, self.file,
+                                            self.original.source, cand)
+        except surgery.Rejected as e:
+            raise _Fail("rejected", e.reason) from e
 
     def _defines(self, cand: Candidate) -> dict[str, str]:
-        base = {t.name: t.values[0] for t in self.spec.tunables}
-        base.update(cand.defines)
-        return base
+        return surgery.defines(self.spec, cand)
 
     def _launch(self, cand: Candidate, variant: str) -> tuple[list[int], list[int], int]:
-        perturbed = variant == "odd"
-        tun = {t.name: cand.defines.get(t.name, t.values[0]) for t in self.spec.tunables}
         try:
-            resolved = self.spec.resolve(perturbed=perturbed, tunables=tun)
-        except SpecError as e:
-            raise _Fail("rejected", f"the candidate's defines make the spec unusable: {e}") from e
-        want = self.layouts[variant]
-        got = Layout.from_resolved(resolved, variant)
-        if [a.count for a in got.args] != [a.count for a in want.args]:
-            raise _Fail("rejected", "the candidate's defines change the buffer sizes; a variant must compute the "
-                                    "same problem")
-        if not cand.overrides_launch:
-            return list(resolved.grid), list(resolved.block), int(resolved.smem)
-        env: dict[str, int | float] = dict(resolved.sizes)
-        for k, v in cand.defines.items():
-            with contextlib.suppress(ExprError):
-                env.setdefault(k, parse_expr(v).evaluate({}))
-
-        def dims(exprs: tuple[str, ...] | None, default: tuple[int, int, int], what: str) -> list[int]:
-            if exprs is None:
-                return list(default)
-            vals = []
-            for e in exprs:
-                try:
-                    vals.append(int(parse_expr(e).evaluate(env)))
-                except ExprError as err:
-                    raise _Fail("rejected", f"launch {what} `{e}`: {err}") from err
-            return [*vals, 1, 1, 1][:3]
-
-        grid = dims(cand.grid, resolved.grid, "grid")
-        block = dims(cand.block, resolved.block, "block")
-        smem = int(resolved.smem)
-        if cand.smem is not None:
-            try:
-                smem = int(parse_expr(cand.smem).evaluate(env))
-            except ExprError as err:
-                raise _Fail("rejected", f"launch smem `{cand.smem}`: {err}") from err
-        return grid, block, smem
+            return surgery.launch(self.spec, self.layouts[variant], cand, variant)
+        except surgery.Rejected as e:
+            raise _Fail("rejected", e.reason) from e
 
     async def _build(self, cand: Candidate) -> _Built:
         launches = {v: self._launch(cand, v) for v in self.variants}

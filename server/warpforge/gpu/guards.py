@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
+from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
 @dataclass(frozen=True)

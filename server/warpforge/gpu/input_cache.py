@@ -41,7 +41,7 @@ DEFAULT_LIMIT_MB = 4096
 
 def cache_root() -> Path:
     """``<warpforge cache>/inputs`` (``WARPFORGE_CACHE`` or the XDG cache directory, as the build cache)."""
-    from .build import cache_dir
+    from ..compiler.build import cache_dir
 
     return cache_dir().parent / "inputs"
 

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from .inputs import Layout
-from .toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 ERROR_EXIT = 86
 TOOLS = ("memcheck", "racecheck")

@@ -6,7 +6,7 @@ error (illegal address, misaligned access, ...) poisons the context for good, an
 stopped from inside, so in both cases the worker answers with ``fatal`` set and exits; the supervisor
 starts a fresh one. Nothing a candidate kernel does can take the server or the CLI down with it.
 
-What the worker does for the verification rules (see DESIGN.md "Verification"):
+What the worker does for the verification rules (see docs/architecture.md "Verification"):
 
 - inputs are generated here from the spec's layout (``inputs``) and kept as *pristine* device copies per
   (size, seed); every run gets freshly allocated buffers, copied from the pristine ones, so a kernel can

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
 from ..cuda.text import SourceText
-from ..search.candidate import Candidate
+from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext
 from ..spec.model import KernelSpec
 from .rules import REGISTRY, Rule, RuleContext, load
@@ -122,3 +123,13 @@ class OfflinePolicy:
             return None
         return replace(child, family="crossover",
                        rationale=f"compose {' + '.join(a.families)} with {' + '.join(b.families)}")
+
+
+def offline_policy(req: OptimizeRequest) -> OfflinePolicy:
+    """The rules-only policy for an optimize request (what ``search.optimize`` used to build itself).
+
+    It lives here, not in ``search``, because search only knows the ``Policy`` protocol; front ends that want
+    no model pass this one."""
+    src, model, kernel, spec = prepare(req)
+    return OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
+                         families=req.families)

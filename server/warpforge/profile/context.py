@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node, Tree
 
+from ..compiler.build import Resources
 from ..cuda.access import Access, param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse_tree
 from ..cuda.text import Position, Range, SourceText, Span
 from ..cuda.tree import walk
-from ..gpu.build import Resources
 from ..spec.model import KernelSpec, ResolvedSpec
 from .sass import SassFunction
 

@@ -23,12 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..compiler.build import BuildResult, CompilerMessage, Resources, cache_dir, compile_cubin
+from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.text import Position, Range, SourceText
-from ..gpu.build import BuildResult, CompilerMessage, Resources, cache_dir, compile_cubin
-from ..gpu.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..spec.annotations import has_annotation
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec

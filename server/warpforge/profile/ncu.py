@@ -2,7 +2,7 @@
 
 How a profile is taken:
 
-- the kernel is built as everywhere else (``gpu.build.compile_cubin``: device code only, ``-lineinfo``, so
+- the kernel is built as everywhere else (``compiler.build.compile_cubin``: device code only, ``-lineinfo``, so
   samples map to the user's lines through the ``#line`` directives of the standalone translation unit);
 - ``ncu`` wraps a small harness process (``python -m warpforge.profile.ncu --harness JOB``) that loads the
   cubin, allocates the spec's inputs with the worker's own machinery (``gpu.inputs``: the same seeds, the
@@ -46,8 +46,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# ``ncu_path``, ``missing_message`` and ``ProfilerUnavailable`` are this module's interface too: the profiler
+# calls and catches them through it, and tests replace ``ncu_path`` here to run without (or with a fake) ncu.
+from ..compiler.nsight import PERMISSION_CODE, permission_message
+from ..compiler.nsight import ProfilerUnavailable as ProfilerUnavailable
+from ..compiler.nsight import missing_message as missing_message
+from ..compiler.nsight import ncu_path as ncu_path
+from ..compiler.toolchain import ToolMissing, UnsafeArgument, guard_argv
 from ..gpu.inputs import Layout
-from ..gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -79,19 +85,10 @@ PAGES: dict[str, tuple[str, ...]] = {
 }
 
 HARNESS_TAG = "WARPFORGE_HARNESS "
-PERMISSION_CODE = "ERR_NVGPUCTRPERM"
 #: a kernel symbol as ptxas names it (mangled or ``extern "C"``)
 KERNEL_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: a section identifier or a metric name (``dram__bytes_read.sum``, ``...avg.pct_of_peak_sustained_active``)
 _NCU_NAME = re.compile(r"[A-Za-z0-9_.]+")
-
-
-class ProfilerUnavailable(RuntimeError):
-    """Nsight Compute cannot profile here; ``kind`` is missing | permission | failed | timeout."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass
@@ -116,25 +113,6 @@ def _write_job(path: Path, cubin: bytes, symbol: str, layout: Layout,
     with open(path, "wb") as f:
         pickle.dump({"cubin": cubin, "symbol": symbol, "layout": layout, "seed": seed, "device": device,
                      "launch": (list(grid), list(block), int(smem)), "warmup": warmup, "marked": marked}, f)
-
-
-def ncu_path(override: str | None = None) -> str | None:
-    """The ``ncu`` executable, or None where Nsight Compute is not installed."""
-    try:
-        return str(find_tool("ncu", override))
-    except ToolMissing:
-        return None
-
-
-def missing_message() -> str:
-    return ("Nsight Compute (`ncu`) was not found: install it (it ships with the CUDA toolkit) and put `ncu` "
-            "on PATH")
-
-
-def permission_message() -> str:
-    return ("Nsight Compute may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root, "
-            "or allow it for all users (`options nvidia NVreg_RestrictProfilingToAdminUsers=0`, see "
-            "https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
 
 _sections_cache: dict[str, str] = {}
@@ -404,10 +382,10 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
 
     Writes ``OUT/<stem>/{details,raw,source,...}.csv`` and ``meta.json``; returns one summary per target.
     """
+    from ..compiler.build import compile_cubin
     from ..cuda import parse
     from ..cuda.extract import standalone
     from ..cuda.text import SourceText
-    from ..gpu.build import compile_cubin
     from ..spec import build_spec
 
     rows: list[dict[str, Any]] = []

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.build import BuildResult, Resources, compile_cubin
+from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import parse
 from ..cuda.extract import standalone
 from ..cuda.model import Kernel
 from ..cuda.text import SourceText
-from ..gpu.build import BuildResult, Resources, compile_cubin
 from ..gpu.inputs import Layout
 from ..gpu.supervisor import gpu_identity, gpu_unavailable_reason
-from ..gpu.toolchain import ToolMissing, default_arch
 from ..spec import build_spec
 from ..spec.model import KernelSpec
 from . import ncu as ncu_mod

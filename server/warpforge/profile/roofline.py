@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..gpu.build import cache_dir
+from ..compiler.build import cache_dir
 from .ncu_parse import NcuProfile
 
 MEMORY_BOUND = "memory-bound"

@@ -1,7 +1,8 @@
 """Measure a GPU's ceilings in a child process: copy bandwidth, FP32 FMA rate, tensor (mma.sync) rate.
 
 Runs as ``python -m warpforge.profile.roofline_measure [--device N]`` and prints one JSON object: it
-imports pycuda, so it never runs inside the server process (DESIGN.md: nothing there touches CUDA).
+imports pycuda, so it never runs inside the server process (docs/architecture.md "Process model": nothing
+there touches CUDA).
 ``roofline.ceilings`` starts it once per GPU and caches the answer on disk by GPU name.
 
 Why measure rather than take datasheet numbers: a kernel is judged against what this GPU, at this
@@ -92,7 +93,7 @@ def measure(device: int = 0, arch: str | None = None) -> dict[str, Any]:
     import numpy as np
     import pycuda.driver as cuda
 
-    from ..gpu.build import compile_cubin
+    from ..compiler.build import compile_cubin
 
     cuda.init()
     dev = cuda.Device(device)

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..gpu.mangle import split_name
-from ..gpu.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
+from ..compiler.mangle import split_name
+from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Retrieval of real CUDA code for the LLM planner: chunking, tagging, an embedded and a shared backend."""
 
+from .backends import default_index_path, open_index
 from .index import (
     Backend,
     Chunk,
@@ -8,9 +9,7 @@ from .index import (
     Query,
     chunk_directory,
     chunk_source,
-    default_index_path,
     op_type,
-    open_index,
     pattern_tags,
     query_for_kernel,
 )

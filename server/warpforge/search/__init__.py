@@ -1,5 +1,6 @@
-"""Search: candidates (kernel variants), search trees, beam search and MCTS, budgets, search memory.
+"""Search: search trees, beam search and MCTS, budgets, search memory, and the protocols it searches over.
 
-A ``Candidate`` is the unit every other part exchanges: policies propose them, the evaluator
-(``warpforge.gpu.evaluator``) verifies and times them, the store caches their evaluations by content hash.
+Search proposes nothing itself: policies (``warpforge.policy``) implement the ``Policy`` protocol defined here,
+and the evaluator (``warpforge.gpu.evaluator``) verifies and times what they propose. The unit they exchange,
+``Candidate``, lives at the bottom with the source model (``warpforge.cuda.candidate``).
 """

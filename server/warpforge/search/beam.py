@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .candidate import Candidate
+from ..cuda.candidate import Candidate
 from .engine import SearchEngine, StopSearch
 from .tree import Node
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import defaults
-from .candidate import Candidate
+from ..cuda.candidate import Candidate
 from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
 
 

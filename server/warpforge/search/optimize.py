@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import defaults
+from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
 from ..cuda.rewrite import TextEdit, apply_edits, make_edit
 from ..cuda.text import SourceText, Span
-from ..policy.offline import OfflinePolicy
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import KernelSpec
 from ..spec.resolve import build_spec
 from .beam import BeamConfig, BeamSearch
-from .candidate import Candidate
 from .engine import Budget, SearchEngine, SearchEvent, SearchResult
 from .mcts import MCTS, MCTSConfig
 from .memory import SearchMemory, kernel_key
@@ -286,20 +285,22 @@ async def optimize(
     req: OptimizeRequest,
     evaluator: EvaluatorLike,
     *,
-    policy: Policy | None = None,
+    policy: Policy,
     cancel: asyncio.Event | None = None,
     on_event: Callable[[SearchEvent], None] | None = None,
     memory: SearchMemory | None = None,
     on_search: Callable[[SearchEngine], object] | None = None,
 ) -> OptimizeOutcome:
-    """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees)."""
-    src, model, kernel, spec = prepare(req)
-    offline = OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
-                            families=req.families)
-    root = offline.root_candidate()
+    """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees).
+
+    ``policy`` is any implementation of the ``Policy`` protocol (``search.tree``); the rules-only one is
+    ``policy.offline.offline_policy(req)``. Search never imports a policy: they sit above it.
+    """
+    src, _model, kernel, spec = prepare(req)
+    root = Candidate(kernel.name, src.slice(kernel.span), family="original", rationale="the kernel as written")
     key = kernel_key(root.definition, spec.spec_hash())
     context = SearchContext(root=root, findings=req.findings, memory=memory.summary(key) if memory else {})
-    search = make_search(req, policy or offline, evaluator, cancel=cancel, on_event=on_event)
+    search = make_search(req, policy, evaluator, cancel=cancel, on_event=on_event)
     if on_search is not None:
         on_search(search)
     result = await search.run(root, context)

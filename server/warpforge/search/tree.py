@@ -12,12 +12,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .candidate import Candidate
+from ..cuda.candidate import Candidate
 
 
 @runtime_checkable
 class EvaluationLike(Protocol):
-    """What a search needs from an evaluation (``warpforge.gpu.evaluator.Evaluation`` satisfies it)."""
+    """What a search needs from an evaluation (``warpforge.gpu.reports.Evaluation`` satisfies it)."""
 
     @property
     def status(self) -> str: ...

@@ -95,7 +95,8 @@ async def run_suite(backend: Any, cases: Sequence[Case] = CASES, *, settings: An
     """
     from dataclasses import replace
 
-    from ..gpu.evaluator import EngineSettings, Evaluator, candidate_from_variant
+    from ..cuda.candidate import candidate_from_variant
+    from ..gpu.evaluator import EngineSettings, Evaluator
     from ..gpu.timing import TimingSettings
 
     settings = settings or EngineSettings(kernel_timeout=4.0, compile_timeout=30.0,

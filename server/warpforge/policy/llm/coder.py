@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...cuda.candidate import Candidate
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...search.candidate import Candidate
 from ...spec.model import KernelSpec
 from .client import LLMClient
 from .code import check_launch, extract_kernel, launch_dims

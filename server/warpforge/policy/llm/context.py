@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...compiler.build import compile_cubin
+from ...compiler.toolchain import ToolMissing
+from ...cuda.candidate import Candidate
 from ...cuda.extract import standalone
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...gpu.build import compile_cubin
-from ...gpu.toolchain import ToolMissing
-from ...search.candidate import Candidate
 from ...spec.model import KernelSpec
 
 #: the FP32 ridge point of an H100 (≈67 TFLOP/s over ≈3.35 TB/s): below it a kernel is bandwidth-bound

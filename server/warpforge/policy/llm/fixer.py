@@ -9,7 +9,7 @@ errors, one repair per failed evaluation).
 
 from __future__ import annotations
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from .coder import SUBMIT, KernelWriter, rationale_of
 from .planner import Hypothesis, system_for, variant_text
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...cuda.candidate import Candidate
 from ...rag.index import Index, Query, query_for_kernel
-from ...search.candidate import Candidate
 from . import prompts
 from .client import LLMClient, ToolHandler
 from .context import KernelBrief

@@ -28,10 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...cuda.candidate import Candidate
 from ...cuda.model import FileModel, Kernel
 from ...cuda.text import SourceText
-from ...rag.index import Index, default_index_path
-from ...search.candidate import Candidate
+from ...rag.backends import default_index_path
+from ...rag.index import Index
 from ...search.engine import SearchResult
 from ...search.memory import SearchMemory, kernel_key
 from ...search.tree import Node, SearchContext

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...cuda.candidate import Candidate
 from ...cuda.parser import parse
 from ...cuda.text import SourceText
-from ...search.candidate import Candidate
 from ...search.tree import EvaluatorLike
 from ...spec.resolve import build_spec
 from . import prompts

@@ -14,7 +14,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from ._structural import with_body
 from .base import Rule, RuleContext
 

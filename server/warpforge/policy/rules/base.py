@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from ...cuda.candidate import Candidate
 from ...cuda.model import FileModel, Kernel
 from ...cuda.parser import parse
 from ...cuda.text import SourceText
-from ...search.candidate import Candidate
 from ...spec.model import KernelSpec, ResolvedSpec
 
 

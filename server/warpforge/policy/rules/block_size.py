@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from ...cuda.candidate import Candidate
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from ...spec.expr import Number
 from . import register
 from ._util import (

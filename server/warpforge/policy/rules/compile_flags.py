@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import re
 
+from ...compiler.build import compile_cubin
+from ...compiler.toolchain import ToolMissing
+from ...cuda.candidate import Candidate
 from ...cuda.extract import standalone
 from ...cuda.tree import node_text, walk
-from ...gpu.build import compile_cubin
-from ...gpu.toolchain import ToolMissing
-from ...search.candidate import Candidate
 from . import register
 from ._util import kernel_body
 from .base import Rule, RuleContext

@@ -9,8 +9,8 @@ aliases them — which the spec's separately allocated buffers guarantee for the
 from __future__ import annotations
 
 from ...cuda.access import param_access
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import add_const, add_restrict, apply_edits
-from ...search.candidate import Candidate
 from . import register
 from .base import Rule, RuleContext
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._util import families, kernel_body, line_indent
 from .base import Rule, RuleContext

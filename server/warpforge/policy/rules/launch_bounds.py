@@ -22,9 +22,9 @@ from __future__ import annotations
 import itertools
 import re
 
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, set_launch_bounds
 from ...profile.analyzers.resources import max_threads_per_sm
-from ...search.candidate import Candidate
 from . import register
 from ._util import (
     MAX_BLOCK_THREADS,

@@ -20,10 +20,10 @@ from __future__ import annotations
 from tree_sitter import Node
 
 from ...cuda.access import param_access
+from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._util import families, kernel_body
 from .base import Rule, RuleContext

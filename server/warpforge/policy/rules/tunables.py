@@ -14,7 +14,7 @@ has that does not follow the tunable.
 
 from __future__ import annotations
 
-from ...search.candidate import Candidate
+from ...cuda.candidate import Candidate
 from ...spec.expr import Number
 from . import register
 from ._util import MAX_BLOCK_THREADS, eval_expr, macro_values

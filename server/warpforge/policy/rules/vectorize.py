@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from ...cuda.candidate import Candidate
 from ...cuda.tree import node_text, walk
-from ...search.candidate import Candidate
 from . import register
 from ._structural import (
     VECTOR_TYPES,

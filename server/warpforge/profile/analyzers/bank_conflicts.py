@@ -7,7 +7,7 @@ different words of one bank are serialized. With ``tile[threadIdx.x][k]`` and ro
 Padding the row by one word (``tile[32][33]``) moves lane ``l`` to bank ``(l + k) % 32``: conflict-free.
 
 How the degree is computed: the linear element index of the access is modelled as
-``cx*threadIdx.x + cy*threadIdx.y + uniform`` (``_util.Val``, through locals); the lanes of one warp are
+``cx*threadIdx.x + cy*threadIdx.y + uniform`` (``lanes.Val``, through locals); the lanes of one warp are
 enumerated (``threadIdx = (l % bx, l / bx)`` with ``bx`` from the spec, assumed >= 32 without one), each
 lane's 4-byte words are mapped to banks, and the wavefronts are the largest number of distinct words any
 bank must deliver. Accesses wider than 4 bytes are split into phases of 128 bytes (16 lanes of 8 bytes,
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import SharedAccess, block_x, lane_addresses, text_of, threads
 from . import analyzer
-from ._util import SharedAccess, block_x, lane_addresses, text_of, threads
 
 define("WF105", "shared-memory bank conflicts", Severity.INFO, "source", "smem_padding")
 

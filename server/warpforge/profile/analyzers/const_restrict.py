@@ -34,8 +34,8 @@ from ...cuda.text import Range
 from ...cuda.tree import node_text, walk
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import call_name, threads
 from . import analyzer
-from ._util import call_name, threads
 
 define("WF101", "read-only pointer without const __restrict__", Severity.INFO, "source", "const_restrict")
 

@@ -27,8 +27,8 @@ from tree_sitter import Node
 
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import ONE, Threads, Val, block_x, inside, text_of, threads
 from . import analyzer
-from ._util import ONE, Threads, Val, block_x, inside, text_of, threads
 
 define("WF102", "idle threads: work bound smaller than the block", Severity.INFO, "source", "block_size")
 

@@ -13,7 +13,7 @@ makes every access coalesced and multiplies the thread count by 32 (or the block
 
 Precision: the finding needs (1) a loop with a variable that starts and bounds the same for every thread
 (``j = 0; j < C; j++``), (2) an access inside it whose index advances by exactly one row per lane and one
-element per iteration (``threadIdx.x`` coefficient equal to the loop bound — see ``_util.row_walk``),
+element per iteration (``threadIdx.x`` coefficient equal to the loop bound — see ``lanes.row_walk``),
 (3) a one-dimensional thread layout: when accesses also depend on ``threadIdx.y`` (a naive GEMM walking
 rows of A), the fix is tiling, not a warp per row, so WF103 alone speaks.
 A row length known to be below 32 (a warp per row would idle lanes) is not reported. No gain is
@@ -30,8 +30,8 @@ from tree_sitter import Node
 from ...cuda.text import Range, Span
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import ONE, Loop, Threads, plural, row_walk, text_of, threads
 from . import analyzer
-from ._util import ONE, Loop, Threads, plural, row_walk, text_of, threads
 
 define("WF111", "one thread per row: serial row walk", Severity.INFO, "source", "warp_per_row")
 

@@ -32,8 +32,8 @@ from tree_sitter import Node
 
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import VARYING_CALLS, call_name, enclosing, inside, text_of, threads
 from . import analyzer
-from ._util import VARYING_CALLS, call_name, enclosing, inside, text_of, threads
 
 define("WF106", "barrier in thread-dependent control flow", Severity.WARNING, "source", "sync_hazard")
 

@@ -10,10 +10,10 @@ locals derived from it) by a stride ``s`` elements of ``b`` bytes, lane ``l`` ac
 
 and the excess ``sectors / ideal`` is how many more sectors the request moves than a coalesced one (8× for
 floats at any stride of 8 elements or more). The numbers are computed exactly by enumerating the lanes
-(``_util.sectors``), which also handles 2D blocks narrower than a warp.
+(``lanes.sectors``), which also handles 2D blocks narrower than a warp.
 
 Precision rules, because a false "uncoalesced" on a coalesced access would discredit every hint:
-- only indices the model understands exactly (``_util.Val``); gathers and non-affine indices are skipped;
+- only indices the model understands exactly (``lanes.Val``); gathers and non-affine indices are skipped;
 - the stride must be known: a constant, a size or argument the spec resolves, or, without a spec, the
   length ``S`` of a loop ``for (j = 0; j < S; j++)`` that walks ``x[r*S + j]`` (a row walk, where S = 1
   would make the loop pointless);
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
+from ..lanes import Access, Poly, Threads, block_x, lane_addresses, row_walk, sectors, text_of, threads
 from . import analyzer
-from ._util import Access, Poly, Threads, block_x, lane_addresses, row_walk, sectors, text_of, threads
 
 define("WF103", "uncoalesced global access (strided across threads)", Severity.INFO, "source", "coalesce")
 

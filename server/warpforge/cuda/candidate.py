@@ -1,4 +1,4 @@
-"""A candidate: one variant of a kernel, as plain immutable data.
+"""A candidate: one variant of a kernel, as plain immutable data (the vocabulary every layer above exchanges).
 
 A candidate carries only what differs from the original file: the kernel's definition text (plus any new
 device helpers written before it), launch overrides, extra defines and compile flags. Everything else the
@@ -126,7 +126,7 @@ class Candidate:
 
 def kernel_definition(text: str, kernel: str) -> str:
     """The definition text of ``kernel`` in ``text``; ``KernelNotFound`` naming the kernels present otherwise."""
-    from ..cuda import SourceText, parse
+    from . import SourceText, parse
 
     src = SourceText(text)
     model = parse(src.data)
@@ -141,8 +141,8 @@ def candidate_from_variant(original_text: str, variant_text: str, kernel: str) -
     (new device helpers, types with their ``;``, toolkit includes); host code and the rest are dropped and
     listed in ``dropped``. Everything else comes from the original file when the candidate is built.
     """
-    from ..cuda import SourceText, parse
-    from ..cuda.reduce import reduce_device
+    from . import SourceText, parse
+    from .reduce import reduce_device
 
     parse(SourceText(variant_text).data).require(kernel)
     reduced = reduce_device(variant_text, kernel=kernel, file_text=original_text, only_needed=True)

@@ -1,4 +1,4 @@
-"""Shared machinery of the source-pattern analyzers: how an index expression varies across a warp.
+"""The lane model: an abstract interpreter that says how an index expression varies across a warp.
 
 Coalescing (WF103), bank conflicts (WF105), idle threads (WF102) and serial row walks (WF111) all ask the
 same question of an index expression: *how does it change from one lane of a warp to the next?* This
@@ -16,7 +16,9 @@ module answers it with a small abstract interpretation of the kernel body:
 Anything the interpretation cannot see through becomes inexact, and every analyzer stays silent on
 inexact values: a missed hint costs little, a wrong one teaches users to ignore hints.
 
-The model is computed once per kernel and memoized on the context (``threads(ctx)``).
+The model is computed once per kernel and memoized on the context (``threads(ctx)``). The source-pattern
+analyzers (``profile.analyzers``) are its users; the geometry helpers at the end (lane addresses, sectors,
+row walks) turn its coefficients into what they report.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from ...cuda.model import DeclKind, Param
-from ...cuda.parser import parse_tree
-from ...spec.expr import ExprError
-from ...spec.expr import parse as parse_expr
-from ...spec.model import DTYPES, canonical_dtype
-from ..context import KernelContext
+from ..cuda.model import DeclKind, Param
+from ..cuda.parser import parse_tree
+from ..spec.expr import ExprError
+from ..spec.expr import parse as parse_expr
+from ..spec.model import DTYPES, canonical_dtype
+from .context import KernelContext
 
 Mono = tuple[str, ...]
 _MAX_TERMS = 24
