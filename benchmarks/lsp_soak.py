@@ -55,6 +55,27 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def idle(pid: int, quiet: float = 3.0, limit: float = 1200.0) -> float:
+    """Wait until the server used no CPU for ``quiet`` seconds (work for closed documents has finished);
+    returns the seconds waited."""
+    t0 = time.monotonic()
+    last = cpu_s(pid)
+    still = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        await asyncio.sleep(0.5)
+        now = cpu_s(pid)
+        if now - last > 0.05:
+            last, still = now, time.monotonic()
+        elif time.monotonic() - still >= quiet:
+            break
+    return time.monotonic() - t0
+
+
 def variants(n: int, rng: random.Random) -> dict[str, str]:
     """``n`` CUDA files made from kernels/: renamed kernels, other block sizes, helpers and comments."""
     bases = [(p.stem, p.read_text()) for p in sorted((ROOT / "kernels").glob("*.cu"))]
@@ -302,10 +323,13 @@ async def big_document(mb: float, out: Path) -> dict[str, Any]:
         client.text_document_did_close(lsp.DidCloseTextDocumentParams(lsp.TextDocumentIdentifier(big)))
         await asyncio.sleep(5)
         after = rss_mb(pid)
+        waited = await idle(pid)  # a running analysis of the closed file cannot be interrupted: let it end
+        after_idle = rss_mb(pid)
         await stop_server(client, proc, drainer)
         results[label] = {"small_doc_code_lens_ms": round(small_lens_ms, 1),
                           "big_doc_first_diagnostics_s": round(big_diag_s, 2), "peak_rss_mb": round(peak, 1),
-                          "rss_after_close_mb": round(after, 1), "big_doc_notice": notice}
+                          "rss_after_close_mb": round(after, 1), "rss_after_close_and_idle_mb": round(after_idle, 1),
+                          "idle_after_close_s": round(waited, 1), "big_doc_notice": notice}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     shutil.rmtree(work, ignore_errors=True)

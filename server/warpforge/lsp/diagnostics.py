@@ -102,19 +102,29 @@ class Diagnostics:
         phases = (False, True) if self.server.trust.trusted else (False,)
         self.server.trust.notice(self.server)
 
-        def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str]]:
+        def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str]] | None:
             report = analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None,
                                     use_compiler=use_compiler)
-            return report, _kernel_texts(text)
+            kernel_texts = _kernel_texts(text)
+            if uri not in self.docs:
+                # Closed while this ran (a running analysis cannot be abandoned): give its memory back now,
+                # the release at close came too early for it.
+                del report
+                limits.release_memory()
+                return None
+            return report, kernel_texts
 
         for use_compiler in phases:
             try:
-                report, kernel_texts = await loop.run_in_executor(self.server.analysis_pool, analyze, use_compiler)
+                result = await loop.run_in_executor(self.server.analysis_pool, analyze, use_compiler)
             except Exception as e:
                 log.exception("analysis of %s failed", uri)
                 self.server.window_log_message(lsp.LogMessageParams(
                     lsp.MessageType.Error, f"WarpForge: analysis of {path} failed: {e}"))
                 return
+            if result is None:
+                return  # closed meanwhile
+            report, kernel_texts = result
             try:
                 current = self.server.workspace.get_text_document(uri)
             except Exception:
