@@ -47,6 +47,8 @@ class OptimizeRequest:
     mcts: MCTSConfig | None = None
     #: restrict the offline policy to these families (None: all)
     families: set[str] | None = None
+    #: the snapshot already parsed, with its spec (``app.PreparedKernel.parts``): a job parses its file once
+    prepared: tuple[SourceText, FileModel, Kernel, KernelSpec] | None = None
 
 
 @dataclass
@@ -273,7 +275,10 @@ def make_search(
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
-    """Parse the snapshot and build the kernel's spec (raises SpecError / KeyError with clear messages)."""
+    """Parse the snapshot and build the kernel's spec (raises SpecError / KeyError with clear messages); the
+    request's ``prepared`` parts when the job made them already."""
+    if req.prepared is not None:
+        return req.prepared
     src = SourceText(req.text)
     model = parse(src.data)
     kernel = model.kernel(req.kernel)
@@ -296,12 +301,14 @@ async def optimize(
 ) -> OptimizeOutcome:
     """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees)."""
     src, model, kernel, spec = prepare(req)
-    offline = OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
-                            families=req.families)
-    root = offline.root_candidate()
+    # The rules are built here only when no policy was given (a given one holds its own rules already).
+    if policy is None:
+        policy = OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
+                               families=req.families)
+    root = Candidate(kernel.name, src.slice(kernel.span), family="original", rationale="the kernel as written")
     key = kernel_key(root.definition, spec.spec_hash())
     context = SearchContext(root=root, findings=req.findings, memory=memory.summary(key) if memory else {})
-    search = make_search(req, policy or offline, evaluator, cancel=cancel, on_event=on_event)
+    search = make_search(req, policy, evaluator, cancel=cancel, on_event=on_event)
     if on_search is not None:
         on_search(search)
     result = await search.run(root, context)
