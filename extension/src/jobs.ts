@@ -11,6 +11,7 @@ import {
   JOB_TOKEN_PREFIX,
   JobDoneParams,
   OptimizeResult,
+  ProfileResult,
 } from './protocol';
 import { ProgressValue, Server, errorText } from './server';
 import { VariantRef, Variants } from './variants';
@@ -146,7 +147,7 @@ export class Jobs implements vscode.Disposable {
       return undefined;
     }
     try {
-      const res = await this.server.command<{ job: string; token: string }>(Cmd.profile, [uri, kernel]);
+      const res = await this.server.command<ProfileResult>(Cmd.profile, [uri, kernel]);
       this.log.appendLine(`[client] ${res.job}: profiling ${kernel}`);
       return res.job;
     } catch (e) {
@@ -155,7 +156,7 @@ export class Jobs implements vscode.Disposable {
     }
   }
 
-  private profileDone(p: JobDoneParams & { class?: string | null; notice?: string | null; findings?: number }): void {
+  private profileDone(p: JobDoneParams): void {
     this.log.appendLine(`[client] ${p.job}: ${p.state}: ${p.message}`);
     if (p.state === 'cancelled') {
       return;
@@ -249,8 +250,8 @@ export class Jobs implements vscode.Disposable {
   }
 
   jobDone(p: JobDoneParams): void {
-    if ((p as { kind?: string }).kind === 'profile') {
-      this.profileDone(p as JobDoneParams & { class?: string | null; notice?: string | null; findings?: number });
+    if (p.kind === 'profile') {
+      this.profileDone(p);
       return;
     }
     const job = this.jobs.get(p.job);
@@ -303,14 +304,8 @@ export class Jobs implements vscode.Disposable {
     if (typeof c.spread === 'number' && c.spread > 0) {
       parts.push(`±${(c.spread * 100).toFixed(1)}%`);
     }
-    // evidence fields may sit at the top level or under the evaluator's own "evidence" object
-    const top = c.evidence ?? {};
-    const inner = (typeof top['evidence'] === 'object' && top['evidence'] !== null ? top['evidence'] : {}) as Record<string, unknown>;
-    const ev: Record<string, unknown> = { ...inner, ...top };
-    const seeds = ev['seeds'];
-    const n = Array.isArray(seeds) ? seeds.length : typeof seeds === 'number' ? seeds : undefined;
-    const sizes = ev['sizes'] ?? ev['sizes_checked'];
-    const odd = Array.isArray(sizes) && sizes.length > 1 ? 'odd size' : '';
+    const n = c.evidence?.seeds;
+    const odd = (c.evidence?.sizes?.length ?? 0) > 1 ? 'odd size' : '';
     const runs = [n ? `${n} seeds` : '', odd].filter(Boolean).join(' + ');
     if (runs) {
       parts.push(runs);

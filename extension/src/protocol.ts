@@ -1,16 +1,18 @@
 // The WarpForge-specific parts of the protocol spoken by `warpforge serve` (server/warpforge/lsp/).
 // Standard LSP (diagnostics, code actions, code lenses, work-done progress, applyEdit) is handled by
 // vscode-languageclient; these are the commands, notifications and requests on top of it.
+// Mirrored on the server by server/warpforge/lsp/protocol.py (tests/test_protocol.py compares the two):
+// a field without `?` is always sent (null where it has no value), a field with `?` may be left out.
 
 /** workspace/executeCommand names the server registers. */
 export const Cmd = {
   optimize: 'warpforge.optimize', // [uri, kernel, strategy] -> OptimizeResult
-  cancel: 'warpforge.cancel', // [job]
+  cancel: 'warpforge.cancel', // [job] -> CancelResult
   accept: 'warpforge.accept', // [job, candidate] -> AcceptResult (the server sends workspace/applyEdit)
-  reject: 'warpforge.reject', // [job, candidate]
+  reject: 'warpforge.reject', // [job, candidate] -> RejectResult
   showCandidate: 'warpforge.showCandidate', // [job, candidate] -> CandidateTexts
-  addSpec: 'warpforge.addSpec', // [uri, kernel] -> {applied}
-  profile: 'warpforge.profile', // [uri, kernel] -> {job, token}; jobDone with kind "profile"
+  addSpec: 'warpforge.addSpec', // [uri, kernel] -> AddSpecResult
+  profile: 'warpforge.profile', // [uri, kernel] -> ProfileResult; jobDone with kind "profile"
 } as const;
 
 export const CandidateNotification = 'warpforge/candidate';
@@ -25,9 +27,26 @@ export interface OptimizeResult {
   token: string;
 }
 
+export interface ProfileResult {
+  job: string;
+  token: string;
+}
+
+export interface CancelResult {
+  cancelled: string;
+}
+
 export interface AcceptResult {
   applied: boolean;
   reason?: string | null;
+}
+
+export interface RejectResult {
+  rejected: boolean;
+}
+
+export interface AddSpecResult {
+  applied: boolean;
 }
 
 export interface CandidateTexts {
@@ -36,10 +55,25 @@ export interface CandidateTexts {
   uri: string;
   kernel: string;
   speedup: number | null;
+  family: string;
+  status: string;
   /** the whole file as the job saw it */
   original: string;
   /** the whole file with the candidate applied */
   variant: string;
+}
+
+/** What was measured and checked for a verified variant. */
+export interface Evidence {
+  headline?: string;
+  /** what the correctness check compared, in words */
+  checked?: string;
+  /** how many random inputs the variant was checked on */
+  seeds?: number;
+  /** the problem sizes it was checked at (the spec's, and an odd one when the spec is symbolic) */
+  sizes?: string[];
+  /** the speedup's 95 % interval */
+  interval?: [number, number];
 }
 
 export interface CandidateParams {
@@ -48,17 +82,19 @@ export interface CandidateParams {
   kernel: string;
   candidate: string;
   speedup: number;
+  /** relative half-width of the speedup's interval (0.02: ±2 %) */
   spread?: number | null;
   gpu?: string;
   family?: string;
   families?: string[];
   rationale?: string;
   diff?: string;
-  evidence?: Record<string, unknown>;
+  evidence?: Evidence;
 }
 
 export interface JobDoneParams {
   job: string;
+  kind: 'optimize' | 'profile' | string;
   uri: string;
   kernel: string;
   state: 'done' | 'cancelled' | 'failed' | string;
@@ -67,6 +103,12 @@ export interface JobDoneParams {
   candidate: string | null;
   speedup: number | null;
   evaluations: number;
+  /** profile jobs: the bottleneck class, when one was measured */
+  class?: string | null;
+  /** profile jobs: what was missing (no ncu, no GPU), when something was */
+  notice?: string | null;
+  /** profile jobs: how many findings the profile gave */
+  findings?: number;
 }
 
 export interface TreeNode {
@@ -78,7 +120,7 @@ export interface TreeNode {
   reason: string;
   speedup: number | null;
   depth: number;
-  visits?: number;
+  visits: number;
   eval_index: number | null;
   children: number[];
 }
@@ -91,9 +133,16 @@ export interface SearchTree {
   state: string;
   message: string;
   nodes: TreeNode[];
-  history: { evaluations: number; best_speedup: number }[];
+  history: HistoryPoint[];
   best?: number;
   best_speedup?: number;
   evaluations?: number;
   stopped?: string;
+  seconds?: number;
+  rounds?: number;
+}
+
+export interface HistoryPoint {
+  evaluations: number;
+  best_speedup: number;
 }

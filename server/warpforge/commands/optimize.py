@@ -9,7 +9,9 @@ Every option, the file and its spec are checked before anything runs (exit 2 and
 wrong). On a machine without a GPU (or without Ray, with ``--ray-address``) it still does the useful part —
 the static hints that would guide the search — and then says what needs a GPU, exiting 3 ("cannot run
 here", ``ExitCode.UNAVAILABLE``): the hints are printed, but the job, a verified variant, was not done.
-With a GPU: a rich progress bar (round, candidates, best verified speedup), then the best
+With a GPU it runs ``app.OptimizeJob``, the job the editor runs: the baseline is profiled first (Nsight
+Compute where it is available; its measured findings order the rules, and say so in a note), then a rich
+progress bar (round, candidates, best verified speedup), then the best
 verified variant as a unified diff with its speedup and interval, what was checked, and the findings that
 motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise. Exit 0 when the search
 ran (finding no faster variant is an answer), 1 when it could not: the original kernel could not be
@@ -24,27 +26,28 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Progress_
 
 from .. import defaults
+from ..app import JobEvent, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
+from ..app.backend import BackendChoice, make_evaluator
 from ..cli import load_file, pick_kernel
 from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
-from ..search.engine import Budget, SearchEvent
 from ..search.memory import SearchMemory
-from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, candidate_notes, optimize
+from ..search.optimize import HostCodeRefused, OptimizeRequest, candidate_notes
 from ..search.report import ReportInfo, render
+from ..search.tree import EvaluatorLike
 from ..store import Store
 from . import inputs
 from .hints import _format
-
-if TYPE_CHECKING:
-    from ..gpu.evaluator import Evaluator
 
 
 def register(sub: Any) -> None:
@@ -130,82 +133,79 @@ def run(args: argparse.Namespace) -> int:
     if args.apply:
         inputs.check_writable(args.file, "--apply")
         inputs.check_writable(args.file + ".orig", "--apply (the backup)")
-    choice = args.gpu_choice
-    device = choice[0] if isinstance(choice, list) else 0
-    limits = inputs.launch_limits(args.arch, device, local=not args.ray_address)
-    build_spec(src, model, kernel, args.file, limits)  # a bad spec is reported before anything runs
+    limits = inputs.launch_limits(args.arch, _device(args), local=not args.ray_address)
+    spec = build_spec(src, model, kernel, args.file, limits)  # a bad spec is reported before anything runs
+    prepared = PreparedKernel(args.file, src, model, kernel, spec)  # the job's one parse
     findings = _static(args.file, src.text, kernel.name, args.arch)
     why = _why_not_here(args)
     if why is not None:
         return _static_only(args, kernel.name, findings, why)
-    return _optimize(args, src.text, kernel.name, findings)
+    return _optimize(args, prepared, findings)
 
 
-def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) -> Evaluator:
-    """The job's evaluator: a local pool over the chosen GPUs, or Ray's GPUs with ``--ray-address``."""
-    from ..gpu.evaluator import evaluator_for_job
-
+def _device(args: argparse.Namespace) -> int:
+    """The GPU the spec's limits and the baseline profile are taken from: the first chosen one."""
     choice = args.gpu_choice
-    if args.ray_address:
-        from ..gpu.ray_backend import RayBackend
-
-        backend = RayBackend(args.ray_address, gpus=choice if isinstance(choice, int) else None)
-        return evaluator_for_job(req, workspace=workspace, backend=backend)
-    return evaluator_for_job(req, workspace=workspace, gpus=choice if choice is not None else "all")
+    return choice[0] if isinstance(choice, list) else 0
 
 
-def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[Finding]) -> int:
-    from ..gpu.backends import GpuSelectionError
-    from ..gpu.evaluator import GpuUnavailable
+def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) -> EvaluatorLike:
+    """The job's evaluator: a local pool over the chosen GPUs, or Ray's GPUs with ``--ray-address``."""
+    choice = args.gpu_choice
+    backend = BackendChoice("ray", gpus=choice, ray_address=args.ray_address, workspace=workspace) \
+        if args.ray_address else BackendChoice("local", gpus=choice, workspace=workspace)
+    return make_evaluator(backend, req)
+
+
+def _baseline_note(event: Profiled) -> str:
+    """The baseline profile in one line: what was measured, or why nothing was."""
+    r = event.report
+    if event.findings:
+        cls = f"{r.cls}; " if r.cls else ""
+        return (f"baseline profiled: {cls}{len(event.findings)} measured finding"
+                f"{'s' if len(event.findings) != 1 else ''} guide the search")
+    return f"baseline not profiled: {r.notice or 'no measurement'}"
+
+
+def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list[Finding]) -> int:
+    from ..gpu.backends import GpuSelectionError, GpuUnavailable
     from ..gpu.supervisor import no_gpu_message
-    from ..policy.llm import policy_for_request
 
-    req = OptimizeRequest(args.file, text, kernel, args.strategy,
-                          Budget(max_candidates=args.budget, wall_seconds=args.time, target_speedup=args.target),
-                          findings=findings, arch=args.arch or "sm_90")
+    kernel = prepared.kernel.name
     workspace = Path.cwd()
-    memory = SearchMemory(Store.for_workspace(workspace))
     console = Console(stderr=True)
-    notices: list[str] = []
+    notes: list[str] = []
+    baseline: list[Profiled] = []
+    bar_update: list[Callable[[Progress], None]] = []
 
+    def on_event(ev: JobEvent) -> None:
+        if isinstance(ev, Progress):
+            for update in bar_update:
+                update(ev)
+        elif isinstance(ev, Profiled):
+            baseline.append(ev)
+            notes.append(_baseline_note(ev))
+
+    job = OptimizeJob(prepared, OptimizeSettings(args.strategy, args.budget, args.time, args.target, args.arch,
+                                                 api_key=args.api_key, device=_device(args)),
+                      lambda req: _evaluator(args, req, workspace), findings=findings,
+                      memory=SearchMemory(Store.for_workspace(workspace)), on_event=on_event)
     try:
-        evaluator = _evaluator(args, req, workspace)
+        evaluator = job.start_evaluator()
     except GpuSelectionError as e:  # e.g. --gpus 4 on a machine with 2: fine input, the wrong machine
         return _static_only(args, kernel, findings, str(e))
-    backend = evaluator.backend
-
-    async def job(on_event: Any) -> OptimizeOutcome:
-        policy = policy_for_request(req, api_key=args.api_key, memory=memory, on_notice=notices.append)
-        try:
-            if args.ray_address:
-                from ..gpu.ray_backend import RayBackend
-
-                assert isinstance(backend, RayBackend)
-                await backend.start()  # say at once when the cluster has no GPU, not after the baseline
-                if backend.device_count == 0:
-                    raise GpuUnavailable(f"no GPU in the Ray cluster at {args.ray_address}: "
-                                         + ("; ".join(backend.notes) or "none joined"))
-            outcome = await optimize(req, evaluator, policy=policy, on_event=on_event, memory=memory)
-            await policy.reflect(outcome.result)
-            return outcome
-        finally:
-            await policy.aclose()
-            await evaluator.close()
+    backend = getattr(evaluator, "backend", None)
 
     t0 = time.monotonic()
     try:
         if args.json or not console.is_terminal:
-            outcome = asyncio.run(job(None))
+            outcome = asyncio.run(job.run())
         else:
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                          TimeElapsedColumn(), console=console, transient=True) as bar:
+            with Progress_(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                           TimeElapsedColumn(), console=console, transient=True) as bar:
                 task = bar.add_task(f"optimizing {kernel}", total=args.budget, info="measuring the baseline")
-
-                def on_event(ev: SearchEvent) -> None:
-                    bar.update(task, completed=ev.evaluations,
-                               info=f"round {ev.round} · {ev.evaluations} candidates · best {ev.best_speedup:.2f}×")
-
-                outcome = asyncio.run(job(on_event))
+                bar_update.append(lambda ev: bar.update(task, completed=ev.evaluations, info=ev.message))
+                outcome = asyncio.run(job.run())
     except GpuUnavailable as e:
         msg = f"`warpforge optimize --ray-address`: {e}" if args.ray_address else no_gpu_message("optimize", str(e))
         return _static_only(args, kernel, findings, msg)
@@ -215,6 +215,8 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
         # Ray says so with an exception: an unreachable cluster is a machine that cannot run the job.
         return _static_only(args, kernel, findings, f"the Ray cluster at {args.ray_address} cannot be reached "
                             f"({' '.join(str(e).split())})")
+    notices = job.notices
+    findings = list(job.request.findings)  # the measured ones when the baseline was profiled
     seconds = time.monotonic() - t0
     result = outcome.result
     best = result.best
@@ -255,12 +257,13 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
             "headline": headline, "evaluation": ev.to_json() if ev is not None and hasattr(ev, "to_json") else None,
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
             "families": list(best.families), "search": result.to_json(), "seconds": round(seconds, 1),
-            "applied_backup": applied, "notices": notices, "report": args.report, "backend": backend.summary(),
-            "errors": write_errors,
+            "applied_backup": applied, "notices": notices, "report": args.report,
+            "backend": backend.summary() if backend is not None else None, "errors": write_errors,
+            "baseline_profile": _baseline_json(baseline[0]) if baseline else None,
         }, indent=2))
         return _finish(write_errors, code)
     out = Console(highlight=False, soft_wrap=True)
-    for n in notices + backend.notes:
+    for n in notes + notices + (backend.notes if backend is not None else []):
         out.print(f"[dim]note: {n}[/]")
     if not result.improved:
         out.print(f"No verified faster variant of `{kernel}` ({result.evaluations} candidates, {result.stopped}).")
@@ -278,13 +281,20 @@ def _optimize(args: argparse.Namespace, text: str, kernel: str, findings: list[F
             out.print(f"written to {args.file} (backup: {applied})")
         else:
             out.print("[dim]nothing was written: use --apply to write it[/]")
-    where = f"{backend.device_count} GPU{'s' if backend.device_count != 1 else ''}" + (
+    count = backend.device_count if backend is not None else 1
+    where = f"{count} GPU{'s' if count != 1 else ''}" + (
         f" of the Ray cluster at {args.ray_address}" if args.ray_address else "")
-    lost = f"; {backend.device_losses} lost mid-candidate, retried" if backend.device_losses else ""
+    losses = backend.device_losses if backend is not None else 0
+    lost = f"; {losses} lost mid-candidate, retried" if losses else ""
     out.print(f"[dim]{result.strategy} search: {result.evaluations} candidates in {seconds:.0f} s on {where}{lost}; "
               f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report and not write_errors
                                               else "") + "[/]")
     return _finish(write_errors, code)
+
+
+def _baseline_json(event: Profiled) -> dict[str, Any]:
+    return {"class": event.report.cls, "notice": event.report.notice,
+            "findings": [f.to_json() for f in event.findings]}
 
 
 def _finish(write_errors: list[str], code: int) -> int:

@@ -12,6 +12,7 @@ then exits 3 ("cannot run here"): the findings were printed, the profile was not
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -19,14 +20,16 @@ from typing import Any
 
 from rich.console import Console
 
+from ..app import PreparedKernel, ProfileJob, ProfileSettings
+from ..cli import load_file, pick_kernel
 from ..cuda import KernelNotFound
 from ..exitcodes import CliError, ExitCode
 from ..gpu import supervisor
 from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.ncu_parse import load_profile
-from ..profile.profiler import ProfileReport, profile_kernel, render_profile
+from ..profile.profiler import ProfileReport, render_profile
 from ..profile.roofline import Ceilings, cached_ceilings
-from ..spec import SpecError
+from ..spec import SpecError, build_spec
 from . import inputs
 from .hints import _format
 
@@ -49,19 +52,16 @@ def register(sub: Any) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    arch = args.arch
-    text = inputs.read_source(args.file).text
-    try:
-        if args.recorded:
-            report = _render_recorded(args, text, arch)
-        else:
-            report = profile_kernel(args.file, args.kernel, text=text, arch=arch, device=args.device,
-                                    sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
-                                    use_ncu=not args.no_ncu)
-    except (KernelNotFound, KeyError) as e:
-        raise CliError(str(e.args[0]) if e.args else str(e)) from e
-    except SpecError as e:
-        raise CliError(str(e)) from e
+    if args.recorded:
+        text = inputs.read_source(args.file).text
+        try:
+            report = _render_recorded(args, text, args.arch)
+        except (KernelNotFound, KeyError) as e:
+            raise CliError(str(e.args[0]) if e.args else str(e)) from e
+        except SpecError as e:
+            raise CliError(str(e)) from e
+    else:
+        report = _profile(args)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, default=str))
     else:
@@ -71,6 +71,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     # Without a GPU the static findings above are all this machine can give: the profile needs one.
     no_gpu = not args.recorded and supervisor.gpu_unavailable_reason() is not None
     return ExitCode.UNAVAILABLE if no_gpu else ExitCode.FAILED
+
+
+def _profile(args: argparse.Namespace) -> ProfileReport:
+    """A live profile: ``app.ProfileJob``, the job the editor's Profile Kernel runs, on the file parsed once."""
+    src, model = load_file(args.file)
+    kernel = pick_kernel(args.file, model, args.kernel, src)
+    try:
+        spec = build_spec(src, model, kernel, args.file)
+    except SpecError as e:
+        raise CliError(str(e)) from e
+    job = ProfileJob(PreparedKernel(args.file, src, model, kernel, spec), ProfileSettings(
+        arch=args.arch, device=args.device, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
+        use_ncu=not args.no_ncu))
+    report = asyncio.run(job.run())
+    assert report is not None  # only a cancelled job has none, and nothing cancels this one
+    return report
 
 
 def _render_recorded(args: argparse.Namespace, text: str, arch: str | None) -> ProfileReport:

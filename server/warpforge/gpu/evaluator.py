@@ -141,6 +141,7 @@ class Evaluator:
         *,
         text: str | None = None,
         spec: KernelSpec | None = None,
+        model: FileModel | None = None,
         backend: EvaluationBackend | None = None,
         store: Store | None = None,
         settings: EngineSettings | None = None,
@@ -150,7 +151,7 @@ class Evaluator:
         self.file = str(file)
         self.text = text if text is not None else Path(file).read_text(encoding="utf-8")
         self.src = SourceText(self.text)
-        self.model: FileModel = parse(self.src.data)
+        self.model: FileModel = model if model is not None else parse(self.src.data)
         k = self.model.require(kernel, self.file)
         self.kernel: Kernel = k
         self.spec = spec if spec is not None else build_spec(self.src, self.model, k, self.file)
@@ -161,7 +162,8 @@ class Evaluator:
         self._own_backend = backend is None if owns_backend is None else owns_backend
         self.store = store
         self.progress = progress
-        self.original = Candidate.original(self.text, k.name)
+        self.original = Candidate(kernel=k.name, source=self.src.slice(k.span), family="original",
+                                  rationale="the kernel as written")
         self.arch = default_arch(self.settings.arch)
         self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
@@ -683,5 +685,7 @@ def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: 
     settings = EngineSettings(arch=req.arch or None)
     if backend is None:
         backend = LocalBackend([device] if device is not None else (gpus if gpus is not None else "all"))
-    return Evaluator(req.file, req.kernel, text=req.text, store=store, settings=settings, backend=backend,
-                     owns_backend=True)
+    # A request made by a job carries its parsed snapshot and spec: the evaluator reuses them.
+    _, model, _, spec = req.prepared if getattr(req, "prepared", None) is not None else (None, None, None, None)
+    return Evaluator(req.file, req.kernel, text=req.text, spec=spec, model=model, store=store, settings=settings,
+                     backend=backend, owns_backend=True)

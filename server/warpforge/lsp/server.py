@@ -29,8 +29,9 @@ from ..cuda.text import SourceText
 from ..spec.model import SpecError
 from . import actions, diagnostics, framing, lenses, limits
 from .diagnostics import Diagnostics
-from .jobs import JobError, Jobs
+from .jobs import JobError, OptimizeJobs
 from .profiling import ProfileJobs
+from .protocol import AddSpecResult, CancelResult, OptimizeResult, ProfileResult, wire
 from .restricted import Trust
 from .settings import Settings
 
@@ -51,8 +52,8 @@ class WarpForgeServer(LanguageServer):
         #: diagnostics runs (tree-sitter, analyzers, nvcc, nvdisasm)
         self.analysis_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-analysis")
         self.diagnostics = Diagnostics(self)
-        self.jobs = Jobs(self)
-        self.profiles = ProfileJobs(self, JobError)
+        self.jobs = OptimizeJobs(self)
+        self.profiles = ProfileJobs(self)
         #: why the connection was closed, when the client broke the framing (see ``framing``)
         self.framing_error: str | None = None
         #: the process's exit status once the connection is over
@@ -202,24 +203,24 @@ def create_server() -> WarpForgeServer:
     async def optimize(ls: WarpForgeServer, uri: str, kernel: str, strategy: str = "") -> dict[str, Any]:
         ls.allowed("Optimize")
         ls.analyzable(uri)
-        job = await ls.jobs.start_optimize(uri, kernel, strategy or ls.settings.strategy)
+        job = ls.jobs.start(uri, kernel, strategy or ls.settings.strategy)
         ls.lenses_changed()
-        return {"job": job.id, "token": job.token}
+        return wire(OptimizeResult(job.id, job.token))  # type: ignore[no-any-return]
 
     @server.command("warpforge.profile")
     @guarded
     async def profile(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
         ls.allowed("Profile")
         ls.analyzable(uri)
-        job = await ls.profiles.start(uri, kernel)
-        return {"job": job.id, "token": job.token}
+        job = ls.profiles.start(uri, kernel)
+        return wire(ProfileResult(job.id, job.token))  # type: ignore[no-any-return]
 
     @server.command("warpforge.cancel")
     @guarded
     async def cancel(ls: WarpForgeServer, job: str) -> dict[str, Any]:
-        if not ls.profiles.cancel(job):
-            ls.jobs.cancel(job)
-        return {"cancelled": job}
+        if not (ls.profiles.cancel(job) or ls.jobs.cancel(job)):
+            raise JobError(f"no job `{job}`")
+        return wire(CancelResult(job))  # type: ignore[no-any-return]
 
     @server.command("warpforge.accept")
     @guarded
@@ -234,27 +235,7 @@ def create_server() -> WarpForgeServer:
     @server.command("warpforge.showCandidate")
     @guarded
     async def show_candidate(ls: WarpForgeServer, job: str, candidate: str) -> dict[str, Any]:
-        j = ls.jobs.get(job)
-        node = j.node(candidate)
-        if node is None:
-            raise JobError(f"job {job} has no candidate `{candidate}`")
-        text = j.snapshot
-
-        def variant() -> str:
-            model = parse(text)
-            k = model.require(j.kernel, "the job's snapshot")
-            from ..search.optimize import apply_candidate
-            from ..spec.resolve import build_spec
-
-            try:
-                spec = build_spec(SourceText(text), model, k, j.uri)
-            except SpecError:
-                spec = None
-            return apply_candidate(text, k, node.candidate, spec)
-
-        return {"job": job, "candidate": node.candidate.hash, "uri": j.uri, "kernel": j.kernel,
-                "speedup": node.speedup, "family": node.candidate.family, "status": node.status,
-                "original": text, "variant": await ls.off_loop(variant)}
+        return await ls.jobs.show_candidate(job, candidate)
 
     @server.command("warpforge.addSpec")
     @guarded
@@ -271,7 +252,7 @@ def create_server() -> WarpForgeServer:
         edits = await ls.off_loop(edits_for)
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
             label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, version, edits)))
-        return {"applied": bool(result.applied) if result is not None else False}
+        return wire(AddSpecResult(bool(result.applied) if result is not None else False))  # type: ignore[no-any-return]
 
     @server.feature("warpforge/searchTree")
     @guarded

@@ -47,6 +47,8 @@ class OptimizeRequest:
     mcts: MCTSConfig | None = None
     #: restrict the offline policy to these families (None: all)
     families: set[str] | None = None
+    #: the snapshot already parsed, with its spec (``app.PreparedKernel.parts``): a job parses its file once
+    prepared: tuple[SourceText, FileModel, Kernel, KernelSpec] | None = None
 
 
 @dataclass
@@ -273,7 +275,10 @@ def make_search(
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
-    """Parse the snapshot and build the kernel's spec (raises SpecError / KernelNotFound with clear messages)."""
+    """Parse the snapshot and build the kernel's spec (raises SpecError / KernelNotFound with clear messages);
+    the request's ``prepared`` parts when the job made them already."""
+    if req.prepared is not None:
+        return req.prepared
     src = SourceText(req.text)
     model = parse(src.data)
     kernel = model.require(req.kernel, req.file)

@@ -1,0 +1,213 @@
+"""``OptimizeJob``: one kernel optimized, the same way from the CLI and from the editor.
+
+The job owns everything between "optimize this kernel" and "here is the best verified variant": the
+evaluator on the chosen backend, the baseline profile (Nsight Compute on the original kernel; its measured
+findings replace the static ones and put the rules they motivate first), the policy (rules, plus the
+model when a key is set), the search, the sanitizer's confirmation of the winner, reflection, and closing
+the policy and the evaluator whatever happens. Front ends pass the snapshot (``PreparedKernel``) and
+render the events; they never assemble the job themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..policy.llm import policy_for_request
+from ..profile.findings import Finding
+from ..profile.profiler import ProfileReport, profile_kernel
+from ..search.engine import Budget, SearchEngine, SearchEvent
+from ..search.memory import SearchMemory
+from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize
+from ..search.tree import EvaluatorLike, Node
+from . import backend
+from .events import CandidateFound, Evidence, JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled, Progress
+from .events import ignore as _ignore
+from .prepared import PreparedKernel
+from .profile import measured_findings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OptimizeSettings:
+    strategy: str = "beam"
+    #: most candidates to evaluate
+    budget: int = 48
+    #: wall-clock budget in seconds
+    seconds: float = 300.0
+    #: stop once a variant is this many times faster
+    target: float | None = None
+    #: target architecture (None: the GPU's; the search's default is sm_90)
+    arch: str | None = None
+    #: Anthropic API key (None: $ANTHROPIC_API_KEY; without one, rules only)
+    api_key: str | None = None
+    #: the model to ask, when not the default
+    model: str | None = None
+    nvcc: str | None = None
+    #: profile the original kernel first (off for plug-in evaluators: they are not a GPU ncu can reach)
+    profile_baseline: bool = True
+    #: the CUDA device the baseline is profiled on
+    device: int = 0
+
+
+@dataclass
+class OptimizeJob:
+    """One optimize job (see the module docstring). ``run`` once; the fields show how it stands meanwhile."""
+
+    prepared: PreparedKernel
+    settings: OptimizeSettings
+    make_evaluator: Callable[[OptimizeRequest], EvaluatorLike]
+    #: the static findings known at the start (the baseline profile may replace them)
+    findings: Sequence[Finding] = ()
+    memory: SearchMemory | None = None
+    on_event: OnEvent = _ignore
+    #: where the blocking profile runs (None: the loop's default executor)
+    pool: Executor | None = None
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    request: OptimizeRequest = field(init=False)
+    evaluator: EvaluatorLike | None = field(default=None, init=False)
+    search: SearchEngine | None = field(default=None, init=False)
+    outcome: OptimizeOutcome | None = field(default=None, init=False)
+    #: verified faster variants announced so far, by candidate hash
+    announced: dict[str, Node] = field(default_factory=dict, init=False)
+    #: what the policy said once (no API key, ...), for the front end to show
+    notices: list[str] = field(default_factory=list, init=False)
+    #: running | done | cancelled | failed
+    state: str = field(default="running", init=False)
+    message: str = field(default="", init=False)
+    gpu: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.request = OptimizeRequest(
+            self.prepared.file, self.prepared.text, self.prepared.kernel.name, s.strategy,
+            Budget(max_candidates=s.budget, wall_seconds=s.seconds, target_speedup=s.target),
+            findings=list(self.findings), arch=s.arch or "sm_90", prepared=self.prepared.parts())
+
+    @property
+    def kernel(self) -> str:
+        return self.prepared.kernel.name
+
+    def start_evaluator(self) -> EvaluatorLike:
+        """Make the evaluator now (a front end that wants "cannot start" before it says "started" calls this;
+        ``run`` does otherwise)."""
+        if self.evaluator is None:
+            self.evaluator = self.make_evaluator(self.request)
+        return self.evaluator
+
+    async def run(self) -> OptimizeOutcome:
+        """Run the job to its end. The last event is ``JobFinished`` (done or cancelled) or ``JobFailed``, sent
+        after the policy and the evaluator are closed; a failure is then raised again for front ends that
+        answer it by kind (no GPU, an unreachable cluster)."""
+        self._emit(JobStarted("optimize", self.kernel, f"{self.settings.strategy} search: measuring the baseline"))
+        policy: Any = None
+        final: JobEvent
+        error: BaseException | None = None
+        try:
+            evaluator = self.start_evaluator()
+            await backend.ready(evaluator)
+            if self.settings.profile_baseline:
+                await self._profile_baseline()
+            # Built after the profile: the rules are ordered by the findings they are given.
+            s = self.settings
+            policy = policy_for_request(self.request, api_key=s.api_key, memory=self.memory,
+                                        settings={"model": s.model} if s.model else None,
+                                        on_notice=self.notices.append, nvcc=s.nvcc)
+            self.outcome = await optimize(self.request, evaluator, policy=policy, cancel=self.cancel,
+                                          on_event=self._on_search_event, memory=self.memory,
+                                          on_search=self._on_search)
+            await policy.reflect(self.outcome.result)
+            final = self._finished(self.outcome)
+        except asyncio.CancelledError as e:
+            final, error = JobFinished("cancelled", "cancelled"), e
+        except Exception as e:
+            log.info("optimize job for %s failed", self.kernel, exc_info=True)
+            final, error = JobFailed(f"{type(e).__name__}: {e}", e), e
+        await self._close(policy)
+        self.state = final.state if isinstance(final, JobFinished) else "failed"
+        self.message = final.message
+        self._emit(final)
+        if error is not None:
+            raise error
+        assert self.outcome is not None
+        return self.outcome
+
+    def node(self, candidate: str) -> Node | None:
+        """A node of the search by candidate hash or node id (what View, Accept and Reject name)."""
+        if candidate in self.announced:
+            return self.announced[candidate]
+        root = self.search.root if self.search is not None else None
+        return next((n for n in root.walk() if n.candidate.hash == candidate or str(n.id) == candidate), None) \
+            if root is not None else None
+
+    def best_announced(self) -> Node | None:
+        return max(self.announced.values(), key=lambda n: n.speedup or 0) if self.announced else None
+
+    # ----------------------------------------------------------------- steps
+    def _emit(self, event: JobEvent) -> None:
+        try:
+            self.on_event(event)
+        except Exception:  # a front end's rendering bug must not lose the search
+            log.exception("rendering %s", type(event).__name__)
+
+    async def _profile_baseline(self) -> None:
+        """Profile the original kernel: its measured findings guide the search (rules motivated by them go
+        first). Best effort: without ncu or counter access the static findings stay and the search goes on."""
+        self._emit(Progress("profiling the original kernel (Nsight Compute)"))
+        s, p = self.settings, self.prepared
+        try:
+            report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
+                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device))
+        except Exception:
+            log.exception("profiling %s before optimizing", self.kernel)
+            return
+        measured = measured_findings(report, self.kernel) if report.profile is not None else []
+        if measured:
+            self.request.findings = measured
+        self._emit(Profiled(report, tuple(measured)))
+
+    def _on_search(self, search: SearchEngine) -> None:
+        self.search = search
+
+    def _on_search_event(self, ev: SearchEvent) -> None:
+        if ev.kind in ("evaluated", "round"):
+            budget = self.settings.budget
+            self._emit(Progress(f"round {ev.round} · {ev.evaluations} candidates · best {ev.best_speedup:.2f}×",
+                                ev.evaluations, min(99, int(100 * ev.evaluations / budget)) if budget else None,
+                                ev.best_speedup))
+        elif ev.kind == "improved" and ev.node is not None:
+            self._announce(ev.node)
+
+    def _announce(self, node: Node) -> None:
+        if node.parent is None or node.speedup is None:
+            return
+        try:
+            diff = self.prepared.diff(node.candidate)
+        except HostCodeRefused as e:  # it could not be written into the file: not a variant to offer
+            log.info("not announcing %s: %s", node.candidate.hash, e)
+            return
+        evidence = Evidence.of(node.evaluation)
+        self.gpu = evidence.gpu or self.gpu or str(getattr(self.evaluator, "gpu_name", "") or "")
+        self.announced[node.candidate.hash] = node
+        self._emit(CandidateFound(node, node.speedup, diff, evidence))
+
+    def _finished(self, outcome: OptimizeOutcome) -> JobFinished:
+        r = outcome.result
+        gpu = self.gpu or str(getattr(self.evaluator, "gpu_name", "") or "")
+        on = f" on {gpu}" if gpu else ""
+        message = (f"{r.best_speedup:.2f}× faster (verified{on})" if r.improved
+                   else f"no verified faster variant ({r.stopped})")
+        return JobFinished("cancelled" if self.cancel.is_set() else "done", message, r.improved)
+
+    async def _close(self, policy: Any) -> None:
+        if policy is not None:
+            try:
+                await policy.aclose()
+            except Exception:
+                log.exception("closing the policy of the job for %s", self.kernel)
+        await backend.close(self.evaluator)

@@ -1,0 +1,93 @@
+"""``PreparedKernel``: a job's snapshot parsed once — source, model, kernel, spec — and what is derived from it.
+
+Before, one optimize job parsed its file and rebuilt the spec about six times (the search, the evaluator,
+the original candidate, each announced diff, View, Accept), each time under a different error policy.
+A job now makes one ``PreparedKernel`` when it starts and hands it to everything; the one error a user
+sees when that fails is ``JobError`` with a message naming the file and the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cuda.candidate import Candidate
+from ..cuda.model import FileModel, Kernel, KernelNotFound
+from ..cuda.parser import parse
+from ..cuda.text import SourceText
+from ..search.optimize import apply_candidate, kernel_diff
+from ..spec.limits import LaunchLimits
+from ..spec.model import KernelSpec, SpecError
+from ..spec.resolve import build_spec
+
+
+class JobError(Exception):
+    """A job that cannot start, or a request about one that cannot be honoured; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class PreparedKernel:
+    """One kernel of one snapshot of a file, parsed and with its spec (immutable: jobs share it freely)."""
+
+    file: str
+    source: SourceText
+    model: FileModel
+    kernel: Kernel
+    spec: KernelSpec
+
+    @classmethod
+    def from_text(cls, file: str, text: str, kernel: str, limits: LaunchLimits | None = None) -> PreparedKernel:
+        """Parse ``text`` and build ``kernel``'s spec; ``JobError`` naming the kernels present, or the spec's
+        own message (file, line, what to do), when that cannot be done."""
+        src = SourceText(text)
+        model = parse(src.data)
+        try:
+            k = model.require(kernel, file)
+        except KernelNotFound as e:
+            raise JobError(str(e)) from e
+        try:
+            spec = build_spec(src, model, k, file, limits) if limits is not None else build_spec(src, model, k, file)
+        except SpecError as e:
+            raise JobError(str(e)) from e
+        return cls(file, src, model, k, spec)
+
+    @property
+    def text(self) -> str:
+        return self.source.text
+
+    @property
+    def kernel_text(self) -> str:
+        """The kernel's definition as written (what Accept compares with the current text)."""
+        return self.source.slice(self.kernel.span)
+
+    def parts(self) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
+        """What ``search.optimize.prepare`` would build (``OptimizeRequest.prepared``)."""
+        return self.source, self.model, self.kernel, self.spec
+
+    def original(self) -> Candidate:
+        """The kernel as written: the oracle and the baseline of every search."""
+        return Candidate(self.kernel.name, self.kernel_text, family="original", rationale="the kernel as written")
+
+    def variant(self, candidate: Candidate) -> str:
+        """The whole file with ``candidate`` in place of the kernel (``HostCodeRefused`` when it may not be)."""
+        return apply_candidate(self.text, self.kernel, candidate, self.spec)
+
+    def diff(self, candidate: Candidate, name: str | None = None) -> str:
+        """A unified diff of the file against the candidate's variant, labelled with ``name`` (default: file)."""
+        return kernel_diff(name or self.file, self.text, self.kernel, candidate, self.spec)
+
+    def rebased(self, text: str) -> PreparedKernel:
+        """This kernel in a newer ``text`` of the same file, provided the kernel itself is unchanged (a variant
+        verified against this snapshot may then be applied there); ``JobError`` saying what to do otherwise."""
+        src = SourceText(text)
+        model = parse(src.data)
+        k = model.kernel(self.kernel.name)
+        if k is None:
+            raise JobError(f"`{self.kernel.name}` is no longer in the file; re-run Optimize")
+        if src.slice(k.span) != self.kernel_text:
+            raise JobError(f"`{self.kernel.name}` changed since the job started; the variant was verified against "
+                           "the old text. Re-run Optimize (or undo your edits) to apply it")
+        try:
+            spec = build_spec(src, model, k, self.file)
+        except SpecError:
+            spec = self.spec  # the kernel is unchanged; a host edit broke inference, the job's spec still holds
+        return PreparedKernel(self.file, src, model, k, spec)
