@@ -58,13 +58,30 @@ for (const m of ['json', 'asyncio', 'numpy', 'pygls', 'lsprotocol', 'typing', 'l
   fs.writeFileSync(path.join(WS, `${m}.py`), `open(${JSON.stringify(PWNED)}, 'a').write(${JSON.stringify(m)} + '\\n')\n`);
 }
 
-/** The running `warpforge serve` processes: argv, environment and working directory from /proc. */
+/** The parent pid of `pid` (from /proc/PID/stat; the command name may hold spaces and parentheses). */
+function parentOf(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+/** Does `pid` descend from one of this test's code-servers? Other `warpforge serve` processes on the machine
+ *  (another test suite's, started the old way on purpose) are not the extension's to answer for. */
+function ours(pid) {
+  for (let p = Number(pid), hops = 0; p > 1 && hops < 64; hops += 1) {
+    if (groups.has(p)) return true;
+    p = parentOf(p);
+  }
+  return false;
+}
+
+/** The running `warpforge serve` processes this test's editors started: argv, environment and working
+ *  directory from /proc. */
 function serverProcesses() {
   const out = [];
   for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     try {
       const argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-      if (!(argv.includes('warpforge') && argv.includes('serve'))) continue;
+      if (!(argv.includes('warpforge') && argv.includes('serve')) || !ours(pid)) continue;
       const env = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
       out.push({ pid, argv, env, cwd: fs.realpathSync(`/proc/${pid}/cwd`) });
     } catch {

@@ -162,7 +162,7 @@ class OptimizeJob:
         s, p = self.settings, self.prepared
         try:
             report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
-                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device))
+                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts()))
         except Exception:
             log.exception("profiling %s before optimizing", self.kernel)
             return

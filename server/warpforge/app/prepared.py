@@ -69,11 +69,11 @@ class PreparedKernel:
 
     def variant(self, candidate: Candidate) -> str:
         """The whole file with ``candidate`` in place of the kernel (``HostCodeRefused`` when it may not be)."""
-        return apply_candidate(self.text, self.kernel, candidate, self.spec)
+        return apply_candidate(self.text, self.kernel, candidate, self.spec, self.model)
 
     def diff(self, candidate: Candidate, name: str | None = None) -> str:
         """A unified diff of the file against the candidate's variant, labelled with ``name`` (default: file)."""
-        return kernel_diff(name or self.file, self.text, self.kernel, candidate, self.spec)
+        return kernel_diff(name or self.file, self.text, self.kernel, candidate, self.spec, self.model)
 
     def rebased(self, text: str) -> PreparedKernel:
         """This kernel in a newer ``text`` of the same file, provided the kernel itself is unchanged (a variant

@@ -62,7 +62,7 @@ class ProfileJob:
         s, p = self.settings, self.prepared
         work: asyncio.Future[Any] = asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
             p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, sections=s.sections,
-            use_ncu=s.use_ncu))
+            use_ncu=s.use_ncu, parsed=p.parts()))
         cancelled: asyncio.Future[Any] = asyncio.ensure_future(self.cancel.wait())
         final: JobEvent
         error: BaseException | None = None

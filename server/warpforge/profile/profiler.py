@@ -32,7 +32,7 @@ from ..compiler.build import BuildResult, Resources, compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import parse
 from ..cuda.extract import standalone
-from ..cuda.model import Kernel
+from ..cuda.model import FileModel, Kernel
 from ..cuda.text import SourceText
 from ..gpu.inputs import Layout
 from ..gpu.supervisor import gpu_identity, gpu_unavailable_reason
@@ -164,21 +164,29 @@ def merge(static: list[Finding], profiled: list[Finding], *, measured: bool) -> 
 
 
 _Prepared = tuple[SourceText, Kernel, KernelSpec, "ProfileReport", list[Finding], "_Built | str", str]
+#: a file's parse with one kernel and its spec, made by the caller (``app.PreparedKernel.parts``)
+Parsed = tuple[SourceText, FileModel, Kernel, KernelSpec]
 
 
 def _static_and_build(file: str, body: str, kernel: str | None, arch: str | None, nvcc: str | None,
-                      use_compiler: bool, build: bool = True) -> _Prepared:
-    """Parse, spec, static findings and the build: what both a live profile and a recorded one need."""
-    src = SourceText(body)
-    model = parse(src.data)
-    if kernel:
-        k = model.require(kernel, file)
-    elif len(model.kernels) == 1:
-        k = model.kernels[0]
+                      use_compiler: bool, build: bool = True, parsed: Parsed | None = None) -> _Prepared:
+    """Parse, spec, static findings and the build: what both a live profile and a recorded one need.
+
+    ``parsed`` is the caller's parse of ``body`` with the kernel's spec (a job's ``PreparedKernel.parts``):
+    a job parses its file once."""
+    if parsed is not None:
+        src, model, k, spec = parsed
     else:
-        names = ", ".join(x.name for x in model.kernels) or "none"
-        raise KeyError(f"{file} has {len(model.kernels)} kernels ({names}): name one")
-    spec = build_spec(src, model, k, file)
+        src = SourceText(body)
+        model = parse(src.data)
+        if kernel:
+            k = model.require(kernel, file)
+        elif len(model.kernels) == 1:
+            k = model.kernels[0]
+        else:
+            names = ", ".join(x.name for x in model.kernels) or "none"
+            raise KeyError(f"{file} has {len(model.kernels)} kernels ({names}): name one")
+        spec = build_spec(src, model, k, file)
     report = ProfileReport(file, k.name)
     arch = default_arch(arch)
     t0 = time.perf_counter()
@@ -240,6 +248,7 @@ def profile_kernel(
     use_ncu: bool = True,
     measure: bool = True,
     timeout: float = 300.0,
+    parsed: Parsed | None = None,
 ) -> ProfileReport:
     """Profile one kernel (see the module docstring). Raises ``KeyError`` for an unknown kernel and
     ``SpecError`` when the kernel has no usable spec; everything else degrades into the report.
@@ -250,7 +259,7 @@ def profile_kernel(
     body = text if text is not None else Path(file).read_text(encoding="utf-8")
     why = gpu_unavailable_reason()
     src, k, spec, report, static, built, arch = _static_and_build(file, body, kernel, arch, nvcc, True,
-                                                                  build=why is None)
+                                                                  build=why is None, parsed=parsed)
 
     def finish(findings: list[Finding], notice: str | None) -> ProfileReport:
         if notice is not None:

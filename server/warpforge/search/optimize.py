@@ -168,7 +168,8 @@ def checked_definition(text: str, kernel: Kernel, candidate: Candidate) -> str:
     return reduced.source.rstrip()
 
 
-def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
+def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None,
+                    model: FileModel | None = None) -> str:
     """The file text with the candidate in place: the kernel definition, and what its launch needs.
 
     A variant verified with a different launch (block size, warp per row, a vectorized grid) is only
@@ -176,11 +177,12 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
     ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
-    Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``).
+    Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``). ``model`` is
+    ``text``'s parse when the caller has it (a job's ``PreparedKernel``), so the file is not parsed again.
     """
     definition = checked_definition(text, kernel, candidate)
     src = SourceText(text)
-    model = parse(src.data)
+    model = model if model is not None else parse(src.data)
     edits: list[TextEdit] = [make_edit(src, kernel.span, definition)]
     notes: list[str] = []
     lo = candidate.launch
@@ -250,8 +252,9 @@ def candidate_notes(candidate: Candidate) -> list[str]:
     return notes
 
 
-def kernel_diff(file: str, text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None) -> str:
-    new = apply_candidate(text, kernel, candidate, spec)
+def kernel_diff(file: str, text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None = None,
+                model: FileModel | None = None) -> str:
+    new = apply_candidate(text, kernel, candidate, spec, model)
     return "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=f"a/{file}", tofile=f"b/{file}", n=3))
 
