@@ -8,6 +8,8 @@ need not import the profiler above it (docs/architecture.md).
 
 from __future__ import annotations
 
+import subprocess
+
 from .toolchain import ToolMissing, find_tool
 
 #: what ncu prints when the driver does not let this user read the performance counters
@@ -39,3 +41,14 @@ def permission_message() -> str:
     return ("Nsight Compute may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root, "
             "or allow it for all users (`options nvidia NVreg_RestrictProfilingToAdminUsers=0`, see "
             "https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+
+
+def run_ncu(cmd: list[str], *, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run an ncu command line (already built and guarded) in its own session; a timeout or an ncu that
+    cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
+    except OSError as e:
+        raise ProfilerUnavailable("missing", f"{cmd[0]} could not be started: {e}") from e

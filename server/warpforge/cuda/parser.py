@@ -28,7 +28,7 @@ from .model import (
     TemplateParam,
 )
 from .text import SourceText, Span
-from .tree import node_text, walk
+from .tree import declares_function, node_text, walk
 
 LANGUAGE = Language(tree_sitter_cuda.language())
 _local = threading.local()
@@ -416,7 +416,7 @@ class _Collector:
                           if node_text(c, data) in ("__constant__", "__device__", "__managed__", "__shared__")),
                          "")
             names = self.declared_names(node)
-            is_fn = any(self._is_function_declarator(d) for d in node.children_by_field_name("declarator"))
+            is_fn = any(declares_function(d) for d in node.children_by_field_name("declarator"))
             kind = DeclKind.GLOBAL if not is_fn else (
                 DeclKind.DEVICE_FUNCTION if space or _has_token(node, "__global__") else DeclKind.HOST_FUNCTION)
             self.decls.append(Declaration(kind, names, _span(node, base), _uses(node, data) - set(names),
@@ -443,14 +443,6 @@ class _Collector:
             return
         self.scan_launches(node, "")
 
-    @staticmethod
-    def _is_function_declarator(node: Node) -> bool:
-        cur: Node | None = node
-        while cur is not None:
-            if cur.type == "function_declarator":
-                return True
-            cur = cur.child_by_field_name("declarator")
-        return False
 
     def declared_names(self, node: Node) -> tuple[str, ...]:
         data = self.data

@@ -30,7 +30,7 @@ from tree_sitter import Node
 
 from .parser import _declarator_name, _uses, parse, parse_tree
 from .text import SourceText, Span
-from .tree import node_text, walk
+from .tree import declares_function, node_text, walk
 
 #: toolkit headers a candidate may include (``#include <...>`` only): device types and intrinsics,
 #: cooperative groups, warp matrix and async-copy APIs, fixed-width integers and math
@@ -506,7 +506,7 @@ class _Reducer:
         if bad is not None:
             return self.cut(node, end, label, bad)
         specs = self.specs(d)
-        if any(self._is_function(x) for x in declarators):
+        if any(declares_function(x) for x in declarators):
             if "__device__" in specs or "__global__" in specs:
                 if "__host__" in specs:
                     why = next((w for w in map(self.host_reachable, names) if w), None)
@@ -531,14 +531,6 @@ class _Reducer:
         return self.cut(node, end, f"host variable {label}",
                         "its initializer would run in the host program; use constexpr or __constant__")
 
-    @staticmethod
-    def _is_function(node: Node) -> bool:
-        cur: Node | None = node
-        while cur is not None:
-            if cur.type == "function_declarator":
-                return True
-            cur = cur.child_by_field_name("declarator")
-        return False
 
     def simple_constant(self, d: Node) -> bool:
         """A ``const`` of a built-in type initialised from literals and names (no call can run)."""
@@ -627,7 +619,7 @@ class _Reducer:
     def member_field(self, m: Node, named: bool) -> str | None:
         specs = self.specs(m)
         line = self.line(m.start_byte)
-        if any(self._is_function(x) for x in m.children_by_field_name("declarator")):
+        if any(declares_function(x) for x in m.children_by_field_name("declarator")):
             if "__device__" not in specs:
                 return f"member function declared at line {line} is host code; mark it __device__"
             if "__host__" in specs and named:

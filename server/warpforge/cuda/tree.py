@@ -1,4 +1,5 @@
-"""The two things every tree-sitter pass needs: a node's text and a walk over a subtree.
+"""What every tree-sitter pass needs: a node's text, a walk over a subtree, and whether a declarator
+declares a function.
 
 Every layer that reads syntax (the parser, spec inference, the analyzers, the rules) walks trees the same
 way, so the walk lives here once: iterative (kernels nest deeply enough to hit Python's recursion limit),
@@ -36,3 +37,17 @@ def walk(
             yield n
         if cut is None or not cut(n):
             stack.extend(reversed(n.children))
+
+
+def declares_function(declarator: Node) -> bool:
+    """Does this declarator (possibly wrapped in pointer, reference or array declarators) declare a function?
+
+    ``int f(int)`` and ``int* f(int)`` do; ``int x = g(1)`` does not: a variable whose initializer calls a
+    function is a variable (whose initializer runs wherever the variable lives).
+    """
+    cur: Node | None = declarator
+    while cur is not None:
+        if cur.type == "function_declarator":
+            return True
+        cur = cur.child_by_field_name("declarator")
+    return False

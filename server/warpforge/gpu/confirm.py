@@ -38,7 +38,6 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compiler.nsight import PERMISSION_CODE, ProfilerUnavailable, missing_message, ncu_path, permission_message
+from ..compiler.nsight import (
+    PERMISSION_CODE,
+    ProfilerUnavailable,
+    missing_message,
+    ncu_path,
+    permission_message,
+    run_ncu,
+)
 from .inputs import Layout
 from .timing import Speedup
 
@@ -229,13 +235,7 @@ def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, d
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         cmd = confirm_command(exe, str(job), flush=flush, python=python)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired as e:
-            raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
-        except OSError as e:
-            raise ProfilerUnavailable("missing", f"{exe} could not be started: {e}") from e
+        proc = run_ncu(cmd, timeout=timeout, env=env)
     text = (proc.stdout or "") + "\n" + (proc.stderr or "")
     if PERMISSION_CODE in text:
         raise ProfilerUnavailable("permission", permission_message())

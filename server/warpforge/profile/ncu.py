@@ -48,7 +48,7 @@ from typing import Any
 
 # ``ncu_path``, ``missing_message`` and ``ProfilerUnavailable`` are this module's interface too: the profiler
 # calls and catches them through it, and tests replace ``ncu_path`` here to run without (or with a fake) ncu.
-from ..compiler.nsight import PERMISSION_CODE, permission_message
+from ..compiler.nsight import PERMISSION_CODE, permission_message, run_ncu
 from ..compiler.nsight import ProfilerUnavailable as ProfilerUnavailable
 from ..compiler.nsight import missing_message as missing_message
 from ..compiler.nsight import ncu_path as ncu_path
@@ -253,13 +253,7 @@ def collect(
                                       metrics=list(metrics) if use_metrics else [], python=python, marked=marked)
             except UnsafeArgument as e:
                 raise ProfilerUnavailable("failed", f"Nsight Compute was not run: {e}") from e
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                      start_new_session=True)
-            except subprocess.TimeoutExpired as e:
-                raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
-            except OSError as e:
-                raise ProfilerUnavailable("missing", f"{exe} could not be started: {e}") from e
+            proc = run_ncu(cmd, timeout=timeout, env=env)
             text = (proc.stdout or "") + "\n" + (proc.stderr or "")
             log += f"$ {' '.join(cmd)}\n{text}\n"
             if proc.returncode == 0 and Path(report + ".ncu-rep").is_file():
