@@ -14,6 +14,7 @@ from typing import Any
 
 from conftest import ROOT
 from warpforge import defaults
+from warpforge.app import OptimizeSettings
 from warpforge.cli import build_parser
 from warpforge.lsp.settings import Settings
 from warpforge.search.engine import Budget
@@ -71,3 +72,5 @@ def test_cli_server_and_search_start_from_the_same_job() -> None:
     assert (Budget().max_candidates, Budget().wall_seconds) == (defaults.BUDGET, defaults.TIME_BUDGET)
     req = OptimizeRequest("k.cu", "", "k")
     assert req.strategy == defaults.STRATEGY and req.budget == Budget()
+    job = OptimizeSettings()  # what CLI and editor jobs start from when given nothing
+    assert (job.strategy, job.budget, job.seconds) == (defaults.STRATEGY, defaults.BUDGET, defaults.TIME_BUDGET)

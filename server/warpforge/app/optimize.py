@@ -17,6 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from ..policy.llm import policy_for_request
 from ..profile.findings import Finding
 from ..profile.profiler import ProfileReport, profile_kernel
@@ -35,11 +36,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class OptimizeSettings:
-    strategy: str = "beam"
+    strategy: str = defaults.STRATEGY
     #: most candidates to evaluate
-    budget: int = 48
+    budget: int = defaults.BUDGET
     #: wall-clock budget in seconds
-    seconds: float = 300.0
+    seconds: float = defaults.TIME_BUDGET
     #: stop once a variant is this many times faster
     target: float | None = None
     #: target architecture (None: the GPU's; the search's default is sm_90)

@@ -205,8 +205,13 @@ def _top_nodes(children: Iterable[Node]) -> list[tuple[Node, int]]:
 
 
 @functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def file_facts(text: str) -> FileFacts:
-    """The normalised text of every construct of a file (at any namespace or ``#if`` depth) and its names."""
+    """The normalised text of every construct of a file (at any namespace or ``#if`` depth) and its names.
+
+    Cached by text: a job checks every candidate it shows against the same file text (diff, variant, Accept),
+    and the file is parsed for that once, not once per candidate. ``FileFacts`` is immutable, so sharing is safe.
+    """
     data = text.encode("utf-8")
     root = parse_tree(data).root_node
     texts: set[str] = set()
