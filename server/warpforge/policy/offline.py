@@ -3,6 +3,11 @@
 It proposes, for a node, every applicable variant of every registered rule, ordered so that rules
 motivated by the kernel's findings come first, then families that worked on this kernel before (search
 memory). ``combine`` (crossover) replays the steps of one branch on top of another.
+
+A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form
+(``cuda.normalize``: guards as early exits, bumped pointers as base + offset, macros and typedefs
+expanded, ...), and its rewrite then starts from that text. Rules therefore see one shape for equivalent
+spellings without each learning every spelling; the canonical text alone is never proposed.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
+from ..cuda.normalize import file_facts, normalize_definition
 from ..cuda.text import SourceText
 from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext
@@ -60,6 +66,23 @@ class OfflinePolicy:
 
         return sorted(rules, key=key)
 
+    def normalized(self, candidate: Candidate) -> Candidate | None:
+        """The candidate in canonical form, or None when that is the text it already has."""
+        try:
+            text = normalize_definition(candidate.source, candidate.kernel, file_facts(self.source.text))
+        except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original
+            self.errors.append(f"normalize: {type(e).__name__}: {e}")
+            return None
+        return replace(candidate, source=text) if text != candidate.source else None
+
+    def _rule_context(self, rule: Rule, ctx: RuleContext, canonical: RuleContext | None,
+                      param: str | None = None) -> tuple[RuleContext, list[str]]:
+        """The context a rule applies in (the candidate's, else its canonical form's) and its parameters."""
+        params = rule.variants(ctx)
+        if (params if param is None else param in params) or canonical is None or canonical.cand_kernel is None:
+            return ctx, params
+        return canonical, rule.variants(canonical)
+
     def _consistent(self, ctx: RuleContext, child: Candidate) -> Candidate | None:
         """Keep a ``__launch_bounds__`` added on this path true to a block size a later step changed.
 
@@ -78,12 +101,15 @@ class OfflinePolicy:
         ctx = self.context(candidate)
         if ctx.cand_kernel is None:
             return []
+        norm = self.normalized(candidate)
+        canonical = self.context(norm) if norm is not None else None
         out: list[Candidate] = []
         for rule in self._ordered(self.rules(), memory or {}):
             try:
-                for param in rule.variants(ctx):
-                    child = rule.apply(ctx, param)
-                    child = self._consistent(ctx, child) if child is not None else None
+                use, params = self._rule_context(rule, ctx, canonical)
+                for param in params:
+                    child = rule.apply(use, param)
+                    child = self._consistent(use, child) if child is not None else None
                     if child is not None:
                         out.append(child)
             except Exception as e:  # a buggy rule must not stop the others from proposing
@@ -103,7 +129,11 @@ class OfflinePolicy:
             if rule is None:
                 return None
             ctx = self.context(cur)
-            if ctx.cand_kernel is None or param not in rule.variants(ctx):
+            if ctx.cand_kernel is None:
+                return None
+            norm = self.normalized(cur)
+            ctx, params = self._rule_context(rule, ctx, self.context(norm) if norm is not None else None, param)
+            if param not in params:
                 return None
             nxt = rule.apply(ctx, param)
             nxt = self._consistent(ctx, nxt) if nxt is not None else None

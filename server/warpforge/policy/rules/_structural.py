@@ -180,10 +180,16 @@ def has_jump(node: Node, *, loops_ok: bool) -> bool:
 
 
 def is_builtin(node: Node | None, data: bytes, obj: str, axis: str) -> bool:
-    """``threadIdx.x`` and friends (``obj``.``axis``)."""
+    """``threadIdx.x`` and friends (``obj``.``axis``), also behind casts (``(size_t)blockIdx.x``): a cast
+    changes the width of the arithmetic, not which thread or block the value names."""
     if node is None:
         return False
     node = unparen(node)
+    while node.type == "cast_expression":
+        inner = node.child_by_field_name("value")
+        if inner is None:
+            return False
+        node = unparen(inner)
     if node.type != "field_expression":
         return False
     arg = node.child_by_field_name("argument")
