@@ -441,6 +441,20 @@ def indent(code: str, by: str) -> str:
     return "\n".join((by + line) if line.strip() else "" for line in code.split("\n"))
 
 
+def resolved_type(ctx: RuleContext, type_text: str) -> str:
+    """A type as the kernel is instantiated: a template type parameter becomes the spec's argument for it
+    (``T`` -> ``float``), anything else is returned as written. Rules that accumulate in a type (a
+    shuffle moves only some) must judge the instantiated type, not the parameter's name."""
+    k = ctx.cand_kernel
+    t = " ".join(type_text.replace("const ", "").split())
+    if k is None or not k.template_params:
+        return t
+    for p, a in zip(k.template_params, ctx.spec.template_args, strict=False):
+        if p.kind == "type" and p.name == t:
+            return " ".join(a.split())
+    return t
+
+
 def with_body(ctx: RuleContext, body: str) -> str | None:
     """The candidate's definition with its body replaced (signature, qualifiers and linkage kept)."""
     k = ctx.cand_kernel

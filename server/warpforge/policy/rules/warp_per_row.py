@@ -27,8 +27,14 @@ Recognized shape (names, types, expressions free)::
         the loop assigns, and a reduction's accumulator is not otherwise read inside its loop.
 
 Top-level statements may read only memory the kernel never writes (a lane must not read an element
-another lane wrote), may not write memory, and nothing may use the thread coordinates except ``row``'s
-definition, synchronize, exchange data between threads, or leave early (return/break/goto).
+another lane wrote), and nothing may use the thread coordinates except ``row``'s definition, synchronize,
+exchange data between threads, or leave early (return/break/goto). They may write per-row scalars
+(``mean[row] = m;``, ``loss[row] = ...``) to arrays that are written nowhere else and never read: every
+lane computes the same value there, and one lane (lane 0, thread 0 for a block) stores it.
+
+The analysis runs on the canonical form (``cuda.normalize``) when the text as written is not of this
+shape, so a body inside ``if (row < B) { ... }``, a bumped row pointer (``x += row * C``), a macro index or a
+typedef'd accumulator are all seen as the shape above.
 
 The rewrite: ``row`` becomes the warp's index, lane ``l`` runs each loop over ``j = l, l + 32, ...``, so the
 same lane touches element ``j`` in every loop and element-wise dependencies between loops stay inside one
@@ -71,6 +77,7 @@ from ._structural import (
     is_zero_literal,
     launch_ok,
     render,
+    resolved_type,
     scalar_value_expr,
     single_decl,
     statements,
@@ -100,8 +107,14 @@ class _Reject(Exception):
 class _Reduction:
     acc: str
     type: str
-    #: "sum" or the min/max function name used
+    #: "sum", the min/max function name used, or "argmax"/"argmin" (a compare-and-assign with an index)
     kind: str
+    #: argmax/argmin: the index accumulator, its type, and whether ties keep the first index (strict compare)
+    index: str = ""
+    index_type: str = ""
+    first: bool = True
+    #: argmax/argmin: the if statement that updates the pair (its consequence also sets the lane's flag)
+    node_id: int = -1
 
 
 @dataclass
@@ -109,6 +122,8 @@ class _Loop:
     node: Node
     var: str
     reductions: dict[str, _Reduction] = field(default_factory=dict)
+    #: the loop's first index when it is not 0 (``for (j = 1; ...)`` after ``m = x[0]``)
+    start: str = "0"
 
 
 @dataclass
@@ -121,6 +136,8 @@ class _Shape:
     bound: Bound
     rest: list[Node]
     loops: list[_Loop]
+    #: ids of top-level statements storing a per-row scalar (done by one lane)
+    stores: set[int] = field(default_factory=set)
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
@@ -131,6 +148,7 @@ class _Analysis:
     def __init__(self, ctx: RuleContext, body: Node, data: bytes) -> None:
         k = ctx.cand_kernel
         assert k is not None
+        self.ctx = ctx
         self.data = data
         self.body = body
         self.pointer_params = {p.name for p in k.params if p.is_pointer}
@@ -142,6 +160,8 @@ class _Analysis:
         #: root -> the single (pointer name, index text) written roots are accessed with
         self.written_access: dict[str, tuple[str, str]] = {}
         self.written_roots: set[str] = set()
+        #: roots written only by top-level per-row scalar stores (and never read)
+        self.scalar_roots: set[str] = set()
 
     # ------------------------------------------------------------------ shape
     def find(self) -> _Shape:
@@ -194,7 +214,17 @@ class _Analysis:
         for st in top:
             if st.type == "declaration":
                 self._declare(st)
+        store_targets: set[int] = set()
+        for st in shape.rest:
+            root = self._scalar_store(st)
+            if root is not None:
+                shape.stores.add(st.id)
+                self.scalar_roots.add(root)
+                e = st.named_children[0]
+                store_targets.add(e.id)
         for n in walk(self.body):
+            if n.id in store_targets:
+                continue
             if n.type in ("assignment_expression", "update_expression"):
                 target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
                 parts = subscript_parts(target, data) if target is not None else None
@@ -205,17 +235,84 @@ class _Analysis:
                     self.written_roots.add(self.root[node_text(base, data)])
                 elif target is not None and unparen(target).type != "identifier":
                     raise _Reject  # *p = ..., s.f = ...: not something this rule follows
+        if self.scalar_roots & self.written_roots:
+            raise _Reject  # a per-row scalar array also written per element
+        self._scalar_roots_unread(store_targets)
         # pass 2: statements
         for st in shape.prefix + shape.between:
             self._top_level(st)
         for st in shape.rest:
             if st.type == "for_statement":
                 shape.loops.append(self._loop(st))
-            elif st.type in ("declaration", "expression_statement"):
+            elif st.id in shape.stores:
+                self._store(st)
+            elif st.type in ("declaration", "expression_statement", "if_statement"):
                 self._top_level(st)
             else:
                 raise _Reject
         if not shape.loops:
+            raise _Reject
+
+    def _scalar_store(self, st: Node) -> str | None:
+        """The root of ``p[E] = v;`` / ``p[E] op= v;`` at the top level (a per-row scalar store), else None."""
+        data = self.data
+        if st.type != "expression_statement" or st.named_child_count != 1:
+            return None
+        e = st.named_children[0]
+        if e.type != "assignment_expression":
+            return None
+        left = e.child_by_field_name("left")
+        parts = subscript_parts(unparen(left), data) if left is not None else None
+        if parts is None:
+            return None
+        base = unparen(parts[0])
+        if base.type != "identifier" or node_text(base, data) not in self.root:
+            return None
+        return self.root[node_text(base, data)]
+
+    def _scalar_roots_unread(self, stores: set[int]) -> None:
+        """A per-row scalar is stored by one lane: its array may appear only as the target of those stores
+        (no lane reads it back, no loop writes it)."""
+        data = self.data
+        for n in walk(self.body, ("subscript_expression",)):
+            parts = subscript_parts(n, data)
+            base = unparen(parts[0]) if parts is not None else None
+            root = self.root.get(node_text(base, data)) if base is not None and base.type == "identifier" else None
+            if root not in self.scalar_roots:
+                continue
+            p = n.parent
+            while p is not None and p.type == "parenthesized_expression":
+                p = p.parent
+            if p is None or p.id not in stores:
+                raise _Reject
+
+    def _store(self, st: Node) -> None:
+        """``p[E] op= v;`` at the top level: E and v follow the rules of top-level reads."""
+        data = self.data
+        e = st.named_children[0]
+        left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
+        assert left is not None and right is not None
+        parts = subscript_parts(unparen(left), data)
+        assert parts is not None
+        for part in (parts[1], right):
+            if _ids(part, data) & _COORDS:
+                raise _Reject
+            for n in walk(part):
+                if n.type == "subscript_expression":
+                    self._top_read(n)
+                elif n.type in ("assignment_expression", "update_expression", "for_statement") or (
+                        n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
+                    raise _Reject
+
+    def _top_read(self, n: Node) -> None:
+        data = self.data
+        parts = subscript_parts(n, data)
+        if parts is None:
+            raise _Reject
+        base = unparen(parts[0])
+        name = node_text(base, data)
+        if base.type != "identifier" or name not in self.root or self.root[name] in self.written_roots \
+                or self.root[name] in self.scalar_roots:
             raise _Reject
 
     def _declare(self, st: Node) -> None:
@@ -257,13 +354,7 @@ class _Analysis:
                 raise _Reject
         for n in walk(st):
             if n.type == "subscript_expression":
-                parts = subscript_parts(n, data)
-                if parts is None:
-                    raise _Reject
-                base = unparen(parts[0])
-                if base.type != "identifier" or self.root.get(node_text(base, data)) in self.written_roots \
-                        or node_text(base, data) not in self.root:
-                    raise _Reject
+                self._top_read(n)
             elif n.type == "for_statement" or (
                     n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
                 raise _Reject
@@ -277,7 +368,7 @@ class _Analysis:
         if init is None or cond is None or upd is None or body is None:
             raise _Reject
         d = single_decl(init, data)
-        if d is None or d.pointer or d.value is None or not is_zero_literal(d.value, data):
+        if d is None or d.pointer or d.value is None:
             raise _Reject
         j = d.name
         bound = upper_bound(cond, data, j)
@@ -286,14 +377,24 @@ class _Analysis:
         if bound is None or ut not in (f"{j}++", f"++{j}", f"{j}+=1", f"{j}={j}+1"):
             raise _Reject
         loop = _Loop(st, j)
+        if not is_zero_literal(d.value, data):
+            # any first index every lane computes alike: lanes start at start + lane
+            if _ids(d.value, data) & (_COORDS | {j}) or any(
+                    n.type in ("call_expression", "subscript_expression", "assignment_expression",
+                               "update_expression") for n in walk(d.value)):
+                raise _Reject
+            loop.start = node_text(d.value, data)
         locals_ = declared_names(body, data)
         outer_written = {w for w in written_names(body, data) if w not in locals_}
         if j in outer_written or outer_written & set(self.root):
             raise _Reject
+        if _ids(d.value, data) & outer_written:
+            raise _Reject
         if _ids(bound.limit, data) & outer_written:
             raise _Reject
         self._body(body, loop, locals_, outer_written)
-        if set(loop.reductions) != outer_written:
+        accs = set(loop.reductions) | {r.index for r in loop.reductions.values() if r.index}
+        if accs != outer_written:
             raise _Reject
         return loop
 
@@ -302,6 +403,8 @@ class _Analysis:
             t = st.type
             if t == "compound_statement":
                 self._body(st, loop, locals_, outer_written)
+            elif t == "if_statement" and self._compare_assign(st, loop, outer_written):
+                continue
             elif t == "if_statement":
                 c = condition_of(st)
                 if c is None:
@@ -358,7 +461,7 @@ class _Analysis:
         if name in locals_ and name not in outer_written:
             self._expr(right, loop, outer_written)
             return
-        if name not in self.scalars or self.scalars[name] not in SHUFFLE_TYPES:
+        if name not in self.scalars or resolved_type(self.ctx, self.scalars[name]) not in SHUFFLE_TYPES:
             raise _Reject
         kind, operand = _reduction(o, right, name, data)
         if kind is None or operand is None:
@@ -370,6 +473,66 @@ class _Analysis:
         loop.reductions[name] = _Reduction(name, self.scalars[name], kind)
         self._expr(operand, loop, outer_written)
 
+    def _compare_assign(self, st: Node, loop: _Loop, outer_written: set[str]) -> bool:
+        """``if (A > acc) acc = A;`` (a max; ``<`` a min) or ``if (A > acc) { acc = A; idx = J; }`` (an argmax:
+        J an expression of the loop's index), the form a running maximum is usually written in.
+
+        True when ``st`` is such an update (recorded as a reduction), False when it is some other ``if``."""
+        data = self.data
+        c = condition_of(st)
+        cons = st.child_by_field_name("consequence")
+        if c is None or cons is None or st.child_by_field_name("alternative") is not None:
+            return False
+        b = unparen(c)
+        if b.type != "binary_expression":
+            return False
+        op_n, left, right = (b.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if op_n is None or left is None or right is None:
+            return False
+        op = node_text(op_n, data)
+        if op not in ("<", ">", "<=", ">="):
+            return False
+        acc, value, greater = None, None, False
+        if unparen(right).type == "identifier" and node_text(unparen(right), data) in outer_written:
+            acc, value, greater = node_text(unparen(right), data), left, op in (">", ">=")
+        elif unparen(left).type == "identifier" and node_text(unparen(left), data) in outer_written:
+            acc, value, greater = node_text(unparen(left), data), right, op in ("<", "<=")
+        if acc is None or value is None or acc not in self.scalars:
+            return False
+        if resolved_type(self.ctx, self.scalars[acc]) not in SHUFFLE_TYPES:
+            raise _Reject
+        sets: dict[str, Node] = {}
+        for a in statements(cons):
+            e = a.named_children[0] if a.type == "expression_statement" and a.named_child_count == 1 else None
+            if e is None or e.type != "assignment_expression":
+                raise _Reject
+            lhs, aop, rhs = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+            if lhs is None or aop is None or rhs is None or node_text(aop, data) != "=" \
+                    or unparen(lhs).type != "identifier":
+                raise _Reject
+            sets[node_text(unparen(lhs), data)] = rhs
+        flat = node_text(unparen(value), data).replace(" ", "")
+        if acc not in sets or node_text(unparen(sets[acc]), data).replace(" ", "") != flat:
+            raise _Reject
+        self._expr(value, loop, outer_written)
+        prev = loop.reductions.get(acc)
+        typ = resolved_type(self.ctx, self.scalars[acc])
+        if len(sets) == 1:
+            kind = ("fmaxf" if greater else "fminf") if typ == "float" else \
+                ("fmax" if greater else "fmin") if typ == "double" else ("max" if greater else "min")
+            if prev is not None and prev.kind != kind:
+                raise _Reject
+            loop.reductions[acc] = _Reduction(acc, self.scalars[acc], kind)
+            return True
+        idx = next(n for n in sets if n != acc)
+        if len(sets) != 2 or idx not in self.scalars or prev is not None or idx in loop.reductions \
+                or resolved_type(self.ctx, self.scalars[idx]) not in SHUFFLE_TYPES:
+            raise _Reject
+        self._expr(sets[idx], loop, outer_written)
+        loop.reductions[acc] = _Reduction(acc, self.scalars[acc], "argmax" if greater else "argmin", idx,
+                                          self.scalars[idx], op in ("<", ">"), st.id)
+        return True
+
     def _access(self, sub: Node, loop: _Loop, outer_written: set[str]) -> None:
         data = self.data
         parts = subscript_parts(sub, data)
@@ -380,6 +543,8 @@ class _Analysis:
             raise _Reject
         name = node_text(base, data)
         root = self.root[name]
+        if root in self.scalar_roots:
+            raise _Reject
         if _ids(idx, data) & outer_written or any(n.type == "subscript_expression" for n in walk(idx)) \
                 or any(n.type == "call_expression" for n in walk(idx)):
             raise _Reject
@@ -478,7 +643,13 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 
 
 def _reduction_kinds_ok(shape: _Shape) -> bool:
-    return all(r.kind == "sum" or r.kind in MINMAX_FUNCS for lp in shape.loops for r in lp.reductions.values())
+    return all(r.kind in ("sum", "argmax", "argmin") or r.kind in MINMAX_FUNCS
+               for lp in shape.loops for r in lp.reductions.values())
+
+
+def _has_arg(shape: _Shape) -> bool:
+    """Arg-reductions combine (value, index) pairs inside a warp only (no block-wide variant)."""
+    return any(r.index for lp in shape.loops for r in lp.reductions.values())
 
 
 def _combine(kind: str, a: str, b: str) -> str:
@@ -487,6 +658,7 @@ def _combine(kind: str, a: str, b: str) -> str:
 
 class WarpPerRow(StructuralRule[_Shape]):
     family = "warp_per_row"
+    structural = True
     motivated_by = ("WF111", "warp_per_row", "WF103", "coalesce")
 
     def _rows(self, ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[str, bool] | None:
@@ -511,7 +683,7 @@ class WarpPerRow(StructuralRule[_Shape]):
         out: dict[str, Launch] = {}
         for param, (threads, rpb) in VARIANTS.items():
             if rpb == 0:
-                if not exact or not self._long_rows(ctx, shape, data):
+                if not exact or not self._long_rows(ctx, shape, data) or _has_arg(shape):
                     continue
                 grid: tuple[str, ...] = (rows_expr,)
             else:
@@ -567,7 +739,11 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
     out.extend(flush(node_text(n, data), n, data) for n in shape.between)
     rest: list[str] = []
     loops = {lp.node.id: (n, lp) for n, lp in enumerate(shape.loops)}
+    one = "threadIdx.x == 0" if block else f"{lane} == 0"
     for st in shape.rest:
+        if st.id in shape.stores:
+            rest.append(f"if ({one}) {{\n    {node_text(st, data)}\n}}")
+            continue
         if st.id not in loops:
             rest.append(flush(node_text(st, data), st, data))
             continue
@@ -594,16 +770,25 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     d = single_decl(init, data)
     assert d is not None
     parts = {r.acc: f"{PREFIX}p{n}_{r.acc}" for r in lp.reductions.values()}
+    parts.update({r.index: f"{PREFIX}p{n}_{r.index}" for r in lp.reductions.values() if r.index})
+    flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index}
     lines: list[str] = []
     for r in lp.reductions.values():
         start = "0" if r.kind == "sum" else r.acc
         lines.append(f"{r.type} {parts[r.acc]} = {start};")
-    start = "threadIdx.x" if block else f"{PREFIX}lane"
+        if r.index:
+            lines.append(f"{r.index_type} {parts[r.index]} = {r.index};")
+            lines.append(f"int {flags[r.node_id]} = 0;  // has this lane's pair left its start value?")
+    lane = "threadIdx.x" if block else f"{PREFIX}lane"
+    start = lane if lp.start == "0" else f"({lp.start}) + {lane}"
     stride = "blockDim.x" if block else "32"
-    body_text = flush(_rename_ids(body, data, parts), body, data)
+    body_text = flush(_rename_body(body, data, parts, flags), body, data)
     lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
     for r in lp.reductions.values():
         p = parts[r.acc]
+        if r.index:
+            lines.extend(_arg_combine(r, p, parts[r.index], flags[r.node_id]))
+            continue
         lines.append(f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
                      f"    {p} = {_combine(r.kind, p, f'__shfl_xor_sync({_FULL}, {p}, {PREFIX}o)')};\n}}")
         if block:
@@ -630,6 +815,43 @@ def _rename_ids(node: Node, data: bytes, mapping: dict[str, str]) -> str:
         return None
 
     return render(node, data, rep)
+
+
+def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[int, str]) -> str:
+    """The loop body with accumulators renamed to the lane's partials; an arg-reduction's update also
+    raises the lane's flag (a pair found in the data beats the start value on ties)."""
+    def rep(n: Node) -> str | None:
+        if n.type == "identifier":
+            return mapping.get(node_text(n, data))
+        if n.parent is not None and n.parent.id in flags and n == n.parent.child_by_field_name("consequence"):
+            inner = "\n".join(_rename_body(c, data, mapping, flags) for c in statements(n))
+            return f"{{\n{inner}\n{flags[n.parent.id]} = 1;\n}}"
+        return None
+
+    return render(node, data, rep)
+
+
+def _arg_combine(r: _Reduction, p: str, pj: str, pf: str) -> list[str]:
+    """Butterfly over (value, flag, index): a larger (argmin: smaller) value wins; on equal values a found
+    pair beats the start value, then the first (strict compare) or last index wins, as in serial order."""
+    better = ">" if r.kind == "argmax" else "<"
+    order = "<" if r.first else ">"
+    o = f"{PREFIX}o"
+    return [
+        f"for (int {o} = 16; {o} > 0; {o} >>= 1) {{",
+        f"    {r.type} {PREFIX}ob = __shfl_xor_sync({_FULL}, {p}, {o});",
+        f"    {r.index_type} {PREFIX}oj = __shfl_xor_sync({_FULL}, {pj}, {o});",
+        f"    int {PREFIX}of = __shfl_xor_sync({_FULL}, {pf}, {o});",
+        f"    if ({PREFIX}ob {better} {p} || ({PREFIX}ob == {p} && {PREFIX}of"
+        f" && (!{pf} || {PREFIX}oj {order} {pj}))) {{",
+        f"        {p} = {PREFIX}ob;",
+        f"        {pj} = {PREFIX}oj;",
+        f"        {pf} = {PREFIX}of;",
+        "    }",
+        "}",
+        f"{r.acc} = {p};",
+        f"{r.index} = {pj};",
+    ]
 
 
 register(WarpPerRow())
