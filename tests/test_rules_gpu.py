@@ -7,6 +7,10 @@ up — at the spec size (two seeds) and at the perturbed odd size, and every wri
 within the spec's tolerances. Then both are timed at the spec size (CUDA events, interleaved rounds,
 median) and the speedup is reported in a table at the end.
 
+Besides the reference kernels, ``GENERAL`` lists corpus kernels written apart from the rules in different
+styles (guarded bodies, pointer bumping, arg-max pairs, per-row scalar outputs) and the unseen-style
+fixture: the rules reach them through the canonical form, and their variants are checked the same way.
+
 A self-contained harness (not ``warpforge.gpu``'s evaluator): it checks the rules, not the engine.
 Run on the GPU machine: ``pytest -m gpu tests/test_rules_gpu.py``.
 """
@@ -25,7 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import KERNEL_FILES
+from conftest import KERNEL_FILES, ROOT
 from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.candidate import Candidate
@@ -39,7 +43,12 @@ pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
                   "smem_transpose", "atomics_privatize"})
-KERNELS = {p.stem: p for p in KERNEL_FILES}
+#: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
+#: style: the general forms of the rules (through the canonical form) must verify on them too
+GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
+    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats")),
+    ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
+KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {
     "float32": np.float32, "float64": np.float64, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
     "uint64": np.uint64, "float16": np.float16, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,

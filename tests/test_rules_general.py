@@ -1,0 +1,143 @@
+"""Structural rules on kernels written in styles the rules were not written against, and the near misses
+where they must decline. The rules see the canonical form (cuda.normalize) through the offline policy, so
+these go through ``OfflinePolicy.propose_sync`` exactly as a search does. GPU verification of the same
+variants: tests/test_rules_gpu.py (corpus and fixture kernels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from warpforge.cuda import parse
+from warpforge.cuda.candidate import Candidate
+from warpforge.policy.offline import offline_policy
+from warpforge.search.engine import Budget
+from warpforge.search.optimize import OptimizeRequest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+ROW_SPEC = """// @warpforge size B = 4096
+// @warpforge size C = 1024
+// @warpforge arg x: {xrole} float[B*C]
+// @warpforge arg y: out float[B*C]
+// @warpforge arg m: out float[B]
+// @warpforge arg idx: out int[B]
+// @warpforge arg rows = B
+// @warpforge arg cols = C
+// @warpforge launch grid=cdiv(B, 256), block=256
+"""
+SIG = "__global__ void k({xconst}float* x, float* y, float* m, int* idx, int rows, int cols)\n"
+
+
+def proposals(text: str, path: str = "k.cu") -> list[Candidate]:
+    kernel = parse(text).kernels[0].name
+    pol = offline_policy(OptimizeRequest(path, text, kernel, "beam", Budget(max_candidates=8, wall_seconds=5)))
+    out = pol.propose_sync(pol.root_candidate())
+    assert not pol.errors, pol.errors
+    return out
+
+
+def row_kernel(body: str, *, xrole: str = "in") -> str:
+    return ROW_SPEC.format(xrole=xrole) + SIG.format(xconst="const " if xrole == "in" else "") + body
+
+
+def families(text: str) -> set[str]:
+    return {c.family for c in proposals(text)}
+
+
+def test_guarded_bumped_row_kernel_gets_a_warp_per_row_variant() -> None:
+    text = row_kernel("""{
+    long r = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        x += r * cols;
+        y += r * cols;
+        float s = 0.0f;
+        for (int j = 0; j < cols; ++j) s += x[j];
+        for (int j = 0; j < cols; ++j) y[j] = x[j] - s / cols;
+        m[r] = s / cols;
+        idx[r] = 0;
+    }
+}
+""")
+    wpr = [c for c in proposals(text) if c.family == "warp_per_row"]
+    assert {c.steps[-1] for c in wpr} >= {"warp_per_row:warp8", "warp_per_row:warp4"}
+    src = wpr[0].source
+    assert "__shfl_xor_sync" in src
+    assert "if (wfw_lane == 0) {\n            m[r] = s / cols;" in src  # one lane stores the per-row scalar
+
+
+def test_running_argmax_becomes_a_warp_pair_reduction_keeping_the_first_index() -> None:
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float best = x[r * cols];
+    int at = 0;
+    for (int j = 1; j < cols; j++) {
+        float v = x[r * cols + j];
+        if (v > best) { best = v; at = j; }
+    }
+    idx[r] = at;
+    m[r] = best;
+    for (int j = 0; j < cols; j++) y[r * cols + j] = x[r * cols + j] - best;
+}
+""")
+    wpr = [c for c in proposals(text) if c.family == "warp_per_row"]
+    assert wpr, "an arg-max row loop must get a warp variant"
+    src = wpr[0].source
+    assert "for (int j = (1) + wfw_lane;" in src
+    assert "wfw_oj < wfw_p0_at" in src  # ties keep the smaller index, as the serial strict `>` does
+    assert not any(c.steps[-1] == "warp_per_row:block256" for c in wpr)  # pairs combine within a warp only
+
+
+def test_cross_row_dependence_is_declined() -> None:
+    # row r reads what row r - 1 wrote: lanes of other warps would race
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows || r == 0) return;
+    for (int j = 0; j < cols; j++) x[r * cols + j] += x[(r - 1) * cols + j];
+}
+""", xrole="inout")
+    assert "warp_per_row" not in families(text)
+
+
+def test_per_row_scalar_that_is_read_back_is_declined() -> None:
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) s += x[r * cols + j];
+    m[r] = s;
+    for (int j = 0; j < cols; j++) y[r * cols + j] = x[r * cols + j] / m[r];
+}
+""")
+    assert "warp_per_row" not in families(text)
+
+
+def test_accumulator_read_inside_its_own_loop_is_declined() -> None:
+    # a prefix sum: the loop-carried value is not a reduction, each element needs the serial order
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) { s += x[r * cols + j]; y[r * cols + j] = s; }
+}
+""")
+    assert "warp_per_row" not in families(text)
+
+
+def test_compare_assign_that_is_not_a_running_max_is_declined() -> None:
+    # assigns something other than what it compared: not a max, must not be treated as one
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float best = 0.0f;
+    for (int j = 0; j < cols; j++) { if (x[r * cols + j] > best) best = x[r * cols + j] * 0.5f; }
+    m[r] = best;
+}
+""")
+    assert "warp_per_row" not in families(text)
+
+
+def test_unseen_style_fixture_gets_a_structural_variant() -> None:
+    path = FIXTURES / "unseen_rowloss.cu"
+    fams = {c.family for c in proposals(path.read_text(), str(path))}
+    assert "warp_per_row" in fams
