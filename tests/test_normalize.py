@@ -101,3 +101,19 @@ def test_canonical_text_compiles(tmp_path: Path) -> None:
     r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(f)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_pointer_walking_in_a_counted_loop_becomes_indexing() -> None:
+    out = canon("__global__ void k(const float* s, float* d, int n) {\n"
+                "    const float* a = s + blockIdx.x * n;\n    float* b = d + blockIdx.x * n;\n"
+                "    for (int j = 0; j < n; j++) {\n        *b++ = 2.0f * *a++;\n    }\n}\n")
+    assert "b[j] = 2.0f * a[j];" in out
+
+
+def test_pointer_walking_under_a_branch_or_used_after_the_loop_is_kept() -> None:
+    branch = ("__global__ void k(const float* s, float* d, int n) {\n"
+              "    for (int j = 0; j < n; j++) {\n        if (j > 2) *d++ = *s++;\n    }\n}\n")
+    assert "*d++" in canon(branch)
+    after = ("__global__ void k(const float* s, float* d, int n) {\n"
+             "    for (int j = 0; j < n; j++) {\n        *d++ = *s++;\n    }\n    *d = 0.0f;\n}\n")
+    assert "*d++" in canon(after)

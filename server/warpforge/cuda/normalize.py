@@ -24,7 +24,10 @@ The passes, applied to the kernel's body until nothing changes:
 * **a guarded body becomes an early exit** (``if (i < n) { BODY }`` as the last statement ->
   ``if (i >= n) return; BODY``), when the body's declarations cannot clash with the enclosing scope;
 * **pointer bumping becomes base + offset** (``x += row * C;`` -> ``const float* x_at = x + (row * C);``
-  and later uses of ``x`` read ``x_at``), for a pointer parameter bumped once, at the top level.
+  and later uses of ``x`` read ``x_at``), for a pointer parameter bumped once, at the top level;
+* **pointer walking becomes indexing** (``for (j = 0; j < n; j++) *dst++ = *src++;`` ->
+  ``dst[j] = src[j]``), for a counted loop whose body walks each pointer exactly once per iteration,
+  unconditionally, and whose pointers are not used after the loop.
 """
 
 from __future__ import annotations
@@ -116,7 +119,8 @@ def normalize_definition(definition: str, kernel: str, facts: FileFacts) -> str:
     """The canonical form of ``definition`` (the text defining ``kernel``; see the module docstring)."""
     text = definition
     for _ in range(_MAX_ROUNDS):
-        for step in (_expand_macros, _resolve_typedefs, _inline_coordinates, _guard_to_exit, _pointer_bumps):
+        for step in (_expand_macros, _resolve_typedefs, _inline_coordinates, _guard_to_exit, _pointer_bumps,
+                     _pointer_walks):
             got = _body(text, kernel)
             if got is None:
                 return text
@@ -436,3 +440,70 @@ def _pointer_params(fn: Node, data: bytes) -> dict[str, str]:
         const = any(c.type == "type_qualifier" and node_text(c, data) == "const" for c in p.children)
         out[node_text(inner, data)] = f"{'const ' if const else ''}{node_text(t, data)}* "
     return out
+
+
+def _counted_loop(st: Node, data: bytes) -> tuple[str, Node] | None:
+    """(index, body) of ``for (T j = 0; j < E; j++)`` (also ``++j``, ``j += 1``), else None."""
+    init, cond, upd, body = (st.child_by_field_name(f) for f in ("initializer", "condition", "update", "body"))
+    if init is None or cond is None or upd is None or body is None:
+        return None
+    d = _single_decl(init, data)
+    if d is None or node_text(d[2], data).strip() not in ("0", "0u", "0ul", "0UL", "0U"):
+        return None
+    j = d[1]
+    c = _unparen(cond)
+    op = c.child_by_field_name("operator") if c.type == "binary_expression" else None
+    left = c.child_by_field_name("left") if c.type == "binary_expression" else None
+    if op is None or left is None or node_text(op, data) not in ("<", "!=") or node_text(left, data) != j:
+        return None
+    if node_text(upd, data).replace(" ", "") not in (f"{j}++", f"++{j}", f"{j}+=1"):
+        return None
+    return j, body
+
+
+def _walk_site(n: Node, data: bytes) -> str | None:
+    """The pointer of ``*p++`` (a ``pointer_expression`` dereferencing a postfix increment), else None."""
+    if n.type != "pointer_expression" or not node_text(n, data).lstrip().startswith("*"):
+        return None
+    arg = n.child_by_field_name("argument")
+    arg = _unparen(arg) if arg is not None else None
+    if arg is None or arg.type != "update_expression" or not node_text(arg, data).rstrip().endswith("++"):
+        return None
+    p = arg.child_by_field_name("argument")
+    return node_text(p, data) if p is not None and p.type == "identifier" else None
+
+
+_BRANCHY = frozenset({"if_statement", "conditional_expression", "for_statement", "while_statement", "do_statement",
+                      "switch_statement", "return_statement", "break_statement", "continue_statement",
+                      "goto_statement"})
+
+
+def _pointer_walks(text: str, body: Node, data: bytes, facts: FileFacts) -> str | None:
+    for st in walk(body, ("for_statement",)):
+        got = _counted_loop(st, data)
+        if got is None:
+            continue
+        j, lbody = got
+        if any(n.type in _BRANCHY for n in walk(lbody)) or j in _written(lbody, data):
+            continue
+        if any(n.type == "binary_expression" and (o := n.child_by_field_name("operator")) is not None
+               and node_text(o, data) in ("&&", "||") for n in walk(lbody)):
+            continue
+        sites: dict[str, list[Node]] = {}
+        for n in walk(lbody, ("pointer_expression",)):
+            p = _walk_site(n, data)
+            if p is not None:
+                sites.setdefault(p, []).append(n)
+        if not sites:
+            continue
+        ok = True
+        for p, ns in sites.items():
+            # once per iteration, no other use inside the loop, none after it
+            uses = [n for n in walk(lbody, ("identifier",)) if node_text(n, data) == p]
+            after = [n for n in walk(body, ("identifier",)) if node_text(n, data) == p and n.start_byte >= st.end_byte]
+            if len(ns) != 1 or len(uses) != 1 or after:
+                ok = False
+        if not ok:
+            continue
+        return _splice(data, [(ns[0].start_byte, ns[0].end_byte, f"{p}[{j}]") for p, ns in sites.items()])
+    return None
