@@ -141,3 +141,54 @@ def test_unseen_style_fixture_gets_a_structural_variant() -> None:
     path = FIXTURES / "unseen_rowloss.cu"
     fams = {c.family for c in proposals(path.read_text(), str(path))}
     assert "warp_per_row" in fams
+
+
+COL_SPEC = """// @warpforge size B = 4096
+// @warpforge size C = 768
+// @warpforge arg x: in float[B*C]
+// @warpforge arg y: out float[B*C]
+// @warpforge arg s: out float[C]
+// @warpforge arg B = B
+// @warpforge arg C = C
+// @warpforge launch grid=cdiv(C, 256), block=256
+__global__ void k(const float* x, float* y, float* s, int B, int C)
+"""
+
+
+def test_column_reduction_gets_a_split_over_block_rows() -> None:
+    text = COL_SPEC + """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) {
+        float lo = x[c];
+        for (int b = 1; b < B; ++b) { if (x[b * C + c] < lo) lo = x[b * C + c]; }
+        s[c] = lo;
+    }
+}
+"""
+    cs = [c for c in proposals(text) if c.family == "column_split"]
+    assert {c.steps[-1] for c in cs} == {"column_split:w32r8", "column_split:w8r32", "column_split:w32r32",
+                                         "column_split:w8r128"}
+    src = cs[0].source
+    assert "for (int b = (1) + threadIdx.y; b < B; b += blockDim.y)" in src
+    assert "if (wfc_on && threadIdx.y == 0)" in src and "return;" in src.split("wfc_i")[0]
+
+
+def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None:
+    writes = COL_SPEC + """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int b = 0; b < B; ++b) { t += x[b * C + c]; y[b * C + c] = t; }
+}
+"""
+    assert "column_split" not in families(writes)
+    rows = COL_SPEC + """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int b = 0; b < B; ++b) t += x[c * B + b];
+    s[c] = t;
+}
+"""
+    fams = families(rows)
+    assert "column_split" not in fams and "warp_per_row" in fams
