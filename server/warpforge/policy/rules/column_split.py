@@ -30,23 +30,21 @@ flight, grid ``cdiv(COLS, W)``, COLS the guard's bound in spec terms (or the ori
 
 from __future__ import annotations
 
-from ...cuda.tree import node_text, walk
+from ...cuda.tree import node_text
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
-    condition_of,
     flush,
     indent,
     is_1d,
     launch_ok,
     scalar_value_expr,
     single_decl,
-    subscript_parts,
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
 from .base import RuleContext
-from .warp_per_row import _Analysis, _ids, _lane_index, _Loop, _Reject, _rename_body, _Shape
+from .warp_per_row import _Analysis, _ids, _Loop, _Reject, _rename_body, _Shape, _varying, strided_in_loop
 
 PREFIX = "wfc_"
 #: param -> (columns per block, rows in flight per column)
@@ -67,31 +65,30 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return None
     if any(n.startswith(PREFIX) for n in _ids(body, data)) or a.written_roots:
         return None
-    if shape.row.value is None or "blockDim.x" not in node_text(shape.row.value, data):
+    if shape.row.value is None or "blockDim.x" not in node_text(shape.row.value, data) or shape.bound is None:
+        return None
+    # the guard's other terms decide for the whole block: they may use only values the same for the block
+    if any(_ids(t, data) & _per_thread(shape, data) for t in shape.others):
         return None
     if not shape.loops or not all(r.kind == "sum" or r.kind in MINMAX_FUNCS
                                   for lp in shape.loops for r in lp.reductions.values()):
         return None
-    if not _strided(shape, data):
+    if not strided_in_loop(shape, data):
         return None
     return shape, data
 
 
-def _strided(shape: _Shape, data: bytes) -> bool:
-    """Some loop read is ``E(j) + col`` (strided in j, contiguous across threads); none is contiguous in j."""
-    col = shape.row.name
-    seen = False
-    for lp in shape.loops:
-        for n in walk(lp.node, ("subscript_expression",)):
-            parts = subscript_parts(n, data)
-            if parts is None:
-                return False
-            idx = parts[1]
-            if _lane_index(idx, data, lp.var):
-                return False
-            if lp.var in _ids(idx, data) and _lane_index(idx, data, col):
-                seen = True
-    return seen
+def _per_thread(shape: _Shape, data: bytes) -> set[str]:
+    """Locals that may differ between the threads of a block: the column and whatever is computed from it
+    (the rest, e.g. ``int b = blockIdx.y``, is uniform)."""
+    out = {shape.row.name}
+    for st in shape.prefix + shape.between:
+        d = single_decl(st, data)
+        if d is None:
+            out |= {n for n in _ids(st, data)}
+        elif d.value is None or _ids(d.value, data) & out or _varying(d.value, data):
+            out.add(d.name)
+    return out
 
 
 class ColumnSplit(StructuralRule[_Shape]):
@@ -103,10 +100,12 @@ class ColumnSplit(StructuralRule[_Shape]):
         return _analyse(ctx)
 
     def _cols(self, ctx: RuleContext, shape: _Shape, data: bytes) -> str | None:
+        if shape.bound is None:
+            return None
         lim = scalar_value_expr(ctx, shape.bound.limit, data)
         if lim is not None:
             return f"({lim}) + 1" if shape.bound.inclusive else lim
-        if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        if not ((is_1d(ctx, ctx.grid) or shape.uses_yz) and is_1d(ctx, ctx.block)):
             return None
         return f"({ctx.grid[0]}) * ({ctx.block[0]})"
 
@@ -116,7 +115,8 @@ class ColumnSplit(StructuralRule[_Shape]):
             return {}
         out: dict[str, Launch] = {}
         for param, (w, r) in VARIANTS.items():
-            grid, block = (f"cdiv({cols}, {w})",), (str(w), str(r))
+            yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
+            grid, block = (f"cdiv({cols}, {w})", *yz), (str(w), str(r))
             if launch_ok(ctx, grid, block):
                 out[param] = Launch(grid, block)
         return out
@@ -133,10 +133,7 @@ class ColumnSplit(StructuralRule[_Shape]):
 
 def _generate(shape: _Shape, data: bytes) -> str | None:
     row = shape.row
-    if row.value is None:
-        return None
-    cond = condition_of(shape.guard)
-    if cond is None:
+    if row.value is None or shape.bound is None:
         return None
     limit = node_text(shape.bound.limit, data)
     op = "<=" if shape.bound.inclusive else "<"
@@ -149,6 +146,9 @@ def _generate(shape: _Shape, data: bytes) -> str | None:
     out.append("// past the bound a thread still joins the barriers: it computes column 0 and stores nothing")
     out.append(f"{'const ' if row.const else ''}{row.type} {row.name} = {PREFIX}on ? {raw} : ({row.type})0;")
     out.extend(flush(node_text(n, data), n, data) for n in shape.between)
+    for t in shape.others:  # the guard's terms that do not involve the column: the same for the whole block
+        test = node_text(t, data) if shape.exit_form else f"!({node_text(t, data)})"
+        out.append(f"if ({test}) {{\n    return;\n}}")
     decls: list[str] = []
     loops = {lp.node.id: (k, lp) for k, lp in enumerate(shape.loops)}
     for st in shape.rest:

@@ -51,6 +51,7 @@ Assumption: device functions called in the loops have no side effects other thre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -63,15 +64,16 @@ from ._structural import (
     Bound,
     Decl,
     all_names,
+    call_names,
     condition_of,
     declared_names,
     failing_bound,
     flush,
     global_index,
-    has_collective,
     has_jump,
     indent,
     is_1d,
+    is_collective,
     is_ident,
     is_return_only,
     is_zero_literal,
@@ -133,11 +135,16 @@ class _Shape:
     between: list[Node]
     guard: Node
     exit_form: bool
-    bound: Bound
+    #: the guard's bound on the row index (None: the guard tests something else, e.g. ``start < n``)
+    bound: Bound | None
     rest: list[Node]
     loops: list[_Loop]
     #: ids of top-level statements storing a per-row scalar (done by one lane)
     stores: set[int] = field(default_factory=set)
+    #: the guard's other terms (``b < batch`` in ``col < cols && b < batch``): uniform per block
+    others: list[Node] = field(default_factory=list)
+    #: the kernel reads blockIdx/gridDim .y/.z: the launch keeps the original grid's y and z
+    uses_yz: bool = False
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
@@ -162,6 +169,8 @@ class _Analysis:
         self.written_roots: set[str] = set()
         #: roots written only by top-level per-row scalar stores (and never read)
         self.scalar_roots: set[str] = set()
+        #: roots updated by atomics inside the loops (and never read)
+        self.atomic_roots: set[str] = set()
 
     # ------------------------------------------------------------------ shape
     def find(self) -> _Shape:
@@ -176,16 +185,20 @@ class _Analysis:
                 if s.type != "if_statement":
                     continue
                 cond = condition_of(s)
-                if cond is None or s.child_by_field_name("alternative") is not None:
+                if cond is None or s.child_by_field_name("alternative") is not None or _varying(cond, data):
                     raise _Reject
-                down = failing_bound(cond, data, d.name)
-                if down is not None and is_return_only(s.child_by_field_name("consequence")):
-                    return _Shape(d, sts[:at], sts[at + 1 : j], s, True, down, sts[j + 1 :], [])
-                up = upper_bound(cond, data, d.name)
-                if up is not None and j == len(sts) - 1:
-                    return _Shape(d, sts[:at], sts[at + 1 : j], s, False, up,
-                                  statements(s.child_by_field_name("consequence")), [])
-                raise _Reject
+                if is_return_only(s.child_by_field_name("consequence")):
+                    down, others = _split_guard(cond, data, d.name, "||", failing_bound)
+                    shape = _Shape(d, sts[:at], sts[at + 1 : j], s, True, down, sts[j + 1 :], [])
+                elif j == len(sts) - 1:
+                    up, others = _split_guard(cond, data, d.name, "&&", upper_bound)
+                    shape = _Shape(d, sts[:at], sts[at + 1 : j], s, False, up,
+                                   statements(s.child_by_field_name("consequence")), [])
+                else:
+                    raise _Reject
+                shape.others = others
+                shape.uses_yz = any(_yz(n, data) for n in walk(self.body, ("field_expression",)))
+                return shape
             raise _Reject
         raise _Reject
 
@@ -194,8 +207,9 @@ class _Analysis:
         data = self.data
         if any(n.startswith(PREFIX) for n in all_names(self.body, data)):
             raise _Reject
-        if any(n.type == "__shared__" for n in walk(self.body)) or has_collective(self.body, data):
-            raise _Reject
+        if any(n.type == "__shared__" for n in walk(self.body)) \
+                or any(is_collective(c) and c not in ATOMICS for c in call_names(self.body, data)):
+            raise _Reject  # atomics are checked where they are used (result unused, target never read)
         if declared_names(self.body, data) & self.params:
             raise _Reject  # shadowing
         row = shape.row.name
@@ -203,12 +217,12 @@ class _Analysis:
             raise _Reject
         top = shape.prefix + shape.between + shape.rest
         for st in top:
-            if has_jump(st, loops_ok=False) or _ids(st, data) & _COORDS:
+            if has_jump(st, loops_ok=False) or _varying(st, data):
                 raise _Reject
         for st in shape.prefix + shape.between:
             if st.type != "declaration":
                 raise _Reject
-        if row in {i for st in shape.prefix for i in _ids(st, data)} or _ids(shape.bound.limit, data) & _COORDS:
+        if row in {i for st in shape.prefix for i in _ids(st, data)}:
             raise _Reject
         # pass 1: pointer aliases and scalars declared at the top level, and which roots are written (anywhere)
         for st in top:
@@ -235,8 +249,14 @@ class _Analysis:
                     self.written_roots.add(self.root[node_text(base, data)])
                 elif target is not None and unparen(target).type != "identifier":
                     raise _Reject  # *p = ..., s.f = ...: not something this rule follows
-        if self.scalar_roots & self.written_roots:
-            raise _Reject  # a per-row scalar array also written per element
+        for n in walk(self.body, ("call_expression",)):
+            at = atomic_target(n, data)
+            if at is not None and n.id not in store_targets:
+                if at[0] not in self.root:
+                    raise _Reject
+                self.atomic_roots.add(self.root[at[0]])
+        if self.scalar_roots & self.written_roots or self.atomic_roots & (self.written_roots | self.scalar_roots):
+            raise _Reject  # one array updated in two ways
         self._scalar_roots_unread(store_targets)
         # pass 2: statements
         for st in shape.prefix + shape.between:
@@ -259,6 +279,9 @@ class _Analysis:
         if st.type != "expression_statement" or st.named_child_count != 1:
             return None
         e = st.named_children[0]
+        at = atomic_target(e, data)
+        if at is not None:
+            return self.root.get(at[0])
         if e.type != "assignment_expression":
             return None
         left = e.child_by_field_name("left")
@@ -281,7 +304,7 @@ class _Analysis:
             if root not in self.scalar_roots:
                 continue
             p = n.parent
-            while p is not None and p.type == "parenthesized_expression":
+            while p is not None and p.type in ("parenthesized_expression", "pointer_expression", "argument_list"):
                 p = p.parent
             if p is None or p.id not in stores:
                 raise _Reject
@@ -290,12 +313,17 @@ class _Analysis:
         """``p[E] op= v;`` at the top level: E and v follow the rules of top-level reads."""
         data = self.data
         e = st.named_children[0]
-        left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
-        assert left is not None and right is not None
-        parts = subscript_parts(unparen(left), data)
-        assert parts is not None
-        for part in (parts[1], right):
-            if _ids(part, data) & _COORDS:
+        at = atomic_target(e, data)
+        if at is not None:
+            checked = [n for n in (at[1], at[2]) if n is not None]
+        else:
+            left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
+            assert left is not None and right is not None
+            parts = subscript_parts(unparen(left), data)
+            assert parts is not None
+            checked = [parts[1], right]
+        for part in checked:
+            if _varying(part, data):
                 raise _Reject
             for n in walk(part):
                 if n.type == "subscript_expression":
@@ -312,7 +340,7 @@ class _Analysis:
         base = unparen(parts[0])
         name = node_text(base, data)
         if base.type != "identifier" or name not in self.root or self.root[name] in self.written_roots \
-                or self.root[name] in self.scalar_roots:
+                or self.root[name] in self.scalar_roots or self.root[name] in self.atomic_roots:
             raise _Reject
 
     def _declare(self, st: Node) -> None:
@@ -379,7 +407,7 @@ class _Analysis:
         loop = _Loop(st, j)
         if not is_zero_literal(d.value, data):
             # any first index every lane computes alike: lanes start at start + lane
-            if _ids(d.value, data) & (_COORDS | {j}) or any(
+            if _varying(d.value, data) or j in _ids(d.value, data) or any(
                     n.type in ("call_expression", "subscript_expression", "assignment_expression",
                                "update_expression") for n in walk(d.value)):
                 raise _Reject
@@ -433,6 +461,17 @@ class _Analysis:
         e = st.named_children[0] if st.named_child_count == 1 else None
         if e is None:
             raise _Reject
+        at = atomic_target(e, data)
+        if at is not None:
+            # an atomic update (result unused): safe from any lane; its array is never read or plainly written
+            root = self.root.get(at[0])
+            if root is None or root in self.written_roots or root in self.scalar_roots:
+                raise _Reject
+            self.atomic_roots.add(root)
+            for part in (at[1], at[2]):
+                if part is not None:
+                    self._expr(part, loop, outer_written)
+            return
         if e.type == "update_expression":
             arg = e.child_by_field_name("argument")
             if arg is None:
@@ -543,7 +582,7 @@ class _Analysis:
             raise _Reject
         name = node_text(base, data)
         root = self.root[name]
-        if root in self.scalar_roots:
+        if root in self.scalar_roots or root in self.atomic_roots:
             raise _Reject
         if _ids(idx, data) & outer_written or any(n.type == "subscript_expression" for n in walk(idx)) \
                 or any(n.type == "call_expression" for n in walk(idx)):
@@ -572,6 +611,102 @@ class _Analysis:
             if n.type in ("assignment_expression", "update_expression") and n is not node:
                 raise _Reject  # assignments inside expressions: keep it simple
             stack.extend(n.children)
+
+
+#: atomics whose result a statement may discard; the target is then only ever updated atomically
+ATOMICS = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicAnd", "atomicOr", "atomicXor"})
+
+
+def atomic_target(e: Node, data: bytes) -> tuple[str, Node | None, Node] | None:
+    """(pointer name, index or None, value) of ``atomicOp(&p[i], v)``, ``atomicOp(p + i, v)``, ``atomicOp(p, v)``."""
+    if e.type != "call_expression":
+        return None
+    fn, args = e.child_by_field_name("function"), e.child_by_field_name("arguments")
+    if fn is None or args is None or node_text(fn, data) not in ATOMICS:
+        return None
+    xs = [a for a in args.named_children if a.type != "comment"]
+    if len(xs) != 2:
+        return None
+    t = unparen(xs[0])
+    if t.type == "pointer_expression" and node_text(t, data).lstrip().startswith("&"):
+        arg = t.child_by_field_name("argument")
+        parts = subscript_parts(unparen(arg), data) if arg is not None else None
+        if parts is None or unparen(parts[0]).type != "identifier":
+            return None
+        return node_text(unparen(parts[0]), data), parts[1], xs[1]
+    if t.type == "identifier":
+        return node_text(t, data), None, xs[1]
+    if t.type == "binary_expression":
+        op, a, b = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if op is not None and a is not None and b is not None and node_text(op, data) == "+" \
+                and unparen(a).type == "identifier":
+            return node_text(unparen(a), data), b, xs[1]
+    return None
+
+
+def _varying(node: Node, data: bytes) -> bool:
+    """Does code use a thread coordinate the re-mapping changes (threadIdx, blockDim, blockIdx.x, gridDim.x)?
+
+    ``blockIdx.y``/``.z`` and ``gridDim.y``/``.z`` (a batch index on the grid's y axis) are the same in
+    the original and the rewrite, whose launch keeps the grid's y and z."""
+    for n in walk(node):
+        if n.type == "identifier" and node_text(n, data) in _COORDS:
+            p = n.parent
+            if p is None or p.type != "field_expression" or not _yz(p, data):
+                return True
+    return False
+
+
+def _yz(n: Node, data: bytes) -> bool:
+    """``blockIdx.y``, ``blockIdx.z``, ``gridDim.y`` or ``gridDim.z``."""
+    arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+    return (n.type == "field_expression" and arg is not None and fld is not None
+            and node_text(arg, data) in ("blockIdx", "gridDim") and node_text(fld, data) in ("y", "z"))
+
+
+def _split_guard(cond: Node, data: bytes, row: str, op: str,
+                 bound_of: Callable[[Node, bytes, str], Bound | None]) -> tuple[Bound | None, list[Node]]:
+    """Split a guard into its bound on ``row`` and the other terms of its ``op`` chain (``||`` for an exit,
+    ``&&`` for a guarded body). The other terms must not mention ``row``: they are the same for every lane
+    of a row (the guard as a whole is uniform per warp either way)."""
+    terms: list[Node] = []
+    stack = [unparen(cond)]
+    while stack:
+        n = stack.pop()
+        o = n.child_by_field_name("operator") if n.type == "binary_expression" else None
+        if o is not None and node_text(o, data) == op:
+            left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+            if left is None or right is None:
+                raise _Reject
+            stack.extend((unparen(right), unparen(left)))
+        else:
+            terms.append(n)
+    bound: Bound | None = None
+    others: list[Node] = []
+    for t in terms:
+        b = bound_of(t, data, row) if bound is None else None
+        if b is not None:
+            bound = b
+        else:
+            others.append(t)
+    return bound, others
+
+
+def strided_in_loop(shape: _Shape, data: bytes) -> bool:
+    """Some loop read is ``E(j) + col`` (strided in j, contiguous across threads); none is contiguous in j."""
+    col = shape.row.name
+    seen = False
+    for lp in shape.loops:
+        for n in walk(lp.node, ("subscript_expression",)):
+            parts = subscript_parts(n, data)
+            if parts is None:
+                return False
+            idx = parts[1]
+            if _lane_index(idx, data, lp.var):
+                return False
+            if lp.var in _ids(idx, data) and _lane_index(idx, data, col):
+                seen = True
+    return seen
 
 
 def _lane_index(idx: Node, data: bytes, j: str) -> bool:
@@ -663,10 +798,10 @@ class WarpPerRow(StructuralRule[_Shape]):
 
     def _rows(self, ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[str, bool] | None:
         """The number of rows in spec terms, and whether it is exact (else: an upper bound from the launch)."""
-        lim = scalar_value_expr(ctx, shape.bound.limit, data)
-        if lim is not None:
+        lim = scalar_value_expr(ctx, shape.bound.limit, data) if shape.bound is not None else None
+        if lim is not None and shape.bound is not None:
             return (f"({lim}) + 1" if shape.bound.inclusive else lim), True
-        if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        if not ((is_1d(ctx, ctx.grid) or shape.uses_yz) and is_1d(ctx, ctx.block)):
             return None
         return f"({ctx.grid[0]}) * ({ctx.block[0]})", False
 
@@ -674,41 +809,49 @@ class WarpPerRow(StructuralRule[_Shape]):
         return _analyse(ctx)
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if not _reduction_kinds_ok(shape):
-            return {}
+        if not _reduction_kinds_ok(shape) or self._short_rows(ctx, shape, data) or strided_in_loop(shape, data):
+            return {}  # a strided loop over a contiguous row index is column_split's: lanes would not coalesce
         rows = self._rows(ctx, shape, data)
         if rows is None:
             return {}
         rows_expr, exact = rows
+        yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
         out: dict[str, Launch] = {}
         for param, (threads, rpb) in VARIANTS.items():
             if rpb == 0:
                 if not exact or not self._long_rows(ctx, shape, data) or _has_arg(shape):
                     continue
-                grid: tuple[str, ...] = (rows_expr,)
+                grid: tuple[str, ...] = (rows_expr, *yz)
             else:
-                grid = (f"cdiv({rows_expr}, {rpb})",)
+                grid = (f"cdiv({rows_expr}, {rpb})", *yz)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
                 out[param] = Launch(grid, block)
         return out
 
     @staticmethod
-    def _long_rows(ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
+    def _trip(ctx: RuleContext, lp: _Loop, data: bytes) -> int | None:
+        """The loop's bound at the spec size when it is a known scalar (None: unknown)."""
+        cond = lp.node.child_by_field_name("condition")
+        b = upper_bound(cond, data, lp.var) if cond is not None else None
+        lim = scalar_value_expr(ctx, b.limit, data) if b is not None else None
+        if lim is None:
+            return None
+        try:
+            v = eval_expr(lim, size_env(ctx))
+        except ValueError:
+            return None
+        return v if isinstance(v, int) else None
+
+    @classmethod
+    def _long_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
         """A block per row pays off for rows of at least 1024 elements (when the loop bound is known)."""
-        for lp in shape.loops:
-            cond = lp.node.child_by_field_name("condition")
-            b = upper_bound(cond, data, lp.var) if cond is not None else None
-            lim = scalar_value_expr(ctx, b.limit, data) if b is not None else None
-            if lim is None:
-                return False
-            try:
-                v = eval_expr(lim, size_env(ctx))
-            except ValueError:
-                return False
-            if not isinstance(v, int) or v < 1024:
-                return False
-        return True
+        return all((t := cls._trip(ctx, lp, data)) is not None and t >= 1024 for lp in shape.loops)
+
+    @classmethod
+    def _short_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
+        """Every loop is known to run fewer than 32 times (a 9-tap filter): most lanes of a warp would idle."""
+        return all((t := cls._trip(ctx, lp, data)) is not None and t < 32 for lp in shape.loops)
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
         return _generate(shape, data, block=VARIANTS[param][1] == 0)
