@@ -192,3 +192,34 @@ def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None
 """
     fams = families(rows)
     assert "column_split" not in fams and "warp_per_row" in fams
+
+
+def test_nested_loops_split_the_inner_contiguous_loop() -> None:
+    # a mean per (batch, channel-group) over planes: the outer loop is run whole by every lane
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float acc = 0.0f;
+    for (int q = 0; q < 4; ++q) {
+        const float* plane = x + ((long)r * 4 + q) * (cols / 4);
+        for (int i = 0; i < cols / 4; ++i) acc += plane[i];
+    }
+    m[r] = acc / cols;
+}
+""")
+    wpr = [c for c in proposals(text) if c.family == "warp_per_row"]
+    assert wpr
+    assert "for (int i = wfw_lane; i < cols / 4; i += 32)" in wpr[0].source
+    assert "for (int q = 0; q < 4; ++q) {" in wpr[0].source
+
+
+def test_outer_loop_reading_what_another_iteration_wrote_is_declined() -> None:
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    for (int q = 1; q < 4; ++q) {
+        for (int i = 0; i < cols / 4; ++i) y[r * cols + q * (cols / 4) + i] = y[r * cols + q * (cols / 4) + i] + 1.0f;
+    }
+}
+""")
+    assert "warp_per_row" not in families(text)

@@ -126,6 +126,8 @@ class _Loop:
     reductions: dict[str, _Reduction] = field(default_factory=dict)
     #: the loop's first index when it is not 0 (``for (j = 1; ...)`` after ``m = x[0]``)
     start: str = "0"
+    #: locals of the body defined once from the index (``long off = base + i;``): name -> definition
+    aliases: dict[str, Node] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,6 +147,8 @@ class _Shape:
     others: list[Node] = field(default_factory=list)
     #: the kernel reads blockIdx/gridDim .y/.z: the launch keeps the original grid's y and z
     uses_yz: bool = False
+    #: ids of loops every lane runs whole (their inner loops are split)
+    outer: set[int] = field(default_factory=set)
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
@@ -171,6 +175,10 @@ class _Analysis:
         self.scalar_roots: set[str] = set()
         #: roots updated by atomics inside the loops (and never read)
         self.atomic_roots: set[str] = set()
+        #: loop variables of outer loops; written roots indexed with them; written roots also read
+        self.outer_vars: set[str] = set()
+        self.outer_indexed: set[str] = set()
+        self.read_roots: set[str] = set()
 
     # ------------------------------------------------------------------ shape
     def find(self) -> _Shape:
@@ -263,7 +271,7 @@ class _Analysis:
             self._top_level(st)
         for st in shape.rest:
             if st.type == "for_statement":
-                shape.loops.append(self._loop(st))
+                self._for(st, shape, 0)
             elif st.id in shape.stores:
                 self._store(st)
             elif st.type in ("declaration", "expression_statement", "if_statement"):
@@ -272,6 +280,49 @@ class _Analysis:
                 raise _Reject
         if not shape.loops:
             raise _Reject
+        if self.outer_indexed & self.read_roots:
+            # an element written in one outer iteration might be read in another, by another lane
+            raise _Reject
+
+    def _for(self, st: Node, shape: _Shape, depth: int) -> None:
+        """A loop of the row: split among the lanes when it is innermost, else a uniform outer loop.
+
+        An outer loop (``for (n ...) for (i ...) acc += x[(n * C + c) * HW + i]``) runs whole in every lane;
+        the loops inside it are split, each combining its partials when it ends. Its header may use only
+        values every lane has alike, and its body holds what a row's top level may hold (no stores)."""
+        body = st.child_by_field_name("body")
+        if body is None:
+            raise _Reject
+        if not any(n.type in ("for_statement", "while_statement", "do_statement") for n in walk(body)):
+            shape.loops.append(self._loop(st))
+            return
+        if depth >= 2 or has_jump(body, loops_ok=False):
+            raise _Reject
+        init, cond, upd = (st.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+        if init is None or cond is None or upd is None:
+            raise _Reject
+        d = single_decl(init, self.data)
+        if d is None or d.pointer:
+            raise _Reject
+        for part in (init, cond, upd):
+            if _varying(part, self.data):
+                raise _Reject
+            for n in walk(part, ("subscript_expression",)):
+                self._top_read(n)
+        if written_names(body, self.data) & {d.name}:
+            raise _Reject
+        self.outer_vars.add(d.name)
+        for s2 in statements(body):
+            if s2.type == "for_statement":
+                self._for(s2, shape, depth + 1)
+            elif s2.type == "declaration":
+                self._declare(s2)
+                self._top_level(s2)
+            elif s2.type in ("expression_statement", "if_statement"):
+                self._top_level(s2)
+            else:
+                raise _Reject
+        shape.outer.add(st.id)
 
     def _scalar_store(self, st: Node) -> str | None:
         """The root of ``p[E] = v;`` / ``p[E] op= v;`` at the top level (a per-row scalar store), else None."""
@@ -414,6 +465,11 @@ class _Analysis:
             loop.start = node_text(d.value, data)
         locals_ = declared_names(body, data)
         outer_written = {w for w in written_names(body, data) if w not in locals_}
+        assigned = written_names(body, data)
+        for n in walk(body, ("declaration",)):
+            dd = single_decl(n, data)
+            if dd is not None and not dd.pointer and dd.value is not None and dd.name not in assigned:
+                loop.aliases[dd.name] = dd.value
         if j in outer_written or outer_written & set(self.root):
             raise _Reject
         if _ids(d.value, data) & outer_written:
@@ -491,7 +547,7 @@ class _Analysis:
         lv = unparen(left)
         o = node_text(op, data)
         if lv.type == "subscript_expression":
-            self._access(lv, loop, outer_written)
+            self._access(lv, loop, outer_written, write=o == "=")
             self._expr(right, loop, outer_written)
             return
         if lv.type != "identifier":
@@ -572,7 +628,7 @@ class _Analysis:
                                           self.scalars[idx], op in ("<", ">"), st.id)
         return True
 
-    def _access(self, sub: Node, loop: _Loop, outer_written: set[str]) -> None:
+    def _access(self, sub: Node, loop: _Loop, outer_written: set[str], *, write: bool = False) -> None:
         data = self.data
         parts = subscript_parts(sub, data)
         if parts is None:
@@ -588,11 +644,16 @@ class _Analysis:
                 or any(n.type == "call_expression" for n in walk(idx)):
             raise _Reject
         if root in self.written_roots:
-            if not _lane_index(idx, data, loop.var):
+            eff = loop.aliases.get(node_text(unparen(idx), data), idx)
+            if not _lane_index(eff, data, loop.var):
                 raise _Reject
-            key = (name, node_text(unparen(idx), data).replace(" ", ""))
+            key = (name, node_text(unparen(eff), data).replace(" ", ""))
             if self.written_access.setdefault(root, key) != key:
                 raise _Reject
+            if _ids(eff, data) & self.outer_vars:
+                self.outer_indexed.add(root)
+            if not write:
+                self.read_roots.add(root)
         self._expr(idx, loop, outer_written)
 
     def _expr(self, node: Node, loop: _Loop, outer_written: set[str]) -> None:
@@ -880,19 +941,24 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
         assert row.value is not None
         out.append(f"{'const ' if row.const else ''}{row.type} {row.name} = ({node_text(row.value, data)}) / 32;")
     out.extend(flush(node_text(n, data), n, data) for n in shape.between)
-    rest: list[str] = []
     loops = {lp.node.id: (n, lp) for n, lp in enumerate(shape.loops)}
     one = "threadIdx.x == 0" if block else f"{lane} == 0"
-    for st in shape.rest:
+
+    def emit(st: Node) -> list[str]:
         if st.id in shape.stores:
-            rest.append(f"if ({one}) {{\n    {node_text(st, data)}\n}}")
-            continue
-        if st.id not in loops:
-            rest.append(flush(node_text(st, data), st, data))
-            continue
-        n, lp = loops[st.id]
-        rest.extend(_loop_code(lp, n, data, block, decls))
-    inner = "\n".join(rest)
+            return [f"if ({one}) {{\n    {node_text(st, data)}\n}}"]
+        if st.id in loops:
+            n, lp = loops[st.id]
+            return _loop_code(lp, n, data, block, decls)
+        if st.id in shape.outer:
+            body = st.child_by_field_name("body")
+            assert body is not None
+            head = data[st.start_byte : body.start_byte].decode("utf-8", errors="replace").rstrip()
+            inner = "\n".join(line for s2 in statements(body) for line in emit(s2))
+            return [f"{head} {{\n{indent(inner, '    ')}\n}}"]
+        return [flush(node_text(st, data), st, data)]
+
+    inner = "\n".join(line for st in shape.rest for line in emit(st))
     if shape.exit_form:
         out.append(flush(node_text(shape.guard, data), shape.guard, data))
         out.append(inner)
