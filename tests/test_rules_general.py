@@ -223,3 +223,44 @@ def test_outer_loop_reading_what_another_iteration_wrote_is_declined() -> None:
 }
 """)
     assert "warp_per_row" not in families(text)
+
+
+ATOMIC_SPEC = """// @warpforge size N = 1 << 22
+// @warpforge arg x: in float[N]
+// @warpforge arg total: inout float[1] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+// @warpforge tol rtol=1e-3 atol=1e-2
+__global__ void k(const float* x, float* total, int n)
+"""
+
+
+def test_guarded_per_thread_atomic_is_aggregated_with_the_identity_outside_the_guard() -> None:
+    text = ATOMIC_SPEC + """{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i] * x[i];
+        atomicAdd(total, v);
+    }
+}
+"""
+    agg = {c.steps[-1]: c.source for c in proposals(text) if c.family == "atomic_aggregate"}
+    assert set(agg) == {"atomic_aggregate:warp", "atomic_aggregate:block"}
+    assert "float wfa_v = (float)0;" in agg["atomic_aggregate:warp"]
+    assert "wfa_v = v;" in agg["atomic_aggregate:warp"]
+
+
+def test_atomic_aggregation_declines_early_exits_and_per_thread_targets() -> None:
+    early = ATOMIC_SPEC + """{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(total, x[i]);
+}
+"""
+    assert "atomic_aggregate" not in families(early)  # lanes that left would miss the shuffle
+    scatter = ATOMIC_SPEC + """{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(&total[i % 1], x[i]);
+}
+"""
+    assert "atomic_aggregate" not in families(scatter)  # the address depends on the thread
