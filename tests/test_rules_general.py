@@ -264,3 +264,23 @@ def test_atomic_aggregation_declines_early_exits_and_per_thread_targets() -> Non
 }
 """
     assert "atomic_aggregate" not in families(scatter)  # the address depends on the thread
+
+
+def test_running_sum_read_in_its_loop_becomes_a_warp_scan() -> None:
+    text = row_kernel("""{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        long base = (long)r * cols;
+        float run = 0.0f;
+        for (int j = 0; j < cols; j++) {
+            run += x[base + j];
+            y[base + j] = run;
+        }
+        m[r] = run;
+    }
+}
+""")
+    wpr = {c.steps[-1]: c.source for c in proposals(text) if c.family == "warp_per_row"}
+    assert set(wpr) == {"warp_per_row:warp8", "warp_per_row:warp4"}  # a scan combines within a warp only
+    src = wpr["warp_per_row:warp8"]
+    assert "__shfl_up_sync" in src and "y[base + j] = wfw_s0;" in src and "run = wfw_c0;" in src

@@ -128,6 +128,12 @@ class _Loop:
     start: str = "0"
     #: locals of the body defined once from the index (``long off = base + i;``): name -> definition
     aliases: dict[str, Node] = field(default_factory=dict)
+    #: a running sum read inside the loop (a prefix sum): the accumulator, its type, the update statement
+    #: ``acc += E`` that opens the body, and E
+    scan: str = ""
+    scan_type: str = ""
+    scan_head: Node | None = None
+    scan_inc: Node | None = None
 
 
 @dataclass
@@ -476,14 +482,53 @@ class _Analysis:
             raise _Reject
         if _ids(bound.limit, data) & outer_written:
             raise _Reject
+        head = self._scan_head(body, outer_written)
+        if head is not None:
+            loop.scan, loop.scan_head, loop.scan_inc = head
+            loop.scan_type = self.scalars[loop.scan]
+            if any(loop.scan in written_names(x, data) for x in statements(body)[1:]) \
+                    or loop.scan in _ids(loop.scan_inc, data):
+                raise _Reject
+            self._expr(loop.scan_inc, loop, outer_written - {loop.scan})
+            self._body(body, loop, locals_, outer_written - {loop.scan}, skip=loop.scan_head.id)
+            if loop.reductions:
+                raise _Reject  # a scan loop runs in chunks of 32: keep other reductions out of it
+            if outer_written != {loop.scan}:
+                raise _Reject
+            return loop
         self._body(body, loop, locals_, outer_written)
         accs = set(loop.reductions) | {r.index for r in loop.reductions.values() if r.index}
         if accs != outer_written:
             raise _Reject
         return loop
 
-    def _body(self, node: Node, loop: _Loop, locals_: set[str], outer_written: set[str]) -> None:
+    def _scan_head(self, body: Node, outer_written: set[str]) -> tuple[str, Node, Node] | None:
+        """``acc += E;`` opening a loop body whose other statements read ``acc``: a running (prefix) sum."""
+        data = self.data
+        sts = statements(body)
+        first = sts[0] if sts else None
+        e = first.named_children[0] if first is not None and first.type == "expression_statement" \
+            and first.named_child_count == 1 else None
+        if first is None or e is None or e.type != "assignment_expression":
+            return None
+        left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if left is None or op is None or right is None or unparen(left).type != "identifier":
+            return None
+        acc = node_text(unparen(left), data)
+        if acc not in outer_written or acc not in self.scalars \
+                or resolved_type(self.ctx, self.scalars[acc]) not in SHUFFLE_TYPES:
+            return None
+        kind, inc = _reduction(node_text(op, data), right, acc, data)
+        if kind != "sum+" or inc is None:
+            return None
+        if not any(acc in _ids(x, data) for x in sts[1:]):
+            return None  # not read back: an ordinary sum (a reduction)
+        return acc, first, inc
+
+    def _body(self, node: Node, loop: _Loop, locals_: set[str], outer_written: set[str], skip: int = -1) -> None:
         for st in statements(node):
+            if st.id == skip:
+                continue
             t = st.type
             if t == "compound_statement":
                 self._body(st, loop, locals_, outer_written)
@@ -844,8 +889,8 @@ def _reduction_kinds_ok(shape: _Shape) -> bool:
 
 
 def _has_arg(shape: _Shape) -> bool:
-    """Arg-reductions combine (value, index) pairs inside a warp only (no block-wide variant)."""
-    return any(r.index for lp in shape.loops for r in lp.reductions.values())
+    """Arg-reductions and scans combine inside a warp only (no block-wide variant)."""
+    return any(r.index for lp in shape.loops for r in lp.reductions.values()) or any(lp.scan for lp in shape.loops)
 
 
 def _combine(kind: str, a: str, b: str) -> str:
@@ -970,7 +1015,48 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
     return "{\n" + indent(code, "    ") + "\n}"
 
 
+def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
+    """A prefix sum by a warp: the row in chunks of 32, each lane's increment scanned with ``__shfl_up_sync``
+    and added to the carry from the chunks before (the last lane's value, broadcast)."""
+    st = lp.node
+    init, cond, body = (st.child_by_field_name(f) for f in ("initializer", "condition", "body"))
+    assert init is not None and cond is not None and body is not None and lp.scan_inc is not None
+    d = single_decl(init, data)
+    b = upper_bound(cond, data, lp.var)
+    assert d is not None and b is not None
+    op = "<=" if b.inclusive else "<"
+    limit = node_text(b.limit, data)
+    t, lane = lp.scan_type, f"{PREFIX}lane"
+    carry, inc, mine, jb = (f"{PREFIX}{x}{n}" for x in ("c", "inc", "s", "jb"))
+    rest = "\n".join(flush(_rename_ids(x, data, {lp.scan: mine}), x, data)
+                     for x in statements(body) if x.id != (lp.scan_head.id if lp.scan_head else -1))
+    return [
+        f"{t} {carry} = {lp.scan};  // the running value before this row's loop",
+        f"for ({d.type} {jb} = {lp.start}; {jb} {op} {limit}; {jb} += 32) {{",
+        f"    {d.type} {lp.var} = {jb} + {lane};",
+        f"    {t} {inc} = 0;",
+        f"    if ({lp.var} {op} {limit}) {{",
+        f"        {inc} = {node_text(lp.scan_inc, data)};",
+        "    }",
+        f"    for (int {PREFIX}o = 1; {PREFIX}o < 32; {PREFIX}o <<= 1) {{",
+        f"        {t} {PREFIX}up = __shfl_up_sync({_FULL}, {inc}, {PREFIX}o);",
+        f"        if ({lane} >= {PREFIX}o) {{",
+        f"            {inc} += {PREFIX}up;",
+        "        }",
+        "    }",
+        f"    {t} {mine} = {carry} + {inc};",
+        f"    if ({lp.var} {op} {limit}) {{",
+        indent(rest, "        "),
+        "    }",
+        f"    {carry} = __shfl_sync({_FULL}, {mine}, 31);",
+        "}",
+        f"{lp.scan} = {carry};",
+    ]
+
+
 def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) -> list[str]:
+    if lp.scan:
+        return _scan_code(lp, n, data)
     st = lp.node
     init = st.child_by_field_name("initializer")
     cond = st.child_by_field_name("condition")
