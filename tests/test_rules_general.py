@@ -112,13 +112,13 @@ def test_per_row_scalar_that_is_read_back_is_declined() -> None:
     assert "warp_per_row" not in families(text)
 
 
-def test_accumulator_read_inside_its_own_loop_is_declined() -> None:
-    # a prefix sum: the loop-carried value is not a reduction, each element needs the serial order
+def test_accumulator_scaled_inside_its_own_loop_is_declined() -> None:
+    # a decaying running value: each element needs the serial order, it is neither a reduction nor a sum scan
     text = row_kernel("""{
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     float s = 0.0f;
-    for (int j = 0; j < cols; j++) { s += x[r * cols + j]; y[r * cols + j] = s; }
+    for (int j = 0; j < cols; j++) { s = 0.9f * s + x[r * cols + j]; y[r * cols + j] = s; }
 }
 """)
     assert "warp_per_row" not in families(text)

@@ -333,9 +333,12 @@ LAYERNORM = """\
     (LAYERNORM, ["warp8", "warp4"]),  # rows of 300: no block-per-row variant
     ("        float lo = 1e30f;\n        for (int c = 0; c < ncols; c++) lo = fminf(in[r * ncols + c], lo);\n"
      "        for (int c = 0; c < ncols; c++) out[r * ncols + c] = in[r * ncols + c] - lo;", ["warp8", "warp4"]),
-    # a running (prefix) sum: the accumulator is read inside its loop
+    # a running (prefix) sum read inside its loop: a warp scan (no block-per-row variant)
     ("        float s = 0.0f;\n        for (int c = 0; c < ncols; c++) { s += in[r * ncols + c]; "
-     "out[r * ncols + c] = s; }", []),
+     "out[r * ncols + c] = s; }", ["warp8", "warp4"]),
+    # an exclusive running sum (read before its update) is not a form the scan takes
+    ("        float s = 0.0f;\n        for (int c = 0; c < ncols; c++) { out[r * ncols + c] = s; "
+     "s += in[r * ncols + c]; }", []),
     # a neighbour of a written element: another lane's element
     ("        for (int c = 0; c < ncols; c++) out[r * ncols + c] = 1.0f;\n"
      "        for (int c = 1; c < ncols; c++) out[r * ncols + c] += out[r * ncols + c - 1];", []),
