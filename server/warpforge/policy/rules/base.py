@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from ...cuda.candidate import Candidate
 from ...cuda.model import FileModel, Kernel
@@ -107,6 +107,11 @@ class Rule:
     family: str = ""
     #: finding actions/codes that make this rule worth trying first
     motivated_by: tuple[str, ...] = ()
+    #: True for a rule that rewrites the kernel's algorithm or data movement (a new body: warps per row,
+    #: shared-memory tiles, vector loads), False for one that tunes what is there (launch, flags, qualifiers,
+    #: loops). Benchmarks ask which structural families still apply to each corpus case: a structural rewrite
+    #: is where the large speedups come from, and the one most easily lost when a rule's matcher changes.
+    structural: ClassVar[bool] = False
 
     def variants(self, ctx: RuleContext) -> list[str]:
         """Parameters for which the rule applies safely to the current candidate (empty: not applicable)."""

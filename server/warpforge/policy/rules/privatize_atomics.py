@@ -157,6 +157,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 
 class PrivatizeAtomics(StructuralRule[_Shape]):
     family = "atomics_privatize"
+    structural = True
     motivated_by = ("WF110", "atomics_privatize")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:

@@ -180,6 +180,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 
 class ReduceCoarsen(StructuralRule[_Shape]):
     family = "reduce_coarsen"
+    structural = True
     motivated_by = ("reduce_coarsen", "latency_bound", "WF110")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:

@@ -207,6 +207,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 
 class SmemTiling(StructuralRule[_Shape]):
     family = "smem_tiling"
+    structural = True
     motivated_by = ("smem_tiling", "data_reuse")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:

@@ -144,6 +144,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 
 class SmemTranspose(StructuralRule[_Shape]):
     family = "smem_transpose"
+    structural = True
     motivated_by = ("WF103", "coalesce", "smem_transpose")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:

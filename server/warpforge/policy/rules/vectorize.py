@@ -200,6 +200,7 @@ def _block(nodes: list[Node], data: bytes) -> str:
 
 class Vectorize(Rule):
     family = "vectorize"
+    structural = True
     motivated_by = ("WF104", "vectorize")
 
     def variants(self, ctx: RuleContext) -> list[str]:

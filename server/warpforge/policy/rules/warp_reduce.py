@@ -353,6 +353,7 @@ __syncthreads();"""
 
 class WarpReduce(StructuralRule[list[TreeLoop]]):
     family = "warp_reduce"
+    structural = True
     motivated_by = ("warp_reduce", "barrier_stall")
 
     def analyse(self, ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:

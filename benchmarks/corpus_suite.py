@@ -1,0 +1,528 @@
+"""`warpforge optimize` (offline rules only) over the kernel corpus on a GPU, against hand-optimized experts.
+
+The reference kernels (``optimize_suite.py``) are the shapes the rules were written for; the corpus
+(``benchmarks/corpus/*.cu``) is naive kernels written in many styles by others, so it measures how often the
+rules apply to code they were not tuned on, and how close the result gets to what an expert writes
+(``benchmarks/corpus/expert/<case>.cu``, a drop-in with the same kernel name and parameters).
+
+Per case it records: which structural families produced a candidate that compiled (from the search tree:
+evaluations whose build succeeded), the verified speedup with its 95 % interval, the winning families, the
+winner's distance to the physical limit (memory-bound: the spec's compulsory ``bytes`` over the best time
+against the measured copy bandwidth ``timing.peak_gbps``; compute-bound: the spec's ``flops`` over the best
+time against the measured FP32 rate of ``profile.roofline``), and, where an expert exists, the expert
+evaluated as a candidate by the same evaluator against the same naive original: verified (so a wrong
+expert is flagged, not compared) and timed in the same harness, with ``expert_ms / best_ms`` (< 1: the
+expert is faster than what WarpForge found). Run on the GPU machine (needs the ``gpu`` extra)::
+
+    python benchmarks/corpus_suite.py --seconds 60 --budget 32 --out corpus_suite.json [--cases a b ...]
+
+``--dry-run`` does everything up to the GPU on this machine (spec, findings, policy, proposals, builds of the
+structural children and of the experts through the evaluator's build path, the spec's roofline numbers) and
+writes the same JSON with the GPU fields empty: it checks a corpus and this script without a GPU.
+
+No API key: the offline transformation library alone (the LLM policy is measured by llm_suite.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for _p in (ROOT / "server", ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import corpus_applicability as ca  # noqa: E402
+
+from warpforge.cuda.candidate import Candidate, candidate_from_variant  # noqa: E402
+from warpforge.gpu.evaluator import GpuUnavailable, evaluator_for_job  # noqa: E402
+from warpforge.policy.offline import offline_policy  # noqa: E402
+from warpforge.profile.hints import analyze_source  # noqa: E402
+from warpforge.profile.roofline import Ceilings, ceilings_for  # noqa: E402
+from warpforge.search.engine import Budget  # noqa: E402
+from warpforge.search.optimize import OptimizeRequest, optimize, prepare  # noqa: E402
+from warpforge.search.tree import Node  # noqa: E402
+from warpforge.spec.model import KernelSpec  # noqa: E402
+from warpforge.spec.resolve import load_spec  # noqa: E402
+
+#: FLOP per byte above which a kernel without a measured compute peak is not called memory-bound (about the
+#: FP32 ridge point of an H100/H200: ~60 TFLOP/s over ~3.3 TB/s)
+RIDGE_FALLBACK = 20.0
+
+
+@dataclass
+class Options:
+    seconds: float = 60.0
+    budget: int = 32
+    strategy: str = "beam"
+    arch: str = ca.ARCH
+    workspace: Path = Path("/tmp/wf-corpus-suite")
+    ceilings: bool = True  # measure (once, cached per GPU) the FP32 peak for compute-bound cases
+    sanitize_expert: bool = False
+
+
+# ----------------------------------------------------------------------------------------------- the expert
+_NAME = re.compile(r"\b([A-Za-z_]\w*)\b(?!\s*\()")
+
+
+def expert_candidate(case_text: str, kernel: str, spec: KernelSpec, expert: Path) -> tuple[Candidate, list[str]]:
+    """The expert file as a candidate of the naive case, and notes on what had to be adapted.
+
+    Its text is reduced to device code the naive file lacks (``candidate_from_variant``: its own helpers,
+    macros and includes come along, its host code does not), and its launch is its own spec's ``launch``
+    line, because the expert is only correct with the launch it was written for. The evaluator evaluates
+    launch expressions over the naive spec's sizes (that is what keeps the odd-size check meaningful), so a
+    size only the expert's spec names is written into the expression as its number; the expert's tunables
+    become defines at their first value.
+    """
+    etext = expert.read_text(encoding="utf-8")
+    cand = candidate_from_variant(case_text, etext, kernel)
+    espec = load_spec(expert, kernel, text=etext)
+    notes: list[str] = []
+    naive_sizes = spec.resolve().sizes
+    expert_sizes = espec.resolve().sizes
+    differ = sorted(n for n in naive_sizes.keys() & expert_sizes.keys() if naive_sizes[n] != expert_sizes[n])
+    if differ:
+        notes.append("the expert's spec has other sizes (" + ", ".join(
+            f"{n}={expert_sizes[n]} vs {naive_sizes[n]}" for n in differ) + "): its launch uses the case's")
+    known = set(naive_sizes) | {t.name for t in spec.tunables} | {t.name for t in espec.tunables}
+
+    def rebase(expr: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name in known or name not in expert_sizes:
+                return name
+            notes.append(f"launch: {name} = {expert_sizes[name]} (a size of the expert's spec only)")
+            return str(expert_sizes[name])
+        return _NAME.sub(sub, expr)
+
+    defines = {t.name: t.values[0] for t in espec.tunables}
+    lo = espec.launch
+    cand = replace(cand, grid=tuple(rebase(g) for g in lo.grid), block=tuple(rebase(b) for b in lo.block),
+                   smem=rebase(lo.smem), defines={**dict(cand.defines), **defines}, family="expert",
+                   rationale=f"hand-optimized {expert.relative_to(ROOT) if expert.is_relative_to(ROOT) else expert}")
+    notes.extend(f"dropped from the expert: {d}" for d in cand.dropped)
+    return cand, notes
+
+
+# ----------------------------------------------------------------------------------------------- roofline
+def physical_limit(best_ms: float | None, spec_bytes: float | None, spec_flops: float | None, peak_gbps: float,
+                   ceilings: Ceilings | None, fp64: bool) -> dict[str, Any]:
+    """How close ``best_ms`` is to the roofline: the time floor of each resource over the measured time.
+
+    Memory floor: the spec's compulsory bytes at the measured copy bandwidth (the evaluator's ``peak_gbps``,
+    measured in the same harness, so 100 % is a copy kernel's speed). Compute floor: the spec's FLOPs at the
+    measured FP32 FMA rate; none for FP64 kernels (no FP64 peak is measured) — such a kernel with a high
+    intensity is reported compute-bound without a percentage rather than judged against the wrong roof.
+    The bound is the resource with the larger floor; where one floor is unknown (no peak measured, a dry
+    run), the spec's FLOP per byte against ``RIDGE_FALLBACK`` decides.
+    """
+    intensity = spec_flops / spec_bytes if spec_flops and spec_bytes else None
+    out: dict[str, Any] = {"bound": None, "pct_limit": None, "pct_copy_bw": None, "floor_ms": None,
+                           "intensity": round(intensity, 3) if intensity is not None else None}
+    t_mem = spec_bytes / (peak_gbps * 1e9) * 1e3 if spec_bytes and peak_gbps else None
+    peak_flops = ceilings.fp32_gflops if ceilings is not None and not fp64 else None
+    t_comp = spec_flops / (peak_flops * 1e9) * 1e3 if spec_flops and peak_flops else None
+    bound: str | None
+    if t_mem is not None and t_comp is not None:
+        bound = "compute" if t_comp > t_mem else "memory"
+    elif spec_bytes:
+        bound = "compute" if intensity is not None and intensity > RIDGE_FALLBACK else "memory"
+    else:
+        bound = "compute" if spec_flops else None
+    out["bound"] = bound
+    floor = t_mem if bound == "memory" else t_comp if bound == "compute" else None
+    if best_ms and best_ms > 0:
+        if t_mem is not None:
+            out["pct_copy_bw"] = round(100 * t_mem / best_ms, 1)
+        if floor is not None:
+            out["floor_ms"] = round(floor, 6)
+            out["pct_limit"] = round(100 * floor / best_ms, 1)
+    return out
+
+
+def _spec_numbers(spec: KernelSpec) -> tuple[float | None, float | None, bool]:
+    r = spec.resolve()
+    fp64 = any(a.is_buffer and a.dtype == "float64" for a in spec.args)
+    return r.bytes, r.flops, fp64
+
+
+# ----------------------------------------------------------------------------------------------- the search tree
+def _families(c: Candidate) -> set[str]:
+    return {s.split(":", 1)[0] for s in c.steps} or ({c.family} if c.family else set())
+
+
+def _compiled(n: Node) -> bool:
+    build = getattr(n.evaluation, "build", None)
+    return bool(build is not None and build.ok)
+
+
+def _faster(n: Node) -> bool:
+    """Verified and significantly faster (what the search counts as a win)."""
+    sp = getattr(getattr(n.evaluation, "timing", None), "speedup", None)
+    return n.ok and (n.speedup or 0.0) > 1.01 and (sp is None or sp.low > 1.0)
+
+
+def tree_families(nodes: Iterable[Node], structural: frozenset[str]) -> dict[str, Any]:
+    """Per structural family in the evaluated tree: statuses, whether a candidate compiled, whether one won.
+
+    A candidate counts for every structural family on its path (``steps``): a composition that compiles
+    shows the structural rewrite in it compiles.
+    """
+    statuses: dict[str, dict[str, int]] = {}
+    compiled: set[str] = set()
+    faster: set[str] = set()
+    for n in nodes:
+        if n.parent is None or n.evaluation is None:
+            continue
+        for fam in _families(n.candidate) & structural:
+            per = statuses.setdefault(fam, {})
+            per[n.status] = per.get(n.status, 0) + 1
+            if _compiled(n):
+                compiled.add(fam)
+            if _faster(n):
+                faster.add(fam)
+    return {"structural_evaluated": sorted(statuses), "structural_compiled": sorted(compiled),
+            "structural_faster": sorted(faster), "structural_statuses": statuses}
+
+
+# ----------------------------------------------------------------------------------------------- one case
+def _findings(path: Path, text: str, kernel: str, arch: str) -> list[Any]:
+    """The static findings the CLI gives the policy (they order its proposals); none if analysis fails."""
+    try:
+        return list(analyze_source(str(path), text, kernels=[kernel], arch=arch).findings)
+    except Exception as e:  # findings only order proposals: a failing analyzer must not lose the case
+        print(f"  {path.stem}: static analysis failed ({type(e).__name__}: {e}); no findings", flush=True)
+        return []
+
+
+def _request(path: Path, opts: Options) -> OptimizeRequest:
+    req = ca.case_request(path, arch=opts.arch, strategy=opts.strategy,
+                          budget=Budget(max_candidates=opts.budget, wall_seconds=opts.seconds))
+    req.findings = _findings(path, req.text, req.kernel, opts.arch)
+    return req
+
+
+def _ms(stats: Any) -> float | None:
+    return float(stats.median) if stats is not None else None
+
+
+def _base_row(path: Path) -> dict[str, Any]:
+    return {"case": path.stem, "file": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
+            "kernel": None, "error": None, "expert": None}
+
+
+EvaluatorFactory = Callable[[OptimizeRequest, Path], Any]
+CeilingsFn = Callable[[str], Ceilings | None]
+
+
+def _local_evaluator(req: OptimizeRequest, workspace: Path) -> Any:
+    return evaluator_for_job(req, workspace=workspace)
+
+
+async def run_case(path: Path, opts: Options, make_evaluator: EvaluatorFactory = _local_evaluator,
+                   ceilings_of: CeilingsFn | None = None) -> dict[str, Any]:
+    """Optimize one case on the GPU and evaluate its expert with the same evaluator (one harness)."""
+    t0 = time.monotonic()
+    row = _base_row(path)
+    structural = ca.structural_families()
+    try:
+        req = _request(path, opts)
+        _src, _model, _kernel, spec = prepare(req)
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"
+        row["wall_s"] = round(time.monotonic() - t0, 1)
+        return row
+    row["kernel"] = req.kernel
+    ev = make_evaluator(req, opts.workspace)
+    expert_eval: Any = None
+    expert_notes: list[str] = []
+    expert_error: str | None = None
+    try:
+        try:
+            out = await optimize(req, ev, policy=offline_policy(req))
+        except GpuUnavailable:
+            raise  # no case can run: stop the suite rather than record every case as failed
+        except Exception as e:  # one broken case must not cost the others their numbers
+            row["error"] = f"optimize: {type(e).__name__}: {e}"
+            row["wall_s"] = round(time.monotonic() - t0, 1)
+            return row
+        search_s = time.monotonic() - t0
+        expert = ca.expert_for(path)
+        if expert is not None:
+            try:
+                cand, expert_notes = expert_candidate(req.text, req.kernel, spec, expert)
+                expert_eval = await (ev.sanitize(cand) if opts.sanitize_expert else ev.evaluate(cand))
+            except GpuUnavailable:
+                raise
+            except Exception as e:  # a malformed expert is the expert's failure, not the case's
+                expert_error = f"{type(e).__name__}: {e}"
+    finally:
+        close = getattr(ev, "close", None) or getattr(ev, "aclose", None)
+        if close is not None:
+            await close()
+    r = out.result
+    best: Any = r.best.evaluation
+    root: Any = r.root.evaluation
+    timing = getattr(best, "timing", None)
+    base_timing = getattr(root, "timing", None)
+    base_ms = _ms(getattr(base_timing, "baseline", None)) or _ms(getattr(base_timing, "candidate", None))
+    best_ms = _ms(getattr(timing, "candidate", None)) if r.improved else base_ms
+    sp = getattr(timing, "speedup", None)
+    peak = float(getattr(timing, "peak_gbps", 0.0) or getattr(base_timing, "peak_gbps", 0.0) or 0.0)
+    gpu = str(getattr(best, "gpu", "") or getattr(root, "gpu", ""))
+    spec_bytes, spec_flops, fp64 = _spec_numbers(spec)
+    ceil = ceilings_of(gpu) if ceilings_of is not None and gpu else None
+    winner_fams = sorted(_families(r.best.candidate)) if r.improved else []
+    row.update({
+        "baseline_ms": base_ms, "best_ms": best_ms,
+        "speedup": r.best_speedup if r.improved else 1.0,
+        "interval": [sp.low, sp.high] if sp is not None and r.improved else None,
+        "verified_faster": bool(r.improved),
+        "families": list(r.best.families) if r.improved else [],
+        "steps": list(r.best.candidate.steps) if r.improved else [],
+        "winner_structural": sorted(set(winner_fams) & structural),
+        **tree_families(r.nodes, structural),
+        "evaluations": r.evaluations, "stopped": r.stopped, "search_s": round(search_s, 1),
+        "statuses": {s: sum(1 for n in r.nodes if n.status == s) for s in sorted({n.status for n in r.nodes})},
+        "spec_bytes": spec_bytes, "spec_flops": spec_flops, "peak_gbps": peak or None,
+        "fp32_gflops": ceil.fp32_gflops if ceil is not None else None,
+        **physical_limit(best_ms, spec_bytes, spec_flops, peak, ceil, fp64),
+        "gpu": gpu, "headline": best.headline() if best is not None and hasattr(best, "headline") else "",
+        "history": [[n, round(s, 4), round(t, 2)] for (n, s), t in zip(r.history, r.history_seconds, strict=False)],
+    })
+    if expert_error is not None or expert_eval is not None:
+        row["expert"] = _expert_row(expert_eval, expert_error, expert_notes, best_ms, row["speedup"])
+    row["wall_s"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _expert_row(ev: Any, error: str | None, notes: list[str], best_ms: float | None,
+                best_speedup: float) -> dict[str, Any]:
+    """What the expert's evaluation says, next to the search's best (ratios only for a verified expert)."""
+    if ev is None:
+        return {"expert_correct": False, "status": "error", "reason": error, "expert_ms": None,
+                "expert_speedup": None, "expert_over_best": None, "expert_over_best_paired": None, "notes": notes}
+    t = getattr(ev, "timing", None)
+    ok = ev.status == "ok"
+    e_ms = _ms(getattr(t, "candidate", None)) if ok else None
+    e_sp = getattr(ev, "speedup", None) if ok else None
+    sp = getattr(t, "speedup", None)
+    return {
+        "expert_correct": ok, "status": ev.status, "reason": ev.reason, "expert_ms": e_ms,
+        "expert_speedup": e_sp, "expert_interval": [sp.low, sp.high] if ok and sp is not None else None,
+        # expert_ms / best_ms from the two medians, and the same from the two ratios each paired with its own
+        # baseline runs (less sensitive to clock drift between the two timings)
+        "expert_over_best": round(e_ms / best_ms, 4) if e_ms and best_ms else None,
+        "expert_over_best_paired": round(best_speedup / e_sp, 4) if e_sp else None,
+        "notes": notes + list(getattr(ev, "notes", [])),
+    }
+
+
+def dry_case(path: Path, opts: Options) -> dict[str, Any]:
+    """Everything up to the GPU on this machine: the same request, policy and proposals as ``run_case``, the
+    structural children and the expert through the evaluator's build path, the spec's roofline numbers."""
+    t0 = time.monotonic()
+    row = _base_row(path)
+    structural = ca.structural_families()
+    try:
+        req = _request(path, opts)
+        policy = offline_policy(req)
+        builder = ca.EvaluatorBuild(policy, opts.arch)
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"
+        row["wall_s"] = round(time.monotonic() - t0, 1)
+        return row
+    row["kernel"] = req.kernel
+    original = builder.check(builder.original)
+    children = policy.propose_sync(policy.root_candidate())
+    fams = ca.family_builds(builder, children, structural)
+    proposed: dict[str, int] = {}
+    for c in children:
+        proposed[c.family] = proposed.get(c.family, 0) + 1
+    spec_bytes, spec_flops, fp64 = _spec_numbers(policy.spec)
+    row.update({
+        "original_builds": original.ok, "original_reason": original.reason, "proposed": proposed,
+        "policy_errors": list(policy.errors),
+        "structural_proposed": sorted(fams), "structural_compiled": sorted(f for f, r in fams.items() if r.built),
+        "structural_failures": {f: r.failures[:3] for f, r in fams.items() if r.failures},
+        "findings": len(req.findings), "spec_bytes": spec_bytes, "spec_flops": spec_flops,
+        **physical_limit(None, spec_bytes, spec_flops, 0.0, None, fp64),
+        "baseline_ms": None, "best_ms": None, "speedup": None, "interval": None, "verified_faster": None,
+        "families": [], "steps": [], "winner_structural": [], "evaluations": 0, "gpu": "",
+    })
+    expert = ca.expert_for(path)
+    if expert is not None:
+        try:
+            cand, notes = expert_candidate(req.text, req.kernel, policy.spec, expert)
+            got = builder.check(cand)
+            row["expert"] = {"builds": got.ok, "stage": got.stage, "reason": got.reason, "notes": notes,
+                             "launch": {"grid": cand.grid, "block": cand.block, "smem": cand.smem},
+                             "expert_correct": None, "expert_ms": None, "expert_over_best": None}
+        except Exception as e:
+            row["expert"] = {"builds": False, "stage": "candidate", "reason": f"{type(e).__name__}: {e}",
+                             "expert_correct": False, "expert_ms": None, "expert_over_best": None}
+    row["wall_s"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+# ----------------------------------------------------------------------------------------------- report
+def _geomean(xs: Iterable[float]) -> float | None:
+    vals = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in vals) / len(vals)) if vals else None
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The corpus in a few numbers (see ``summary_line``)."""
+    ok = [r for r in rows if not r.get("error")]
+    n = len(ok)
+    experts = [r["expert"] for r in ok if r.get("expert") and r["expert"].get("expert_correct")]
+    mem = [r["pct_copy_bw"] for r in ok if r.get("bound") == "memory" and r.get("pct_copy_bw")]
+    return {
+        "cases": len(rows), "errors": len(rows) - n,
+        "geomean_speedup": _geomean(r["speedup"] for r in ok if r.get("speedup")),
+        "structural_compiled": sum(1 for r in ok if r.get("structural_compiled")),
+        "structural_faster": sum(1 for r in ok if r.get("structural_faster")),
+        "verified_faster": sum(1 for r in ok if r.get("verified_faster")),
+        "experts": sum(1 for r in ok if r.get("expert")), "experts_correct": len(experts),
+        "geomean_expert_over_best": _geomean(e["expert_over_best"] for e in experts if e.get("expert_over_best")),
+        "memory_bound": len(mem), "geomean_pct_copy_bw": _geomean(mem),
+    }
+
+
+def _f(v: Any, fmt: str, none: str = "-") -> str:
+    return none if v is None else format(v, fmt)
+
+
+def summary_line(s: dict[str, Any], opts: Options, gpu: str) -> str:
+    n = max(1, s["cases"] - s["errors"])
+    return (f"geomean verified speedup {_f(s['geomean_speedup'], '.2f')}x over {s['cases'] - s['errors']} cases"
+            f"{' (' + str(s['errors']) + ' not run)' if s['errors'] else ''}; structural candidate compiled in "
+            f"{s['structural_compiled']}/{n}, verified faster in {s['structural_faster']}/{n} "
+            f"(any win {s['verified_faster']}/{n}); geomean expert_ms/best_ms "
+            f"{_f(s['geomean_expert_over_best'], '.2f')} "
+            f"over {s['experts_correct']} correct of {s['experts']} experts; geomean % copy bandwidth "
+            f"{_f(s['geomean_pct_copy_bw'], '.0f')} over {s['memory_bound']} memory-bound bests "
+            f"({opts.strategy}, budget {opts.budget} / {opts.seconds:.0f} s per case, offline rules) on {gpu or '?'}")
+
+
+def print_table(rows: Sequence[dict[str, Any]]) -> None:
+    w = max([len(r["case"]) for r in rows] + [4])
+    print(f"\n{'case':<{w}} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'interval':>13} {'bound':>7} "
+          f"{'%limit':>6} {'%copy':>6} {'expert':>7} {'exp/best':>8} {'evals':>5} {'wall':>6}  structural compiled"
+          " / winner")
+    for r in rows:
+        if r.get("error"):
+            print(f"{r['case']:<{w}} ERROR {r['error']}")
+            continue
+        iv = r.get("interval")
+        e = r.get("expert") or {}
+        if not e:
+            exp = "-"
+        elif e.get("expert_correct") is None:  # dry run
+            exp = "builds" if e.get("builds") else "NOBUILD"
+        else:
+            exp = _f(e.get("expert_ms"), ".4f") if e.get("expert_correct") else str(e.get("status", "?"))[:7]
+        sp = r.get("speedup")
+        print(f"{r['case']:<{w}} {_f(r.get('baseline_ms'), '9.4f', '-'):>9} {_f(r.get('best_ms'), '9.4f', '-'):>9} "
+              f"{(_f(sp, '.2f') + 'x') if sp is not None else '-':>8} "
+              f"{(f'{iv[0]:.2f}-{iv[1]:.2f}') if iv else '-':>13} {r.get('bound') or '-':>7} "
+              f"{_f(r.get('pct_limit'), '.0f'):>6} {_f(r.get('pct_copy_bw'), '.0f'):>6} {exp:>7} "
+              f"{_f(e.get('expert_over_best'), '.2f'):>8} {r.get('evaluations', 0):>5} {r.get('wall_s', 0):>6}  "
+              f"{','.join(r.get('structural_compiled') or []) or '-'} / {'+'.join(r.get('families') or []) or '-'}")
+
+
+# ----------------------------------------------------------------------------------------------- main
+def _ceilings_cache(measure: bool) -> CeilingsFn:
+    """The measured ceilings per GPU name, looked up (or measured, in a child process) once per run."""
+    seen: dict[str, Ceilings | None] = {}
+
+    def get(gpu: str) -> Ceilings | None:
+        if gpu not in seen:
+            seen[gpu] = ceilings_for(gpu, measure=measure)
+        return seen[gpu]
+
+    return get
+
+
+async def _run_all(paths: Sequence[Path], opts: Options, one: Callable[[Path], Awaitable[dict[str, Any]]],
+                   emit: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    rows = []
+    for p in paths:
+        row = await one(p)
+        rows.append(row)
+        emit(row)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0, help="search time per case")
+    ap.add_argument("--budget", type=int, default=32, help="candidates per case")
+    ap.add_argument("--strategy", default="beam", choices=["beam", "mcts"])
+    ap.add_argument("--cases", nargs="*", default=None, help="only these cases (file stems)")
+    ap.add_argument("--corpus", type=Path, default=ca.CORPUS)
+    ap.add_argument("--arch", default=ca.ARCH)
+    ap.add_argument("--workspace", type=Path, default=Options.workspace,
+                    help="evaluation cache (the workspace store); a fresh folder re-measures everything")
+    ap.add_argument("--no-ceilings", action="store_true",
+                    help="do not measure the FP32 peak (compute-bound cases then get no %% of limit)")
+    ap.add_argument("--sanitize-expert", action="store_true", help="also run the experts under compute-sanitizer")
+    ap.add_argument("--dry-run", action="store_true", help="everything up to the GPU, on this machine")
+    ap.add_argument("--out", type=Path, default=Path("corpus_suite.json"))
+    args = ap.parse_args(argv)
+    opts = Options(args.seconds, args.budget, args.strategy, args.arch, args.workspace, not args.no_ceilings,
+                   args.sanitize_expert)
+    paths = ca.corpus_cases(args.corpus)
+    if args.cases:
+        unknown = sorted(set(args.cases) - {p.stem for p in paths})
+        if unknown:
+            ap.error(f"no such case in {args.corpus}: {', '.join(unknown)}")
+        paths = [p for p in paths if p.stem in set(args.cases)]
+    t0 = time.monotonic()
+
+    def emit(row: dict[str, Any]) -> None:
+        print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
+
+    if args.dry_run:
+        rows = []
+        for p in paths:
+            rows.append(dry_case(p, opts))
+            emit(rows[-1])
+    else:
+        ceil = _ceilings_cache(opts.ceilings)
+
+        async def one(p: Path) -> dict[str, Any]:
+            return await run_case(p, opts, ceilings_of=ceil)
+
+        rows = asyncio.run(_run_all(paths, opts, one, emit))
+    wall = time.monotonic() - t0
+    s = summary(rows)
+    gpu = next((r["gpu"] for r in rows if r.get("gpu")), "")
+    report = {"dry_run": args.dry_run, "options": {**vars(opts), "workspace": str(opts.workspace)},
+              "gpu": gpu, "wall_s": round(wall, 1), "summary": s, "cases": rows}
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print_table(rows)
+    if args.dry_run:
+        n = len(rows) - s["errors"]
+        experts = [r["expert"] for r in rows if r.get("expert")]
+        print(f"DRY RUN (no GPU, nothing timed): structural candidate compiles in {s['structural_compiled']}/{n} "
+              f"cases; {sum(1 for e in experts if e.get('builds'))}/{len(experts)} experts build as candidates"
+              f"{'; ' + str(s['errors']) + ' cases in error' if s['errors'] else ''}; {wall:.0f} s in all")
+    else:
+        print(f"{summary_line(s, opts, gpu)}; {wall:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
