@@ -63,8 +63,13 @@ def test_macros_and_typedefs_are_expanded_in_the_body_only() -> None:
             "    acc_t s = x[AT(blockIdx.x, 1)];\n    y[AT(blockIdx.x, 0)] = s;\n}\n")
     out = canon(text)
     assert out.startswith("__global__ void k(const real_t* x, real_t* y, int C)")  # signature as written
-    assert "float s = x[(((blockIdx.x) * C + (1)))];" in out
-    assert "y[(((blockIdx.x) * C + (0)))] = s;" in out
+    assert "float s = x[((blockIdx.x) * C + (1))];" in out
+    assert "y[((blockIdx.x) * C + (0))] = s;" in out
+
+
+def test_macro_expansion_adds_no_parentheses_as_the_preprocessor_adds_none() -> None:
+    text = "#define SQ(v) v * v\n__global__ void k(float* y) {\n    y[0] = 1.0f / SQ(2.0f);\n}\n"
+    assert "y[0] = 1.0f / 2.0f * 2.0f;" in canon(text)
 
 
 def test_statement_macros_are_not_expanded() -> None:

@@ -238,7 +238,8 @@ def _expand_macros(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         if len(xs) != len(m.params):
             continue
         expanded = _substitute(m.body, dict(zip(m.params, xs, strict=True)))
-        edits.append((n.start_byte, n.end_byte, f"({expanded})"))
+        # no added parentheses: the preprocessor adds none (``#define SQ(x) x*x`` in ``1/SQ(2)`` is 1/2*2)
+        edits.append((n.start_byte, n.end_byte, expanded))
         break  # one at a time: nested calls are found again in the next round
     return _splice(data, edits) if edits else None
 

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 
 from tree_sitter import Node
 
+from ...cuda.access import Access, param_access
 from ...cuda.model import DeclKind
+from ...cuda.normalize import file_facts, normalize_definition
 from ...cuda.parser import parse as parse_model
 from ...cuda.parser import parse_tree
 from ...cuda.rewrite import apply_edits, set_launch_bounds
@@ -38,6 +40,23 @@ def kernel_function(ctx: RuleContext) -> tuple[Node, bytes] | None:
             if body is not None and body.start_byte == k.body_span.start and not body.has_error:
                 return n, data
     return None
+
+
+def canonical_access(ctx: RuleContext) -> dict[str, Access]:
+    """How the candidate's kernel uses each pointer parameter, read on its canonical form.
+
+    A write through a function-like macro (``C(row, col) = sum`` with ``#define C(i, j) c[(i) * N + (j)]``)
+    names no parameter in the text as written; a rule that marks parameters ``const`` from the text alone
+    would break the build. The canonical form expands such macros (and keeps the signature as written)."""
+    k = ctx.cand_kernel
+    if k is None:
+        return {}
+    try:
+        text = normalize_definition(ctx.candidate.source, k.name, file_facts(ctx.source.text))
+    except (ValueError, RecursionError):
+        return param_access(ctx.cand_src, k)
+    canon = parse_model(text).kernel(k.name)
+    return param_access(SourceText(text), canon) if canon is not None else param_access(ctx.cand_src, k)
 
 
 def kernel_body(ctx: RuleContext) -> tuple[Node, bytes] | None:

@@ -8,10 +8,10 @@ aliases them — which the spec's separately allocated buffers guarantee for the
 
 from __future__ import annotations
 
-from ...cuda.access import param_access
 from ...cuda.candidate import Candidate
 from ...cuda.rewrite import add_const, add_restrict, apply_edits
 from . import register
+from ._util import canonical_access
 from .base import Rule, RuleContext
 
 
@@ -23,7 +23,7 @@ class ConstRestrict(Rule):
         k = ctx.cand_kernel
         if k is None:
             return []
-        access = param_access(ctx.cand_src, k)
+        access = canonical_access(ctx)
         out = []
         for p in k.params:
             acc = access.get(p.name)

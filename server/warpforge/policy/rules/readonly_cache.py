@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from ...cuda.access import param_access
 from ...cuda.candidate import Candidate
 from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
 from ...cuda.tree import node_text, walk
 from . import register
-from ._util import families, kernel_body
+from ._util import canonical_access, families, kernel_body
 from .base import Rule, RuleContext
 
 #: element types with an ``__ldg`` overload (sm_35+), as written in a parameter (``const`` stripped)
@@ -43,7 +42,7 @@ def _targets(ctx: RuleContext) -> dict[str, str]:
     k = ctx.cand_kernel
     if k is None:
         return {}
-    access = param_access(ctx.cand_src, k)
+    access = canonical_access(ctx)
     out: dict[str, str] = {}
     for p in k.params:
         acc = access.get(p.name)
