@@ -465,6 +465,36 @@ async def _run_all(paths: Sequence[Path], opts: Options, one: Callable[[Path], A
     return rows
 
 
+def _shard(text: str, ap: argparse.ArgumentParser) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        ap.error(f"--shard {text!r}: want K/N with 0 <= K < N, e.g. 0/2 and 1/2 for two GPUs")
+    return int(m.group(1)), int(m.group(2))
+
+
+def merge_reports(parts: Sequence[Path], out: Path) -> int:
+    """One report from the shards' reports (one process per GPU): cases in corpus order, summary recomputed.
+
+    Shards run side by side, so the merged wall time is the longest shard's, not their sum; shards run on
+    different GPU models are refused (their times are not comparable in one table).
+    """
+    reports = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
+    gpus = {r.get("gpu") for r in reports if r.get("gpu")}
+    if len(gpus) > 1:
+        print(f"refusing to merge reports from different GPUs: {sorted(gpus)}", file=sys.stderr)
+        return 2
+    rows = sorted((row for r in reports for row in r["cases"]), key=lambda row: row["case"])
+    first = reports[0]
+    opts = Options(**{**first["options"], "workspace": Path(first["options"]["workspace"])})
+    s = summary(rows)
+    wall = max(float(r.get("wall_s") or 0) for r in reports)
+    merged = {**first, "wall_s": wall, "shards": len(reports), "summary": s, "cases": rows}
+    out.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+    print_table(rows)
+    print(f"{summary_line(s, opts, next(iter(gpus), ''))}; {wall:.0f} s in all ({len(reports)} shards side by side)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="search time per case")
@@ -479,8 +509,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="do not measure the FP32 peak (compute-bound cases then get no %% of limit)")
     ap.add_argument("--sanitize-expert", action="store_true", help="also run the experts under compute-sanitizer")
     ap.add_argument("--dry-run", action="store_true", help="everything up to the GPU, on this machine")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="every N-th case from the K-th (0-based): one process per GPU, joined with --merge")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="combine the reports of several shards into --out and print their table; runs nothing")
     ap.add_argument("--out", type=Path, default=Path("corpus_suite.json"))
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge_reports(args.merge, args.out)
     opts = Options(args.seconds, args.budget, args.strategy, args.arch, args.workspace, not args.no_ceilings,
                    args.sanitize_expert)
     paths = ca.corpus_cases(args.corpus)
@@ -489,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             ap.error(f"no such case in {args.corpus}: {', '.join(unknown)}")
         paths = [p for p in paths if p.stem in set(args.cases)]
+    if args.shard:
+        k, n = _shard(args.shard, ap)
+        paths = paths[k::n]
     t0 = time.monotonic()
 
     def emit(row: dict[str, Any]) -> None:

@@ -206,3 +206,49 @@ def test_every_extracted_kernel_compiles_with_nvcc(tmp_path: Path) -> None:
     assert b".text.saxpy\x00" in cubins["kernels_saxpy_saxpy"]
     assert b".text._ZN3ops6detail9clusteredEPfPKfi\x00" in cubins["features_clustered"]
     assert b".text._Z12block_reduceIfLi256EEvPKT_PS0_i\x00" in cubins["deps_block_reduce"]
+
+
+HELPER_FILE = """#define SCALE 0.5f
+// @warpforge size N = 1024
+// @warpforge arg out: out float[N]
+// @warpforge arg x: in float[N]
+// @warpforge arg N = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void scale(float* out, const float* x, int N)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = SCALE * x[i];
+}
+"""
+
+HELPER_VARIANT = """#define SCALE 0.5f
+__device__ __forceinline__ float scaled(float v) { return SCALE * v; }
+__global__ void scale(float* out, const float* x, int N)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = scaled(x[i]);
+}
+"""
+
+
+@needs_nvcc
+def test_a_new_helper_brings_the_file_macros_it_uses(tmp_path: Path) -> None:
+    """A candidate's new helper may be the only user of one of the file's macros: the macro, already in the
+    file (so not the candidate's to add), must still reach the translation unit, or nvcc finds it undefined."""
+    from warpforge.cuda.candidate import Candidate, candidate_from_variant
+    from warpforge.gpu.surgery import translation_unit
+    from warpforge.spec.resolve import load_spec
+
+    src = SourceText(HELPER_FILE)
+    model = parse(HELPER_FILE)
+    kernel = model.kernel("scale")
+    assert kernel is not None
+    cand = candidate_from_variant(HELPER_FILE, HELPER_VARIANT, "scale")
+    assert "#define SCALE" not in cand.source  # the file has it: the candidate does not add it again
+    spec = load_spec(Path("helper.cu"), "scale", text=HELPER_FILE)
+    original = Candidate.original(HELPER_FILE, "scale").source
+    tu = translation_unit(src, model, kernel, spec, "helper.cu", original, cand)
+    assert tu.count("#define SCALE 0.5f") == 1 and "scaled(x[i])" in tu
+    _, rc, err, _ = _compile(("helper_macro", tu, tmp_path))
+    assert rc == 0, err
+

@@ -41,8 +41,13 @@ def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
             continue
         seen_names.add(name)
         for d in by_name.get(name, ()):
-            if d.span.start not in chosen and not kernel.span.contains_span(d.span):
-                chosen[d.span.start] = d
+            # A declaration inside the kernel's span (a helper a candidate brings along with its kernel) is
+            # emitted with the kernel, but what it uses is still needed: a new helper may be the only user
+            # of one of the file's macros or constants.
+            inside = kernel.span.contains_span(d.span)
+            if inside or d.span.start not in chosen:
+                if not inside:
+                    chosen[d.span.start] = d
                 todo.extend(d.uses - seen_names)
     return [chosen[k] for k in sorted(chosen)]
 
