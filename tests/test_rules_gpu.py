@@ -46,7 +46,10 @@ MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", 
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
-    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats")),
+    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats",
+    # elementwise maps in other styles: fp16 with scalar arguments, an in-place grid-stride loop over size_t,
+    # fp64 in place with a broadcast read, a template gathering from a read-only buffer
+    "residual_add_scale_fp16", "sgd_momentum_gridstride", "clip_grad_scale_double", "swiglu_fwd_template")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {
@@ -107,7 +110,8 @@ def _arch() -> str:
 def _built(stem: str, definition: str | None, defines: tuple[tuple[str, str], ...],
            flags: tuple[str, ...]) -> tuple[bytes, str]:
     pol = policy(stem)
-    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file)
+    inst = tuple(pol.spec.template_args) if pol.kernel.template_params else None
+    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file, instantiate=inst)
     res = compile_cubin(tu, arch=_arch(), defines=dict(defines), flags=list(flags), filename=pol.file)
     assert res.ok, res.log[-3000:]
     sym = res.entry_symbol(pol.kernel.name)
