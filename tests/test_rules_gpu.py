@@ -49,7 +49,9 @@ GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
     "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats",
     # elementwise maps in other styles: fp16 with scalar arguments, an in-place grid-stride loop over size_t,
     # fp64 in place with a broadcast read, a template gathering from a read-only buffer
-    "residual_add_scale_fp16", "sgd_momentum_gridstride", "clip_grad_scale_double", "swiglu_fwd_template")),
+    "residual_add_scale_fp16", "sgd_momentum_gridstride", "clip_grad_scale_double", "swiglu_fwd_template",
+    # maps whose reads are gathers from read-only buffers (a window, a permutation, a plane view)
+    "maxpool2x2_nhwc", "permute_nchw_to_nhwc", "bilinear_resize_2x")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {

@@ -147,3 +147,21 @@ def _near(body: str) -> str:
     return ("// @warpforge size N = 1 << 20\n// @warpforge arg a: in float[N]\n// @warpforge arg b: inout float[N]\n"
             "// @warpforge arg n = N\n// @warpforge launch grid=cdiv(N, 256), block=256\n"
             f"__global__ void k(const float* a, float* b, long n)\n{{\n{body}\n}}\n")
+
+
+@pytest.mark.parametrize("body,want", [
+    # a read-only view at a per-element offset (a plane of the input): reads only, so a gather
+    ("    for (long q = blockIdx.x * (long)blockDim.x + threadIdx.x; q < n; q += (long)blockDim.x * gridDim.x) {\n"
+     "        const float* row = a + (q / 64) * 64;\n        b[q] = row[63 - q % 64];\n    }", ["x4", "x2"]),
+    # a view written through: another thread's elements
+    ("    long q = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "    if (q < n) { float* o = b + 1; o[q] = a[q]; }", []),
+    # a read-only-looking view of the written buffer: b read at another index
+    ("    long q = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "    if (q < n) { const float* r = b + 1; b[q] = a[q] + r[q]; }", []),
+    # a view re-pointed after its declaration
+    ("    long q = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "    if (q < n) { const float* r = a; r += 4; b[q] = r[q]; }", []),
+])
+def test_views_of_buffers(body: str, want: list[str]) -> None:
+    assert variants(text_policy(_near(body), "k"), "vectorize") == want

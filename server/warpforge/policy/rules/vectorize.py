@@ -82,6 +82,7 @@ from ._structural import (
     launch_ok,
     render,
     resolved_type,
+    single_decl,
     subscript_parts,
     unparen,
     with_body,
@@ -156,9 +157,27 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return None  # a local shadows a parameter: names would not mean what the analysis assumes
     body_ids = {n.id for st in shape.e.body for n in walk(st)}
     others: set[str] = set()
-    # every use of a pointer parameter: p[i] in the body (vectorized), or a read of p[anything]
+    views, inits = _views(kbody, data, set(pointers))
+    if views and set(views) & written_names(kbody, data):
+        return None  # a view re-pointed: which elements it reads is no longer one expression
+    # every use of a pointer parameter: p[i] in the body (vectorized), or a read of p[anything]; a view
+    # (``const T* row = p + off``) reads p at other indices, so it counts as such a read of p
     for n in walk(kbody):
-        if n.type != "identifier" or node_text(n, data) not in pointers:
+        if n.type != "identifier" or n.id in inits:
+            continue
+        if node_text(n, data) in views:
+            parent = n.parent
+            up = parent.parent if parent is not None else None
+            while up is not None and up.type == "parenthesized_expression":
+                up = up.parent
+            parts = subscript_parts(parent, data) if parent is not None else None
+            if parent is None or parts is None or parts[0].id != n.id or up is None or up.type in ("pointer_expression",
+                                                                                 "update_expression") \
+                    or (up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent)):
+                return None  # a view must only be read, element by element
+            others.add(views[node_text(n, data)])
+            continue
+        if node_text(n, data) not in pointers:
             continue
         name = node_text(n, data)
         p = pointers[name]
@@ -195,6 +214,13 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             arr.read = True
             if not exact:
                 others.add(name)  # a read at another index: allowed below only if nothing writes p
+    for nm in others:
+        if nm not in shape.arrays:  # read only through views: still a buffer, with its element size
+            prm = pointers[nm]
+            size = _elem_bytes(ctx, prm.type)
+            if size is None or prm.pointer_depth != 1 or prm.array_dims:
+                return None
+            shape.arrays[nm] = _Array(nm, prm.type, size, prm.is_const, read=True)
     if any(shape.arrays[nm].written for nm in others):
         return None  # a written buffer read at another index: a dependence between elements
     if not shape.vectorized:
@@ -224,6 +250,34 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                 if name in shape.arrays:
                     shape.arrays[name].always_written = True
     return shape, data
+
+
+def _views(kbody: Node, data: bytes, pointers: set[str]) -> tuple[dict[str, str], set[int]]:
+    """Local pointers that view a pointer parameter at an offset: ``const T* row = p + off;`` (or ``= p``,
+    ``= off + p``, ``= &p[off]``), as ``{local: parameter}``, and the ids of the parameter's identifiers in
+    those initializers (uses that are not accesses themselves)."""
+    views: dict[str, str] = {}
+    inits: set[int] = set()
+    for n in walk(kbody):
+        d = single_decl(n, data) if n.type == "declaration" else None
+        if d is None or not d.pointer or d.value is None:
+            continue
+        v = unparen(d.value)
+        cands: list[Node] = [v]
+        if v.type == "binary_expression":
+            op = v.child_by_field_name("operator")
+            if op is not None and node_text(op, data) == "+":
+                cands = [c for c in (v.child_by_field_name("left"), v.child_by_field_name("right")) if c is not None]
+        elif v.type == "pointer_expression" and node_text(v, data).lstrip().startswith("&"):
+            arg = v.child_by_field_name("argument")
+            parts = subscript_parts(arg, data) if arg is not None else None
+            cands = [parts[0]] if parts is not None else []
+        base = [u for u in map(unparen, cands) if u.type == "identifier" and node_text(u, data) in pointers]
+        if len(base) == 1:
+            views[d.name] = node_text(base[0], data)
+            inits.add(base[0].id)
+            inits |= {x.id for x in walk(n) if x.type == "identifier" and node_text(x, data) == d.name}
+    return views, inits
 
 
 def _same(a: Node | None, b: Node) -> bool:
