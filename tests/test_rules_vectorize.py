@@ -165,3 +165,16 @@ def _near(body: str) -> str:
 ])
 def test_views_of_buffers(body: str, want: list[str]) -> None:
     assert variants(text_policy(_near(body), "k"), "vectorize") == want
+
+
+@pytest.mark.parametrize("loop,want", [
+    # a window of literal size: elementwise work
+    ("for (int t = 0; t < 3; ++t) s += a[q * 3 + t];", ["x4", "x2"]),
+    # a walk of a run-time length (a row reduction per output): warp_per_row's, not vectorize's
+    ("for (long t = 0; t < n; ++t) s += a[q * n + t];", []),
+    ("int t = 0; while (t < 3) { s += a[q + t]; ++t; }", []),
+])
+def test_serial_walks_are_left_to_the_row_rules(loop: str, want: list[str]) -> None:
+    body = ("    long q = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"    if (q < n) {{ float s = 0.f; {loop} b[q] = s; }}")
+    assert variants(text_policy(_near(body), "k"), "vectorize") == want

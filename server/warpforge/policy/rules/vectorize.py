@@ -233,7 +233,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if st.type != "declaration" or i in ids or ids & written or ids & _COORDS:
             return None
     for st in shape.e.body:
-        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS:
+        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS or _serial_walk(st, data):
             return None
     if i in _written_in(shape.e.body, data):
         return None
@@ -278,6 +278,23 @@ def _views(kbody: Node, data: bytes, pointers: set[str]) -> tuple[dict[str, str]
             inits.add(base[0].id)
             inits |= {x.id for x in walk(n) if x.type == "identifier" and node_text(x, data) == d.name}
     return views, inits
+
+
+def _serial_walk(node: Node, data: bytes) -> bool:
+    """Whether a loop in the body runs a number of times that is not a literal (``for (j = 0; j < cols; ++j)``,
+    ``while``): each element then walks a row or a column serially, a reduction per output that
+    ``warp_per_row``/``column_split`` spread over lanes; ``w`` elements per thread would lengthen that walk
+    ``w``-fold instead. Loops with literal bounds (a 2x2 window, 3 taps) stay elementwise work."""
+    for n in walk(node):
+        if n.type in ("while_statement", "do_statement", "for_range_loop"):
+            return True
+        if n.type == "for_statement":
+            cond = n.child_by_field_name("condition")
+            init = n.child_by_field_name("initializer")
+            own = declared_names(init, data) | written_names(init, data) if init is not None else set()
+            if cond is None or _idents(cond, data) - own:
+                return True
+    return False
 
 
 def _same(a: Node | None, b: Node) -> bool:
