@@ -30,6 +30,8 @@ What the access analysis requires of BODY (any code: locals, branches, inner loo
   reads are vectorized;
 * every vectorized buffer has a scalar element type of 1, 2, 4 or 8 bytes (``float``, ``__half``,
   ``double``, ``int``, ..., a template parameter judged as the spec instantiates it);
+* loops in BODY have literal trip counts (a 2x2 window, 3 taps): a loop of run-time length is a row or
+  column walk per output, which ``warp_per_row``/``column_split`` spread over lanes instead;
 * nothing writes ``i``, takes the address of an element, leaves the body (return/goto/break/continue
   outside an inner loop), synchronizes or exchanges data between threads (barriers, shuffles, atomics),
   uses ``__shared__`` memory or reads the thread/block coordinates.
