@@ -42,11 +42,19 @@ from warpforge.spec.resolve import load_spec
 pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
-                  "smem_transpose", "atomics_privatize"})
+                  "smem_transpose", "atomics_privatize", "coarsen_y"})
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
-    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats")),
+    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats",
+    # elementwise maps in other styles: fp16 with scalar arguments, an in-place grid-stride loop over size_t,
+    # fp64 in place with a broadcast read, a template gathering from a read-only buffer
+    "residual_add_scale_fp16", "sgd_momentum_gridstride", "clip_grad_scale_double", "swiglu_fwd_template",
+    # maps whose reads are gathers from read-only buffers (a window, a permutation, a plane view)
+    "maxpool2x2_nhwc", "permute_nchw_to_nhwc", "bilinear_resize_2x",
+    # neighbourhood reads on 2D/3D grids (coarsen_y): an exit-form fp32 stencil, an fp16 pooling window over
+    # planes in z, a typedef'd direct convolution, a guarded fp64 3D stencil with long indices
+    "stencil2d_5pt", "avgpool3x3_stride1_fp16", "conv2d_direct_nchw", "stencil3d_7pt_long")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {
@@ -107,7 +115,8 @@ def _arch() -> str:
 def _built(stem: str, definition: str | None, defines: tuple[tuple[str, str], ...],
            flags: tuple[str, ...]) -> tuple[bytes, str]:
     pol = policy(stem)
-    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file)
+    inst = tuple(pol.spec.template_args) if pol.kernel.template_params else None
+    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file, instantiate=inst)
     res = compile_cubin(tu, arch=_arch(), defines=dict(defines), flags=list(flags), filename=pol.file)
     assert res.ok, res.log[-3000:]
     sym = res.entry_symbol(pol.kernel.name)

@@ -148,10 +148,11 @@ def test_launches() -> None:
 def test_rewritten_text_shapes() -> None:
     """Spot checks of what each rewrite writes (the GPU test checks what it computes)."""
     v = child(kernel_policy("saxpy"), "vectorize", "x4").definition
-    assert "reinterpret_cast<const float4*>(x)" in v and "reinterpret_cast<float4*>(y)[wfv_vi] = wfv_y;" in v
-    assert "& 15ull) == 0" in v and "wfv_base + 3 < n" in v and "y[i] = a * x[i] + y[i];" in v  # scalar tail kept
+    assert "struct alignas(sizeof(float) * 4) wfv_v_x { float e[4]; };" in v
+    assert "reinterpret_cast<const wfv_v_x*>(x)" in v and "reinterpret_cast<wfv_v_y*>(y)[wfv_vi] = wfv_y;" in v
+    assert "& (sizeof(wfv_v_y) - 1)" in v and "wfv_base + 3 < n" in v and "y[i] = a * x[i] + y[i];" in v  # tail
     g = child(kernel_policy("gelu"), "vectorize", "x4").definition
-    assert "float4 wfv_out;" in g  # written unconditionally and never read: not loaded
+    assert "wfv_v_out wfv_out;" in g  # written unconditionally and never read: not loaded
     t = child(kernel_policy("reduce_sum"), "warp_reduce", "tail").definition
     assert "s > 32" in t and "__shfl_down_sync(0xffffffffu, wfr_v0, wfr_o)" in t and "sdata[0] = wfr_v0;" in t
     s = child(kernel_policy("softmax"), "warp_per_row", "warp8").definition
@@ -200,9 +201,17 @@ def elementwise(body: str, t: str = "float", role: str = "out") -> OfflinePolicy
     ("    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += blockDim.x * gridDim.x)\n"
      "        dst[i] = src[i] + 1.0f;", ["x4", "x2"]),
     ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count && src[i] > 0) dst[i] = 1;", []),
-    # near misses: neighbours, strided, atomics, barriers, addresses, early exits, writes to the index
-    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = src[i + 1];", []),
-    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = src[2 * i];", []),
+    # a buffer nothing writes may be read at any index (neighbours, strides, a broadcast): only dst is vectorized
+    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = src[i + 1];", ["x4", "x2"]),
+    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = src[2 * i] * src[0];",
+     ["x4", "x2"]),
+    # near misses: a written buffer read or written at another index (in place, shifted), atomics, barriers,
+    # addresses, early exits, writes to the index
+    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = dst[i + 1] + src[i];", []),
+    (f"{IDX}    if (i < count) dst[i] = dst[i] * 0.5f + dst[(i + 1) % count];", []),
+    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) { dst[i] = src[i]; dst[i + 1] = 0; }",
+     []),
+    ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] = src[i] + dst[count - 1];", []),
     ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) atomicAdd(&dst[i], src[i]);", []),
     (f"{IDX}    if (i < count) {{ dst[i] = src[i]; __syncthreads(); }}", []),
     (f"{IDX}    if (i < count) {{ float* p = &dst[i]; *p = src[i]; }}", []),
@@ -223,10 +232,12 @@ def test_vectorize_shapes(body: str, want: list[str]) -> None:
 def test_vectorize_types_and_alignment() -> None:
     body = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) dst[i] += src[i];"
     assert variants(elementwise(body, "int", "inout"), "vectorize") == ["x4", "x2"]
-    assert "int4" in child(elementwise(body, "int", "inout"), "vectorize", "x4").definition
-    assert "uint2" in child(elementwise(body, "unsigned int", "inout"), "vectorize", "x2").definition
-    assert variants(elementwise(body, "double", "inout"), "vectorize") == []  # 64-bit elements: not this rule's
-    assert variants(elementwise(body, "half", "inout"), "vectorize") == []
+    assert "{ int e[4]; }" in child(elementwise(body, "int", "inout"), "vectorize", "x4").definition
+    assert "{ unsigned int e[2]; }" in child(elementwise(body, "unsigned int", "inout"), "vectorize", "x2").definition
+    # 16 bytes at most per vector, 8 at least: two doubles, eight/four halves
+    assert variants(elementwise(body, "double", "inout"), "vectorize") == ["x2"]
+    assert variants(elementwise(body, "half", "inout"), "vectorize") == ["x8", "x4"]
+    assert variants(elementwise(body, "char", "inout"), "vectorize") == ["x8"]
     unaligned = ELEMENTWISE.replace("arg src: in {t}[N]", "arg src: in {t}[N] align=8")
     pol = text_policy(unaligned.format(body=body, t="float", role="inout"), "k")
     assert variants(pol, "vectorize") == ["x2"]  # 8-byte aligned: the 2-wide path would still run vectorized
@@ -237,7 +248,7 @@ def test_vectorize_conditional_write_preloads() -> None:
                       "    if (i < count) { if (src[i] > 0.f) dst[i] = src[i]; }")
     d = child(pol, "vectorize", "x4").definition
     # written on some paths only: the old values are loaded so the vector store writes them back unchanged
-    assert "float4 wfv_dst = reinterpret_cast<float4*>(dst)[wfv_vi];" in d
+    assert "wfv_v_dst wfv_dst = reinterpret_cast<wfv_v_dst*>(dst)[wfv_vi];" in d
 
 
 REDUCE = """\

@@ -12,6 +12,7 @@ Everything here is a pure function of (node, bytes); nothing assumes the referen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -241,9 +242,18 @@ def is_grid_stride(node: Node | None, data: bytes, mult: str, axis: str = "x") -
     if p is None or p[1] != "*":
         return False
     for a, g in ((p[0], p[2]), (p[2], p[0])):
-        if is_builtin(g, data, "gridDim", axis) and node_text(unparen(a), data) == mult:
+        if is_builtin(g, data, "gridDim", axis) and (node_text(unparen(a), data) == mult
+                                                      or (_is_block_dim(mult, axis) and
+                                                          is_builtin(a, data, "blockDim", axis))):
             return True
     return False
+
+
+def _is_block_dim(mult: str, axis: str) -> bool:
+    """Whether the index's multiplier text is ``blockDim.<axis>``, also behind a cast (``(size_t)blockDim.x``):
+    a stride ``(size_t)gridDim.x * blockDim.x`` is the same number of threads however each side is cast."""
+    t = re.sub(r"\(\s*[A-Za-z_][\w\s]*\)", "", mult).replace(" ", "")
+    return t in (f"blockDim.{axis}", f"(blockDim.{axis})")
 
 
 @dataclass(frozen=True)

@@ -1,47 +1,62 @@
-"""vectorize: 128-bit (or 64-bit) vector loads and stores for elementwise kernels.
+"""vectorize: 128-bit (or narrower) vector loads and stores for elementwise kernels.
 
-Why it helps: an elementwise kernel that moves one 32-bit value per thread issues one load instruction
-per element and per array; with ``float4``/``int4``/``uint4`` each thread moves four consecutive elements
-with one 16-byte instruction per array. That cuts load/store instructions and address arithmetic by 4x,
-keeps more bytes in flight per thread, and lets a memory-bound kernel get closer to DRAM bandwidth. The
-2-wide variant (``float2`` ...) is offered too: fewer registers, sometimes the better trade.
+Why it helps: an elementwise kernel that moves one value per thread issues one load instruction per
+element and per array; moving 16 bytes per instruction (four floats, eight halves, two doubles) cuts
+load/store instructions and address arithmetic by the vector width, keeps more bytes in flight per thread,
+and lets a memory-bound kernel get closer to DRAM bandwidth. Narrower variants (8 bytes, ...) are offered
+too: fewer registers, sometimes the better trade.
 
 Recognized shapes (names, types, bound expressions and the body are free; only the structure matters):
 
 1. one thread per element, guarded::
 
-       T i = blockIdx.x * M + threadIdx.x;      // M = blockDim.x or a constant; either operand order
-       [declarations that do not use i or a pointer parameter]
+       T i = blockIdx.x * M + threadIdx.x;      // M = blockDim.x or a constant; either operand order, casts
+       [declarations that do not use i or a written buffer]
        if (i < LIMIT) { BODY }                  // also LIMIT > i, i <= LIMIT
 
 2. the same with an early exit: ``if (i >= LIMIT) return;`` followed by BODY to the end of the kernel;
 
-3. a grid-stride loop: ``for (T i = blockIdx.x * M + threadIdx.x; i < LIMIT; i += M * gridDim.x) BODY``.
+3. a grid-stride loop: ``for (T i = blockIdx.x * M + threadIdx.x; i < LIMIT; i += M * gridDim.x) BODY``
+   (either side of either product may be cast: ``(size_t)gridDim.x * blockDim.x``).
 
-BODY may be any code (local variables, branches, inner loops, calls of device functions) provided every
-pointer parameter it touches is accessed only as ``p[i]`` with exactly the index variable, every such
-pointer has a 32-bit element type (float, int, unsigned), nothing writes ``i``, takes the address of an
-element, leaves the body (return/goto/break/continue outside an inner loop), synchronizes or exchanges
-data between threads (barriers, shuffles, atomics), uses ``__shared__`` memory or reads the thread/block
-coordinates. Anything else is not elementwise in this sense and gets no variant.
+What the access analysis requires of BODY (any code: locals, branches, inner loops, device calls):
 
-The rewrite: thread ``t`` owns elements ``4t .. 4t+3``. It loads each array it reads (or writes only
-conditionally, so an unwritten element keeps its old value) with one vector load, runs the original BODY
-once per component with ``p[i]`` replaced by that component (and ``i`` bound to the element's index, so
-any other use of ``i`` keeps its meaning), then stores each written array with one vector store. Because
-every element is touched by exactly one thread and ``p[i]`` becomes one register for the whole body, the
-per-element program order of reads and writes is unchanged. The scalar path — the original body in a
-loop over the thread's four elements, with the original guard — handles the tail (the last
-``LIMIT % 4`` elements, e.g. at the perturbed odd size) and pointers that are not 16-byte aligned: the
-vector path runs only when every vectorized pointer is aligned (checked at run time, a warp-uniform
-branch) and all four elements are in bounds. Spec buffers are 16-byte aligned by default; the rule only
-proposes a width when the spec's ``align=`` of every vectorized buffer is a multiple of the vector size,
-so verification exercises the vector path (the run-time check keeps user launches with offset pointers
-correct). Distinct pointer parameters are assumed not to overlap, as the spec's separately allocated
-buffers guarantee (the same assumption as ``const __restrict__``).
+* every buffer the kernel **writes** is accessed (read or written) only as ``p[i]`` with exactly the index
+  variable: element ``i`` is owned by the thread of ``i``, so no thread reads what another writes and the
+  per-element order of reads and writes is all there is to keep;
+* a buffer the kernel **never writes** may be read with any index (``w[0]``, a broadcast scale; ``x[r * 2 *
+  h + j]``, a gather computed from ``i``): nothing writes it, so reading it per component, with ``i`` bound
+  to that component's element, reads what the original thread of that element read. Only its ``p[i]``
+  reads are vectorized;
+* every vectorized buffer has a scalar element type of 1, 2, 4 or 8 bytes (``float``, ``__half``,
+  ``double``, ``int``, ..., a template parameter judged as the spec instantiates it);
+* loops in BODY have literal trip counts (a 2x2 window, 3 taps): a loop of run-time length is a row or
+  column walk per output, which ``warp_per_row``/``column_split`` spread over lanes instead;
+* nothing writes ``i``, takes the address of an element, leaves the body (return/goto/break/continue
+  outside an inner loop), synchronizes or exchanges data between threads (barriers, shuffles, atomics),
+  uses ``__shared__`` memory or reads the thread/block coordinates.
 
-Launch: in shapes 1 and 2 the grid's x dimension ``G`` becomes ``cdiv(G, 4)``: the original launch
-covered ``G * M >= LIMIT`` threads, so ``cdiv(G, 4) * M * 4 >= LIMIT`` elements are still covered. A
+Anything else is not elementwise in this sense and gets no variant (a written buffer read at ``i + 1``, an
+in-place update read at a shifted index, atomics: a dependence between elements).
+
+The rewrite: thread ``t`` owns elements ``w*t .. w*t+w-1``. Each vectorized buffer is moved as one
+``struct alignas(sizeof(E) * w) { E e[w]; }`` (a local type, so it is as generic as the kernel: a template
+instantiated with another ``E`` still gets an exact vector), which nvcc loads and stores with one
+``ld/st.global.v*`` per buffer. It loads each buffer it reads (or writes only conditionally, so an
+unwritten element keeps its old value), runs the original BODY once per component with ``p[i]`` replaced
+by that component (and ``i`` bound to the element's index, so any other use of ``i`` keeps its meaning),
+then stores each written buffer. The scalar path — the original body in a loop over the thread's ``w``
+elements, with the original guard — handles the tail (the last ``LIMIT % w`` elements, e.g. at the
+perturbed odd size) and pointers that are not aligned to the vector: the vector path runs only when every
+vectorized pointer is aligned (checked at run time, a warp-uniform branch) and all ``w`` elements are in
+bounds. Widths: ``x8``, ``x4``, ``x2`` elements per thread, each where every vectorized buffer's vector is
+at most 16 bytes, the widest at least 8, and the spec's ``align=`` of every vectorized buffer is a
+multiple of its vector (so verification exercises the vector path; the run-time check keeps user launches
+with offset pointers correct). Distinct pointer parameters are assumed not to overlap, as the spec's
+separately allocated buffers guarantee (the same assumption as ``const __restrict__``).
+
+Launch: in shapes 1 and 2 the grid's x dimension ``G`` becomes ``cdiv(G, w)``: the original launch
+covered ``G * M >= LIMIT`` threads, so ``cdiv(G, w) * M * w >= LIMIT`` elements are still covered. A
 grid-stride loop covers any grid, which is left as it is.
 """
 
@@ -53,9 +68,9 @@ from tree_sitter import Node
 
 from ...cuda.candidate import Candidate
 from ...cuda.tree import node_text, walk
+from ...spec.model import DTYPES, canonical_dtype
 from . import register
 from ._structural import (
-    VECTOR_TYPES,
     Elementwise,
     all_names,
     declared_names,
@@ -68,6 +83,8 @@ from ._structural import (
     is_ident,
     launch_ok,
     render,
+    resolved_type,
+    single_decl,
     subscript_parts,
     unparen,
     with_body,
@@ -79,8 +96,11 @@ from .base import Rule, RuleContext
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfv_"
 
-WIDTHS = {"x4": 4, "x2": 2}
-_COMPONENTS = "xyzw"
+#: variant -> elements per thread, widest first
+WIDTHS = {"x8": 8, "x4": 4, "x2": 2}
+#: the most bytes one vector may move (one 128-bit access), and the least the widest must (else no gain)
+MAX_BYTES = 16
+MIN_BYTES = 8
 _COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 
 
@@ -89,12 +109,17 @@ class _Array:
     """What the elementwise body does with one pointer parameter."""
 
     name: str
+    #: the element type as written in the signature (``float``, ``__half``, ``T``), without ``const``
     elem: str
+    #: bytes of one element as the kernel is instantiated
+    size: int
     const: bool
     read: bool = False
     written: bool = False
     #: written by a plain ``p[i] = ...`` statement at the top level of the body (on every path)
     always_written: bool = False
+    #: accessed as ``p[i]`` (vectorized); False for a buffer only read at other indices
+    elementwise: bool = False
 
 
 @dataclass
@@ -102,12 +127,22 @@ class _Shape:
     e: Elementwise
     arrays: dict[str, _Array] = field(default_factory=dict)
 
+    @property
+    def vectorized(self) -> list[_Array]:
+        return sorted((a for a in self.arrays.values() if a.elementwise), key=lambda a: a.name)
+
+
+def _elem_bytes(ctx: RuleContext, type_text: str) -> int | None:
+    """Bytes of a scalar element type as instantiated (``T`` -> the spec's template argument)."""
+    dt = canonical_dtype(resolved_type(ctx, type_text))
+    return DTYPES[dt][0] if dt is not None else None
+
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     """The elementwise shape of the candidate, with every check of the module docstring, or None."""
     k = ctx.cand_kernel
     got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    if k is None or got is None:
         return None
     kbody, data = got
     found = elementwise_1d(kbody, data)
@@ -122,49 +157,89 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     pointers = {p.name: p for p in k.params if p.is_pointer}
     if declared_names(kbody, data) & {p.name for p in k.params}:
         return None  # a local shadows a parameter: names would not mean what the analysis assumes
-    # the prelude (kept verbatim, run once per thread) must be plain declarations independent of i and memory
-    for st in shape.e.prefix + shape.e.between:
-        if st.type != "declaration" or i in _idents(st, data) or _idents(st, data) & set(pointers) \
-                or _idents(st, data) & _COORDS:
-            return None
-    for st in shape.e.body:
-        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS:
-            return None
-    if i in _written_in(shape.e.body, data):
-        return None
-    if _idents(shape.e.bound.limit, data) & (set(pointers) | _COORDS):
-        return None
-    # every use of a pointer parameter: p[i] inside the body, p a 32-bit element pointer
     body_ids = {n.id for st in shape.e.body for n in walk(st)}
+    others: set[str] = set()
+    views, inits = _views(kbody, data, set(pointers))
+    if views and set(views) & written_names(kbody, data):
+        return None  # a view re-pointed: which elements it reads is no longer one expression
+    # every use of a pointer parameter: p[i] in the body (vectorized), or a read of p[anything]; a view
+    # (``const T* row = p + off``) reads p at other indices, so it counts as such a read of p
     for n in walk(kbody):
-        if n.type != "identifier" or node_text(n, data) not in pointers:
+        if n.type != "identifier" or n.id in inits:
+            continue
+        if node_text(n, data) in views:
+            parent = n.parent
+            up = parent.parent if parent is not None else None
+            while up is not None and up.type == "parenthesized_expression":
+                up = up.parent
+            parts = subscript_parts(parent, data) if parent is not None else None
+            if parent is None or parts is None or parts[0].id != n.id or up is None or up.type in ("pointer_expression",
+                                                                                 "update_expression") \
+                    or (up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent)):
+                return None  # a view must only be read, element by element
+            others.add(views[node_text(n, data)])
+            continue
+        if node_text(n, data) not in pointers:
             continue
         name = node_text(n, data)
         p = pointers[name]
         parent = n.parent
-        if n.id not in body_ids or parent is None or parent.type != "subscript_expression":
-            return None
+        if parent is None or parent.type != "subscript_expression":
+            return None  # the pointer itself escapes (passed, offset, dereferenced): not an element access
         parts = subscript_parts(parent, data)
-        if parts is None or parts[0].id != n.id or not is_ident(parts[1], data, i):
+        if parts is None or parts[0].id != n.id or p.pointer_depth != 1 or p.array_dims:
             return None
-        if p.pointer_depth != 1 or p.array_dims or p.type not in VECTOR_TYPES:
+        size = _elem_bytes(ctx, p.type)
+        if size is None:
             return None
         up = parent.parent
         while up is not None and up.type == "parenthesized_expression":
             up = up.parent
         if up is not None and up.type == "pointer_expression":
-            return None  # &p[i]: an address escapes
-        arr = shape.arrays.setdefault(name, _Array(name, p.type, p.is_const))
+            return None  # &p[...]: an address escapes
+        arr = shape.arrays.setdefault(name, _Array(name, " ".join(p.type.replace("const", " ").split()),
+                                                   size, p.is_const))
+        exact = n.id in body_ids and is_ident(parts[1], data, i)
+        arr.elementwise |= exact
         if up is not None and up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent):
             op = up.child_by_field_name("operator")
+            if not exact:
+                return None  # a write at another index: another thread's element
             arr.written = True
             if op is None or node_text(op, data) != "=":
                 arr.read = True
         elif up is not None and up.type == "update_expression":
+            if not exact:
+                return None
             arr.written = arr.read = True
         else:
             arr.read = True
-    if not shape.arrays:
+            if not exact:
+                others.add(name)  # a read at another index: allowed below only if nothing writes p
+    for nm in others:
+        if nm not in shape.arrays:  # read only through views: still a buffer, with its element size
+            prm = pointers[nm]
+            size = _elem_bytes(ctx, prm.type)
+            if size is None or prm.pointer_depth != 1 or prm.array_dims:
+                return None
+            shape.arrays[nm] = _Array(nm, prm.type, size, prm.is_const, read=True)
+    if any(shape.arrays[nm].written for nm in others):
+        return None  # a written buffer read at another index: a dependence between elements
+    if not shape.vectorized:
+        return None
+    # the prelude (kept verbatim, run once per thread) must be plain declarations independent of i and of
+    # any written buffer
+    written = {a.name for a in shape.arrays.values() if a.written}
+    for st in shape.e.prefix + shape.e.between:
+        ids = _idents(st, data)
+        if st.type != "declaration" or i in ids or ids & written or ids & _COORDS:
+            return None
+    for st in shape.e.body:
+        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS or _serial_walk(st, data):
+            return None
+    if i in _written_in(shape.e.body, data):
+        return None
+    if _idents(shape.e.bound.limit, data) & (set(pointers) | _COORDS):
         return None
     for st in shape.e.body:
         e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
@@ -177,6 +252,51 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                 if name in shape.arrays:
                     shape.arrays[name].always_written = True
     return shape, data
+
+
+def _views(kbody: Node, data: bytes, pointers: set[str]) -> tuple[dict[str, str], set[int]]:
+    """Local pointers that view a pointer parameter at an offset: ``const T* row = p + off;`` (or ``= p``,
+    ``= off + p``, ``= &p[off]``), as ``{local: parameter}``, and the ids of the parameter's identifiers in
+    those initializers (uses that are not accesses themselves)."""
+    views: dict[str, str] = {}
+    inits: set[int] = set()
+    for n in walk(kbody):
+        d = single_decl(n, data) if n.type == "declaration" else None
+        if d is None or not d.pointer or d.value is None:
+            continue
+        v = unparen(d.value)
+        cands: list[Node] = [v]
+        if v.type == "binary_expression":
+            op = v.child_by_field_name("operator")
+            if op is not None and node_text(op, data) == "+":
+                cands = [c for c in (v.child_by_field_name("left"), v.child_by_field_name("right")) if c is not None]
+        elif v.type == "pointer_expression" and node_text(v, data).lstrip().startswith("&"):
+            arg = v.child_by_field_name("argument")
+            parts = subscript_parts(arg, data) if arg is not None else None
+            cands = [parts[0]] if parts is not None else []
+        base = [u for u in map(unparen, cands) if u.type == "identifier" and node_text(u, data) in pointers]
+        if len(base) == 1:
+            views[d.name] = node_text(base[0], data)
+            inits.add(base[0].id)
+            inits |= {x.id for x in walk(n) if x.type == "identifier" and node_text(x, data) == d.name}
+    return views, inits
+
+
+def _serial_walk(node: Node, data: bytes) -> bool:
+    """Whether a loop in the body runs a number of times that is not a literal (``for (j = 0; j < cols; ++j)``,
+    ``while``): each element then walks a row or a column serially, a reduction per output that
+    ``warp_per_row``/``column_split`` spread over lanes; ``w`` elements per thread would lengthen that walk
+    ``w``-fold instead. Loops with literal bounds (a 2x2 window, 3 taps) stay elementwise work."""
+    for n in walk(node):
+        if n.type in ("while_statement", "do_statement", "for_range_loop"):
+            return True
+        if n.type == "for_statement":
+            cond = n.child_by_field_name("condition")
+            init = n.child_by_field_name("initializer")
+            own = declared_names(init, data) | written_names(init, data) if init is not None else set()
+            if cond is None or _idents(cond, data) - own:
+                return True
+    return False
 
 
 def _same(a: Node | None, b: Node) -> bool:
@@ -210,12 +330,16 @@ class Vectorize(Rule):
         shape, _ = got
         if shape.e.form != "stride" and not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
             return []
+        vec = shape.vectorized
         out = []
         for param, w in WIDTHS.items():
+            widest = max(a.size for a in vec) * w
+            if widest > MAX_BYTES or widest < MIN_BYTES:
+                continue
             aligned = True
-            for name in shape.arrays:
-                a = ctx.spec.arg(name)
-                if a is None or not a.is_buffer or a.align % (4 * w) != 0:
+            for arr in vec:
+                a = ctx.spec.arg(arr.name)
+                if a is None or not a.is_buffer or a.align % (arr.size * w) != 0:
                     aligned = False
             if aligned and (shape.e.form == "stride" or launch_ok(ctx, self._grid(ctx, w), ctx.block)):
                 out.append(param)
@@ -243,10 +367,10 @@ class Vectorize(Rule):
         definition = with_body(ctx, body)
         if definition is None:
             return None
-        names = ", ".join(sorted(shape.arrays))
-        vec = {VECTOR_TYPES[a.elem][0 if w == 4 else 1] for a in shape.arrays.values()}
-        why = (f"{8 * 4 * w}-bit vector loads/stores ({', '.join(sorted(vec))}) of {names}: each thread handles {w} "
-               f"consecutive elements, scalar path for the tail and unaligned pointers")
+        vec = shape.vectorized
+        names = ", ".join(f"{a.name} ({8 * a.size * w}-bit)" for a in vec)
+        why = (f"vector loads/stores of {names}: each thread handles {w} consecutive elements, scalar path "
+               f"for the tail and unaligned pointers")
         if shape.e.form == "stride":
             return ctx.derive(self.family, param, why, definition=definition)
         return ctx.derive(self.family, param, why + f"; grid x divided by {w}", definition=definition,
@@ -256,14 +380,18 @@ class Vectorize(Rule):
 def _generate(shape: _Shape, data: bytes, w: int) -> str:
     i = shape.e.index.name
     itype = shape.e.index.type
-    comps = _COMPONENTS[:w]
-    arrays = sorted(shape.arrays.values(), key=lambda a: a.name)
-    vtype = {a.name: VECTOR_TYPES[a.elem][0 if w == 4 else 1] for a in arrays}
+    arrays = shape.vectorized
+    vtype = {a.name: f"{PREFIX}v_{a.name}" for a in arrays}
     gi = node_text(shape.e.index_expr, data)
     limit = node_text(shape.e.bound.limit, data)
     cmp = "<=" if shape.e.bound.inclusive else "<"
-    casts = " | ".join(f"reinterpret_cast<unsigned long long>({a.name})" for a in arrays)
-    aligned = f"(({casts}) & {4 * w - 1}ull) == 0"
+    # one local vector type per buffer: ``w`` elements of its own type, aligned to their size, so nvcc moves
+    # it with one vector instruction whatever the element type (and whatever a template is instantiated with)
+    types = "\n".join(f"struct alignas(sizeof({a.elem}) * {w}) {vtype[a.name]} {{ {a.elem} e[{w}]; }};"
+                      for a in arrays)
+    misalign = " | ".join(f"(reinterpret_cast<unsigned long long>({a.name}) & (sizeof({vtype[a.name]}) - 1))"
+                          for a in arrays)
+    aligned = f"({misalign}) == 0"
 
     def vector_part(vi: str, base: str) -> str:
         lines: list[str] = []
@@ -275,16 +403,16 @@ def _generate(shape: _Shape, data: bytes, w: int) -> str:
                              f"reinterpret_cast<{cq}{vtype[a.name]}*>({a.name})[{vi}];")
             else:
                 lines.append(f"{vtype[a.name]} {PREFIX}{a.name};")
-        for c, comp in enumerate(comps):
+        for c in range(w):
             uses_i = False
 
-            def rep(n: Node, comp: str = comp) -> str | None:
+            def rep(n: Node, c: int = c) -> str | None:
                 nonlocal uses_i
                 if n.type == "subscript_expression":
                     parts = subscript_parts(n, data)
                     if parts is not None and is_ident(parts[1], data, i) \
                             and node_text(unparen(parts[0]), data) in vtype:
-                        return f"{PREFIX}{node_text(unparen(parts[0]), data)}.{comp}"
+                        return f"{PREFIX}{node_text(unparen(parts[0]), data)}.e[{c}]"
                 if n.type == "identifier" and node_text(n, data) == i:
                     uses_i = True
                 return None
@@ -306,6 +434,7 @@ def _generate(shape: _Shape, data: bytes, w: int) -> str:
         cond = node_text(shape.e.cond, data)
         vec = vector_part(f"{PREFIX}vi", f"{PREFIX}base")
         code = f"""{pre}
+{types}
 {itype} {PREFIX}done = 0;
 if ({aligned}) {{
     const {itype} {PREFIX}nv = {limit_excl} / {w};
@@ -322,6 +451,7 @@ for ({itype} {i} = {PREFIX}done + {gi}; {cond}; {i} += {stride}) {{
         ok = node_text(shape.e.cond, data) if shape.e.form == "guard" else f"!({node_text(shape.e.cond, data)})"
         vec = vector_part(f"{PREFIX}vi", f"{PREFIX}base")
         code = f"""{pre}
+{types}
 const {itype} {PREFIX}vi = {gi};
 const {itype} {PREFIX}base = {PREFIX}vi * {w};
 {between}
