@@ -46,7 +46,12 @@ MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", 
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
-    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats")),
+    "row_softmax_guarded", "log_softmax_bump", "row_argmax", "cross_entropy_loss", "layernorm_fwd_stats",
+    # rows over a flattened 2-D grid; a max and a min in one if/else-if chain
+    "row_sum_2d_grid", "row_max_min_two_outputs",
+    # matmul form: index macros, batches on blockIdx.z with strides, a template with a transposed operand and
+    # an epilogue, a causal mask skipped per tile
+    "sgemm_macro_2d", "batched_gemm_strided", "gemm_bias_relu_template", "causal_attn_scores")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {
@@ -107,7 +112,8 @@ def _arch() -> str:
 def _built(stem: str, definition: str | None, defines: tuple[tuple[str, str], ...],
            flags: tuple[str, ...]) -> tuple[bytes, str]:
     pol = policy(stem)
-    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file)
+    inst = tuple(pol.spec.template_args) if pol.kernel.template_params else None  # a template needs an instance
+    tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file, instantiate=inst)
     res = compile_cubin(tu, arch=_arch(), defines=dict(defines), flags=list(flags), filename=pol.file)
     assert res.ok, res.log[-3000:]
     sym = res.entry_symbol(pol.kernel.name)
