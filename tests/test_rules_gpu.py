@@ -54,7 +54,12 @@ GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
     "maxpool2x2_nhwc", "permute_nchw_to_nhwc", "bilinear_resize_2x",
     # neighbourhood reads on 2D/3D grids (coarsen_y): an exit-form fp32 stencil, an fp16 pooling window over
     # planes in z, a typedef'd direct convolution, a guarded fp64 3D stencil with long indices
-    "stencil2d_5pt", "avgpool3x3_stride1_fp16", "conv2d_direct_nchw", "stencil3d_7pt_long")),
+    "stencil2d_5pt", "avgpool3x3_stride1_fp16", "conv2d_direct_nchw", "stencil3d_7pt_long",
+    # rows over a flattened 2-D grid; a max and a min in one if/else-if chain
+    "row_sum_2d_grid", "row_max_min_two_outputs",
+    # matmul form: index macros, batches on blockIdx.z with strides, a template with a transposed operand and
+    # an epilogue, a causal mask skipped per tile
+    "sgemm_macro_2d", "batched_gemm_strided", "gemm_bias_relu_template", "causal_attn_scores")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {
@@ -115,7 +120,7 @@ def _arch() -> str:
 def _built(stem: str, definition: str | None, defines: tuple[tuple[str, str], ...],
            flags: tuple[str, ...]) -> tuple[bytes, str]:
     pol = policy(stem)
-    inst = tuple(pol.spec.template_args) if pol.kernel.template_params else None
+    inst = tuple(pol.spec.template_args) if pol.kernel.template_params else None  # a template needs an instance
     tu = standalone(pol.source, pol.model, pol.kernel, definition=definition, filename=pol.file, instantiate=inst)
     res = compile_cubin(tu, arch=_arch(), defines=dict(defines), flags=list(flags), filename=pol.file)
     assert res.ok, res.log[-3000:]

@@ -256,6 +256,46 @@ def _is_block_dim(mult: str, axis: str) -> bool:
     return t in (f"blockDim.{axis}", f"(blockDim.{axis})")
 
 
+def _monomials(node: Node, data: bytes) -> list[tuple[str, ...]] | None:
+    """``node`` as a sum of products of thread coordinates (casts looked through), or None when anything
+    else (a name, a literal, a division) takes part."""
+    n = unparen(node)
+    while n.type == "cast_expression":
+        inner = n.child_by_field_name("value")
+        if inner is None:
+            return None
+        n = unparen(inner)
+    if n.type == "field_expression":
+        arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+        if arg is None or fld is None or node_text(arg, data) not in ("threadIdx", "blockIdx", "blockDim", "gridDim"):
+            return None
+        return [(f"{node_text(arg, data)}.{node_text(fld, data)}",)]
+    b = _binary(n, data)
+    if b is None or b[1] not in ("+", "*"):
+        return None
+    left, right = _monomials(b[0], data), _monomials(b[2], data)
+    if left is None or right is None:
+        return None
+    if b[1] == "+":
+        return left + right
+    return [tuple(sorted(x + y)) for x in left for y in right]
+
+
+#: ``(blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x`` expanded
+_FLAT_2D = sorted([("threadIdx.x",), ("blockDim.x", "blockIdx.x"), ("blockDim.x", "blockIdx.y", "gridDim.x")])
+
+
+def flat_index_2d(node: Node | None, data: bytes) -> bool:
+    """Whether ``node`` is the global thread index of a 2-D grid of 1-D blocks flattened row-major
+    (``blockIdx.y * gridDim.x * blockDim.x + blockIdx.x * blockDim.x + threadIdx.x`` in any arrangement):
+    written to stay under the grid's x limit, it equals ``blockIdx.x * blockDim.x + threadIdx.x`` on a
+    1-D grid, where ``blockIdx.y`` is 0."""
+    if node is None:
+        return False
+    m = _monomials(node, data)
+    return m is not None and sorted(tuple(sorted(x)) for x in m) == _FLAT_2D
+
+
 @dataclass(frozen=True)
 class Decl:
     """A declaration of one variable: ``[const] TYPE [*]NAME = VALUE;``."""

@@ -1,4 +1,4 @@
-"""smem_tiling: shared-memory (and register) tiling of a matmul-like dot-product loop.
+"""smem_tiling: shared-memory (and register) tiling of a kernel of matmul form.
 
 Why it helps: a kernel computing one output per thread as a K-long dot product straight from global
 memory loads every input element once per output that uses it (N times for A, M times for B), so it is
@@ -7,61 +7,83 @@ shared memory lets a block reuse each loaded element BM (or BN) times; giving ea
 outputs in registers reuses each shared-memory value TM (or TN) times more, so the inner loop does TM·TN
 fused multiply-adds per TM+TN shared loads.
 
-Recognized shape (names, types, bound and index expressions free)::
+What the analysis requires (on the kernel's top-level statements; the offline policy also hands the rule
+the canonical form, so a guarded body, typedefs and index macros are seen as their plain equivalents):
 
-    T x = blockIdx.x * blockDim.x + threadIdx.x;      // the two index declarations, either order
-    T y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (y < NY && x < NX) {                           // either order; or `if (x >= NX || y >= NY) return;`
-        ACC acc = <literal>;
-        for (int k = 0; k < KB; ++k) {                // k++, ++k, k += 1
-            acc += P[IP] * Q[IQ];                     // either operand order
-        }
-        EPILOGUE                                      // any statements using acc, x, y (e.g. the alpha/beta update)
-    }
+* the 2-D output index: ``x = blockIdx.x * blockDim.x + threadIdx.x`` and the same along y, each declared
+  once and never written;
+* one **k-loop** ``for (k = S; k < KB; ++k) acc += P[IP] * Q[IQ];`` (also ``acc = acc + P * Q``,
+  ``acc = fmaf(P, Q, acc)``): the loop carries nothing but the sum; ``acc`` is a local whose start value,
+  like ``S`` and ``KB``, is the same for every thread of a block (**uniform**: made of scalar parameters,
+  literals, ``blockIdx.z`` and locals of those);
+* by following every local the two reads depend on (``const float* qi = q + head_off + i * D`` included),
+  one read varies with y and k but not x (staged as the A tile), the other with x and k but not y (the B
+  tile), both from pointer parameters nothing in the kernel writes (the output does not alias an operand);
+* before the loop only declarations with pure values, exits ``if (C) return;`` and **masks**
+  ``if (C) { stores; return; }``; a uniform exit or declaration (a batch index ``p = blockIdx.z`` and its
+  ``if (p >= batch) return;``) comes before any store; among the exit terms one bounds y alone and one x
+  alone (so a block never loads rows or columns the kernel never reads); after the loop any **epilogue**
+  (bias, activation, scaling, alpha/beta, stores) that does not synchronize or read the thread coordinates
+  (``blockIdx.z`` excepted).
 
-where IP uses y and k but not x, IQ uses x and k but not y (or the other way round: the operand that uses
-y is staged as the "A" tile), every other name in them is never assigned in the kernel, P and Q are
-pointer parameters the kernel never writes, the epilogue does not leave early, synchronize, use the thread
-coordinates or assign x/y, and the block and grid are 2D.
+What it declines, besides anything else: a written operand (in place), a loop carrying a second value or
+a conditional update, a k-bound or start that differs between threads (triangular loops), a local that
+feeds the tiles or is hoisted and is written, thread coordinates used outside the index declarations,
+``threadIdx.z`` / 3-D blocks, existing shared memory or collectives.
 
-The rewrite: a block computes a BM×BN tile of outputs; for each BK-slice of k it loads the A tile
-(``P[IP]`` at y = block row + r, k = k0 + c) and the B tile (``Q[IQ]``) cooperatively into shared memory,
-each load predicated by the original bounds (zeros outside: adding 0·0 leaves a sum unchanged), then every
-thread accumulates its TM×TN outputs; ``__syncthreads`` after the loads (tiles complete before use) and
-after the compute (no thread overwrites a tile another still reads). The summation order over k is the
-original one, so the dot products are bitwise identical. Finally each output that exists (the original
-guard) runs the original EPILOGUE with ``x``, ``y`` and ``acc`` bound to its values — alpha/beta semantics
-are kept exactly. Any M, N, K work: partial tiles are predicated, and the grid is ``(cdiv(NX, BN),
-cdiv(NY, BM))`` with NX, NY the guard bounds in spec terms (or the extent the original launch covered).
+The rewrite: a block computes a BM×BN tile of outputs; the uniform statements run first, in their order;
+for each BK-slice of k it loads the A tile (the read, with ``y`` = block row + r, ``k`` = k0 + c and the
+locals it depends on recomputed from them) and the B tile cooperatively into shared memory, each load
+predicated by the exit terms on y (x) and the loop condition (zeros outside: adding 0·0 leaves a sum
+unchanged). Threads load along whichever of the two indices the address is contiguous in (evaluated at the
+spec's sizes), so an operand read ``B[n * K + k]`` (transposed) is loaded along k into a padded tile. Then
+every thread accumulates its TM×TN outputs; ``__syncthreads`` after the loads and after the compute. The
+summation order over k is the original one. Finally each of a thread's outputs runs the kernel's own
+statements, as written, in a lambda (``[&]() { ... }()``): the exits and masks return from it, the
+accumulator's declaration takes the tiled sum, the epilogue follows, so bias, activation, mask values and
+alpha/beta are computed exactly as before.
 
-Variants: ``t16``/``t32`` (TILE×TILE blocks, one output per thread), ``t32r4`` (32×32 tile, 4 outputs per
-thread along y, block 32×8), ``t64r4x4`` and ``t128r8x8`` (4×4 and 8×8 outputs per thread, 256 threads).
-Thread (tx, ty) owns outputs y = ty + i·(BM/TM), x = tx + j·(BN/TN): consecutive threads take consecutive
-columns, so tile reads are conflict-free and epilogue stores coalesce.
+**Masks at tile granularity**: when an exit's term is a linear comparison of x and y (``j > i``: the causal
+mask), it holds for a whole tile exactly when it holds at the tile's four corners (a half-plane is convex);
+a block whose tile is entirely masked skips the loads and the k-loop (uniformly: the test reads only block
+indices and uniform values) and only runs the per-output statements, which take the mask's branch.
+
+Launch: grid ``(cdiv(NX, BN), cdiv(NY, BM)[, the original grid's z])`` with NX, NY the bounds in spec terms
+(or the extent the original launch covered); declined if the original launch covered fewer outputs than the
+bound admits. Variants: ``t16``/``t32`` (one output per thread), ``t32r4`` (4 outputs per thread along y),
+``t64r4x4`` and ``t128r8x8`` (4×4 and 8×8 outputs per thread, 256 threads). Thread (tx, ty) owns outputs
+y = ty + i·(BM/TM), x = tx + j·(BN/TN): consecutive threads take consecutive columns, so tile reads are
+conflict-free and epilogue stores coalesce.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
+from ...spec.expr import Number
 from . import register
 from ._structural import (
+    Bound,
     Decl,
-    Grid2D,
-    bound_text,
+    all_names,
+    condition_of,
     declared_names,
-    extent_expr,
+    dims_values,
+    envs,
+    failing_bound,
     flush,
-    fresh_body,
-    grid_2d,
-    has_jump,
+    global_index,
+    has_collective,
     indent,
-    is_2d_launch,
     is_ident,
+    is_return_only,
     launch_ok,
+    render,
+    resolved_type,
+    scalar_value_expr,
     single_decl,
     statements,
     subscript_parts,
@@ -70,6 +92,7 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
+from ._util import eval_expr, int_literal, kernel_body, macro_values
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -85,124 +108,570 @@ VARIANTS: dict[str, tuple[int, int, int, int, int]] = {
     "t32": (32, 32, 32, 1, 1),
     "t16": (16, 16, 16, 1, 1),
 }
-_COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 _ELEM = frozenset({"float", "double", "int", "unsigned", "unsigned int"})
+#: index types whose arithmetic does not wrap at small values (the corner test of a mask needs that)
+_SIGNED = frozenset({"int", "long", "long long", "long int", "long long int", "int32_t", "int64_t", "ptrdiff_t",
+                     "signed", "signed int"})
+#: coordinates the rewrite leaves as they were (the launch keeps the grid's z; blocks stay 1 deep)
+_KEPT = frozenset({"blockIdx.z", "gridDim.z"})
+_COORD_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
+_FMA = frozenset({"fmaf", "fma", "__fmaf_rn", "__fma_rn"})
+#: dependence markers: the two output coordinates and the loop variable
+_X, _Y, _K = "\x00x", "\x00y", "\x00k"
+
+
+class _Reject(Exception):
+    """Not of matmul form, or a precondition does not hold (internal control flow of the analysis)."""
 
 
 @dataclass
 class _Operand:
-    array: str
-    elem: str
-    index: Node
-    node: Node
+    array: str  # the name read (a parameter or a local pointer into one)
+    root: str  # the pointer parameter it reads
+    elem: str  # element type as written (``T``, ``float``)
+    node: Node  # the read ``P[IP]``
+    locals_: list[str]  # non-uniform locals it depends on
+    kfast: bool = True  # the address is contiguous in k (else in the output coordinate)
 
 
 @dataclass
 class _Shape:
-    g: Grid2D
+    x: Decl
+    y: Decl
     acc: Decl
+    loop: Node
     k: Decl
     k_cond: Node
     a: _Operand  # uses y and k
     b: _Operand  # uses x and k
     a_first: bool  # the product is written a * b (else b * a)
-    epilogue: list[Node]
+    fma: str  # the fma function the update is written with ("" for +=)
+    #: top-level statements before the loop that every thread of a block computes alike, in order
+    hoisted: list[Node]
+    #: the kernel's top-level statements (a guarded body opened up), in order
+    items: list[Node]
+    #: the guard of a guarded body (``if (C) { ...all the rest... }``), or None, and where its body starts
+    guard: Node | None
+    guard_at: int
+    #: conditions under which a thread's y (x) passes every exit term on y (x) alone: the load predicates
+    y_ok: list[str] = field(default_factory=list)
+    x_ok: list[str] = field(default_factory=list)
+    y_bound: Bound | None = None
+    x_bound: Bound | None = None
+    y_locals: list[str] = field(default_factory=list)
+    x_locals: list[str] = field(default_factory=list)
+    #: exit terms linear in x and y: a tile where one holds at every corner skips its loads
+    masks: list[Node] = field(default_factory=list)
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
     return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
 
 
-def _operand(node: Node, data: bytes, pointers: dict[str, str]) -> _Operand | None:
-    parts = subscript_parts(node, data)
-    if parts is None or not is_ident(parts[0], data):
+def _coords(node: Node, data: bytes) -> set[str]:
+    """Thread coordinates a subtree reads, as ``blockIdx.x`` text."""
+    out: set[str] = set()
+    for n in walk(node, ("field_expression",)):
+        arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+        if arg is not None and fld is not None and node_text(arg, data) in ("threadIdx", "blockIdx", "blockDim",
+                                                                             "gridDim"):
+            out.add(f"{node_text(arg, data)}.{node_text(fld, data)}")
+    return out
+
+
+def _terms(node: Node, data: bytes, op: str) -> list[Node]:
+    n = unparen(node)
+    if n.type == "binary_expression":
+        o = n.child_by_field_name("operator")
+        left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+        if o is not None and left is not None and right is not None and node_text(o, data) == op:
+            return _terms(left, data, op) + _terms(right, data, op)
+    return [n]
+
+
+class _Analysis:
+    def __init__(self, ctx: RuleContext, body: Node, data: bytes) -> None:
+        k = ctx.cand_kernel
+        assert k is not None
+        self.ctx = ctx
+        self.data = data
+        self.body = body
+        self.params = {p.name: p for p in k.params}
+        self.types = {t.name for t in k.template_params}
+        #: object-like macros of the file and math.h's: constants
+        self.macros = set(macro_values(ctx)) | {"INFINITY", "NAN", "HUGE_VALF", "FLT_MAX", "DBL_MAX"}
+        #: local name -> its declaration; local -> what it depends on (markers and non-uniform locals)
+        self.decls: dict[str, Decl] = {}
+        self.deps: dict[str, set[str]] = {}
+        #: pointer name -> the pointer parameter it points into
+        self.root: dict[str, str] = {p.name: p.name for p in k.params if p.pointer_depth == 1 and not p.array_dims}
+
+    # ------------------------------------------------------------------ dependences
+    def depends(self, node: Node) -> set[str]:
+        """The markers (x, y, k) and non-uniform locals an expression depends on; raises on what the rewrite
+        cannot move (thread coordinates, assignments, calls other than functional casts)."""
+        data = self.data
+        out: set[str] = set()
+        bad = _coords(node, data) - _KEPT
+        if bad:
+            raise _Reject
+        for n in walk(node):
+            if n.type in ("assignment_expression", "update_expression", "lambda_expression"):
+                raise _Reject
+            if n.type == "call_expression":
+                fn = n.child_by_field_name("function")
+                name = node_text(fn, data) if fn is not None else ""
+                if name not in self.types and name not in _ELEM:
+                    raise _Reject
+            if n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*"):
+                raise _Reject
+        for name in _ids(node, data):
+            if name in self.deps:
+                d = self.deps[name]
+                out |= d
+                if d:
+                    out.add(name)
+            elif name not in self.params and name not in self.types and name not in self.macros \
+                    and name not in _COORD_NAMES:
+                raise _Reject  # a name declared later, in a loop, or a global: not followed
+        return out
+
+    # ------------------------------------------------------------------ shape
+    def run(self) -> _Shape:
+        data = self.data
+        k = self.ctx.cand_kernel
+        assert k is not None
+        body = self.body
+        if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
+                or any(n.type == "__shared__" for n in walk(body)):
+            raise _Reject
+        if declared_names(body, data) & set(self.params):
+            raise _Reject  # a local shadowing a parameter
+        items = statements(body)
+        guard: Node | None = None
+        guard_at = -1
+        if items and items[-1].type == "if_statement" and items[-1].child_by_field_name("alternative") is None \
+                and any(n.type == "for_statement" for n in walk(items[-1])):
+            guard, guard_at = items[-1], len(items) - 1
+            items = items[:-1] + statements(guard.child_by_field_name("consequence"))
+        x = y = acc = None
+        loop_at = next((i for i, st in enumerate(items) if st.type == "for_statement"), None)
+        if loop_at is None:
+            raise _Reject
+        loop = items[loop_at]
+        acc_name, kd, k_cond, prod, fma = self._loop(loop)
+        written = written_names(body, data)
+        hoisted: list[Node] = []
+        exits: list[tuple[Node, bool]] = []  # (term, from a guard's conjunction: the term passes)
+        stored = False
+        if guard is not None:
+            cond = condition_of(guard)
+            if cond is None:
+                raise _Reject
+            exits.extend((t, True) for t in _terms(cond, data, "&&"))
+        for at, st in enumerate(items[:loop_at]):
+            if guard is not None and at >= guard_at:
+                stored = True  # the guard's exit is taken in the per-output code, where it stands
+            if acc is not None and acc.name in _ids(st, data):
+                raise _Reject  # the accumulator read before the loop
+            d = single_decl(st, data)
+            if st.type == "declaration":
+                if d is None or d.shared or d.value is None:
+                    raise _Reject
+                if d.name == acc_name:
+                    if d.pointer or self.depends(d.value) or acc is not None:
+                        raise _Reject
+                    acc = d
+                    self.deps[d.name] = set()
+                    continue
+                if global_index(d.value, data, "x") == "blockDim.x" and x is None and not d.pointer:
+                    x, self.deps[d.name] = d, {_X}
+                    continue
+                if global_index(d.value, data, "y") == "blockDim.y" and y is None and not d.pointer:
+                    y, self.deps[d.name] = d, {_Y}
+                    continue
+                dep = self.depends(d.value)
+                if d.name in written:
+                    raise _Reject
+                if d.pointer:
+                    self._pointer(d)
+                self.decls[d.name] = d
+                self.deps[d.name] = dep
+                if not dep:
+                    hoisted.append(st)
+                continue
+            if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
+                raise _Reject
+            cond = condition_of(st)
+            if cond is None:
+                raise _Reject
+            dep = self.depends(cond)
+            if is_return_only(st.child_by_field_name("consequence")):
+                if not dep and not stored:
+                    hoisted.append(st)  # a whole block leaves, before anything is stored
+                    continue
+            else:
+                self._mask_body(st)
+                stored = True
+            exits.extend((t, False) for t in _terms(cond, data, "||"))
+        if x is None or y is None or acc is None:
+            raise _Reject
+        for st in items[loop_at + 1 :]:
+            if has_collective(st, data) or _coords(st, data) - _KEPT or any(
+                    n.type in ("lambda_expression", "goto_statement", "labeled_statement") for n in walk(st)):
+                raise _Reject
+        if {x.name, y.name} & written or acc_name in {w for st in items[:loop_at] for w in written_names(st, data)}:
+            raise _Reject
+        a, b, a_first = self._operands(prod, kd.name)
+        b.kfast = False  # unless the addresses say otherwise: A along k, B along x (row-major operands)
+        shape = _Shape(x, y, acc, loop, kd, k_cond, a, b, a_first, fma, hoisted, items, guard, guard_at)
+        self._bounds(shape, exits)
+        for o, locs in ((a, shape.y_locals), (b, shape.x_locals)):
+            for name in o.locals_:
+                if name not in locs:
+                    locs.append(name)
+        self._writes(shape)
+        return shape
+
+    def _loop(self, loop: Node) -> tuple[str, Decl, Node, Node, str]:
+        """The k-loop: (accumulator, loop variable, condition, the product node, fma name or "")."""
+        data = self.data
+        init, cond, upd, lbody = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update",
+                                                                         "body"))
+        if init is None or cond is None or upd is None or lbody is None:
+            raise _Reject
+        kd = single_decl(init, data)
+        if kd is None or kd.value is None or kd.pointer:
+            raise _Reject
+        kv = kd.name
+        kb = upper_bound(cond, data, kv)
+        if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1",
+                                                                                   f"{kv}={kv}+1"):
+            raise _Reject
+        sts = statements(lbody)
+        if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
+            raise _Reject  # the loop carries something besides the sum
+        e = sts[0].named_children[0]
+        if e.type != "assignment_expression":
+            raise _Reject
+        left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if left is None or op is None or right is None or not is_ident(left, data):
+            raise _Reject
+        acc = node_text(unparen(left), data)
+        o = node_text(op, data)
+        r = unparen(right)
+        prod: Node | None = None
+        fma = ""
+        if o == "+=":
+            prod = r
+        elif o == "=" and r.type == "binary_expression":
+            bo, bl, br = (r.child_by_field_name(f) for f in ("operator", "left", "right"))
+            if bo is not None and bl is not None and br is not None and node_text(bo, data) == "+":
+                if is_ident(bl, data, acc):
+                    prod = unparen(br)
+                elif is_ident(br, data, acc):
+                    prod = unparen(bl)
+        elif o == "=" and r.type == "call_expression":
+            fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
+            xs = [c for c in args.named_children if c.type != "comment"] if args is not None else []
+            if fn is not None and node_text(fn, data) in _FMA and len(xs) == 3 and is_ident(xs[2], data, acc):
+                prod, fma = r, node_text(fn, data)
+        if prod is None:
+            raise _Reject
+        return acc, kd, cond, prod, fma
+
+    def _pointer(self, d: Decl) -> None:
+        """``T* p = base + offset`` (offsets added on either side, any number): p points into base's root."""
+        data = self.data
+        assert d.value is not None
+        bases = [t for t in _terms(d.value, data, "+") if t.type == "identifier" and node_text(t, data) in self.root]
+        if len(bases) != 1:
+            raise _Reject
+        self.root[d.name] = self.root[node_text(bases[0], data)]
+
+    def _mask_body(self, st: Node) -> None:
+        """``{ p[E] = v; ...; return; }``: stores of values computed from what the exit may read, then leave."""
+        data = self.data
+        sts = statements(st.child_by_field_name("consequence"))
+        if not sts or sts[-1].type != "return_statement" or sts[-1].named_child_count:
+            raise _Reject
+        for s in sts[:-1]:
+            e = s.named_children[0] if s.type == "expression_statement" and s.named_child_count == 1 else None
+            if e is None or e.type != "assignment_expression":
+                raise _Reject
+            left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
+            parts = subscript_parts(left, data) if left is not None else None
+            if parts is None or right is None:
+                raise _Reject
+            self.depends(parts[1])
+            self.depends(right)
+
+    def _operands(self, prod: Node, kv: str) -> tuple[_Operand, _Operand, bool]:
+        data = self.data
+        if prod.type == "call_expression":
+            args = prod.child_by_field_name("arguments")
+            assert args is not None
+            xs = [c for c in args.named_children if c.type != "comment"]
+            p1, p2 = xs[0], xs[1]
+        else:
+            if prod.type != "binary_expression":
+                raise _Reject
+            pop, q1, q2 = (prod.child_by_field_name(f) for f in ("operator", "left", "right"))
+            if pop is None or q1 is None or q2 is None or node_text(pop, data) != "*":
+                raise _Reject
+            p1, p2 = q1, q2
+        self.deps[kv] = {_K}
+        o1, o2 = self._operand(p1), self._operand(p2)
+        d1, d2 = self._operand_deps(o1), self._operand_deps(o2)
+        del self.deps[kv]
+        if not ({_K} <= d1 and {_K} <= d2):
+            raise _Reject
+        if _Y in d1 and _X not in d1 and _X in d2 and _Y not in d2:
+            return o1, o2, True
+        if _Y in d2 and _X not in d2 and _X in d1 and _Y not in d1:
+            return o2, o1, False
+        raise _Reject
+
+    def _operand(self, node: Node) -> _Operand:
+        data = self.data
+        parts = subscript_parts(node, data)
+        if parts is None or not is_ident(parts[0], data):
+            raise _Reject
+        name = node_text(unparen(parts[0]), data)
+        root = self.root.get(name)
+        if root is None:
+            raise _Reject
+        p = self.params[root]
+        if resolved_type(self.ctx, p.type) not in _ELEM:
+            raise _Reject
+        if any(n.type == "subscript_expression" for n in walk(parts[1])):
+            raise _Reject
+        return _Operand(name, root, p.type, unparen(node), [])
+
+    def _operand_deps(self, o: _Operand) -> set[str]:
+        dep = self.depends(o.node)
+        o.locals_ = [n for n in self.deps if n in dep and self.deps[n] and n in self.decls]
+        return {d for d in dep if d in (_X, _Y, _K)}
+
+    def _bounds(self, shape: _Shape, exits: list[tuple[Node, bool]]) -> None:
+        """Sort the exit terms: on y alone (A-load predicate), x alone (B-load), both (masks), neither."""
+        data = self.data
+        x, y = shape.x.name, shape.y.name
+        for term, passes in exits:
+            dep = self.depends(term)
+            marks = {d for d in dep if d in (_X, _Y)}
+            text = node_text(term, data)
+            ok = text if passes else f"!({text})"
+            locs = [n for n in self.deps if n in dep and self.deps[n] and n in self.decls]
+            if marks == {_Y}:
+                shape.y_ok.append(ok)
+                shape.y_locals.extend(n for n in locs if n not in shape.y_locals)
+                b = (upper_bound if passes else failing_bound)(term, data, y)
+                if b is not None and shape.y_bound is None:
+                    shape.y_bound = b
+            elif marks == {_X}:
+                shape.x_ok.append(ok)
+                shape.x_locals.extend(n for n in locs if n not in shape.x_locals)
+                b = (upper_bound if passes else failing_bound)(term, data, x)
+                if b is not None and shape.x_bound is None:
+                    shape.x_bound = b
+            elif not marks:
+                shape.y_ok.append(ok)
+                shape.x_ok.append(ok)
+            elif not passes and self._linear_compare(term, shape):
+                shape.masks.append(term)
+        if shape.y_bound is None or shape.x_bound is None:
+            raise _Reject  # loads of a block could reach rows or columns the kernel never reads
+        assert shape.k.value is not None
+        self.deps[shape.k.name] = set()
+        k_ids = self.depends(shape.k_cond)
+        del self.deps[shape.k.name]
+        if k_ids or self.depends(shape.k.value):
+            raise _Reject  # the k-range differs between threads of a block
+
+    def _linear_compare(self, term: Node, shape: _Shape) -> bool:
+        """``L op R`` with L - R linear in x and y over uniform values, on signed index types."""
+        data = self.data
+        if resolved_type(self.ctx, shape.x.type) not in _SIGNED or resolved_type(self.ctx, shape.y.type) not in _SIGNED:
+            return False
+        if term.type != "binary_expression":
+            return False
+        op, left, right = (term.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if op is None or left is None or right is None or node_text(op, data) not in ("<", "<=", ">", ">="):
+            return False
+        coord = {shape.x.name, shape.y.name}
+
+        def linear(n: Node) -> bool:
+            n = unparen(n)
+            if n.type == "number_literal":
+                return True
+            if n.type == "identifier":
+                name = node_text(n, data)
+                return name in coord or (name in self.params and not self.params[name].is_pointer) or (
+                    name in self.deps and not self.deps[name] and not self.decls[name].pointer
+                    if name in self.decls else False)
+            if n.type == "unary_expression":
+                o = n.child_by_field_name("operator")
+                a = n.child_by_field_name("argument")
+                return o is not None and a is not None and node_text(o, data) in ("-", "+") and linear(a)
+            if n.type == "binary_expression":
+                o, a, b = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
+                if o is None or a is None or b is None:
+                    return False
+                if node_text(o, data) in ("+", "-"):
+                    return linear(a) and linear(b)
+                if node_text(o, data) == "*":
+                    return linear(a) and linear(b) and not (_ids(a, data) & coord and _ids(b, data) & coord)
+            return False
+
+        return linear(left) and linear(right)
+
+    def _writes(self, shape: _Shape) -> None:
+        """No store may reach an operand (in place), and every store's target must be known."""
+        data = self.data
+        for n in walk(self.body):
+            target: Node | None = None
+            if n.type == "assignment_expression":
+                target = n.child_by_field_name("left")
+            elif n.type == "update_expression":
+                target = n.child_by_field_name("argument")
+            if target is None:
+                continue
+            t = unparen(target)
+            if t.type == "identifier":
+                if node_text(t, data) in self.root:
+                    raise _Reject  # a pointer moved: what it points into is no longer followed
+                continue
+            parts = subscript_parts(t, data)
+            if parts is None or not is_ident(parts[0], data):
+                raise _Reject
+            root = self.root.get(node_text(unparen(parts[0]), data))
+            if root is None or root in (shape.a.root, shape.b.root):
+                raise _Reject
+        written = written_names(self.body, data)
+        for name in self.decls:
+            if not self.deps[name] and name in written:
+                raise _Reject  # hoisted locals are shared by all of a thread's outputs
+
+
+# ----------------------------------------------------------------------------- contiguity
+
+
+def _address(an: _Analysis, node: Node, env: dict[str, Number], coords: dict[str, int]) -> int | None:
+    """The element offset a read ``P[I]`` addresses (pointer parameters at 0), from the spec's sizes."""
+    data = an.data
+    params = an.ctx.spec
+
+    def ev(n: Node) -> int | None:
+        n = unparen(n)
+        t = n.type
+        if t == "number_literal":
+            return int_literal(node_text(n, data))
+        if t == "cast_expression":
+            inner = n.child_by_field_name("value")
+            return ev(inner) if inner is not None else None
+        if t == "field_expression":
+            return 0  # blockIdx.z: the first batch
+        if t == "identifier":
+            name = node_text(n, data)
+            if name in coords:
+                return coords[name]
+            if name in an.decls:
+                val = an.decls[name].value
+                return ev(val) if val is not None else None
+            if name in an.root:
+                return 0
+            spec_arg = params.arg(name)
+            if spec_arg is not None and not spec_arg.is_buffer and spec_arg.value is not None:
+                got = eval_expr(spec_arg.value, env)
+                return got if isinstance(got, int) else None
+            return None
+        if t == "subscript_expression":
+            parts = subscript_parts(n, data)
+            if parts is None:
+                return None
+            b, i = ev(parts[0]), ev(parts[1])
+            return b + i if b is not None and i is not None else None
+        if t == "unary_expression":
+            o, a2 = n.child_by_field_name("operator"), n.child_by_field_name("argument")
+            num = ev(a2) if a2 is not None else None
+            return -num if num is not None and o is not None and node_text(o, data) == "-" else num
+        if t == "binary_expression":
+            o, a2, b2 = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
+            if o is None or a2 is None or b2 is None:
+                return None
+            u, w = ev(a2), ev(b2)
+            if u is None or w is None:
+                return None
+            op = node_text(o, data)
+            if op == "+":
+                return u + w
+            if op == "-":
+                return u - w
+            if op == "*":
+                return u * w
+            if op == "/" and w:
+                return u // w
+            if op == "%" and w:
+                return u % w
         return None
-    name = node_text(unparen(parts[0]), data)
-    if name not in pointers:
-        return None
-    return _Operand(name, pointers[name], parts[1], unparen(node))
+
+    return ev(node)
+
+
+def _contiguity(an: _Analysis, shape: _Shape) -> None:
+    """Per operand, whether consecutive k or consecutive output coordinates are adjacent in memory."""
+    es = envs(an.ctx)
+    if not es:
+        return
+    env = es[0]
+    kv = shape.k.name
+    for o, c in ((shape.a, shape.y.name), (shape.b, shape.x.name)):
+        base = _address(an, o.node, env, {kv: 1, c: 1})
+        along_k = _address(an, o.node, env, {kv: 2, c: 1})
+        along_c = _address(an, o.node, env, {kv: 1, c: 2})
+        if base is None or along_k is None or along_c is None:
+            continue
+        if along_k - base == 1:
+            o.kfast = True
+        elif along_c - base == 1:
+            o.kfast = False
+
+
+# ----------------------------------------------------------------------------- the rule
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    got = fresh_body(ctx, PREFIX)
-    if got is None:
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None:
         return None
-    k, body, data = got
-    g = grid_2d(body, data)
-    if g is None or len(g.inner) < 3:
+    body, data = got
+    an = _Analysis(ctx, body, data)
+    try:
+        shape = an.run()
+    except _Reject:
         return None
-    acc = single_decl(g.inner[0], data)
-    loop = g.inner[1]
-    if acc is None or acc.pointer or acc.value is None or unparen(acc.value).type != "number_literal" \
-            or loop.type != "for_statement":
-        return None
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    upd = loop.child_by_field_name("update")
-    lbody = loop.child_by_field_name("body")
-    if init is None or cond is None or upd is None or lbody is None:
-        return None
-    kd = single_decl(init, data)
-    if kd is None or kd.value is None or node_text(unparen(kd.value), data) != "0":
-        return None
-    kv = kd.name
-    kb = upper_bound(cond, data, kv)
-    if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1"):
-        return None
-    sts = statements(lbody)
-    if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
-        return None
-    e = sts[0].named_children[0]
-    if e.type != "assignment_expression":
-        return None
-    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None or not is_ident(left, data, acc.name) or node_text(op, data) != "+=":
-        return None
-    prod = unparen(right)
-    if prod.type != "binary_expression":
-        return None
-    pop, p1, p2 = (prod.child_by_field_name(f) for f in ("operator", "left", "right"))
-    if pop is None or p1 is None or p2 is None or node_text(pop, data) != "*":
-        return None
-    pointers = {p.name: p.type for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
-    o1, o2 = _operand(p1, data, pointers), _operand(p2, data, pointers)
-    if o1 is None or o2 is None or o1.elem not in _ELEM or o2.elem not in _ELEM:
-        return None
-    x, y = g.x.name, g.y.name
-    written = written_names(body, data)
-    for n in walk(body):  # P and Q must be read-only
-        if n.type == "assignment_expression":
-            lhs = n.child_by_field_name("left")
-            parts = subscript_parts(lhs, data) if lhs is not None else None
-            if parts is not None and node_text(unparen(parts[0]), data) in (o1.array, o2.array):
-                return None
-    for o in (o1, o2):
-        ids = _ids(o.index, data)
-        if kv not in ids or (ids - {x, y, kv}) & (written | _COORDS) or any(
-                n.type in ("subscript_expression", "call_expression", "assignment_expression", "update_expression")
-                for n in walk(o.index)):
-            return None
-    i1, i2 = _ids(o1.index, data), _ids(o2.index, data)
+    _contiguity(an, shape)
+    return shape, data
 
-    def uses(ids: set[str], want: str, avoid: str) -> bool:
-        return want in ids and avoid not in ids
 
-    if uses(i1, y, x) and uses(i2, x, y):
-        a, b, a_first = o1, o2, True
-    elif uses(i2, y, x) and uses(i1, x, y):
-        a, b, a_first = o2, o1, False
-    else:
+def _extent(ctx: RuleContext, b: Bound, data: bytes, axis: int) -> str | None:
+    """How many outputs a bound admits along ``axis`` in spec terms; None when the original launch covered
+    fewer (the tiled grid would compute outputs the kernel never wrote) or it cannot be told."""
+    cover = f"({ctx.grid[axis]}) * ({ctx.block[axis]})" if len(ctx.grid) > axis and len(ctx.block) > axis else None
+    lim = scalar_value_expr(ctx, b.limit, data)
+    if lim is None:
+        return cover
+    ext = f"{lim} + 1" if b.inclusive else lim
+    es = envs(ctx)
+    if cover is None or es is None:
         return None
-    epilogue = g.inner[2:]
-    kbound_ids = _ids(kb.limit, data) | _ids(g.x_bound.limit, data) | _ids(g.y_bound.limit, data)
-    if kbound_ids & (written | _COORDS):
-        return None
-    for st in epilogue:
-        if has_jump(st, loops_ok=True) or _ids(st, data) & _COORDS or written_names(st, data) & {x, y}:
+    for env in es:
+        e, c = eval_expr(ext, env), eval_expr(cover, env)
+        if not isinstance(e, int) or not isinstance(c, int) or c < e:
             return None
-        if acc.name in declared_names(st, data) or {x, y} & declared_names(st, data):
-            return None
-    return _Shape(g, acc, kd, cond, a, b, a_first, epilogue), data
+    return ext
 
 
 class SmemTiling(StructuralRule[_Shape]):
@@ -214,15 +683,18 @@ class SmemTiling(StructuralRule[_Shape]):
         return _analyse(ctx)
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if not is_2d_launch(ctx):
+        g, b = dims_values(ctx, ctx.grid), dims_values(ctx, ctx.block)
+        if g is None or b is None or any(v[2] != 1 for v in b) or len(ctx.block) > 2:
             return {}
-        nx = extent_expr(ctx, shape.g.x_bound, data, 0)
-        ny = extent_expr(ctx, shape.g.y_bound, data, 1)
+        assert shape.x_bound is not None and shape.y_bound is not None
+        nx = _extent(ctx, shape.x_bound, data, 0)
+        ny = _extent(ctx, shape.y_bound, data, 1)
         if nx is None or ny is None:
             return {}
+        z = (ctx.grid[2],) if len(ctx.grid) > 2 else ()
         out: dict[str, Launch] = {}
         for param, (bm, bn, _bk, tm, tn) in VARIANTS.items():
-            grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})")
+            grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})", *z)
             block = (str(bn // tn), str(bm // tm))
             if launch_ok(ctx, grid, block):
                 out[param] = Launch(grid, block)
@@ -234,65 +706,114 @@ class SmemTiling(StructuralRule[_Shape]):
     def rationale(self, shape: _Shape, param: str) -> str:
         bm, bn, bk, tm, tn = VARIANTS[param]
         per = f", {tm}x{tn} outputs per thread in registers" if tm * tn > 1 else ""
+        skip = "; tiles inside the mask skip the loads" if shape.masks else ""
         return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
-                f"memory ({bm}x{bn} outputs per block{per})")
+                f"memory ({bm}x{bn} outputs per block{per}){skip}")
+
+
+# ----------------------------------------------------------------------------- the rewrite
+
+
+def _local_decls(shape: _Shape, names: list[str], data: bytes) -> list[str]:
+    """The declarations of ``names``, in the kernel's order, as written."""
+    out = []
+    for st in shape.items:
+        d = single_decl(st, data) if st.type == "declaration" else None
+        if d is not None and d.name in names:
+            out.append(flush(node_text(st, data), st, data))
+    return out
+
+
+def _load(shape: _Shape, data: bytes, a_side: bool) -> str:
+    p = PREFIX
+    o = shape.a if a_side else shape.b
+    c = shape.y if a_side else shape.x
+    kv = shape.k
+    oks = (shape.y_ok if a_side else shape.x_ok) + [node_text(shape.k_cond, data)]
+    locs = _local_decls(shape, shape.y_locals if a_side else shape.x_locals, data)
+    tile = f"{p}As" if a_side else f"{p}Bs"
+    rn, cn = (f"{p}BM", f"{p}BK") if a_side else (f"{p}BN", f"{p}BK")
+    # e -> (output coordinate r, k offset q); the faster-varying one follows the contiguous address
+    if o.kfast:
+        r, q = f"{p}e / {cn}", f"{p}e % {cn}"
+    else:
+        r, q = f"{p}e % {rn}", f"{p}e / {rn}"
+    store = f"{tile}[{p}r][{p}q]" if a_side else f"{tile}[{p}q][{p}r]"
+    cond = " && ".join(f"({t})" for t in oks)
+    inner = "\n".join([
+        f"const {c.type} {c.name} = {p}{'y0' if a_side else 'x0'} + {p}r;",
+        f"const {kv.type} {kv.name} = {p}k0 + {p}q;",
+        *locs,
+        f"{store} = ({cond}) ? {node_text(o.node, data)} : static_cast<{o.elem}>(0);",
+    ])
+    return f"""#pragma unroll
+for (int {p}l = 0; {p}l < {rn} * {cn} / {p}NT; ++{p}l) {{
+    const int {p}e = {p}tid + {p}l * {p}NT;
+    const int {p}r = {r}, {p}q = {q};
+    {{
+{indent(inner, "        ")}
+    }}
+}}"""
+
+
+def _per_output(shape: _Shape, data: bytes) -> str:
+    """The kernel's own statements for one output, with the accumulator starting from the tiled sum."""
+    p = PREFIX
+    skip = {shape.x.node.id, shape.y.node.id, shape.loop.id} | {n.id for n in shape.hoisted}
+    lines: list[str] = []
+    acc_value = shape.acc.value
+    assert acc_value is not None
+    for at, st in enumerate(shape.items):
+        if at == shape.guard_at and shape.guard is not None:
+            cond = condition_of(shape.guard)
+            assert cond is not None
+            lines.append(f"if (!({node_text(cond, data)})) return;")
+        if st.id in skip:
+            continue
+        if st.id == shape.acc.node.id:
+            text = render(st, data, lambda n: f"{p}acc[{p}i][{p}j]" if n.id == acc_value.id else None)
+            lines.append(flush(text, st, data))
+            continue
+        lines.append(flush(node_text(st, data), st, data))
+    return "\n".join(lines)
 
 
 def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:
-    g = shape.g
-    x, y, kv = g.x, g.y, shape.k
     p = PREFIX
+    x, y, kv = shape.x, shape.y, shape.k
     a, b = shape.a, shape.b
     acc = shape.acc
-    at, bt = a.elem, b.elem
     init = node_text(acc.value, data) if acc.value is not None else "0"
-    k_ok = node_text(shape.k_cond, data)
-    y_ok = bound_text(y.name, g.y_bound, data)
-    x_ok = bound_text(x.name, g.x_bound, data)
-    ka = node_text(a.node, data)
-    kbt = node_text(b.node, data)
-    prod = f"{p}a[{p}i] * {p}b[{p}j]" if shape.a_first else f"{p}b[{p}j] * {p}a[{p}i]"
-    epi = "\n".join(flush(node_text(n, data), n, data) for n in shape.epilogue)
-    acc_q = "const " if acc.const else ""
     kb = upper_bound(shape.k_cond, data, kv.name)
-    assert kb is not None
+    assert kb is not None and kv.value is not None
     k_end = f"({node_text(kb.limit, data)}) + 1" if kb.inclusive else f"({node_text(kb.limit, data)})"
-    code = f"""constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
-constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
-__shared__ {at} {p}As[{p}BM][{p}BK];
-__shared__ {bt} {p}Bs[{p}BK][{p}BN];
-const int {p}tx = threadIdx.x, {p}ty = threadIdx.y;
-const int {p}tid = {p}ty * {p}TX + {p}tx;
-const int {p}y0 = blockIdx.y * {p}BM, {p}x0 = blockIdx.x * {p}BN;
-{acc.type} {p}acc[{p}TM][{p}TN];
-#pragma unroll
-for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-    #pragma unroll
-    for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-        {p}acc[{p}i][{p}j] = {init};
-    }}
-}}
-static_assert(({p}BM * {p}BK) % {p}NT == 0 && ({p}BK * {p}BN) % {p}NT == 0, "whole tiles per thread");
-for ({kv.type} {p}k0 = 0; {p}k0 < {k_end}; {p}k0 += {p}BK) {{
-    #pragma unroll
-    for (int {p}l = 0; {p}l < {p}BM * {p}BK / {p}NT; ++{p}l) {{
-        const int {p}e = {p}tid + {p}l * {p}NT;
-        const {y.type} {y.name} = {p}y0 + {p}e / {p}BK;
-        const {kv.type} {kv.name} = {p}k0 + {p}e % {p}BK;
-        {p}As[{p}e / {p}BK][{p}e % {p}BK] = ({y_ok} && {k_ok}) ? {ka} : static_cast<{at}>(0);
-    }}
-    #pragma unroll
-    for (int {p}l = 0; {p}l < {p}BK * {p}BN / {p}NT; ++{p}l) {{
-        const int {p}e = {p}tid + {p}l * {p}NT;
-        const {kv.type} {kv.name} = {p}k0 + {p}e / {p}BN;
-        const {x.type} {x.name} = {p}x0 + {p}e % {p}BN;
-        {p}Bs[{p}e / {p}BN][{p}e % {p}BN] = ({k_ok} && {x_ok}) ? {kbt} : static_cast<{bt}>(0);
-    }}
+    pa, pb = (0 if a.kfast else 1), (1 if b.kfast else 0)
+    av, bv = f"{p}a[{p}i]", f"{p}b[{p}j]"
+    if shape.fma:
+        step = f"{p}acc[{p}i][{p}j] = {shape.fma}({av if shape.a_first else bv}, {bv if shape.a_first else av}, " \
+               f"{p}acc[{p}i][{p}j]);"
+    else:
+        step = f"{p}acc[{p}i][{p}j] += {av + ' * ' + bv if shape.a_first else bv + ' * ' + av};"
+    hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
+    masks = ""
+    compute_open, compute_close = "", ""
+    if shape.masks:
+        test = " || ".join(f"({node_text(m, data)})" for m in shape.masks)
+        corners = " && ".join(f"{p}masked({p}x0{dx}, {p}y0{dy})" for dx in ("", f" + {p}BN - 1")
+                              for dy in ("", f" + {p}BM - 1"))
+        masks = (f"// a linear mask holds on a whole tile when it holds at the tile's corners\n"
+                 f"auto {p}masked = [&](const {x.type} {x.name}, const {y.type} {y.name}) -> bool {{ "
+                 f"return {test}; }};\n"
+                 f"const bool {p}skip = {corners};\n")
+        compute_open, compute_close = f"if (!{p}skip) {{\n", "\n}"
+    kloop = f"""for ({kv.type} {p}k0 = {node_text(kv.value, data)}; {p}k0 < {k_end}; {p}k0 += {p}BK) {{
+{indent(_load(shape, data, True), "    ")}
+{indent(_load(shape, data, False), "    ")}
     __syncthreads();
     #pragma unroll
     for (int {p}kk = 0; {p}kk < {p}BK; ++{p}kk) {{
-        {at} {p}a[{p}TM];
-        {bt} {p}b[{p}TN];
+        {a.elem} {p}a[{p}TM];
+        {b.elem} {p}b[{p}TN];
         #pragma unroll
         for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
             {p}a[{p}i] = {p}As[{p}ty + {p}i * {p}TY][{p}kk];
@@ -305,25 +826,45 @@ for ({kv.type} {p}k0 = 0; {p}k0 < {k_end}; {p}k0 += {p}BK) {{
         for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
             #pragma unroll
             for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-                {p}acc[{p}i][{p}j] += {prod};
+                {step}
             }}
         }}
     }}
     __syncthreads();
+}}"""
+    if compute_open:
+        kloop = compute_open + indent(kloop, "    ") + compute_close
+    code = f"""{hoisted}
+constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
+constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
+static_assert(({p}BM * {p}BK) % {p}NT == 0 && ({p}BK * {p}BN) % {p}NT == 0, "whole tiles per thread");
+__shared__ {a.elem} {p}As[{p}BM][{p}BK + {pa}];
+__shared__ {b.elem} {p}Bs[{p}BK][{p}BN + {pb}];
+const int {p}tx = threadIdx.x, {p}ty = threadIdx.y;
+const int {p}tid = {p}ty * {p}TX + {p}tx;
+const {y.type} {p}y0 = blockIdx.y * {p}BM;
+const {x.type} {p}x0 = blockIdx.x * {p}BN;
+{acc.type} {p}acc[{p}TM][{p}TN];
+#pragma unroll
+for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
+    #pragma unroll
+    for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
+        {p}acc[{p}i][{p}j] = {init};
+    }}
 }}
+{masks}{kloop}
 #pragma unroll
 for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
     #pragma unroll
     for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
         const {y.type} {y.name} = {p}y0 + {p}ty + {p}i * {p}TY;
         const {x.type} {x.name} = {p}x0 + {p}tx + {p}j * {p}TX;
-        if ({g.ok_cond}) {{
-            {acc_q}{acc.type} {acc.name} = {p}acc[{p}i][{p}j];
-{indent(epi, "            ")}
-        }}
+        [&]() {{  // the kernel's statements for this output: its exits return from here
+{indent(_per_output(shape, data), "            ")}
+        }}();
     }}
 }}"""
-    return "{\n" + indent(code, "    ") + "\n}"
+    return "{\n" + indent(code.lstrip("\n"), "    ") + "\n}"
 
 
 register(SmemTiling())

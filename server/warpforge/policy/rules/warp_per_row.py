@@ -68,6 +68,7 @@ from ._structural import (
     condition_of,
     declared_names,
     failing_bound,
+    flat_index_2d,
     flush,
     global_index,
     has_jump,
@@ -153,6 +154,8 @@ class _Shape:
     others: list[Node] = field(default_factory=list)
     #: the kernel reads blockIdx/gridDim .y/.z: the launch keeps the original grid's y and z
     uses_yz: bool = False
+    #: the row index is a 2-D grid flattened (``flat_index_2d``): a 1-D launch computes the same rows
+    flat: bool = False
     #: ids of loops every lane runs whole (their inner loops are split)
     outer: set[int] = field(default_factory=set)
 
@@ -192,7 +195,10 @@ class _Analysis:
         sts = statements(self.body)
         for at, st in enumerate(sts):
             d = single_decl(st, data)
-            if d is None or d.pointer or d.value is None or global_index(d.value, data, "x") != "blockDim.x":
+            if d is None or d.pointer or d.value is None:
+                continue
+            flat = flat_index_2d(d.value, data)
+            if not flat and global_index(d.value, data, "x") != "blockDim.x":
                 continue
             for j in range(at + 1, len(sts)):
                 s = sts[j]
@@ -211,7 +217,11 @@ class _Analysis:
                 else:
                     raise _Reject
                 shape.others = others
-                shape.uses_yz = any(_yz(n, data) for n in walk(self.body, ("field_expression",)))
+                shape.flat = flat
+                # a flattened 2-D index reads blockIdx.y only to rebuild the row: on a 1-D grid it is 0
+                inside = {n.id for n in walk(d.node)} if flat else set()
+                shape.uses_yz = any(_yz(n, data) for n in walk(self.body, ("field_expression",))
+                                    if n.id not in inside)
                 return shape
             raise _Reject
         raise _Reject
@@ -532,7 +542,8 @@ class _Analysis:
             t = st.type
             if t == "compound_statement":
                 self._body(st, loop, locals_, outer_written)
-            elif t == "if_statement" and self._compare_assign(st, loop, outer_written):
+            elif t == "if_statement" and (self._compare_assign(st, loop, outer_written)
+                                          or self._extrema_chain(st, loop, outer_written)):
                 continue
             elif t == "if_statement":
                 c = condition_of(st)
@@ -613,7 +624,103 @@ class _Analysis:
         loop.reductions[name] = _Reduction(name, self.scalars[name], kind)
         self._expr(operand, loop, outer_written)
 
-    def _compare_assign(self, st: Node, loop: _Loop, outer_written: set[str]) -> bool:
+    def _extrema_chain(self, st: Node, loop: _Loop, outer_written: set[str]) -> bool:
+        """``if (v > hi) hi = v; else if (v < lo) lo = v;`` (either order, any of < <= > >=): a running
+        maximum and minimum of one value tracked in one sweep, the second tested only when the first
+        did not fire.
+
+        That equals two independent compare-and-assign updates (which lanes can split) when ``lo <= hi``
+        holds throughout: then a value above ``hi`` is not below ``lo`` (and one equal to both changes
+        nothing either way). It holds when both start from the same expression (textually equal, reading
+        only memory the kernel never writes) and nothing else writes them: a max only grows, a min only
+        shrinks. Each lane's partials start from those equal values, so the invariant holds per lane too.
+
+        True when ``st`` is such a chain (both recorded as reductions), False when it is not of this form;
+        raises when it is but the invariant cannot be shown."""
+        data = self.data
+        alt = st.child_by_field_name("alternative")
+        inner = [c for c in alt.named_children if c.type != "comment"] if alt is not None else []
+        second = inner[0] if len(inner) == 1 and inner[0].type == "if_statement" else None
+        if second is None or second.child_by_field_name("alternative") is not None:
+            return False
+        branches = []
+        for br in (st, second):
+            view = self._compare_view(br, outer_written)
+            if view is None:
+                return False
+            branches.append(view)
+        (acc1, v1, g1), (acc2, v2, g2) = branches
+        if acc1 == acc2 or g1 == g2 or v1 != v2:
+            raise _Reject
+        hi, lo = (acc1, acc2) if g1 else (acc2, acc1)
+        inits = [self._top_init(name) for name in (hi, lo)]
+        if inits[0] is None or inits[1] is None \
+                or node_text(inits[0], data).replace(" ", "") != node_text(inits[1], data).replace(" ", ""):
+            raise _Reject
+        for n in walk(inits[0]):
+            if n.type in ("call_expression", "assignment_expression", "update_expression") \
+                    or (n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
+                raise _Reject
+            if n.type == "subscript_expression":
+                self._top_read(n)
+        chain = {n.id for n in walk(st)}
+        for n in walk(self.body):
+            if n.id not in chain and n.type in ("assignment_expression", "update_expression") \
+                    and written_names(n, data) & {hi, lo}:
+                raise _Reject
+        for br in (st, second):
+            if not self._compare_assign(br, loop, outer_written, chained=True):
+                raise _Reject
+        return True
+
+    def _compare_view(self, st: Node, outer_written: set[str]) -> tuple[str, str, bool] | None:
+        """(accumulator, compared value, is a max) of ``if (v > acc) acc = v;`` (alternative ignored)."""
+        data = self.data
+        c = condition_of(st)
+        cons = st.child_by_field_name("consequence")
+        b = unparen(c) if c is not None else None
+        if b is None or cons is None or b.type != "binary_expression":
+            return None
+        op_n, left, right = (b.child_by_field_name(f) for f in ("operator", "left", "right"))
+        if op_n is None or left is None or right is None or node_text(op_n, data) not in ("<", ">", "<=", ">="):
+            return None
+        op = node_text(op_n, data)
+        if is_ident(right, data) and node_text(unparen(right), data) in outer_written:
+            acc, value, greater = node_text(unparen(right), data), left, op in (">", ">=")
+        elif is_ident(left, data) and node_text(unparen(left), data) in outer_written:
+            acc, value, greater = node_text(unparen(left), data), right, op in ("<", "<=")
+        else:
+            return None
+        sts = statements(cons)
+        e = sts[0].named_children[0] if len(sts) == 1 and sts[0].type == "expression_statement" \
+            and sts[0].named_child_count == 1 else None
+        if e is None or e.type != "assignment_expression":
+            return None
+        lhs, aop, rhs = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+        flat = node_text(unparen(value), data).replace(" ", "")
+        if lhs is None or aop is None or rhs is None or node_text(aop, data) != "=" or not is_ident(lhs, data, acc) \
+                or node_text(unparen(rhs), data).replace(" ", "") != flat:
+            return None
+        return acc, flat, greater
+
+    def _top_init(self, name: str) -> Node | None:
+        """The initial value of a local declared (once) with one at the kernel's top level."""
+        found: list[tuple[Node, Node | None]] = []
+        for n in walk(self.body, ("declaration",)):
+            d = single_decl(n, self.data)
+            if d is not None and d.name == name:
+                found.append((n, d.value))
+        if len(found) != 1 or found[0][0].parent is None or found[0][0].parent.type != "compound_statement":
+            return None
+        decl, value = found[0]
+        p = decl.parent
+        while p is not None and p.id != self.body.id:  # a compound statement of the top level (a guarded body)
+            if p.type not in ("compound_statement", "if_statement"):
+                return None
+            p = p.parent
+        return value
+
+    def _compare_assign(self, st: Node, loop: _Loop, outer_written: set[str], chained: bool = False) -> bool:
         """``if (A > acc) acc = A;`` (a max; ``<`` a min) or ``if (A > acc) { acc = A; idx = J; }`` (an argmax:
         J an expression of the loop's index), the form a running maximum is usually written in.
 
@@ -621,7 +728,7 @@ class _Analysis:
         data = self.data
         c = condition_of(st)
         cons = st.child_by_field_name("consequence")
-        if c is None or cons is None or st.child_by_field_name("alternative") is not None:
+        if c is None or cons is None or (st.child_by_field_name("alternative") is not None and not chained):
             return False
         b = unparen(c)
         if b.type != "binary_expression":
@@ -907,6 +1014,8 @@ class WarpPerRow(StructuralRule[_Shape]):
         lim = scalar_value_expr(ctx, shape.bound.limit, data) if shape.bound is not None else None
         if lim is not None and shape.bound is not None:
             return (f"({lim}) + 1" if shape.bound.inclusive else lim), True
+        if shape.flat and not shape.uses_yz and len(ctx.grid) == 2 and is_1d(ctx, ctx.block):
+            return f"({ctx.grid[0]}) * ({ctx.grid[1]}) * ({ctx.block[0]})", False
         if not ((is_1d(ctx, ctx.grid) or shape.uses_yz) and is_1d(ctx, ctx.block)):
             return None
         return f"({ctx.grid[0]}) * ({ctx.block[0]})", False
