@@ -198,7 +198,8 @@ def is_builtin(node: Node | None, data: bytes, obj: str, axis: str) -> bool:
             and node_text(fld, data) == axis)
 
 
-def _binary(node: Node, data: bytes) -> tuple[Node, str, Node] | None:
+def binary_parts(node: Node, data: bytes) -> tuple[Node, str, Node] | None:
+    """``(left, operator text, right)`` of a binary expression (parentheses looked through), else None."""
     node = unparen(node)
     if node.type != "binary_expression":
         return None
@@ -215,13 +216,13 @@ def global_index(node: Node | None, data: bytes, axis: str = "x") -> str | None:
     either operation), ``M`` being ``blockDim.<axis>`` or a constant name/literal; None otherwise."""
     if node is None:
         return None
-    b = _binary(node, data)
+    b = binary_parts(node, data)
     if b is None or b[1] != "+":
         return None
     for prod, tid in ((b[0], b[2]), (b[2], b[0])):
         if not is_builtin(tid, data, "threadIdx", axis):
             continue
-        p = _binary(prod, data)
+        p = binary_parts(prod, data)
         if p is None or p[1] != "*":
             continue
         for bid, mult in ((p[0], p[2]), (p[2], p[0])):
@@ -237,7 +238,7 @@ def is_grid_stride(node: Node | None, data: bytes, mult: str, axis: str = "x") -
     """``blockDim.x * gridDim.x`` (either order; ``M * gridDim.x`` when the index used the constant ``M``)."""
     if node is None:
         return False
-    p = _binary(node, data)
+    p = binary_parts(node, data)
     if p is None or p[1] != "*":
         return False
     for a, g in ((p[0], p[2]), (p[2], p[0])):
@@ -292,6 +293,31 @@ def single_decl(node: Node, data: bytes) -> Decl | None:
 
 
 @dataclass(frozen=True)
+class ForParts:
+    """``for (T var = start; cond; update) body``: a loop that declares its one variable with a start value."""
+
+    var: Decl
+    cond: Node
+    update: Node
+    body: Node
+
+
+def for_parts(node: Node, data: bytes) -> ForParts | None:
+    """The parts of a counted ``for`` loop, or None: every part present and the initializer declaring one
+    variable (not a pointer) with a start value. The rules that split, tile or fold a loop read where it
+    starts, stops and steps from these; a loop missing any of them is not one they can rewrite."""
+    if node.type != "for_statement":
+        return None
+    init, cond, upd, body = (node.child_by_field_name(f) for f in ("initializer", "condition", "update", "body"))
+    if init is None or cond is None or upd is None or body is None:
+        return None
+    d = single_decl(init, data)
+    if d is None or d.pointer or d.value is None:
+        return None
+    return ForParts(d, cond, upd, body)
+
+
+@dataclass(frozen=True)
 class Bound:
     """``var < limit`` (``inclusive``: ``var <= limit``) as read from a condition."""
 
@@ -299,9 +325,24 @@ class Bound:
     inclusive: bool
 
 
+def sole_assignment(block: Node | None, data: bytes) -> tuple[Node, str, Node] | None:
+    """``(target, operator text, value)`` when a block (or a lone statement) is exactly one assignment
+    statement (``=`` or compound), else None: the loop bodies the reduction and tiling rules rewrite."""
+    sts = statements(block)
+    if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
+        return None
+    e = sts[0].named_children[0]
+    if e.type != "assignment_expression":
+        return None
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None:
+        return None
+    return left, node_text(op, data), right
+
+
 def upper_bound(cond: Node, data: bytes, var: str) -> Bound | None:
     """``var < E`` / ``E > var`` / ``var <= E`` / ``E >= var``, E not mentioning ``var``."""
-    b = _binary(cond, data)
+    b = binary_parts(cond, data)
     if b is None:
         return None
     left, op, right = b
@@ -319,7 +360,7 @@ def upper_bound(cond: Node, data: bytes, var: str) -> Bound | None:
 
 def failing_bound(cond: Node, data: bytes, var: str) -> Bound | None:
     """The negation form of a guard that leaves: ``var >= E`` / ``E <= var`` / ``var > E`` / ``E < var``."""
-    b = _binary(cond, data)
+    b = binary_parts(cond, data)
     if b is None:
         return None
     left, op, right = b
@@ -463,20 +504,21 @@ def with_body(ctx: RuleContext, body: str) -> str | None:
     return apply_edits(ctx.cand_src, [replace_body(ctx.cand_src, k, body)])
 
 
-def fresh_body(ctx: RuleContext, prefix: str) -> tuple[Kernel, Node, bytes] | None:
-    """The candidate's kernel, body and bytes when a rule that stages data in shared memory may rewrite it.
+def fresh_body(ctx: RuleContext, prefix: str, *, collectives_ok: bool = False) -> tuple[Kernel, Node, bytes] | None:
+    """The candidate's kernel, body and bytes when a rule that moves code around may rewrite it.
 
     Not when it is a template, already holds names with the rule's ``prefix`` (rewritten already, or names
-    ours would clash with), synchronizes (collectives), has shared memory of its own, or declares a local
-    that shadows a parameter: the rewrite moves code around and must know what every name means.
+    ours would clash with), synchronizes (collectives; ``collectives_ok`` for a rule that analyses its
+    atomics itself), has shared memory of its own, or declares a local that shadows a parameter: the
+    rewrite moves code around and must know what every name means.
     """
     k = ctx.cand_kernel
     got = kernel_body(ctx)
     if k is None or got is None or k.template_params:
         return None
     body, data = got
-    if any(n.startswith(prefix) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
+    if any(n.startswith(prefix) for n in all_names(body, data)) \
+            or (not collectives_ok and has_collective(body, data)) or any(n.type == "__shared__" for n in walk(body)):
         return None
     if declared_names(body, data) & {p.name for p in k.params}:
         return None
@@ -586,7 +628,7 @@ class Grid2D:
 
 def _split(node: Node, data: bytes, op: str) -> list[Node] | None:
     n = unparen(node)
-    b = _binary(n, data)
+    b = binary_parts(n, data)
     if b is not None and b[1] == op:
         left = _split(b[0], data, op)
         right = _split(b[2], data, op)
@@ -633,6 +675,16 @@ def grid_2d(body: Node, data: bytes) -> Grid2D | None:
             if bx is not None and by is not None:
                 return Grid2D(x, y, bx, by, g, True, f"!({node_text(cond, data)})", sts[at + 1 :])
     return None
+
+
+def extents_2d(ctx: RuleContext, g: Grid2D, data: bytes) -> tuple[str, str] | None:
+    """How many columns and rows a 2D one-thread-per-output kernel covers, in spec terms: what a 2D rule's
+    new grid is sized from. None when the launch is not 2D (a z extent) or an extent cannot be said."""
+    if not is_2d_launch(ctx):
+        return None
+    nx = extent_expr(ctx, g.x_bound, data, 0)
+    ny = extent_expr(ctx, g.y_bound, data, 1)
+    return (nx, ny) if nx is not None and ny is not None else None
 
 
 def bound_text(var: str, b: Bound, data: bytes) -> str:

@@ -51,25 +51,25 @@ from . import register
 from ._structural import (
     Decl,
     Grid2D,
+    binary_parts,
     bound_text,
     declared_names,
-    extent_expr,
+    extents_2d,
     flush,
+    for_parts,
     fresh_body,
     grid_2d,
     has_jump,
     indent,
-    is_2d_launch,
     is_ident,
-    launch_ok,
     single_decl,
-    statements,
+    sole_assignment,
     subscript_parts,
     unparen,
     upper_bound,
     written_names,
 )
-from ._structural_rule import Launch, StructuralRule
+from ._structural_rule import Launch, StructuralRule, fitting
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -133,37 +133,23 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return None
     acc = single_decl(g.inner[0], data)
     loop = g.inner[1]
-    if acc is None or acc.pointer or acc.value is None or unparen(acc.value).type != "number_literal" \
-            or loop.type != "for_statement":
+    fp = for_parts(loop, data)
+    if acc is None or acc.pointer or acc.value is None or unparen(acc.value).type != "number_literal" or fp is None:
         return None
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    upd = loop.child_by_field_name("update")
-    lbody = loop.child_by_field_name("body")
-    if init is None or cond is None or upd is None or lbody is None:
-        return None
-    kd = single_decl(init, data)
-    if kd is None or kd.value is None or node_text(unparen(kd.value), data) != "0":
+    kd, cond, upd, lbody = fp.var, fp.cond, fp.update, fp.body
+    if kd.value is None or node_text(unparen(kd.value), data) != "0":
         return None
     kv = kd.name
     kb = upper_bound(cond, data, kv)
     if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1"):
         return None
-    sts = statements(lbody)
-    if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
+    step = sole_assignment(lbody, data)
+    if step is None or not is_ident(step[0], data, acc.name) or step[1] != "+=":
         return None
-    e = sts[0].named_children[0]
-    if e.type != "assignment_expression":
+    prod = binary_parts(step[2], data)
+    if prod is None or prod[1] != "*":
         return None
-    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None or not is_ident(left, data, acc.name) or node_text(op, data) != "+=":
-        return None
-    prod = unparen(right)
-    if prod.type != "binary_expression":
-        return None
-    pop, p1, p2 = (prod.child_by_field_name(f) for f in ("operator", "left", "right"))
-    if pop is None or p1 is None or p2 is None or node_text(pop, data) != "*":
-        return None
+    p1, _, p2 = prod
     pointers = {p.name: p.type for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     o1, o2 = _operand(p1, data, pointers), _operand(p2, data, pointers)
     if o1 is None or o2 is None or o1.elem not in _ELEM or o2.elem not in _ELEM:
@@ -214,19 +200,12 @@ class SmemTiling(StructuralRule[_Shape]):
         return _analyse(ctx)
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if not is_2d_launch(ctx):
+        ext = extents_2d(ctx, shape.g, data)
+        if ext is None:
             return {}
-        nx = extent_expr(ctx, shape.g.x_bound, data, 0)
-        ny = extent_expr(ctx, shape.g.y_bound, data, 1)
-        if nx is None or ny is None:
-            return {}
-        out: dict[str, Launch] = {}
-        for param, (bm, bn, _bk, tm, tn) in VARIANTS.items():
-            grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})")
-            block = (str(bn // tn), str(bm // tm))
-            if launch_ok(ctx, grid, block):
-                out[param] = Launch(grid, block)
-        return out
+        nx, ny = ext
+        return fitting(ctx, {param: Launch((f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})"), (str(bn // tn), str(bm // tm)))
+                             for param, (bm, bn, _bk, tm, tn) in VARIANTS.items()})
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
         return _generate(shape, data, *VARIANTS[param])

@@ -57,11 +57,9 @@ from . import register
 from ._structural import (
     VECTOR_TYPES,
     Elementwise,
-    all_names,
-    declared_names,
     elementwise_1d,
     flush,
-    has_collective,
+    fresh_body,
     has_jump,
     indent,
     is_1d,
@@ -73,7 +71,7 @@ from ._structural import (
     with_body,
     written_names,
 )
-from ._util import call_args, int_literal, kernel_body
+from ._util import call_args, int_literal
 from .base import Rule, RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -105,23 +103,16 @@ class _Shape:
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     """The elementwise shape of the candidate, with every check of the module docstring, or None."""
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX)  # not rewritten already, no shared memory or collectives, no shadowing
+    if got is None:
         return None
-    kbody, data = got
+    k, kbody, data = got
     found = elementwise_1d(kbody, data)
     if found is None or not found.body:
         return None
     shape = _Shape(found)
     i = shape.e.index.name
-    if any(n.startswith(PREFIX) for n in all_names(kbody, data)):
-        return None  # already rewritten, or names that could clash with ours
-    if any(n.type == "__shared__" for n in walk(kbody)) or has_collective(kbody, data):
-        return None
     pointers = {p.name: p for p in k.params if p.is_pointer}
-    if declared_names(kbody, data) & {p.name for p in k.params}:
-        return None  # a local shadows a parameter: names would not mean what the analysis assumes
     # the prelude (kept verbatim, run once per thread) must be plain declarations independent of i and memory
     for st in shape.e.prefix + shape.e.between:
         if st.type != "declaration" or i in _idents(st, data) or _idents(st, data) & set(pointers) \
