@@ -32,6 +32,7 @@ from tree_sitter import Node
 
 from ..cuda.model import DeclKind, Param
 from ..cuda.parser import parse_tree
+from ..cuda.tree import element_use, subscript_index
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import DTYPES, canonical_dtype
@@ -647,7 +648,7 @@ class Threads:
                                 + text_of(ctx, node))
             return INEXACT
         if t == "subscript_expression":
-            idx = _subscript_index(node)
+            idx = subscript_index(node)
             arr = node.child_by_field_name("argument")
             if arr is not None and idx is not None and self.value(idx).uniform and self._uniform_base(arr):
                 return atom_val("?" + text_of(ctx, node))
@@ -659,7 +660,7 @@ class Threads:
     def _uniform_base(self, base: Node) -> bool:
         """Whether ``base[i]`` with a uniform ``i`` reads the same element in every thread of a warp."""
         if base.type == "subscript_expression":
-            idx = _subscript_index(base)
+            idx = subscript_index(base)
             inner = base.child_by_field_name("argument")
             return idx is not None and inner is not None and self.value(idx).uniform and self._uniform_base(inner)
         if base.type != "identifier":
@@ -876,7 +877,7 @@ class Threads:
             arg = node.child_by_field_name("argument")
             if amp is not None and ctx.text(amp) == "&" and arg is not None and arg.type == "subscript_expression":
                 elem_ref = self.pointer(arg.child_by_field_name("argument"))
-                idx = _subscript_index(arg)
+                idx = subscript_index(arg)
                 if elem_ref is not None and idx is not None:
                     return PtrRef(elem_ref.param, elem_ref.offset + self.value(idx), elem_ref.elem, elem_ref.via)
             return None
@@ -940,7 +941,7 @@ class Threads:
         for n in self.nodes("subscript_expression", "pointer_expression"):
             if n.type == "subscript_expression":
                 base = n.child_by_field_name("argument")
-                idx = _subscript_index(n)
+                idx = subscript_index(n)
                 if base is None or idx is None or base.type == "subscript_expression":
                     continue
                 ref = self.pointer(base)
@@ -957,7 +958,7 @@ class Threads:
                 index = ref.offset
             else:
                 continue
-            load, store = _access_kind(self.ctx, n)
+            load, store = element_use(n)
             if not (load or store):
                 continue
             out.append(Access(n, ref.param, index, ref.elem, type_bytes(ref.elem), load, store, ref.via))
@@ -1012,7 +1013,7 @@ class Threads:
             idxs: list[Node] = []
             cur: Node | None = n
             while cur is not None and cur.type == "subscript_expression":
-                i = _subscript_index(cur)
+                i = subscript_index(cur)
                 if i is None:
                     break
                 idxs.insert(0, i)
@@ -1105,12 +1106,7 @@ class Threads:
 
 def threads(ctx: KernelContext) -> Threads:
     """The kernel's ``Threads`` model, built once per context and shared by the analyzers."""
-    memo = vars(ctx)
-    th = memo.get("_wf_threads")
-    if not isinstance(th, Threads):
-        th = Threads(ctx)
-        memo["_wf_threads"] = th
-    return th
+    return ctx.shared(Threads)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -1131,16 +1127,6 @@ def _slicer(data: bytes) -> Callable[[Node], str]:
     return text
 
 
-def _subscript_index(node: Node) -> Node | None:
-    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-    if idx is None:
-        return None
-    if idx.type == "subscript_argument_list":
-        named = idx.named_children
-        return named[0] if len(named) == 1 else None
-    return idx
-
-
 def _lvalue_root(node: Node) -> Node | None:
     """The variable an lvalue names or indexes: ``x``, ``a[i]`` → ``a``, ``a[i][j]`` → ``a``; not ``*p``."""
     cur: Node | None = node
@@ -1159,28 +1145,6 @@ def _lvalue_root(node: Node) -> Node | None:
         else:
             return None
     return None
-
-
-def _access_kind(ctx: KernelContext, node: Node) -> tuple[bool, bool]:
-    """(load, store) for an element lvalue ``x[i]`` / ``*p``: stored when assigned, both when compound."""
-    cur = node
-    parent = cur.parent
-    while parent is not None and (parent.type == "parenthesized_expression" or (
-            parent.type == "field_expression" and parent.child_by_field_name("argument") == cur)):
-        cur, parent = parent, parent.parent
-    if parent is None:
-        return True, False
-    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == cur:
-        op = parent.child_by_field_name("operator")
-        compound = op is not None and op.type != "="
-        return compound, True
-    if parent.type == "update_expression":
-        return True, True
-    if parent.type == "pointer_expression":
-        op = parent.child_by_field_name("operator")
-        if op is not None and op.type == "&":
-            return False, False  # address taken, not an access here
-    return True, False
 
 
 def _shared_decls(root: Node, text: Callable[[Node], str]) -> Iterator[tuple[str, str, tuple[str, ...]]]:

@@ -54,6 +54,7 @@ from ..compiler.nsight import missing_message as missing_message
 from ..compiler.nsight import ncu_path as ncu_path
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, guard_argv
 from ..gpu.inputs import Layout
+from ..gpu.oneshot import write_job
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -104,15 +105,6 @@ class NcuExport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _write_job(path: Path, cubin: bytes, symbol: str, layout: Layout,
-               launch: tuple[Sequence[int], Sequence[int], int], seed: int, device: int, warmup: float,
-               marked: bool) -> None:
-    grid, block, smem = launch
-    with open(path, "wb") as f:
-        pickle.dump({"cubin": cubin, "symbol": symbol, "layout": layout, "seed": seed, "device": device,
-                     "launch": (list(grid), list(block), int(smem)), "warmup": warmup, "marked": marked}, f)
 
 
 _sections_cache: dict[str, str] = {}
@@ -247,7 +239,8 @@ def collect(
         use_metrics, marked = bool(metrics), True
         cmd: list[str] = []
         for _ in range(3):
-            _write_job(job, cubin, symbol, layout, launch, seed, device, warmup_seconds if marked else 0.0, marked)
+            write_job(job, cubin, symbol, layout, launch, seed=seed, device=device,
+                      warmup=warmup_seconds if marked else 0.0, marked=marked)
             try:
                 cmd = profile_command(exe, report, symbol, str(job), sections=sections,
                                       metrics=list(metrics) if use_metrics else [], python=python, marked=marked)

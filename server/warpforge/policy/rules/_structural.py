@@ -19,7 +19,9 @@ from tree_sitter import Node
 
 from ...cuda.model import Kernel
 from ...cuda.rewrite import apply_edits, replace_body
-from ...cuda.tree import node_text, walk
+from ...cuda.tree import member, node_text, walk
+from ...cuda.tree import unparen as unparen  # re-exported: the rules import it from here
+from ...cuda.tree import written_names as written_names  # likewise
 from ...spec.expr import Number
 from ._util import eval_expr, kernel_body, size_env, strip_parens
 from .base import RuleContext
@@ -52,16 +54,6 @@ MINMAX_FUNCS = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fm
 
 def is_collective(name: str) -> bool:
     return name.startswith(_COLLECTIVE_PREFIXES)
-
-
-def unparen(node: Node) -> Node:
-    """Look through parentheses: ``((a + b))`` -> the ``a + b`` node."""
-    while node.type == "parenthesized_expression" and node.named_child_count == 1:
-        inner = node.named_children[0]
-        if inner.type == "comment":
-            break
-        node = inner
-    return node
 
 
 def statements(node: Node | None) -> list[Node]:
@@ -146,23 +138,6 @@ def declarator_name(node: Node, data: bytes) -> str | None:
     return None
 
 
-def written_names(node: Node, data: bytes) -> set[str]:
-    """Plain variables assigned, incremented or whose address is taken anywhere in a subtree."""
-    out: set[str] = set()
-    for n in walk(node):
-        target: Node | None = None
-        if n.type == "assignment_expression":
-            target = n.child_by_field_name("left")
-        elif n.type == "update_expression" or (
-                n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("&")):
-            target = n.child_by_field_name("argument")
-        if target is not None:
-            t = unparen(target)
-            if t.type == "identifier":
-                out.add(node_text(t, data))
-    return out
-
-
 def has_jump(node: Node, *, loops_ok: bool) -> bool:
     """Whether a subtree holds ``return``/``goto``/a label, or (``loops_ok``: outside a nested loop or switch)
     a ``break``/``continue``."""
@@ -180,22 +155,9 @@ def has_jump(node: Node, *, loops_ok: bool) -> bool:
 
 
 def is_builtin(node: Node | None, data: bytes, obj: str, axis: str) -> bool:
-    """``threadIdx.x`` and friends (``obj``.``axis``), also behind casts (``(size_t)blockIdx.x``): a cast
-    changes the width of the arithmetic, not which thread or block the value names."""
-    if node is None:
-        return False
-    node = unparen(node)
-    while node.type == "cast_expression":
-        inner = node.child_by_field_name("value")
-        if inner is None:
-            return False
-        node = unparen(inner)
-    if node.type != "field_expression":
-        return False
-    arg = node.child_by_field_name("argument")
-    fld = node.child_by_field_name("field")
-    return (arg is not None and fld is not None and arg.type == "identifier" and node_text(arg, data) == obj
-            and node_text(fld, data) == axis)
+    """``threadIdx.x`` and friends (``obj``.``axis``), also behind parentheses and casts (``cuda.tree.member``)."""
+    m = member(node, data) if node is not None else None
+    return m is not None and m[1:] == (obj, axis)
 
 
 def binary_parts(node: Node, data: bytes) -> tuple[Node, str, Node] | None:
