@@ -562,14 +562,7 @@ def _contains_error(node: Node | None) -> bool:
 
 def _first_error(node: Node) -> Node | None:
     """The first ERROR or MISSING node under ``node`` (itself included), in source order."""
-    if node.type == "ERROR" or node.is_missing:
-        return node
-    for c in node.children:
-        if c.has_error or c.is_missing:
-            found = _first_error(c)
-            if found is not None:
-                return found
-    return None
+    return next((n for n in walk(node, cut=lambda n: not n.has_error) if n.type == "ERROR" or n.is_missing), None)
 
 
 _GLOBAL_RE = re.compile(rb"__global__")

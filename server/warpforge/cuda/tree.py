@@ -122,6 +122,13 @@ def element_use(node: Node) -> tuple[bool, bool]:
     return True, False
 
 
+def split_init(declarator: Node) -> tuple[Node, Node | None]:
+    """``x = v`` (an ``init_declarator``) -> ``(x, v)``; a declarator without an initializer -> ``(it, None)``."""
+    if declarator.type != "init_declarator":
+        return declarator, None
+    return declarator.child_by_field_name("declarator") or declarator, declarator.child_by_field_name("value")
+
+
 def declares_function(declarator: Node) -> bool:
     """Does this declarator (possibly wrapped in pointer, reference or array declarators) declare a function?
 

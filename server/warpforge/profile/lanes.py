@@ -32,7 +32,7 @@ from tree_sitter import Node
 
 from ..cuda.model import DeclKind, Param
 from ..cuda.parser import parse_tree
-from ..cuda.tree import element_use, subscript_index
+from ..cuda.tree import element_use, split_init, subscript_index, walk
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import DTYPES, canonical_dtype
@@ -541,11 +541,7 @@ class Threads:
         tnode = n.child_by_field_name("type")
         type_text = ctx.text(tnode) if tnode is not None else ""
         for d in n.children_by_field_name("declarator"):
-            value: Node | None = None
-            decl = d
-            if d.type == "init_declarator":
-                value = d.child_by_field_name("value")
-                decl = d.child_by_field_name("declarator") or d
+            decl, value = split_init(d)
             pointer = False
             dims: list[Node | None] = []
             cur: Node | None = decl
@@ -1149,11 +1145,12 @@ def _lvalue_root(node: Node) -> Node | None:
 
 def _shared_decls(root: Node, text: Callable[[Node], str]) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """``(name, element type, dims)`` of the ``__shared__`` arrays declared in a (file-scope) tree."""
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.type == "declaration" and any(c.type == "type_qualifier" and text(c) == "__shared__"
-                                           for c in n.children):
+    def shared(n: Node) -> bool:
+        return n.type == "declaration" and any(c.type == "type_qualifier" and text(c) == "__shared__"
+                                               for c in n.children)
+
+    for n in walk(root, cut=shared):
+        if shared(n):
             tnode = n.child_by_field_name("type")
             elem = text(tnode) if tnode is not None else ""
             for d in n.children_by_field_name("declarator"):
@@ -1165,8 +1162,6 @@ def _shared_decls(root: Node, text: Callable[[Node], str]) -> Iterator[tuple[str
                     cur = cur.child_by_field_name("declarator")
                 if cur is not None and cur.type == "identifier" and dims:
                     yield text(cur), elem, tuple(dims)
-            continue
-        stack.extend(n.children)
 
 
 def enclosing(node: Node, types: tuple[str, ...], stop: Node | None = None) -> Iterator[Node]:

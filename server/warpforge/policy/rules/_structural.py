@@ -30,6 +30,9 @@ from .base import RuleContext
 _COLLECTIVE_PREFIXES = ("__sync", "__shfl", "__ballot", "__any", "__all", "__activemask", "__match",
                         "__reduce_", "__threadfence", "atomic", "__nanosleep", "cooperative_groups", "cg::")
 
+#: statements a ``break`` (``continue``: the loops) inside them leaves, not the code around them
+_BREAKABLE = frozenset({"for_statement", "while_statement", "do_statement", "switch_statement", "for_range_loop"})
+
 #: 32-bit element types -> (4-wide vector type, 2-wide vector type)
 VECTOR_TYPES: dict[str, tuple[str, str]] = {
     "float": ("float4", "float2"),
@@ -141,17 +144,10 @@ def declarator_name(node: Node, data: bytes) -> str | None:
 def has_jump(node: Node, *, loops_ok: bool) -> bool:
     """Whether a subtree holds ``return``/``goto``/a label, or (``loops_ok``: outside a nested loop or switch)
     a ``break``/``continue``."""
-    def visit(n: Node, in_loop: bool) -> bool:
-        t = n.type
-        if t in ("return_statement", "goto_statement", "labeled_statement"):
-            return True
-        if t in ("break_statement", "continue_statement") and not (loops_ok and in_loop):
-            return True
-        nested = in_loop or t in ("for_statement", "while_statement", "do_statement", "switch_statement",
-                                  "for_range_loop")
-        return any(visit(c, nested) for c in n.children)
-
-    return visit(node, False)
+    if next(walk(node, ("return_statement", "goto_statement", "labeled_statement")), None) is not None:
+        return True
+    inside = (lambda n: n.type in _BREAKABLE) if loops_ok else None  # a break in there leaves only that loop
+    return next(walk(node, ("break_statement", "continue_statement"), cut=inside), None) is not None
 
 
 def is_builtin(node: Node | None, data: bytes, obj: str, axis: str) -> bool:

@@ -697,19 +697,13 @@ class _Analysis:
     def _expr(self, node: Node, loop: _Loop, outer_written: set[str]) -> None:
         """Reads inside a loop: subscripts go through ``_access``; no reads of values the loop accumulates."""
         data = self.data
-        stack = [node]
-        while stack:
-            n = stack.pop()
+        for n in walk(node, cut=lambda n: n.type == "subscript_expression"):
             if n.type == "subscript_expression":
                 self._access(n, loop, outer_written)
-                continue
-            if n.type == "identifier" and node_text(n, data) in outer_written:
+            elif (n.type == "identifier" and node_text(n, data) in outer_written) or n.type == "pointer_expression":
                 raise _Reject
-            if n.type == "pointer_expression":
-                raise _Reject
-            if n.type in ("assignment_expression", "update_expression") and n is not node:
+            elif n.type in ("assignment_expression", "update_expression") and n != node:
                 raise _Reject  # assignments inside expressions: keep it simple
-            stack.extend(n.children)
 
 
 #: atomics whose result a statement may discard; the target is then only ever updated atomically

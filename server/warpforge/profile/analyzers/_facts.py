@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
-from ...cuda.tree import element_use, subscript_index, walk
+from ...cuda.tree import element_use, split_init, subscript_index, walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ..context import KernelContext
@@ -225,11 +225,7 @@ class KernelFacts:
         in_for_init = n.parent is not None and n.parent.type == "for_statement" and \
             n.parent.child_by_field_name("initializer") == n
         for d in n.children_by_field_name("declarator"):
-            value: Node | None = None
-            decl = d
-            if d.type == "init_declarator":
-                value = d.child_by_field_name("value")
-                decl = d.child_by_field_name("declarator") or d
+            decl, value = split_init(d)
             pointer = array = False
             ident: Node | None = decl
             while ident is not None and ident.type in ("pointer_declarator", "array_declarator",
