@@ -38,7 +38,7 @@ from functools import lru_cache
 
 from tree_sitter import Node
 
-from .parser import parse_tree
+from .parser import file_tree, parse_tree
 from .tree import member, node_text, unparen, walk, written_names
 
 #: builtin scalar types a typedef may stand for (others are left alone: structs, vectors, pointers)
@@ -71,7 +71,7 @@ class FileFacts:
 def file_facts(text: str) -> FileFacts:
     """Typedefs and function-like macros of a file (cached: one file, many candidates)."""
     data = text.encode("utf-8")
-    tree = parse_tree(data)
+    tree = file_tree(data)
     typedefs: dict[str, str] = {}
     macros: dict[str, Macro] = {}
     for n in walk(tree.root_node, ("type_definition", "alias_declaration", "preproc_function_def"),

@@ -28,7 +28,7 @@ from enum import Enum
 
 from tree_sitter import Node
 
-from .parser import _declarator_name, _uses, parse, parse_tree
+from .parser import _declarator_name, _uses, file_tree, parse, parse_tree
 from .text import SourceText, Span
 from .tree import declares_function, node_text, walk
 
@@ -213,7 +213,7 @@ def file_facts(text: str) -> FileFacts:
     and the file is parsed for that once, not once per candidate. ``FileFacts`` is immutable, so sharing is safe.
     """
     data = text.encode("utf-8")
-    root = parse_tree(data).root_node
+    root = file_tree(data).root_node
     texts: set[str] = set()
     stack = [root]
     while stack:
