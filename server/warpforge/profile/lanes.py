@@ -27,12 +27,13 @@ import bisect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from tree_sitter import Node
 
 from ..cuda.model import DeclKind, Param
 from ..cuda.parser import parse_tree
-from ..cuda.tree import element_use, split_init, subscript_index, walk
+from ..cuda.tree import element_use, node_text, split_init, subscript_index, walk
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import DTYPES, canonical_dtype
@@ -969,7 +970,7 @@ class Threads:
                 continue
             chunk = ctx.src.data[d.span.start : d.span.end]
             tree = parse_tree(chunk)
-            for name, elem, dims_text in _shared_decls(tree.root_node, _slicer(chunk)):
+            for name, elem, dims_text in _shared_decls(tree.root_node, partial(node_text, data=chunk)):
                 if name in self.locals:
                     continue
                 dims = tuple(_try_int(x, self.numbers) if x else None for x in dims_text)
@@ -1114,13 +1115,6 @@ def _try_int(text: str, env: dict[str, int]) -> int | None:
     if isinstance(v, bool):
         return int(v)
     return v if isinstance(v, int) else None  # a float (an `eps`, `0.5f`) is never an index
-
-
-def _slicer(data: bytes) -> Callable[[Node], str]:
-    def text(n: Node) -> str:
-        return data[n.start_byte : n.end_byte].decode("utf-8", "replace")
-
-    return text
 
 
 def _lvalue_root(node: Node) -> Node | None:

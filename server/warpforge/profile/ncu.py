@@ -370,7 +370,7 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
     Writes ``OUT/<stem>/{details,raw,source,...}.csv`` and ``meta.json``; returns one summary per target.
     """
     from ..compiler.build import compile_cubin
-    from ..cuda import parse
+    from ..cuda import KernelNotFound, parse
     from ..cuda.extract import standalone
     from ..cuda.text import SourceText
     from ..spec import build_spec
@@ -391,9 +391,9 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
         try:
             src = SourceText(Path(file).read_bytes())
             model = parse(src.data)
-            k = model.kernel(name) if name else (model.kernels[0] if model.kernels else None)
+            k = model.require(name, file) if name else next(iter(model.kernels), None)
             if k is None:
-                raise ValueError(f"no kernel {name or ''} in {file}")
+                raise ValueError(f"{file}: no __global__ kernels")
             spec = build_spec(src, model, k, file)
             inst = tuple(spec.template_args) if k.template_params else None
             tu = standalone(src, model, k, filename=file, instantiate=inst)
@@ -417,7 +417,7 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
             row.update(ok=True, kernel=k.name, profile_s=round(exp.profile_seconds, 2),
                        export_s=round(exp.export_seconds, 2), pages=sorted(exp.pages))
             (d / "ncu.log").write_text(exp.log[-200_000:])
-        except (ProfilerUnavailable, ValueError, OSError, ToolMissing) as e:
+        except (ProfilerUnavailable, ValueError, KernelNotFound, OSError, ToolMissing) as e:
             row.update(ok=False, error=f"{type(e).__name__}: {e}")
             (d / "error.txt").write_text(str(e))
         row["total_s"] = round(time.perf_counter() - t0, 2)

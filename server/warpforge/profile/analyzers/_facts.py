@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
-from ...cuda.tree import element_use, split_init, subscript_index, walk
+from ...cuda.tree import element_use, node_text, split_init, subscript_index, walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ..context import KernelContext
@@ -154,7 +154,7 @@ class KernelFacts:
 
     # ----------------------------------------------------------------- collection
     def text(self, node: Node) -> str:
-        return self._data[node.start_byte:node.end_byte].decode("utf-8", "replace")
+        return node_text(node, self._data)
 
     def _collect(self, body: Node) -> None:
         for n in walk(body):
