@@ -44,9 +44,12 @@ class DeterministicEvaluator:
 
     def __init__(self, req: OptimizeRequest) -> None:
         self.req = req
-        self.src = SourceText(req.text)
-        self.model = parse(self.src.data)
-        self.kernel = self.model.kernel(req.kernel)
+        if req.prepared is not None:  # the job's one parse, as the real evaluator takes it
+            self.src, self.model, self.kernel, _ = req.prepared
+        else:
+            self.src = SourceText(req.text)
+            self.model = parse(self.src.data)
+            self.kernel = self.model.kernel(req.kernel)
         self.delay = float(os.environ.get("WARPFORGE_FIXTURE_DELAY", "0.05"))
 
     async def evaluate(self, c: Candidate) -> FixtureEvaluation:

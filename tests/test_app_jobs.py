@@ -9,6 +9,7 @@ static findings and says so. On the GPU machine tests/test_gpu_engine.py covers 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from warpforge.app import (
     Progress,
 )
 from warpforge.app.backend import BackendChoice, make_evaluator
+from warpforge.cuda.parser import parse_counts, watched_parses
 from warpforge.gpu.supervisor import gpu_unavailable_reason
 from warpforge.profile.hints import analyze_source
 from warpforge.search.optimize import OptimizeRequest
@@ -127,6 +129,29 @@ def test_optimize_job_events_in_order_and_cleanup(monkeypatch: pytest.MonkeyPatc
     assert found[-1].evidence.seeds == 3 and found[-1].evidence.spread == 0.01
     assert job.node(found[-1].node.candidate.hash) is found[-1].node
     assert len(made) == 1 and made[0].closed and made[0].evaluated >= 2
+
+
+@needs_nvcc
+def test_a_job_parses_its_file_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's ``PreparedKernel`` is the one parse of its file: the baseline profile, the policy's canonical
+    form, the evaluator and the diffs of the candidates it announces all reuse it. Counted by the parser
+    itself (``cuda.parser.parse_counts``), on a text no earlier test parsed, so no cache hides a parse."""
+    monkeypatch.setenv("WARPFORGE_FIXTURE_DELAY", "0")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    text = f"// job {uuid.uuid4()}\n" + SAXPY.replace("const float* x", "float* x")
+    key = hash(text.encode("utf-8"))
+    watched_parses.add(key)
+    try:
+        assert parse_counts[key] == 0
+        p = prepared(text)
+        assert parse_counts[key] == 1
+        events: list[JobEvent] = []
+        job = OptimizeJob(p, OptimizeSettings(budget=6, seconds=120), Recorded, on_event=events.append)
+        asyncio.run(job.run())
+        assert any(isinstance(e, Profiled) for e in events) and any(isinstance(e, CandidateFound) for e in events)
+        assert parse_counts[key] == 1
+    finally:
+        watched_parses.discard(key)
 
 
 @needs_nvcc

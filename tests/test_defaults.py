@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT
-from warpforge import defaults
+from warpforge import defaults, store
 from warpforge.app import OptimizeSettings
 from warpforge.cli import build_parser
+from warpforge.compiler import build
+from warpforge.gpu import input_cache
 from warpforge.lsp.settings import Settings
+from warpforge.profile import hints
+from warpforge.profile.roofline import ceilings_path
+from warpforge.rag.backends import default_index_path
 from warpforge.search.engine import Budget
 from warpforge.search.optimize import OptimizeRequest
 
@@ -74,3 +82,35 @@ def test_cli_server_and_search_start_from_the_same_job() -> None:
     assert req.strategy == defaults.STRATEGY and req.budget == Budget()
     job = OptimizeSettings()  # what CLI and editor jobs start from when given nothing
     assert (job.strategy, job.budget, job.seconds) == (defaults.STRATEGY, defaults.BUDGET, defaults.TIME_BUDGET)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"WARPFORGE_CACHE": "{tmp}/mine"}, "{tmp}/mine"),
+    ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/warpforge"),
+    ({"HOME": "{tmp}/home"}, "{tmp}/home/.cache/warpforge"),
+    ({"WARPFORGE_CACHE": "{tmp}/mine", "XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/mine"),
+])
+def test_every_per_user_cache_lives_in_the_one_folder(
+        env: dict[str, str], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store outside a workspace, the build cache, the input files, the hints, the roofline ceilings and
+    the retrieval index all follow the same variables to the same folder (they used to decide it apart)."""
+    for var in ("WARPFORGE_CACHE", "XDG_CACHE_HOME", "WARPFORGE_RAG_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value.format(tmp=tmp_path))
+    base = Path(expected.format(tmp=tmp_path))
+    assert defaults.user_cache_dir() == base
+    assert store.user_dir() == base
+    assert store.workspace_db(None).parent == base
+    assert build.cache_dir() == base / "build"
+    assert input_cache.cache_root() == base / "inputs"
+    assert ceilings_path("NVIDIA H100").parent == base / "roofline"
+    assert hints._disk_path("abcdef").parents[1] == base / "hints"
+    assert default_index_path() == base / "rag" / "index.sqlite"
+
+
+def test_the_index_override_moves_only_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WARPFORGE_RAG_INDEX", str(tmp_path / "elsewhere.sqlite"))
+    assert default_index_path() == tmp_path / "elsewhere.sqlite"
+    assert build.cache_dir() == tmp_path / "cache" / "build"

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .commands.inputs import launch_limits, parse_failure, read_source, unparsed_kernels
-from .cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
+from .commands.inputs import launch_limits, load_file, parse_failure, pick_kernel, unparsed_kernels
+from .cuda import Kernel, KernelNotFound, SourceText
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode
 from .spec import KernelSpec, SpecError, build_spec, guess_spec
@@ -34,37 +34,11 @@ EXIT_FAILED = ExitCode.FAILED
 EXIT_USAGE = ExitCode.USAGE
 EXIT_UNAVAILABLE = ExitCode.UNAVAILABLE
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "CliError", "ExitCode", "load_file",
-           "main", "pick_kernel"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "CliError", "ExitCode", "main"]
 
 
 def _out() -> Console:
     return Console(highlight=False, soft_wrap=True)
-
-
-def load_file(path: str) -> tuple[SourceText, FileModel]:
-    """Read (checked: not binary, not too large, UTF-8) and parse a CUDA file."""
-    src = read_source(path)
-    return src, parse(src.data)
-
-
-def pick_kernel(path: str, model: FileModel, name: str | None, src: SourceText | None = None) -> Kernel:
-    """The kernel named ``name``, or the only kernel in the file when no name is given.
-
-    With ``src``, a kernel that is in the text but does not parse is reported as such, with the syntax
-    error, rather than as missing."""
-    names = ", ".join(k.name for k in model.kernels) or "none"
-    if name is None:
-        if len(model.kernels) == 1:
-            return model.kernels[0]
-        if not model.kernels:
-            raise CliError((parse_failure(path, src, model, None) if src is not None else None)
-                           or f"{path}: no __global__ kernels found")
-        raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
-    try:
-        return model.require(name, path)
-    except KernelNotFound as e:
-        raise CliError((parse_failure(path, src, model, name) if src is not None else None) or str(e)) from e
 
 
 # --------------------------------------------------------------------------- kernels

@@ -23,7 +23,6 @@ so two processes opening a fresh file at once migrate it once. A database writte
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -32,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .defaults import user_cache_dir
 
 #: MIGRATIONS[i] upgrades a database from user_version i to i + 1. Never edit a released entry: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -98,10 +99,8 @@ class EvalKey:
 
 # --------------------------------------------------------------------------- location
 def user_dir() -> Path:
-    """WarpForge's per-user folder (``$WARPFORGE_CACHE``, else the XDG cache dir), for work outside a workspace."""
-    base = os.environ.get("WARPFORGE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warpforge")
-    return Path(base)
+    """WarpForge's per-user folder (``defaults.user_cache_dir``), for work outside a workspace."""
+    return user_cache_dir()
 
 
 def workspace_db(root: str | Path | None) -> Path:

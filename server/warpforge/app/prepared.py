@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel, KernelNotFound
-from ..cuda.parser import parse
+from ..cuda.parser import file_tree, parse
 from ..cuda.text import SourceText
 from ..search.optimize import apply_candidate, kernel_diff
 from ..spec.limits import LaunchLimits
@@ -39,7 +39,7 @@ class PreparedKernel:
         """Parse ``text`` and build ``kernel``'s spec; ``JobError`` naming the kernels present, or the spec's
         own message (file, line, what to do), when that cannot be done."""
         src = SourceText(text)
-        model = parse(src.data)
+        model = parse(src.data, file_tree(src.data))  # the tree the job's other file-level readers share
         try:
             k = model.require(kernel, file)
         except KernelNotFound as e:
@@ -79,7 +79,7 @@ class PreparedKernel:
         """This kernel in a newer ``text`` of the same file, provided the kernel itself is unchanged (a variant
         verified against this snapshot may then be applied there); ``JobError`` saying what to do otherwise."""
         src = SourceText(text)
-        model = parse(src.data)
+        model = parse(src.data, file_tree(src.data))
         k = model.kernel(self.kernel.name)
         if k is None:
             raise JobError(f"`{self.kernel.name}` is no longer in the file; re-run Optimize")

@@ -23,7 +23,6 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..cli import load_file, pick_kernel
 from ..compiler.toolchain import ToolMissing
 from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import EngineSettings, Evaluator, GpuUnavailable
@@ -32,6 +31,7 @@ from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 from ..gpu.timing import TimingSettings
 from ..spec import build_spec
 from . import inputs
+from .inputs import load_file, pick_kernel
 
 T = TypeVar("T")
 

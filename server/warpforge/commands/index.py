@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
 
 def _open(args: argparse.Namespace, create: bool = False) -> Any:
     """The index; only ``add`` creates one (reading a missing index is an error, not a new empty file)."""
-    from ..cli import CliError
+    from ..exitcodes import CliError
     from ..rag.backends import open_index
 
     try:
@@ -74,7 +74,7 @@ def _open(args: argparse.Namespace, create: bool = False) -> Any:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from ..cli import CliError
+    from ..exitcodes import CliError
 
     root = Path(args.dir)
     if not root.exists():
@@ -99,7 +99,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from ..cli import CliError
+    from ..exitcodes import CliError
     from ..rag.index import Query
 
     index = _open(args)

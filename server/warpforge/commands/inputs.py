@@ -1,4 +1,5 @@
-"""Checks every command runs on its options and input files before any work starts.
+"""Checks every command runs on its options and input files before any work starts: reading and parsing the
+CUDA file, picking its kernel, and each option.
 
 A bad option found after a five-minute search costs the GPU time spent on it (``--report`` into a missing
 folder used to fail only when the report was written), and one that reaches a library deep down comes
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..cuda import FileModel, SourceText
+from ..cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
 from ..exitcodes import CliError
 from ..spec.limits import LaunchLimits, limits_for_arch
 
@@ -109,6 +110,31 @@ def parse_failure(path: str, src: SourceText, model: FileModel, name: str | None
 
 
 # --------------------------------------------------------------------------- option types (argparse)
+def load_file(path: str) -> tuple[SourceText, FileModel]:
+    """Read (checked: not binary, not too large, UTF-8) and parse a CUDA file."""
+    src = read_source(path)
+    return src, parse(src.data)
+
+
+def pick_kernel(path: str, model: FileModel, name: str | None, src: SourceText | None = None) -> Kernel:
+    """The kernel named ``name``, or the only kernel in the file when no name is given.
+
+    With ``src``, a kernel that is in the text but does not parse is reported as such, with the syntax
+    error, rather than as missing."""
+    names = ", ".join(k.name for k in model.kernels) or "none"
+    if name is None:
+        if len(model.kernels) == 1:
+            return model.kernels[0]
+        if not model.kernels:
+            raise CliError((parse_failure(path, src, model, None) if src is not None else None)
+                           or f"{path}: no __global__ kernels found")
+        raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
+    try:
+        return model.require(name, path)
+    except KernelNotFound as e:
+        raise CliError((parse_failure(path, src, model, name) if src is not None else None) or str(e)) from e
+
+
 def _number(text: str, kind: type[int] | type[float]) -> float:
     try:
         v = kind(text)

@@ -37,7 +37,6 @@ from rich.progress import Progress as Progress_
 from .. import defaults
 from ..app import JobEvent, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
 from ..app.backend import BackendChoice, make_evaluator
-from ..cli import load_file, pick_kernel
 from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
@@ -48,6 +47,7 @@ from ..search.tree import EvaluatorLike
 from ..store import Store
 from . import inputs
 from .hints import _format
+from .inputs import load_file, pick_kernel
 
 
 def register(sub: Any) -> None:

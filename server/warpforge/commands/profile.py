@@ -21,7 +21,6 @@ from typing import Any
 from rich.console import Console
 
 from ..app import PreparedKernel, ProfileJob, ProfileSettings
-from ..cli import load_file, pick_kernel
 from ..cuda import KernelNotFound
 from ..exitcodes import CliError, ExitCode
 from ..gpu import supervisor
@@ -32,6 +31,7 @@ from ..profile.roofline import Ceilings, cached_ceilings
 from ..spec import SpecError, build_spec
 from . import inputs
 from .hints import _format
+from .inputs import load_file, pick_kernel
 
 
 def register(sub: Any) -> None:

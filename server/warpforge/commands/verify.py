@@ -19,7 +19,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import load_file, pick_kernel
 from ..cuda import KernelNotFound
 from ..cuda.candidate import candidate_from_variant
 from ..exitcodes import CliError, ExitCode
@@ -29,6 +28,7 @@ from ..gpu.timing import TimingSettings
 from ..spec import build_spec
 from . import inputs
 from .bench import require_gpu, run_with_progress
+from .inputs import load_file, pick_kernel
 
 
 def register(sub: Any) -> None:

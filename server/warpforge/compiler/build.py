@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..defaults import user_cache_dir
 from .mangle import base_name
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, describe_char, guard_argv, shell_special, toolchain
 
@@ -176,9 +177,8 @@ def parse_messages(log: str, default_file: str, files: tuple[str, ...] = ()) -> 
 
 # --------------------------------------------------------------------------- cache
 def cache_dir() -> Path:
-    base = os.environ.get("WARPFORGE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warpforge")
-    return Path(base) / "build"
+    """Where cubins are kept by content hash: ``build/`` in the per-user folder (``defaults.user_cache_dir``)."""
+    return user_cache_dir() / "build"
 
 
 _memory: dict[str, BuildResult] = {}

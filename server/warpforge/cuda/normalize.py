@@ -38,8 +38,8 @@ from functools import lru_cache
 
 from tree_sitter import Node
 
-from .parser import parse_tree
-from .tree import node_text, walk
+from .parser import file_tree, parse_tree
+from .tree import member, node_text, unparen, walk, written_names
 
 #: builtin scalar types a typedef may stand for (others are left alone: structs, vectors, pointers)
 _SCALARS = frozenset({
@@ -71,7 +71,7 @@ class FileFacts:
 def file_facts(text: str) -> FileFacts:
     """Typedefs and function-like macros of a file (cached: one file, many candidates)."""
     data = text.encode("utf-8")
-    tree = parse_tree(data)
+    tree = file_tree(data)
     typedefs: dict[str, str] = {}
     macros: dict[str, Macro] = {}
     for n in walk(tree.root_node, ("type_definition", "alias_declaration", "preproc_function_def"),
@@ -169,26 +169,6 @@ def _stmts(node: Node) -> list[Node]:
     return [c for c in node.named_children if c.type != "comment"]
 
 
-def _unparen(n: Node) -> Node:
-    while n.type == "parenthesized_expression" and n.named_child_count == 1:
-        n = n.named_children[0]
-    return n
-
-
-def _written(node: Node, data: bytes) -> set[str]:
-    out: set[str] = set()
-    for n in walk(node, ("assignment_expression", "update_expression", "pointer_expression")):
-        if n.type == "assignment_expression":
-            t = n.child_by_field_name("left")
-        elif n.type == "update_expression" or node_text(n, data).lstrip().startswith("&"):
-            t = n.child_by_field_name("argument")
-        else:
-            continue
-        if t is not None and _unparen(t).type == "identifier":
-            out.add(node_text(_unparen(t), data))
-    return out
-
-
 def _declared(nodes: list[Node], data: bytes) -> set[str]:
     out: set[str] = set()
     for st in nodes:
@@ -259,19 +239,10 @@ def _resolve_typedefs(text: str, body: Node, data: bytes, facts: FileFacts) -> s
 
 def _coordinate(value: Node, data: bytes) -> str | None:
     """``threadIdx.x`` and friends (through parentheses and casts): the text, else None."""
-    v = _unparen(value)
-    while v.type == "cast_expression":
-        inner = v.child_by_field_name("value")
-        if inner is None:
-            return None
-        v = _unparen(inner)
-    if v.type != "field_expression":
+    m = member(value, data)
+    if m is None or m[1] not in _COORDS or m[2] not in ("x", "y", "z"):
         return None
-    arg = v.child_by_field_name("argument")
-    fld = v.child_by_field_name("field")
-    if arg is None or fld is None or node_text(arg, data) not in _COORDS or node_text(fld, data) not in "xyz":
-        return None
-    return node_text(v, data)
+    return node_text(m[0], data)
 
 
 def _inline_coordinates(text: str, body: Node, data: bytes, facts: FileFacts) -> str | None:
@@ -280,7 +251,7 @@ def _inline_coordinates(text: str, body: Node, data: bytes, facts: FileFacts) ->
     Only those: a copy used on its own (``int row = blockIdx.x``, a block per row) names something the
     reader and the rules both want to keep."""
     sts = _stmts(body)
-    written = _written(body, data)
+    written = written_names(body, data)
     copies: dict[str, str] = {}
     for st in sts:
         d = _single_decl(st, data)
@@ -316,7 +287,7 @@ def _inline_coordinates(text: str, body: Node, data: bytes, facts: FileFacts) ->
 
 
 def _negate(cond: Node, data: bytes) -> str:
-    c = _unparen(cond)
+    c = unparen(cond)
     if c.type == "binary_expression":
         op = c.child_by_field_name("operator")
         a, b = c.child_by_field_name("left"), c.child_by_field_name("right")
@@ -386,19 +357,19 @@ def _pointer_bumps(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         if e is None or e.type != "assignment_expression":
             continue
         left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-        if left is None or op is None or right is None or _unparen(left).type != "identifier":
+        if left is None or op is None or right is None or unparen(left).type != "identifier":
             continue
-        p = node_text(_unparen(left), data)
+        p = node_text(unparen(left), data)
         if p not in params:
             continue
         o = node_text(op, data)
         if o == "+=":
             offset = node_text(right, data)
-        elif o == "=" and _unparen(right).type == "binary_expression":
-            r = _unparen(right)
+        elif o == "=" and unparen(right).type == "binary_expression":
+            r = unparen(right)
             a, bop, b = (r.child_by_field_name(f) for f in ("left", "operator", "right"))
             if a is None or bop is None or b is None or node_text(bop, data) != "+" \
-                    or node_text(_unparen(a), data) != p:
+                    or node_text(unparen(a), data) != p:
                 continue
             offset = node_text(b, data)
         else:
@@ -406,7 +377,7 @@ def _pointer_bumps(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         # exactly one write of p in the whole body (this one), no address taken
         writes = [n for n in walk(body, ("assignment_expression", "update_expression"))
                   if (t := n.child_by_field_name("left" if n.type == "assignment_expression" else "argument"))
-                  is not None and node_text(_unparen(t), data) == p]
+                  is not None and node_text(unparen(t), data) == p]
         if len(writes) != 1 or any(node_text(n, data).replace(" ", "") == f"&{p}"
                                    for n in walk(body, ("pointer_expression",))):
             continue
@@ -452,7 +423,7 @@ def _counted_loop(st: Node, data: bytes) -> tuple[str, Node] | None:
     if d is None or node_text(d[2], data).strip() not in ("0", "0u", "0ul", "0UL", "0U"):
         return None
     j = d[1]
-    c = _unparen(cond)
+    c = unparen(cond)
     op = c.child_by_field_name("operator") if c.type == "binary_expression" else None
     left = c.child_by_field_name("left") if c.type == "binary_expression" else None
     if op is None or left is None or node_text(op, data) not in ("<", "!=") or node_text(left, data) != j:
@@ -467,7 +438,7 @@ def _walk_site(n: Node, data: bytes) -> str | None:
     if n.type != "pointer_expression" or not node_text(n, data).lstrip().startswith("*"):
         return None
     arg = n.child_by_field_name("argument")
-    arg = _unparen(arg) if arg is not None else None
+    arg = unparen(arg) if arg is not None else None
     if arg is None or arg.type != "update_expression" or not node_text(arg, data).rstrip().endswith("++"):
         return None
     p = arg.child_by_field_name("argument")
@@ -485,7 +456,7 @@ def _pointer_walks(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         if got is None:
             continue
         j, lbody = got
-        if any(n.type in _BRANCHY for n in walk(lbody)) or j in _written(lbody, data):
+        if any(n.type in _BRANCHY for n in walk(lbody)) or j in written_names(lbody, data):
             continue
         if any(n.type == "binary_expression" and (o := n.child_by_field_name("operator")) is not None
                and node_text(o, data) in ("&&", "||") for n in walk(lbody)):

@@ -28,7 +28,7 @@ from enum import Enum
 
 from tree_sitter import Node
 
-from .parser import _declarator_name, _uses, parse, parse_tree
+from .parser import _declarator_name, _uses, file_tree, parse, parse_tree
 from .text import SourceText, Span
 from .tree import declares_function, node_text, walk
 
@@ -213,7 +213,7 @@ def file_facts(text: str) -> FileFacts:
     and the file is parsed for that once, not once per candidate. ``FileFacts`` is immutable, so sharing is safe.
     """
     data = text.encode("utf-8")
-    root = parse_tree(data).root_node
+    root = file_tree(data).root_node
     texts: set[str] = set()
     stack = [root]
     while stack:
@@ -284,9 +284,7 @@ class _Reducer:
 
     def bad_attributes(self, node: Node, skip: Node | None = None) -> str | None:
         """A reason when ``node`` (outside ``skip``, a function body) binds symbols or runs on its own."""
-        stack = [node]
-        while stack:
-            n = stack.pop()
+        for n in walk(node, cut=lambda n: skip is not None and n.id == skip.id):
             if skip is not None and n.id == skip.id:
                 continue
             if n.type in ("gnu_asm_expression", "asm") or node_text(n, self.data) in ("asm", "__asm__", "__asm"):
@@ -295,7 +293,6 @@ class _Reducer:
                 bad = set(_IDENT_TEXT.findall(node_text(n, self.data))) & _BAD_ATTRIBUTES
                 if bad:
                     return f"attribute `{sorted(bad)[0]}` runs code or binds a symbol outside device code"
-            stack.extend(n.children)
         return None
 
     def host_reachable(self, name: str) -> str | None:

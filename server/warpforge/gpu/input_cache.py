@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..defaults import user_cache_dir
 from .inputs import ArgLayout, generate, storage_dtype
 
 #: bump when ``inputs.generate`` changes what a seed gives, so old files are never served
@@ -40,10 +41,8 @@ DEFAULT_LIMIT_MB = 4096
 
 
 def cache_root() -> Path:
-    """``<warpforge cache>/inputs`` (``WARPFORGE_CACHE`` or the XDG cache directory, as the build cache)."""
-    from ..compiler.build import cache_dir
-
-    return cache_dir().parent / "inputs"
+    """``inputs/`` in the per-user folder (``defaults.user_cache_dir``)."""
+    return user_cache_dir() / "inputs"
 
 
 def limit_bytes() -> int:

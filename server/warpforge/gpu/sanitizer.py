@@ -12,7 +12,6 @@ silently passed.
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from .inputs import Layout
+from .oneshot import write_job
 
 ERROR_EXIT = 86
 TOOLS = ("memcheck", "racecheck")
@@ -154,10 +154,7 @@ def run_sanitizer(
     reports: list[ToolReport] = []
     with tempfile.TemporaryDirectory(prefix="warpforge-sanitize-") as tmp:
         job = Path(tmp) / "job.pkl"
-        grid, block, smem = launch
-        with open(job, "wb") as f:
-            pickle.dump({"cubin": cubin, "symbol": symbol, "layout": layout, "seed": seed, "device": device,
-                         "launch": (list(grid), list(block), int(smem)), "repeat": 1}, f)
+        write_job(job, cubin, symbol, layout, launch, seed=seed, device=device, repeat=1)
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         for tool in tools:

@@ -8,10 +8,10 @@ them consistent.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from tree_sitter import Node, Tree
 
@@ -26,6 +26,9 @@ from .sass import SassFunction
 
 if TYPE_CHECKING:
     from .roofline import KernelProfile
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +46,15 @@ class KernelContext:
     sass_lines: dict[int, Counter[str]] = field(default_factory=dict)
     #: the profile stage's evidence (class, Nsight Compute metrics, ceilings); None in static analysis
     profile: KernelProfile | None = None
+    #: models built from this context once and shared by the analyzers (see ``shared``)
+    _shared: dict[object, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def shared(self, make: Callable[[KernelContext], T]) -> T:
+        """``make(self)``, built on first use and kept: the models several analyzers read (the kernel facts,
+        the lane model) are built once per kernel, whichever analyzer asks first."""
+        if make not in self._shared:
+            self._shared[make] = make(self)
+        return cast(T, self._shared[make])
 
     # ----------------------------------------------------------------- tree access
     @cached_property

@@ -23,12 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..compiler.build import BuildResult, CompilerMessage, Resources, cache_dir, compile_cubin
+from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.text import Position, Range, SourceText
+from ..defaults import user_cache_dir
 from ..spec.annotations import has_annotation
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec
@@ -88,7 +89,7 @@ _DISK_VERSION = "kb1"
 
 
 def _disk_path(key: str) -> Path:
-    return cache_dir().parent / "hints" / key[:2] / f"{key}.json"
+    return user_cache_dir() / "hints" / key[:2] / f"{key}.json"
 
 
 def _disk_get(key: str, file: str) -> KernelBuild | None:

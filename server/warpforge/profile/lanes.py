@@ -27,11 +27,13 @@ import bisect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from tree_sitter import Node
 
 from ..cuda.model import DeclKind, Param
 from ..cuda.parser import parse_tree
+from ..cuda.tree import element_use, node_text, split_init, subscript_index, walk
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import DTYPES, canonical_dtype
@@ -540,11 +542,7 @@ class Threads:
         tnode = n.child_by_field_name("type")
         type_text = ctx.text(tnode) if tnode is not None else ""
         for d in n.children_by_field_name("declarator"):
-            value: Node | None = None
-            decl = d
-            if d.type == "init_declarator":
-                value = d.child_by_field_name("value")
-                decl = d.child_by_field_name("declarator") or d
+            decl, value = split_init(d)
             pointer = False
             dims: list[Node | None] = []
             cur: Node | None = decl
@@ -647,7 +645,7 @@ class Threads:
                                 + text_of(ctx, node))
             return INEXACT
         if t == "subscript_expression":
-            idx = _subscript_index(node)
+            idx = subscript_index(node)
             arr = node.child_by_field_name("argument")
             if arr is not None and idx is not None and self.value(idx).uniform and self._uniform_base(arr):
                 return atom_val("?" + text_of(ctx, node))
@@ -659,7 +657,7 @@ class Threads:
     def _uniform_base(self, base: Node) -> bool:
         """Whether ``base[i]`` with a uniform ``i`` reads the same element in every thread of a warp."""
         if base.type == "subscript_expression":
-            idx = _subscript_index(base)
+            idx = subscript_index(base)
             inner = base.child_by_field_name("argument")
             return idx is not None and inner is not None and self.value(idx).uniform and self._uniform_base(inner)
         if base.type != "identifier":
@@ -876,7 +874,7 @@ class Threads:
             arg = node.child_by_field_name("argument")
             if amp is not None and ctx.text(amp) == "&" and arg is not None and arg.type == "subscript_expression":
                 elem_ref = self.pointer(arg.child_by_field_name("argument"))
-                idx = _subscript_index(arg)
+                idx = subscript_index(arg)
                 if elem_ref is not None and idx is not None:
                     return PtrRef(elem_ref.param, elem_ref.offset + self.value(idx), elem_ref.elem, elem_ref.via)
             return None
@@ -940,7 +938,7 @@ class Threads:
         for n in self.nodes("subscript_expression", "pointer_expression"):
             if n.type == "subscript_expression":
                 base = n.child_by_field_name("argument")
-                idx = _subscript_index(n)
+                idx = subscript_index(n)
                 if base is None or idx is None or base.type == "subscript_expression":
                     continue
                 ref = self.pointer(base)
@@ -957,7 +955,7 @@ class Threads:
                 index = ref.offset
             else:
                 continue
-            load, store = _access_kind(self.ctx, n)
+            load, store = element_use(n)
             if not (load or store):
                 continue
             out.append(Access(n, ref.param, index, ref.elem, type_bytes(ref.elem), load, store, ref.via))
@@ -972,7 +970,7 @@ class Threads:
                 continue
             chunk = ctx.src.data[d.span.start : d.span.end]
             tree = parse_tree(chunk)
-            for name, elem, dims_text in _shared_decls(tree.root_node, _slicer(chunk)):
+            for name, elem, dims_text in _shared_decls(tree.root_node, partial(node_text, data=chunk)):
                 if name in self.locals:
                     continue
                 dims = tuple(_try_int(x, self.numbers) if x else None for x in dims_text)
@@ -1012,7 +1010,7 @@ class Threads:
             idxs: list[Node] = []
             cur: Node | None = n
             while cur is not None and cur.type == "subscript_expression":
-                i = _subscript_index(cur)
+                i = subscript_index(cur)
                 if i is None:
                     break
                 idxs.insert(0, i)
@@ -1105,12 +1103,7 @@ class Threads:
 
 def threads(ctx: KernelContext) -> Threads:
     """The kernel's ``Threads`` model, built once per context and shared by the analyzers."""
-    memo = vars(ctx)
-    th = memo.get("_wf_threads")
-    if not isinstance(th, Threads):
-        th = Threads(ctx)
-        memo["_wf_threads"] = th
-    return th
+    return ctx.shared(Threads)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -1122,23 +1115,6 @@ def _try_int(text: str, env: dict[str, int]) -> int | None:
     if isinstance(v, bool):
         return int(v)
     return v if isinstance(v, int) else None  # a float (an `eps`, `0.5f`) is never an index
-
-
-def _slicer(data: bytes) -> Callable[[Node], str]:
-    def text(n: Node) -> str:
-        return data[n.start_byte : n.end_byte].decode("utf-8", "replace")
-
-    return text
-
-
-def _subscript_index(node: Node) -> Node | None:
-    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-    if idx is None:
-        return None
-    if idx.type == "subscript_argument_list":
-        named = idx.named_children
-        return named[0] if len(named) == 1 else None
-    return idx
 
 
 def _lvalue_root(node: Node) -> Node | None:
@@ -1161,35 +1137,14 @@ def _lvalue_root(node: Node) -> Node | None:
     return None
 
 
-def _access_kind(ctx: KernelContext, node: Node) -> tuple[bool, bool]:
-    """(load, store) for an element lvalue ``x[i]`` / ``*p``: stored when assigned, both when compound."""
-    cur = node
-    parent = cur.parent
-    while parent is not None and (parent.type == "parenthesized_expression" or (
-            parent.type == "field_expression" and parent.child_by_field_name("argument") == cur)):
-        cur, parent = parent, parent.parent
-    if parent is None:
-        return True, False
-    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == cur:
-        op = parent.child_by_field_name("operator")
-        compound = op is not None and op.type != "="
-        return compound, True
-    if parent.type == "update_expression":
-        return True, True
-    if parent.type == "pointer_expression":
-        op = parent.child_by_field_name("operator")
-        if op is not None and op.type == "&":
-            return False, False  # address taken, not an access here
-    return True, False
-
-
 def _shared_decls(root: Node, text: Callable[[Node], str]) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """``(name, element type, dims)`` of the ``__shared__`` arrays declared in a (file-scope) tree."""
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.type == "declaration" and any(c.type == "type_qualifier" and text(c) == "__shared__"
-                                           for c in n.children):
+    def shared(n: Node) -> bool:
+        return n.type == "declaration" and any(c.type == "type_qualifier" and text(c) == "__shared__"
+                                               for c in n.children)
+
+    for n in walk(root, cut=shared):
+        if shared(n):
             tnode = n.child_by_field_name("type")
             elem = text(tnode) if tnode is not None else ""
             for d in n.children_by_field_name("declarator"):
@@ -1201,8 +1156,6 @@ def _shared_decls(root: Node, text: Callable[[Node], str]) -> Iterator[tuple[str
                     cur = cur.child_by_field_name("declarator")
                 if cur is not None and cur.type == "identifier" and dims:
                     yield text(cur), elem, tuple(dims)
-            continue
-        stack.extend(n.children)
 
 
 def enclosing(node: Node, types: tuple[str, ...], stop: Node | None = None) -> Iterator[Node]:

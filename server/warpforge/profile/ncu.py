@@ -54,6 +54,7 @@ from ..compiler.nsight import missing_message as missing_message
 from ..compiler.nsight import ncu_path as ncu_path
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, guard_argv
 from ..gpu.inputs import Layout
+from ..gpu.oneshot import write_job
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -104,15 +105,6 @@ class NcuExport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _write_job(path: Path, cubin: bytes, symbol: str, layout: Layout,
-               launch: tuple[Sequence[int], Sequence[int], int], seed: int, device: int, warmup: float,
-               marked: bool) -> None:
-    grid, block, smem = launch
-    with open(path, "wb") as f:
-        pickle.dump({"cubin": cubin, "symbol": symbol, "layout": layout, "seed": seed, "device": device,
-                     "launch": (list(grid), list(block), int(smem)), "warmup": warmup, "marked": marked}, f)
 
 
 _sections_cache: dict[str, str] = {}
@@ -247,7 +239,8 @@ def collect(
         use_metrics, marked = bool(metrics), True
         cmd: list[str] = []
         for _ in range(3):
-            _write_job(job, cubin, symbol, layout, launch, seed, device, warmup_seconds if marked else 0.0, marked)
+            write_job(job, cubin, symbol, layout, launch, seed=seed, device=device,
+                      warmup=warmup_seconds if marked else 0.0, marked=marked)
             try:
                 cmd = profile_command(exe, report, symbol, str(job), sections=sections,
                                       metrics=list(metrics) if use_metrics else [], python=python, marked=marked)
@@ -377,7 +370,7 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
     Writes ``OUT/<stem>/{details,raw,source,...}.csv`` and ``meta.json``; returns one summary per target.
     """
     from ..compiler.build import compile_cubin
-    from ..cuda import parse
+    from ..cuda import KernelNotFound, parse
     from ..cuda.extract import standalone
     from ..cuda.text import SourceText
     from ..spec import build_spec
@@ -398,9 +391,9 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
         try:
             src = SourceText(Path(file).read_bytes())
             model = parse(src.data)
-            k = model.kernel(name) if name else (model.kernels[0] if model.kernels else None)
+            k = model.require(name, file) if name else next(iter(model.kernels), None)
             if k is None:
-                raise ValueError(f"no kernel {name or ''} in {file}")
+                raise ValueError(f"{file}: no __global__ kernels")
             spec = build_spec(src, model, k, file)
             inst = tuple(spec.template_args) if k.template_params else None
             tu = standalone(src, model, k, filename=file, instantiate=inst)
@@ -424,7 +417,7 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
             row.update(ok=True, kernel=k.name, profile_s=round(exp.profile_seconds, 2),
                        export_s=round(exp.export_seconds, 2), pages=sorted(exp.pages))
             (d / "ncu.log").write_text(exp.log[-200_000:])
-        except (ProfilerUnavailable, ValueError, OSError, ToolMissing) as e:
+        except (ProfilerUnavailable, ValueError, KernelNotFound, OSError, ToolMissing) as e:
             row.update(ok=False, error=f"{type(e).__name__}: {e}")
             (d / "error.txt").write_text(str(e))
         row["total_s"] = round(time.perf_counter() - t0, 2)

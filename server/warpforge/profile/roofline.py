@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compiler.build import cache_dir
+from ..defaults import user_cache_dir
 from .ncu_parse import NcuProfile
 
 MEMORY_BOUND = "memory-bound"
@@ -111,7 +111,7 @@ def _slug(name: str) -> str:
 
 
 def ceilings_path(gpu: str) -> Path:
-    return cache_dir().parent / "roofline" / f"{_slug(gpu)}.json"
+    return user_cache_dir() / "roofline" / f"{_slug(gpu)}.json"
 
 
 def cached_ceilings(gpu: str) -> Ceilings | None:

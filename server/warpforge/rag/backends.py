@@ -6,19 +6,15 @@ Kept out of ``index.py`` because the backends import the records defined there (
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..defaults import rag_index_path
 from .index import Index
 
 
 def default_index_path() -> Path:
-    """``$WARPFORGE_RAG_INDEX``, else ``index.sqlite`` in WarpForge's cache dir (as the build cache uses)."""
-    if env := os.environ.get("WARPFORGE_RAG_INDEX"):
-        return Path(env)
-    base = os.environ.get("WARPFORGE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "warpforge")
-    return Path(base) / "rag" / "index.sqlite"
+    """``$WARPFORGE_RAG_INDEX``, else ``rag/index.sqlite`` in the per-user folder (``defaults.rag_index_path``)."""
+    return rag_index_path()
 
 
 def open_index(backend: str = "sqlite", *, path: str | Path | None = None, pinecone_host: str | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...cuda.candidate import Candidate
 from .coder import SUBMIT, KernelWriter, rationale_of
-from .planner import Hypothesis, system_for, variant_text
+from .planner import Hypothesis, launch_text, system_for, variant_text
 
 
 class Fixer:
@@ -38,18 +38,11 @@ class Fixer:
                 "code below):" if kind == "compile" else
                 "It compiled but failed verification against the original kernel (or crashed). Verification "
                 "result:")
-        launch = []
-        if failing.grid is not None:
-            launch.append(f"grid=({', '.join(failing.grid)})")
-        if failing.block is not None:
-            launch.append(f"block=({', '.join(failing.block)})")
-        if failing.smem is not None:
-            launch.append(f"smem={failing.smem}")
         prompt = "\n".join([
             "## Base variant (the hypothesis is applied on top of this)", variant_text(base, root), "",
             "## Hypothesis", hypothesis.describe(), "",
             "## The failing attempt", "```cuda", failing.source.rstrip(), "```",
-            "Its launch: " + (", ".join(launch) if launch else "as in the spec"), "",
+            "Its launch: " + launch_text(failing), "",
             "## What went wrong", what, "```", (log or "(no details)").strip()[:6000], "```", "",
             "## Task",
             "Write the corrected complete kernel and answer by calling `submit_kernel`.",

@@ -103,13 +103,8 @@ def system_for(role: str, brief: KernelBrief) -> list[str]:
     return [prompts.load("common").text + "\n\n" + prompts.load(role).text, brief.text()]
 
 
-def variant_text(c: Candidate, root: Candidate) -> str:
-    """The current variant for a prompt: its code when it differs from the original, and its launch."""
-    parts: list[str] = []
-    if c.source == root.source:
-        parts.append("The current variant is the original kernel (shown above).")
-    else:
-        parts += ["Current variant's code:", "```cuda", c.source.rstrip(), "```"]
+def launch_text(c: Candidate) -> str:
+    """A variant's launch overrides for a prompt (``grid=(..), block=(..), smem=..``), or "as in the spec"."""
     launch = []
     if c.grid is not None:
         launch.append(f"grid=({', '.join(c.grid)})")
@@ -117,7 +112,17 @@ def variant_text(c: Candidate, root: Candidate) -> str:
         launch.append(f"block=({', '.join(c.block)})")
     if c.smem is not None:
         launch.append(f"smem={c.smem}")
-    parts.append("Current launch: " + (", ".join(launch) if launch else "as in the spec"))
+    return ", ".join(launch) if launch else "as in the spec"
+
+
+def variant_text(c: Candidate, root: Candidate) -> str:
+    """The current variant for a prompt: its code when it differs from the original, and its launch."""
+    parts: list[str] = []
+    if c.source == root.source:
+        parts.append("The current variant is the original kernel (shown above).")
+    else:
+        parts += ["Current variant's code:", "```cuda", c.source.rstrip(), "```"]
+    parts.append("Current launch: " + launch_text(c))
     if c.defines:
         parts.append("Defines: " + ", ".join(f"{k}={v}" for k, v in c.defines.items()))
     if c.flags:

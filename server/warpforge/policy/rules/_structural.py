@@ -20,7 +20,9 @@ from tree_sitter import Node
 
 from ...cuda.model import Kernel
 from ...cuda.rewrite import apply_edits, replace_body
-from ...cuda.tree import node_text, walk
+from ...cuda.tree import member, node_text, walk
+from ...cuda.tree import unparen as unparen  # re-exported: the rules import it from here
+from ...cuda.tree import written_names as written_names  # likewise
 from ...spec.expr import Number
 from ._util import eval_expr, kernel_body, size_env, strip_parens
 from .base import RuleContext
@@ -28,6 +30,9 @@ from .base import RuleContext
 #: calls that synchronize or exchange data between threads: moving code across them changes its meaning
 _COLLECTIVE_PREFIXES = ("__sync", "__shfl", "__ballot", "__any", "__all", "__activemask", "__match",
                         "__reduce_", "__threadfence", "atomic", "__nanosleep", "cooperative_groups", "cg::")
+
+#: statements a ``break`` (``continue``: the loops) inside them leaves, not the code around them
+_BREAKABLE = frozenset({"for_statement", "while_statement", "do_statement", "switch_statement", "for_range_loop"})
 
 #: 32-bit element types -> (4-wide vector type, 2-wide vector type)
 VECTOR_TYPES: dict[str, tuple[str, str]] = {
@@ -53,16 +58,6 @@ MINMAX_FUNCS = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fm
 
 def is_collective(name: str) -> bool:
     return name.startswith(_COLLECTIVE_PREFIXES)
-
-
-def unparen(node: Node) -> Node:
-    """Look through parentheses: ``((a + b))`` -> the ``a + b`` node."""
-    while node.type == "parenthesized_expression" and node.named_child_count == 1:
-        inner = node.named_children[0]
-        if inner.type == "comment":
-            break
-        node = inner
-    return node
 
 
 def statements(node: Node | None) -> list[Node]:
@@ -147,59 +142,23 @@ def declarator_name(node: Node, data: bytes) -> str | None:
     return None
 
 
-def written_names(node: Node, data: bytes) -> set[str]:
-    """Plain variables assigned, incremented or whose address is taken anywhere in a subtree."""
-    out: set[str] = set()
-    for n in walk(node):
-        target: Node | None = None
-        if n.type == "assignment_expression":
-            target = n.child_by_field_name("left")
-        elif n.type == "update_expression" or (
-                n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("&")):
-            target = n.child_by_field_name("argument")
-        if target is not None:
-            t = unparen(target)
-            if t.type == "identifier":
-                out.add(node_text(t, data))
-    return out
-
-
 def has_jump(node: Node, *, loops_ok: bool) -> bool:
     """Whether a subtree holds ``return``/``goto``/a label, or (``loops_ok``: outside a nested loop or switch)
     a ``break``/``continue``."""
-    def visit(n: Node, in_loop: bool) -> bool:
-        t = n.type
-        if t in ("return_statement", "goto_statement", "labeled_statement"):
-            return True
-        if t in ("break_statement", "continue_statement") and not (loops_ok and in_loop):
-            return True
-        nested = in_loop or t in ("for_statement", "while_statement", "do_statement", "switch_statement",
-                                  "for_range_loop")
-        return any(visit(c, nested) for c in n.children)
-
-    return visit(node, False)
+    if next(walk(node, ("return_statement", "goto_statement", "labeled_statement")), None) is not None:
+        return True
+    inside = (lambda n: n.type in _BREAKABLE) if loops_ok else None  # a break in there leaves only that loop
+    return next(walk(node, ("break_statement", "continue_statement"), cut=inside), None) is not None
 
 
 def is_builtin(node: Node | None, data: bytes, obj: str, axis: str) -> bool:
-    """``threadIdx.x`` and friends (``obj``.``axis``), also behind casts (``(size_t)blockIdx.x``): a cast
-    changes the width of the arithmetic, not which thread or block the value names."""
-    if node is None:
-        return False
-    node = unparen(node)
-    while node.type == "cast_expression":
-        inner = node.child_by_field_name("value")
-        if inner is None:
-            return False
-        node = unparen(inner)
-    if node.type != "field_expression":
-        return False
-    arg = node.child_by_field_name("argument")
-    fld = node.child_by_field_name("field")
-    return (arg is not None and fld is not None and arg.type == "identifier" and node_text(arg, data) == obj
-            and node_text(fld, data) == axis)
+    """``threadIdx.x`` and friends (``obj``.``axis``), also behind parentheses and casts (``cuda.tree.member``)."""
+    m = member(node, data) if node is not None else None
+    return m is not None and m[1:] == (obj, axis)
 
 
-def _binary(node: Node, data: bytes) -> tuple[Node, str, Node] | None:
+def binary_parts(node: Node, data: bytes) -> tuple[Node, str, Node] | None:
+    """``(left, operator text, right)`` of a binary expression (parentheses looked through), else None."""
     node = unparen(node)
     if node.type != "binary_expression":
         return None
@@ -216,13 +175,13 @@ def global_index(node: Node | None, data: bytes, axis: str = "x") -> str | None:
     either operation), ``M`` being ``blockDim.<axis>`` or a constant name/literal; None otherwise."""
     if node is None:
         return None
-    b = _binary(node, data)
+    b = binary_parts(node, data)
     if b is None or b[1] != "+":
         return None
     for prod, tid in ((b[0], b[2]), (b[2], b[0])):
         if not is_builtin(tid, data, "threadIdx", axis):
             continue
-        p = _binary(prod, data)
+        p = binary_parts(prod, data)
         if p is None or p[1] != "*":
             continue
         for bid, mult in ((p[0], p[2]), (p[2], p[0])):
@@ -238,7 +197,7 @@ def is_grid_stride(node: Node | None, data: bytes, mult: str, axis: str = "x") -
     """``blockDim.x * gridDim.x`` (either order; ``M * gridDim.x`` when the index used the constant ``M``)."""
     if node is None:
         return False
-    p = _binary(node, data)
+    p = binary_parts(node, data)
     if p is None or p[1] != "*":
         return False
     for a, g in ((p[0], p[2]), (p[2], p[0])):
@@ -270,7 +229,7 @@ def _monomials(node: Node, data: bytes) -> list[tuple[str, ...]] | None:
         if arg is None or fld is None or node_text(arg, data) not in ("threadIdx", "blockIdx", "blockDim", "gridDim"):
             return None
         return [(f"{node_text(arg, data)}.{node_text(fld, data)}",)]
-    b = _binary(n, data)
+    b = binary_parts(n, data)
     if b is None or b[1] not in ("+", "*"):
         return None
     left, right = _monomials(b[0], data), _monomials(b[2], data)
@@ -342,6 +301,31 @@ def single_decl(node: Node, data: bytes) -> Decl | None:
 
 
 @dataclass(frozen=True)
+class ForParts:
+    """``for (T var = start; cond; update) body``: a loop that declares its one variable with a start value."""
+
+    var: Decl
+    cond: Node
+    update: Node
+    body: Node
+
+
+def for_parts(node: Node, data: bytes) -> ForParts | None:
+    """The parts of a counted ``for`` loop, or None: every part present and the initializer declaring one
+    variable (not a pointer) with a start value. The rules that split, tile or fold a loop read where it
+    starts, stops and steps from these; a loop missing any of them is not one they can rewrite."""
+    if node.type != "for_statement":
+        return None
+    init, cond, upd, body = (node.child_by_field_name(f) for f in ("initializer", "condition", "update", "body"))
+    if init is None or cond is None or upd is None or body is None:
+        return None
+    d = single_decl(init, data)
+    if d is None or d.pointer or d.value is None:
+        return None
+    return ForParts(d, cond, upd, body)
+
+
+@dataclass(frozen=True)
 class Bound:
     """``var < limit`` (``inclusive``: ``var <= limit``) as read from a condition."""
 
@@ -349,9 +333,24 @@ class Bound:
     inclusive: bool
 
 
+def sole_assignment(block: Node | None, data: bytes) -> tuple[Node, str, Node] | None:
+    """``(target, operator text, value)`` when a block (or a lone statement) is exactly one assignment
+    statement (``=`` or compound), else None: the loop bodies the reduction and tiling rules rewrite."""
+    sts = statements(block)
+    if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
+        return None
+    e = sts[0].named_children[0]
+    if e.type != "assignment_expression":
+        return None
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None:
+        return None
+    return left, node_text(op, data), right
+
+
 def upper_bound(cond: Node, data: bytes, var: str) -> Bound | None:
     """``var < E`` / ``E > var`` / ``var <= E`` / ``E >= var``, E not mentioning ``var``."""
-    b = _binary(cond, data)
+    b = binary_parts(cond, data)
     if b is None:
         return None
     left, op, right = b
@@ -369,7 +368,7 @@ def upper_bound(cond: Node, data: bytes, var: str) -> Bound | None:
 
 def failing_bound(cond: Node, data: bytes, var: str) -> Bound | None:
     """The negation form of a guard that leaves: ``var >= E`` / ``E <= var`` / ``var > E`` / ``E < var``."""
-    b = _binary(cond, data)
+    b = binary_parts(cond, data)
     if b is None:
         return None
     left, op, right = b
@@ -513,20 +512,21 @@ def with_body(ctx: RuleContext, body: str) -> str | None:
     return apply_edits(ctx.cand_src, [replace_body(ctx.cand_src, k, body)])
 
 
-def fresh_body(ctx: RuleContext, prefix: str) -> tuple[Kernel, Node, bytes] | None:
-    """The candidate's kernel, body and bytes when a rule that stages data in shared memory may rewrite it.
+def fresh_body(ctx: RuleContext, prefix: str, *, collectives_ok: bool = False) -> tuple[Kernel, Node, bytes] | None:
+    """The candidate's kernel, body and bytes when a rule that moves code around may rewrite it.
 
     Not when it is a template, already holds names with the rule's ``prefix`` (rewritten already, or names
-    ours would clash with), synchronizes (collectives), has shared memory of its own, or declares a local
-    that shadows a parameter: the rewrite moves code around and must know what every name means.
+    ours would clash with), synchronizes (collectives; ``collectives_ok`` for a rule that analyses its
+    atomics itself), has shared memory of its own, or declares a local that shadows a parameter: the
+    rewrite moves code around and must know what every name means.
     """
     k = ctx.cand_kernel
     got = kernel_body(ctx)
     if k is None or got is None or k.template_params:
         return None
     body, data = got
-    if any(n.startswith(prefix) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
+    if any(n.startswith(prefix) for n in all_names(body, data)) \
+            or (not collectives_ok and has_collective(body, data)) or any(n.type == "__shared__" for n in walk(body)):
         return None
     if declared_names(body, data) & {p.name for p in k.params}:
         return None
@@ -636,7 +636,7 @@ class Grid2D:
 
 def _split(node: Node, data: bytes, op: str) -> list[Node] | None:
     n = unparen(node)
-    b = _binary(n, data)
+    b = binary_parts(n, data)
     if b is not None and b[1] == op:
         left = _split(b[0], data, op)
         right = _split(b[2], data, op)
@@ -683,6 +683,16 @@ def grid_2d(body: Node, data: bytes) -> Grid2D | None:
             if bx is not None and by is not None:
                 return Grid2D(x, y, bx, by, g, True, f"!({node_text(cond, data)})", sts[at + 1 :])
     return None
+
+
+def extents_2d(ctx: RuleContext, g: Grid2D, data: bytes) -> tuple[str, str] | None:
+    """How many columns and rows a 2D one-thread-per-output kernel covers, in spec terms: what a 2D rule's
+    new grid is sized from. None when the launch is not 2D (a z extent) or an extent cannot be said."""
+    if not is_2d_launch(ctx):
+        return None
+    nx = extent_expr(ctx, g.x_bound, data, 0)
+    ny = extent_expr(ctx, g.y_bound, data, 1)
+    return (nx, ny) if nx is not None and ny is not None else None
 
 
 def bound_text(var: str, b: Bound, data: bytes) -> str:

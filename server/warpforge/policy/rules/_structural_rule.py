@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ...cuda.candidate import Candidate
-from ._structural import with_body
+from ._structural import launch_ok, with_body
 from .base import Rule, RuleContext
 
 S = TypeVar("S")
@@ -28,6 +28,14 @@ class Launch:
     grid: tuple[str, ...] | None = None
     block: tuple[str, ...] | None = None
     smem: str | None = None
+
+
+def fitting(ctx: RuleContext, proposed: dict[str, Launch]) -> dict[str, Launch]:
+    """The proposed launches (in their order) whose grid and block fit the spec at every size it gives: what
+    ``launches`` returns once a rule has said what each of its parameters would launch."""
+    return {p: lc for p, lc in proposed.items()
+            if launch_ok(ctx, lc.grid if lc.grid is not None else ctx.grid,
+                         lc.block if lc.block is not None else ctx.block)}
 
 
 class StructuralRule(Rule, Generic[S]):

@@ -35,6 +35,7 @@ from . import register
 from ._structural import (
     MINMAX_FUNCS,
     flush,
+    for_parts,
     indent,
     is_1d,
     launch_ok,
@@ -42,9 +43,8 @@ from ._structural import (
     single_decl,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import kernel_body
 from .base import RuleContext
-from .warp_per_row import _Analysis, _ids, _Loop, _Reject, _rename_body, _Shape, _varying, strided_in_loop
+from .warp_per_row import _ids, _Loop, _rename_body, _Shape, _varying, analysis, strided_in_loop
 
 PREFIX = "wfc_"
 #: param -> (columns per block, rows in flight per column)
@@ -52,17 +52,11 @@ VARIANTS = {"w32r8": (32, 8), "w8r32": (8, 32), "w32r32": (32, 32), "w8r128": (8
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None:
+    got = analysis(ctx)
+    if got is None:
         return None
-    body, data = got
-    a = _Analysis(ctx, body, data)
-    try:
-        shape = a.find()
-        a.check(shape)
-    except _Reject:
-        return None
+    a, shape = got
+    body, data = a.body, a.data
     if any(n.startswith(PREFIX) for n in _ids(body, data)) or a.written_roots:
         return None
     if shape.row.value is None or "blockDim.x" not in node_text(shape.row.value, data) or shape.bound is None:
@@ -170,13 +164,10 @@ def _combine(kind: str, a: str, b: str) -> str:
 
 
 def _loop_code(lp: _Loop, k: int, data: bytes, decls: list[str]) -> list[str] | None:
-    st = lp.node
-    init, cond, body = (st.child_by_field_name(f) for f in ("initializer", "condition", "body"))
-    if init is None or cond is None or body is None:
+    fp = for_parts(lp.node, data)
+    if fp is None:
         return None
-    d = single_decl(init, data)
-    if d is None:
-        return None
+    d, cond, body = fp.var, fp.cond, fp.body
     parts = {r.acc: f"{PREFIX}p{k}_{r.acc}" for r in lp.reductions.values()}
     lines: list[str] = []
     for r in lp.reductions.values():

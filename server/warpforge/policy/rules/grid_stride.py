@@ -28,6 +28,7 @@ from ...cuda.rewrite import apply_edits, make_edit
 from ...cuda.text import Span
 from ...cuda.tree import node_text, walk
 from . import register
+from ._structural import written_names
 from ._util import families, kernel_body, line_indent
 from .base import Rule, RuleContext
 
@@ -131,22 +132,6 @@ def _condition(cond: Node, var: str, data: bytes, below: bool) -> str | None:
     return node_text(bound, data)
 
 
-def _assigned(nodes: tuple[Node, ...], data: bytes) -> set[str]:
-    """Identifiers assigned, incremented or address-taken anywhere in ``nodes``."""
-    out: set[str] = set()
-    for root in nodes:
-        for n in walk(root):
-            target: Node | None = None
-            if n.type == "assignment_expression":
-                target = n.child_by_field_name("left")
-            elif n.type == "update_expression" or (
-                    n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("&")):
-                target = n.child_by_field_name("argument")
-            if target is not None and target.type == "identifier":
-                out.add(node_text(target, data))
-    return out
-
-
 def _body_ok(nodes: tuple[Node, ...], data: bytes) -> bool:
     for root in nodes:
         for n in walk(root):
@@ -201,7 +186,7 @@ def match(ctx: RuleContext) -> _Match | None:
     if bound is None or not _body_ok(rest, data):
         return None
     names = {node_text(n, data) for n in walk(cond) if n.type == "identifier"}
-    if _assigned(rest, data) & (names | {var}):
+    if any(written_names(st, data) & (names | {var}) for st in rest):
         return None
     return _Match(var, ctype, node_text(v, data), bound.strip(), decl, guard, rest, early)
 

@@ -39,11 +39,10 @@ from ...spec.model import DTYPES
 from . import register
 from ._structural import (
     Elementwise,
-    all_names,
-    declared_names,
     elementwise_1d,
     envs,
     flush,
+    fresh_body,
     has_jump,
     indent,
     is_1d,
@@ -56,7 +55,7 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import eval_expr, kernel_body
+from ._util import eval_expr
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -95,17 +94,12 @@ def _target_base(arg: Node, data: bytes) -> str | None:
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None or k.template_params:
+    got = fresh_body(ctx, PREFIX, collectives_ok=True)
+    if got is None:
         return None
-    body, data = got
+    k, body, data = got
     e = elementwise_1d(body, data)
     if e is None or not e.body or e.mult != "blockDim.x":
-        return None
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or any(n.type == "__shared__" for n in walk(body)):
-        return None
-    if declared_names(body, data) & {p.name for p in k.params}:
         return None
     i = e.index.name
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}

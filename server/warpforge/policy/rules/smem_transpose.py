@@ -40,19 +40,17 @@ from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
     Grid2D,
-    extent_expr,
+    extents_2d,
     fresh_body,
     grid_2d,
     indent,
-    is_2d_launch,
     is_ident,
-    launch_ok,
     render,
     subscript_parts,
     unparen,
     written_names,
 )
-from ._structural_rule import Launch, StructuralRule
+from ._structural_rule import Launch, StructuralRule, fitting
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -151,19 +149,12 @@ class SmemTranspose(StructuralRule[_Shape]):
         return _analyse(ctx)
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if not is_2d_launch(ctx):
+        ext = extents_2d(ctx, shape.g, data)
+        if ext is None:
             return {}
-        nx = extent_expr(ctx, shape.g.x_bound, data, 0)
-        ny = extent_expr(ctx, shape.g.y_bound, data, 1)
-        if nx is None or ny is None:
-            return {}
-        out: dict[str, Launch] = {}
-        for param, rows in VARIANTS.items():
-            grid = (f"cdiv({nx}, {_TILE})", f"cdiv({ny}, {_TILE})")
-            block = (str(_TILE), str(rows))
-            if launch_ok(ctx, grid, block):
-                out[param] = Launch(grid, block)
-        return out
+        nx, ny = ext
+        return fitting(ctx, {param: Launch((f"cdiv({nx}, {_TILE})", f"cdiv({ny}, {_TILE})"), (str(_TILE), str(rows)))
+                             for param, rows in VARIANTS.items()})
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
         return _generate(shape, data, VARIANTS[param])

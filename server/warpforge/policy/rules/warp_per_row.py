@@ -64,12 +64,14 @@ from ._structural import (
     Bound,
     Decl,
     all_names,
+    binary_parts,
     call_names,
     condition_of,
     declared_names,
     failing_bound,
     flat_index_2d,
     flush,
+    for_parts,
     global_index,
     has_jump,
     indent,
@@ -314,13 +316,11 @@ class _Analysis:
             return
         if depth >= 2 or has_jump(body, loops_ok=False):
             raise _Reject
-        init, cond, upd = (st.child_by_field_name(f) for f in ("initializer", "condition", "update"))
-        if init is None or cond is None or upd is None:
+        fp = for_parts(st, self.data)
+        if fp is None:
             raise _Reject
-        d = single_decl(init, self.data)
-        if d is None or d.pointer:
-            raise _Reject
-        for part in (init, cond, upd):
+        d = fp.var
+        for part in (d.node, fp.cond, fp.update):
             if _varying(part, self.data):
                 raise _Reject
             for n in walk(part, ("subscript_expression",)):
@@ -456,15 +456,11 @@ class _Analysis:
 
     def _loop(self, st: Node) -> _Loop:
         data = self.data
-        init = st.child_by_field_name("initializer")
-        cond = st.child_by_field_name("condition")
-        upd = st.child_by_field_name("update")
-        body = st.child_by_field_name("body")
-        if init is None or cond is None or upd is None or body is None:
+        fp = for_parts(st, data)
+        if fp is None:
             raise _Reject
-        d = single_decl(init, data)
-        if d is None or d.pointer or d.value is None:
-            raise _Reject
+        d, cond, upd, body = fp.var, fp.cond, fp.update, fp.body
+        assert d.value is not None
         j = d.name
         bound = upper_bound(cond, data, j)
         u = unparen(upd)
@@ -730,13 +726,10 @@ class _Analysis:
         cons = st.child_by_field_name("consequence")
         if c is None or cons is None or (st.child_by_field_name("alternative") is not None and not chained):
             return False
-        b = unparen(c)
-        if b.type != "binary_expression":
+        parts = binary_parts(c, data)
+        if parts is None:
             return False
-        op_n, left, right = (b.child_by_field_name(f) for f in ("operator", "left", "right"))
-        if op_n is None or left is None or right is None:
-            return False
-        op = node_text(op_n, data)
+        left, op, right = parts
         if op not in ("<", ">", "<=", ">="):
             return False
         acc, value, greater = None, None, False
@@ -811,19 +804,13 @@ class _Analysis:
     def _expr(self, node: Node, loop: _Loop, outer_written: set[str]) -> None:
         """Reads inside a loop: subscripts go through ``_access``; no reads of values the loop accumulates."""
         data = self.data
-        stack = [node]
-        while stack:
-            n = stack.pop()
+        for n in walk(node, cut=lambda n: n.type == "subscript_expression"):
             if n.type == "subscript_expression":
                 self._access(n, loop, outer_written)
-                continue
-            if n.type == "identifier" and node_text(n, data) in outer_written:
+            elif (n.type == "identifier" and node_text(n, data) in outer_written) or n.type == "pointer_expression":
                 raise _Reject
-            if n.type == "pointer_expression":
-                raise _Reject
-            if n.type in ("assignment_expression", "update_expression") and n is not node:
+            elif n.type in ("assignment_expression", "update_expression") and n != node:
                 raise _Reject  # assignments inside expressions: keep it simple
-            stack.extend(n.children)
 
 
 #: atomics whose result a statement may discard; the target is then only ever updated atomically
@@ -976,18 +963,22 @@ def _kind(kind: str) -> str:
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
+    got = analysis(ctx)
+    return (got[1], got[0].data) if got is not None else None
+
+
+def analysis(ctx: RuleContext) -> tuple[_Analysis, _Shape] | None:
+    """The analysis of the candidate's kernel and the row shape it found (column_split reads both), or None."""
     got = kernel_body(ctx)
-    if k is None or got is None:
+    if ctx.cand_kernel is None or got is None:
         return None
-    body, data = got
-    a = _Analysis(ctx, body, data)
+    a = _Analysis(ctx, *got)
     try:
         shape = a.find()
         a.check(shape)
     except _Reject:
         return None
-    return shape, data
+    return a, shape
 
 
 def _reduction_kinds_ok(shape: _Shape) -> bool:
@@ -1127,12 +1118,11 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
 def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
     """A prefix sum by a warp: the row in chunks of 32, each lane's increment scanned with ``__shfl_up_sync``
     and added to the carry from the chunks before (the last lane's value, broadcast)."""
-    st = lp.node
-    init, cond, body = (st.child_by_field_name(f) for f in ("initializer", "condition", "body"))
-    assert init is not None and cond is not None and body is not None and lp.scan_inc is not None
-    d = single_decl(init, data)
+    fp = for_parts(lp.node, data)
+    assert fp is not None and lp.scan_inc is not None
+    d, cond, body = fp.var, fp.cond, fp.body
     b = upper_bound(cond, data, lp.var)
-    assert d is not None and b is not None
+    assert b is not None
     op = "<=" if b.inclusive else "<"
     limit = node_text(b.limit, data)
     t, lane = lp.scan_type, f"{PREFIX}lane"
@@ -1166,13 +1156,9 @@ def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
 def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) -> list[str]:
     if lp.scan:
         return _scan_code(lp, n, data)
-    st = lp.node
-    init = st.child_by_field_name("initializer")
-    cond = st.child_by_field_name("condition")
-    body = st.child_by_field_name("body")
-    assert init is not None and cond is not None and body is not None
-    d = single_decl(init, data)
-    assert d is not None
+    fp = for_parts(lp.node, data)
+    assert fp is not None
+    d, cond, body = fp.var, fp.cond, fp.body
     parts = {r.acc: f"{PREFIX}p{n}_{r.acc}" for r in lp.reductions.values()}
     parts.update({r.index: f"{PREFIX}p{n}_{r.index}" for r in lp.reductions.values() if r.index})
     flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index}

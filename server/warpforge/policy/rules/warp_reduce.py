@@ -48,9 +48,11 @@ from ._structural import (
     MINMAX_FUNCS,
     SHUFFLE_TYPES,
     all_names,
+    binary_parts,
     condition_of,
     declared_names,
     flush,
+    for_parts,
     indent,
     is_1d,
     is_builtin,
@@ -60,6 +62,7 @@ from ._structural import (
     line_indent_of,
     shared_arrays,
     single_decl,
+    sole_assignment,
     statements,
     subscript_parts,
     unparen,
@@ -147,15 +150,10 @@ def _is_elem(node: Node | None, data: bytes, array: str, index: str) -> bool:
 
 def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -> tuple[str, str] | None:
     """(array, combine format) for the loop body's ``sh[tid] op= sh[tid + s]`` statement."""
-    sts = statements(stmt)
-    if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
+    got = sole_assignment(stmt, data)
+    if got is None:
         return None
-    e = sts[0].named_children[0]
-    if e.type != "assignment_expression":
-        return None
-    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None:
-        return None
+    left, o, right = got
     parts = subscript_parts(left, data)
     if parts is None or not is_ident(parts[0], data) or node_text(unparen(parts[1]), data).replace(" ", "") != tid:
         return None
@@ -168,7 +166,6 @@ def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -
     def is_other(n: Node | None) -> bool:
         return _is_elem(n, data, arr, other) or _is_elem(n, data, arr, other2)
 
-    o = node_text(op, data)
     r = unparen(right)
     if o in _COMPOUND and is_other(r):
         return arr, "{a} " + _COMPOUND[o] + " {b}"
@@ -191,17 +188,11 @@ def _step(stmt: Node, data: bytes, tid: str, var: str, shared: dict[str, str]) -
 
 
 def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str]) -> TreeLoop | None:
-    if st.type != "for_statement":
+    fp = for_parts(st, data)
+    if fp is None:
         return None
-    init = st.child_by_field_name("initializer")
-    cond = st.child_by_field_name("condition")
-    upd = st.child_by_field_name("update")
-    body = st.child_by_field_name("body")
-    if init is None or cond is None or upd is None or body is None:
-        return None
-    d = single_decl(init, data)
-    if d is None or d.value is None or d.pointer:
-        return None
+    d, cond, upd, body = fp.var, fp.cond, fp.update, fp.body
+    assert d.value is not None
     var = d.name
     if not _positive(cond, data, var) or not _halving(upd, data, var):
         return None
@@ -217,13 +208,10 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     c = condition_of(iff)
     if c is None:
         return None
-    cb = unparen(c)
-    if cb.type != "binary_expression":
+    parts = binary_parts(c, data)
+    if parts is None:
         return None
-    left, op, right = (cb.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if left is None or op is None or right is None:
-        return None
-    o = node_text(op, data)
+    left, o, right = parts
     if o == "<" and is_ident(right, data, var):
         tid = is_tid(left, data, tids)
     elif o == ">" and is_ident(left, data, var):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
-from ...cuda.tree import walk
+from ...cuda.tree import element_use, node_text, split_init, subscript_index, walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ..context import KernelContext
@@ -154,7 +154,7 @@ class KernelFacts:
 
     # ----------------------------------------------------------------- collection
     def text(self, node: Node) -> str:
-        return self._data[node.start_byte:node.end_byte].decode("utf-8", "replace")
+        return node_text(node, self._data)
 
     def _collect(self, body: Node) -> None:
         for n in walk(body):
@@ -225,11 +225,7 @@ class KernelFacts:
         in_for_init = n.parent is not None and n.parent.type == "for_statement" and \
             n.parent.child_by_field_name("initializer") == n
         for d in n.children_by_field_name("declarator"):
-            value: Node | None = None
-            decl = d
-            if d.type == "init_declarator":
-                value = d.child_by_field_name("value")
-                decl = d.child_by_field_name("declarator") or d
+            decl, value = split_init(d)
             pointer = array = False
             ident: Node | None = decl
             while ident is not None and ident.type in ("pointer_declarator", "array_declarator",
@@ -649,7 +645,7 @@ class KernelFacts:
             if arg is not None and arg.type == "subscript_expression":
                 base = arg.child_by_field_name("argument")
                 if base is not None and base.type == "identifier" and self.text(base) in self.params:
-                    return self.text(base), _index_node(arg)
+                    return self.text(base), subscript_index(arg)
         return None
 
     def _accesses(self) -> list[Access]:
@@ -673,8 +669,8 @@ class KernelFacts:
                     continue
                 buf, offset = al
                 alias = name
-            load, store = _access_kind(n, self)
-            out.append(Access(buf, n, _index_node(n), load, store, offset, alias))
+            load, store = element_use(n)
+            out.append(Access(buf, n, subscript_index(n), load, store, offset, alias))
         return out
 
 
@@ -699,34 +695,6 @@ def _convert(types: list[tuple[int, bool] | None]) -> tuple[int, bool] | None:
     return out
 
 
-def _index_node(sub: Node) -> Node | None:
-    idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
-    if idx is not None and idx.type == "subscript_argument_list":
-        return idx.named_children[0] if idx.named_children else None
-    return idx
-
-
-def _access_kind(n: Node, facts: KernelFacts) -> tuple[bool, bool]:
-    """(load, store) of a subscript: the left of ``=`` stores, of ``+=`` loads and stores; ``&a[i]`` neither."""
-    node = n
-    parent = node.parent
-    while parent is not None and parent.type in ("field_expression", "parenthesized_expression"):
-        node, parent = parent, parent.parent
-    if parent is None:
-        return True, False
-    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == node:
-        op = parent.child_by_field_name("operator")
-        compound = op is not None and facts.text(op) != "="
-        return compound, True
-    if parent.type == "update_expression":
-        return True, True
-    if parent.type == "pointer_expression":
-        op = parent.child_by_field_name("operator")
-        if op is not None and facts.text(op) == "&":
-            return False, False
-    return True, False
-
-
 def _padd(a: Poly, b: Poly, sign: int) -> Poly:
     out = dict(a)
     for m, c in b.items():
@@ -749,12 +717,7 @@ def _pmul(a: Poly, b: Poly) -> Poly:
 
 def facts(ctx: KernelContext) -> KernelFacts:
     """The kernel's facts, computed once per context (stored on the context; several analyzers share it)."""
-    store = vars(ctx)
-    f = store.get("_wf_kernel_facts")
-    if not isinstance(f, KernelFacts):
-        f = KernelFacts(ctx)
-        store["_wf_kernel_facts"] = f
-    return f
+    return ctx.shared(KernelFacts)
 
 
 def line_opcodes(ctx: KernelContext, line: int) -> list[str]:
