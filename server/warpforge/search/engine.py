@@ -182,6 +182,8 @@ class SearchEngine:
         """Raise StopSearch if the search must stop now."""
         if self.cancel.is_set():
             raise StopSearch("cancelled")
+        if self.at_limit is not None:
+            raise StopSearch(self._limit_reason())
         if self.budget.wall_seconds is not None and time.monotonic() - self._t0 > self.budget.wall_seconds:
             raise StopSearch("time budget spent")
         rem = self.remaining()
@@ -190,9 +192,10 @@ class SearchEngine:
         if (self.budget.target_speedup is not None and self.best is not None
                 and (self.best.speedup or 0) >= self.budget.target_speedup):
             raise StopSearch(f"target speedup {self.budget.target_speedup:g}x reached")
-        if self.at_limit is not None:
-            margin = 100.0 - (self.budget.limit_pct or 0.0)
-            raise StopSearch(f"within {margin:g} % of the physical limit: {self.at_limit.text()}")
+
+    def _limit_reason(self) -> str:
+        margin = 100.0 - (self.budget.limit_pct or 0.0)
+        return f"within {margin:g} % of the physical limit: {self.at_limit.text() if self.at_limit else '?'}"
 
     def _check_limit(self, node: Node) -> None:
         """Note when the new best ``node`` is within the margin of the physical limit (``check`` then stops)."""
@@ -321,6 +324,8 @@ class SearchEngine:
             await self._run(root)
         except StopSearch as s:
             stopped = s.reason
+        if self.at_limit is not None and stopped != "cancelled":
+            stopped = self._limit_reason()  # the reason, whichever limit the strategy met at the same time
         # Proposals created but never evaluated (a stop between proposing and evaluating) leave the tree.
         for n in list(root.walk()):
             if n.evaluation is None and n.parent is not None and n in n.parent.children:
