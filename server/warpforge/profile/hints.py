@@ -35,6 +35,7 @@ from ..spec.resolve import build_spec
 from .analyzers import load
 from .context import KernelContext
 from .findings import Finding, Severity, make
+from .rootcause import merge_root_causes
 from .sass import Instr, SassFunction, disassemble
 
 #: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
@@ -390,6 +391,7 @@ def analyze_source(
                                     severity=Severity.INFO))
     for prob in model.problems:
         report.notes.append(f"{file}:{prob.line + 1}: {prob.message}; the kernels elsewhere are still analyzed")
+    report.findings = merge_root_causes(report.findings)  # one root cause, one finding with related lines
     report.findings.sort(key=Finding.sort_key)
     return report
 
