@@ -48,16 +48,13 @@ from warpforge.cuda.candidate import Candidate, candidate_from_variant  # noqa: 
 from warpforge.gpu.evaluator import GpuUnavailable, evaluator_for_job  # noqa: E402
 from warpforge.policy.offline import offline_policy  # noqa: E402
 from warpforge.profile.hints import analyze_source  # noqa: E402
+from warpforge.profile.limit import SpecWork, limit_reader, physical_limit, spec_work  # noqa: E402
 from warpforge.profile.roofline import Ceilings, ceilings_for  # noqa: E402
 from warpforge.search.engine import Budget  # noqa: E402
 from warpforge.search.optimize import OptimizeRequest, optimize, prepare  # noqa: E402
 from warpforge.search.tree import Node  # noqa: E402
 from warpforge.spec.model import KernelSpec  # noqa: E402
 from warpforge.spec.resolve import load_spec  # noqa: E402
-
-#: FLOP per byte above which a kernel without a measured compute peak is not called memory-bound (about the
-#: FP32 ridge point of an H100/H200: ~60 TFLOP/s over ~3.3 TB/s)
-RIDGE_FALLBACK = 20.0
 
 
 @dataclass
@@ -116,45 +113,12 @@ def expert_candidate(case_text: str, kernel: str, spec: KernelSpec, expert: Path
 
 
 # ----------------------------------------------------------------------------------------------- roofline
-def physical_limit(best_ms: float | None, spec_bytes: float | None, spec_flops: float | None, peak_gbps: float,
-                   ceilings: Ceilings | None, fp64: bool) -> dict[str, Any]:
-    """How close ``best_ms`` is to the roofline: the time floor of each resource over the measured time.
-
-    Memory floor: the spec's compulsory bytes at the measured copy bandwidth (the evaluator's ``peak_gbps``,
-    measured in the same harness, so 100 % is a copy kernel's speed). Compute floor: the spec's FLOPs at the
-    measured FP32 FMA rate; none for FP64 kernels (no FP64 peak is measured) — such a kernel with a high
-    intensity is reported compute-bound without a percentage rather than judged against the wrong roof.
-    The bound is the resource with the larger floor; where one floor is unknown (no peak measured, a dry
-    run), the spec's FLOP per byte against ``RIDGE_FALLBACK`` decides.
-    """
-    intensity = spec_flops / spec_bytes if spec_flops and spec_bytes else None
-    out: dict[str, Any] = {"bound": None, "pct_limit": None, "pct_copy_bw": None, "floor_ms": None,
-                           "intensity": round(intensity, 3) if intensity is not None else None}
-    t_mem = spec_bytes / (peak_gbps * 1e9) * 1e3 if spec_bytes and peak_gbps else None
-    peak_flops = ceilings.fp32_gflops if ceilings is not None and not fp64 else None
-    t_comp = spec_flops / (peak_flops * 1e9) * 1e3 if spec_flops and peak_flops else None
-    bound: str | None
-    if t_mem is not None and t_comp is not None:
-        bound = "compute" if t_comp > t_mem else "memory"
-    elif spec_bytes:
-        bound = "compute" if intensity is not None and intensity > RIDGE_FALLBACK else "memory"
-    else:
-        bound = "compute" if spec_flops else None
-    out["bound"] = bound
-    floor = t_mem if bound == "memory" else t_comp if bound == "compute" else None
-    if best_ms and best_ms > 0:
-        if t_mem is not None:
-            out["pct_copy_bw"] = round(100 * t_mem / best_ms, 1)
-        if floor is not None:
-            out["floor_ms"] = round(floor, 6)
-            out["pct_limit"] = round(100 * floor / best_ms, 1)
-    return out
-
-
-def _spec_numbers(spec: KernelSpec) -> tuple[float | None, float | None, bool]:
-    r = spec.resolve()
-    fp64 = any(a.is_buffer and a.dtype == "float64" for a in spec.args)
-    return r.bytes, r.flops, fp64
+def _limit_row(best_ms: float | None, work: SpecWork, peak_gbps: float, ceilings: Ceilings | None) -> dict[str, Any]:
+    """The product's limit (``profile.limit``: which roof applies, fp64, a spec without bytes/flops) as the
+    row's columns."""
+    lim = physical_limit(best_ms, work, peak_gbps, ceilings)
+    return {"bound": lim.bound, "pct_limit": lim.pct_limit, "pct_copy_bw": lim.pct_copy_bw,
+            "floor_ms": lim.floor_ms, "intensity": lim.intensity, "limit_why": lim.why or None}
 
 
 # ----------------------------------------------------------------------------------------------- the search tree
@@ -250,7 +214,9 @@ async def run_case(path: Path, opts: Options, make_evaluator: EvaluatorFactory =
     expert_error: str | None = None
     try:
         try:
-            out = await optimize(req, ev, policy=offline_policy(req))
+            # the product's stop rule: a best within 5 % of its physical limit ends the case's search
+            reader = limit_reader(spec_work(spec), ceilings_of or (lambda _gpu: None))
+            out = await optimize(req, ev, policy=offline_policy(req), limit_of=reader)
         except GpuUnavailable:
             raise  # no case can run: stop the suite rather than record every case as failed
         except Exception as e:  # one broken case must not cost the others their numbers
@@ -281,7 +247,8 @@ async def run_case(path: Path, opts: Options, make_evaluator: EvaluatorFactory =
     sp = getattr(timing, "speedup", None)
     peak = float(getattr(timing, "peak_gbps", 0.0) or getattr(base_timing, "peak_gbps", 0.0) or 0.0)
     gpu = str(getattr(best, "gpu", "") or getattr(root, "gpu", ""))
-    spec_bytes, spec_flops, fp64 = _spec_numbers(spec)
+    work = spec_work(spec)
+    spec_bytes, spec_flops = work.bytes, work.flops
     ceil = ceilings_of(gpu) if ceilings_of is not None and gpu else None
     winner_fams = sorted(_families(r.best.candidate)) if r.improved else []
     row.update({
@@ -297,7 +264,7 @@ async def run_case(path: Path, opts: Options, make_evaluator: EvaluatorFactory =
         "statuses": {s: sum(1 for n in r.nodes if n.status == s) for s in sorted({n.status for n in r.nodes})},
         "spec_bytes": spec_bytes, "spec_flops": spec_flops, "peak_gbps": peak or None,
         "fp32_gflops": ceil.fp32_gflops if ceil is not None else None,
-        **physical_limit(best_ms, spec_bytes, spec_flops, peak, ceil, fp64),
+        **_limit_row(best_ms, work, peak, ceil),
         "gpu": gpu, "headline": best.headline() if best is not None and hasattr(best, "headline") else "",
         "history": [[n, round(s, 4), round(t, 2)] for (n, s), t in zip(r.history, r.history_seconds, strict=False)],
     })
@@ -350,14 +317,15 @@ def dry_case(path: Path, opts: Options) -> dict[str, Any]:
     proposed: dict[str, int] = {}
     for c in children:
         proposed[c.family] = proposed.get(c.family, 0) + 1
-    spec_bytes, spec_flops, fp64 = _spec_numbers(policy.spec)
+    work = spec_work(policy.spec)
+    spec_bytes, spec_flops = work.bytes, work.flops
     row.update({
         "original_builds": original.ok, "original_reason": original.reason, "proposed": proposed,
         "policy_errors": list(policy.errors),
         "structural_proposed": sorted(fams), "structural_compiled": sorted(f for f, r in fams.items() if r.built),
         "structural_failures": {f: r.failures[:3] for f, r in fams.items() if r.failures},
         "findings": len(req.findings), "spec_bytes": spec_bytes, "spec_flops": spec_flops,
-        **physical_limit(None, spec_bytes, spec_flops, 0.0, None, fp64),
+        **_limit_row(None, work, 0.0, None),
         "baseline_ms": None, "best_ms": None, "speedup": None, "interval": None, "verified_faster": None,
         "families": [], "steps": [], "winner_structural": [], "evaluations": 0, "gpu": "",
     })

@@ -6,7 +6,9 @@ synthetic speedup per transformation family instead of timing on a GPU. On the G
 tests run with the real evaluator (``-m gpu``).
 
 Knobs (environment): WARPFORGE_FIXTURE_DELAY seconds per evaluation (default 0.05; the cancellation test
-makes it slow).
+makes it slow). WARPFORGE_FIXTURE_BASE_MS, when set, gives every evaluation a SYNTHETIC timing report: the
+original takes that many ms and a variant that over its synthetic speedup, against a copy bandwidth of
+WARPFORGE_FIXTURE_PEAK_GBPS (default 3000) — what the physical-limit tests read; nothing is timed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.candidate import Candidate
 from warpforge.cuda.extract import standalone
+from warpforge.gpu.reports import TimingReport
+from warpforge.gpu.timing import summarize
 from warpforge.search.optimize import OptimizeRequest
 
 FACTORS = {"const_restrict": 1.08, "launch_bounds": 1.03, "block_size": 1.12, "vectorize": 1.6,
@@ -37,6 +41,17 @@ class FixtureEvaluation:
     spread: float | None = None
     gpu: str = GPU
     evidence: dict[str, Any] = field(default_factory=dict)
+    timing: TimingReport | None = None
+
+
+def _synthetic_timing(speed: float) -> TimingReport | None:
+    base = os.environ.get("WARPFORGE_FIXTURE_BASE_MS")
+    if not base:
+        return None
+    base_ms = float(base)
+    peak = float(os.environ.get("WARPFORGE_FIXTURE_PEAK_GBPS", "3000"))
+    return TimingReport(candidate=summarize([base_ms / speed] * 5), baseline=summarize([base_ms] * 5),
+                        mode="synthetic (deterministic fixture, nothing timed)", gpu=GPU, peak_gbps=peak)
 
 
 class DeterministicEvaluator:
@@ -62,7 +77,8 @@ class DeterministicEvaluator:
                 first = next((m.text for m in build.messages if m.severity == "error"), "compile error")
                 return FixtureEvaluation("compile_error", first, None)
         speed = math.prod(FACTORS.get(s.split(":", 1)[0], 1.01) for s in c.steps)
-        return FixtureEvaluation("ok", "", speed, 0.01, evidence={"seeds": 3, "note": "synthetic speedup"})
+        return FixtureEvaluation("ok", "", speed, 0.01, evidence={"seeds": 3, "note": "synthetic speedup"},
+                                 timing=_synthetic_timing(speed))
 
     async def aclose(self) -> None:
         return None

@@ -20,7 +20,9 @@ MINE = {"WF101", "WF102", "WF103", "WF105", "WF106", "WF111"}
 
 
 def hints(src: str, code: str) -> list[Finding]:
-    report = analyze_source("fixture.cu", textwrap.dedent(src), use_compiler=False)
+    """What one analyzer says on its own (findings of one root cause are folded by ``rootcause``, tested in
+    tests/test_hints_reuse.py)."""
+    report = analyze_source("fixture.cu", textwrap.dedent(src), use_compiler=False, merge=False)
     failed = [n for n in report.notes if "failed" in n]
     assert not failed, failed
     return [f for f in report.findings if f.code == code]
@@ -533,7 +535,7 @@ EXPECTED = {
     "rmsnorm.cu": {"WF101"},
     "saxpy.cu": {"WF101"},
     "sgemm.cu": {"WF101"},
-    "softmax.cu": {"WF101", "WF103", "WF111"},
+    "softmax.cu": {"WF101", "WF111"},  # its strided loads (WF103) are folded into the row walk
     "transpose.cu": {"WF101", "WF103"},
 }
 

@@ -11,6 +11,7 @@ import {
   JOB_TOKEN_PREFIX,
   JobDoneParams,
   OptimizeResult,
+  PhysicalLimit,
   ProfileResult,
 } from './protocol';
 import { ProgressValue, Server, errorText } from './server';
@@ -28,6 +29,10 @@ export interface Job {
   evaluations: number;
   candidates: Map<string, CandidateParams>;
   best?: CandidateParams;
+  /** the result against the kernel's physical limit (the best variant's, else the original's) */
+  limit?: PhysicalLimit;
+  /** why the search stopped */
+  stopped?: string;
   /** candidates accepted or rejected */
   resolved: Set<string>;
   cancelling: boolean;
@@ -244,7 +249,8 @@ export class Jobs implements vscode.Disposable {
       job.best = p;
     }
     this.log.appendLine(
-      `[client] ${p.job}: verified ${p.speedup.toFixed(2)}× (${(p.families ?? [p.family]).join(' + ')}) on ${p.gpu ?? '?'}`,
+      `[client] ${p.job}: verified ${p.speedup.toFixed(2)}× (${(p.families ?? [p.family]).join(' + ')}) on ${p.gpu ?? '?'}` +
+        (p.limit ? `; ${p.limit.text}` : ''),
     );
     this.updateUi(job);
   }
@@ -261,6 +267,8 @@ export class Jobs implements vscode.Disposable {
     job.state = p.state;
     job.message = p.message;
     job.evaluations = p.evaluations;
+    job.limit = p.limit ?? job.limit;
+    job.stopped = p.stopped ?? job.stopped;
     if (p.candidate && !job.candidates.has(p.candidate) && p.speedup != null) {
       job.candidates.set(p.candidate, { job: p.job, uri: p.uri, kernel: p.kernel, candidate: p.candidate, speedup: p.speedup });
     }
@@ -269,7 +277,10 @@ export class Jobs implements vscode.Disposable {
     }
     this.progress.get(job.token)?.close();
     this.progress.delete(job.token);
-    this.log.appendLine(`[client] ${job.id}: ${p.state} after ${p.evaluations} evaluations: ${p.message}`);
+    this.log.appendLine(
+      `[client] ${job.id}: ${p.state} after ${p.evaluations} evaluations: ${p.message}` +
+        (p.stopped ? ` (stopped: ${p.stopped})` : ''),
+    );
     this.updateUi(job);
     void this.announce(job, p);
   }
@@ -310,7 +321,19 @@ export class Jobs implements vscode.Disposable {
     if (runs) {
       parts.push(runs);
     }
-    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})`;
+    const limit = this.limitText(job, c);
+    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}`;
+  }
+
+  /** The variant's time against the physical limit, in words ('' when the spec gives no bytes or flops). */
+  private limitText(job: Job, c: CandidateParams): string {
+    const limit = job.best?.candidate === c.candidate && job.limit ? job.limit : c.limit;
+    return limit && limit.pct_limit != null ? limit.text : '';
+  }
+
+  /** "within 5 % of the physical limit" when that is why the search stopped ('' otherwise). */
+  private static atLimit(p: JobDoneParams): string {
+    return p.stopped && p.stopped.startsWith('within') ? ' The search stopped: nothing is left to gain there.' : '';
   }
 
   private async announce(job: Job, p: JobDoneParams): Promise<void> {
@@ -318,7 +341,7 @@ export class Jobs implements vscode.Disposable {
     if (p.outcome === 'improved' && best) {
       const prefix = p.state === 'cancelled' ? 'WarpForge (cancelled, best so far): ' : 'WarpForge: ';
       const choice = await vscode.window.showInformationMessage(
-        prefix + this.verifiedText(job, best),
+        prefix + this.verifiedText(job, best) + Jobs.atLimit(p),
         'View Diff',
         'Accept',
         'Reject',
@@ -476,8 +499,13 @@ export class Jobs implements vscode.Disposable {
       this.status.show();
     } else if (pending.length > 0) {
       const p = pending[0];
-      this.status.text = `$(rocket) WarpForge: ${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready`;
-      this.status.tooltip = 'A verified faster variant is waiting: click to view the diff';
+      const lim = this.limitText(p.job, p.candidate);
+      const pct = p.job.best?.candidate === p.candidate.candidate ? p.job.limit?.pct_limit : p.candidate.limit?.pct_limit;
+      this.status.text =
+        `$(rocket) WarpForge: ${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready` +
+        (pct != null ? ` · ${pct.toFixed(0)} % of limit` : '');
+      this.status.tooltip =
+        'A verified faster variant is waiting: click to view the diff' + (lim ? ` (now at ${lim})` : '');
       this.status.command = { title: 'View Diff', command: 'warpforge.viewVariant', arguments: [p.job.id, p.candidate.candidate] };
       this.status.show();
     } else {

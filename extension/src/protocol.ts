@@ -76,6 +76,19 @@ export interface Evidence {
   interval?: [number, number];
 }
 
+/** A measured time against the kernel's physical limit (the roofline). */
+export interface PhysicalLimit {
+  /** in words: "84 % of the memory limit (403 MB at the measured copy bandwidth, 3000 GB/s)", or why unknown */
+  text: string;
+  bound?: 'memory' | 'compute' | string;
+  /** % of the bound's limit */
+  pct_limit?: number;
+  /** % of the measured copy bandwidth, whatever the bound */
+  pct_copy_bw?: number;
+  /** the bound's least time, in ms */
+  floor_ms?: number;
+}
+
 export interface CandidateParams {
   job: string;
   uri: string;
@@ -90,6 +103,8 @@ export interface CandidateParams {
   rationale?: string;
   diff?: string;
   evidence?: Evidence;
+  /** the variant's time against the kernel's physical limit */
+  limit?: PhysicalLimit;
 }
 
 export interface JobDoneParams {
@@ -109,6 +124,10 @@ export interface JobDoneParams {
   notice?: string | null;
   /** profile jobs: how many findings the profile gave */
   findings?: number;
+  /** optimize jobs: why the search stopped ("within 5 % of the physical limit: ...", "time budget spent") */
+  stopped?: string;
+  /** optimize jobs: the result's time (the best variant's, else the original's) against the physical limit */
+  limit?: PhysicalLimit;
 }
 
 export interface TreeNode {

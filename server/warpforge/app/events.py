@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..profile.findings import Finding
+from ..profile.limit import Limit
 from ..profile.profiler import ProfileReport
 from ..search.tree import Node
 
@@ -92,6 +93,8 @@ class CandidateFound:
     speedup: float
     diff: str
     evidence: Evidence
+    #: its measured time against the kernel's physical limit (None: no spec bytes/flops, or no time)
+    limit: Limit | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class JobFinished:
     #: the result, in words ("1.60× faster (verified on H100)", "no verified faster variant (budget)")
     message: str
     improved: bool = False
+    #: why the search stopped ("within 5 % of the physical limit: ...", "time budget spent", ...)
+    stopped: str = ""
+    #: the result's time against the physical limit: the best variant's, or the original's when none won
+    limit: Limit | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from typing import Any
 from .. import defaults
 from ..policy.llm import policy_for_request
 from ..profile.findings import Finding
+from ..profile.limit import Limit, SpecWork, limit_reader, spec_work
 from ..profile.profiler import ProfileReport, profile_kernel
+from ..profile.roofline import Ceilings, cached_ceilings
 from ..search.engine import Budget, SearchEngine, SearchEvent
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize
@@ -82,6 +84,8 @@ class OptimizeJob:
     state: str = field(default="running", init=False)
     message: str = field(default="", init=False)
     gpu: str = field(default="", init=False)
+    #: the GPU's measured ceilings, from the baseline profile (else the disk cache, looked up once per GPU)
+    ceilings: dict[str, Ceilings | None] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -121,7 +125,7 @@ class OptimizeJob:
                                         on_notice=self.notices.append, nvcc=s.nvcc)
             self.outcome = await optimize(self.request, evaluator, policy=policy, cancel=self.cancel,
                                           on_event=self._on_search_event, memory=self.memory,
-                                          on_search=self._on_search)
+                                          on_search=self._on_search, limit_of=self._limit_of())
             await policy.reflect(self.outcome.result)
             final = self._finished(self.outcome)
         except asyncio.CancelledError as e:
@@ -146,6 +150,31 @@ class OptimizeJob:
         return next((n for n in root.walk() if n.candidate.hash == candidate or str(n.id) == candidate), None) \
             if root is not None else None
 
+    def limit(self, node: Node | None) -> Limit | None:
+        """A verified node's measured time against the kernel's physical limit (``profile.limit``); None
+        without a verified node, a spec with neither bytes nor flops, or a spec that does not resolve."""
+        if node is None:
+            return None
+        read = self._limit_of()
+        return read(node) if read is not None else None
+
+    def _work(self) -> SpecWork | None:
+        try:
+            return spec_work(self.prepared.spec)
+        except ValueError:
+            return None
+
+    def _ceilings_of(self, gpu: str) -> Ceilings | None:
+        """Measured ceilings of ``gpu``: the baseline profile's, else the cache's (never measured mid-search:
+        that would take the GPU from the search's own worker)."""
+        if gpu not in self.ceilings:
+            self.ceilings[gpu] = cached_ceilings(gpu)
+        return self.ceilings[gpu]
+
+    def _limit_of(self) -> Callable[[Any], Limit | None] | None:
+        work = self._work()
+        return limit_reader(work, self._ceilings_of) if work is not None else None
+
     def best_announced(self) -> Node | None:
         return max(self.announced.values(), key=lambda n: n.speedup or 0) if self.announced else None
 
@@ -167,6 +196,11 @@ class OptimizeJob:
         except Exception:
             log.exception("profiling %s before optimizing", self.kernel)
             return
+        kp = report.profile
+        if kp is not None and kp.ceilings is not None:
+            self.ceilings[kp.ceilings.gpu] = kp.ceilings
+            if kp.gpu:
+                self.ceilings[kp.gpu] = kp.ceilings
         measured = measured_findings(report, self.kernel) if report.profile is not None else []
         if measured:
             self.request.findings = measured
@@ -183,6 +217,9 @@ class OptimizeJob:
                                 ev.best_speedup))
         elif ev.kind == "improved" and ev.node is not None:
             self._announce(ev.node)
+        elif ev.kind == "at_limit":
+            self._emit(Progress(f"within 5 % of the physical limit ({ev.message}): stopping the search",
+                                ev.evaluations, None, ev.best_speedup))
 
     def _announce(self, node: Node) -> None:
         if node.parent is None or node.speedup is None:
@@ -195,7 +232,7 @@ class OptimizeJob:
         evidence = Evidence.of(node.evaluation)
         self.gpu = evidence.gpu or self.gpu or str(getattr(self.evaluator, "gpu_name", "") or "")
         self.announced[node.candidate.hash] = node
-        self._emit(CandidateFound(node, node.speedup, diff, evidence))
+        self._emit(CandidateFound(node, node.speedup, diff, evidence, self.limit(node)))
 
     def _finished(self, outcome: OptimizeOutcome) -> JobFinished:
         r = outcome.result
@@ -203,7 +240,10 @@ class OptimizeJob:
         on = f" on {gpu}" if gpu else ""
         message = (f"{r.best_speedup:.2f}× faster (verified{on})" if r.improved
                    else f"no verified faster variant ({r.stopped})")
-        return JobFinished("cancelled" if self.cancel.is_set() else "done", message, r.improved)
+        limit = self.limit(r.best if r.best.ok else None)
+        if limit is not None and limit.pct_limit is not None and limit.text() not in message:
+            message += f"; {limit.text()}"
+        return JobFinished("cancelled" if self.cancel.is_set() else "done", message, r.improved, r.stopped, limit)
 
     async def _close(self, policy: Any) -> None:
         if policy is not None:

@@ -40,6 +40,7 @@ from ..app.backend import BackendChoice, make_evaluator
 from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
+from ..profile.limit import Limit
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeRequest, candidate_notes
 from ..search.report import ReportInfo, render
@@ -226,6 +227,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         diff = outcome.diff() if result.improved else ""
     except HostCodeRefused as e:  # Accept's check: the variant would add host code to the file
         raise CliError(f"{args.file}: {e}") from e
+    # the result against the kernel's physical limit: the best variant's time, and the original's
+    limit = job.limit(best if best.ok else None)
+    base_limit = job.limit(result.root if result.root.ok else None)
     timing = getattr(ev, "timing", None)
     base_ms = timing.baseline.median if timing is not None and timing.baseline is not None else None
     best_ms = timing.candidate.median if timing is not None and timing.candidate is not None else None
@@ -235,7 +239,8 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         info = ReportInfo(args.file, kernel, gpu=getattr(ev, "gpu", ""),
                           baseline_us=base_ms * 1e3 if base_ms else None, best_us=best_ms * 1e3 if best_ms else None,
                           diff=diff, evidence=[headline] if headline else [],
-                          findings=[f"{f.code} line {f.line}: {f.message}" for f in findings], notes=notices)
+                          findings=[f"{f.code} line {f.line}: {f.message}" for f in findings], notes=notices,
+                          limit=_limit_line(limit, base_limit, result.improved))
         try:
             Path(args.report).write_text(render(result, info), encoding="utf-8")
         except OSError as e:
@@ -260,19 +265,27 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "applied_backup": applied, "notices": notices, "report": args.report,
             "backend": backend.summary() if backend is not None else None, "errors": write_errors,
             "baseline_profile": _baseline_json(baseline[0]) if baseline else None,
+            "stopped": result.stopped,
+            "limit": limit.to_json() if limit is not None else None,
+            "baseline_limit": base_limit.to_json() if base_limit is not None else None,
         }, indent=2))
         return _finish(write_errors, code)
     out = Console(highlight=False, soft_wrap=True)
     for n in notes + notices + (backend.notes if backend is not None else []):
         out.print(f"[dim]note: {n}[/]")
+    limit_line = _limit_line(limit, base_limit, result.improved)
     if not result.improved:
         out.print(f"No verified faster variant of `{kernel}` ({result.evaluations} candidates, {result.stopped}).")
+        if limit_line:
+            out.print(limit_line)
     else:
         out.print(f"[bold green]{headline}[/]  [dim]{' + '.join(best.families)}[/]")
         if base_ms is not None and best_ms is not None:
             sp = timing.speedup if timing is not None else None
             interval = f", 95% interval [{sp.low:.2f}, {sp.high:.2f}]" if sp is not None else ""
             out.print(f"{base_ms * 1e3:.1f} µs → {best_ms * 1e3:.1f} µs{interval}")
+        if limit_line:
+            out.print(limit_line)
         out.print(diff, markup=False)
         motivating = [f for f in findings if f.action and f.action in best.families]
         for f in motivating:
@@ -290,6 +303,17 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
               f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report and not write_errors
                                               else "") + "[/]")
     return _finish(write_errors, code)
+
+
+def _limit_line(limit: Limit | None, base: Limit | None, improved: bool) -> str:
+    """The result against the physical limit in one line ("" when the spec gives no bytes or flops)."""
+    if limit is None:
+        return ""
+    if limit.pct_limit is None:
+        return limit.text()
+    if improved and base is not None and base.pct_limit is not None:
+        return f"now at {limit.text()}; the original was at {base.pct_limit:.0f} %"
+    return f"{'now' if improved else 'the original is'} at {limit.text()}"
 
 
 def _baseline_json(event: Profiled) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ..app import (
 from ..app.backend import BackendChoice, make_evaluator
 from ..app.backend import evaluator_factory as _evaluator_factory
 from ..profile.findings import Finding
+from ..profile.limit import Limit
 from ..search.memory import SearchMemory, kernel_key
 from ..search.tree import Node
 from ..store import Store, StoreError
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["EditorJob", "JobError", "JobManager", "OptimizeJobs", "_evaluator_factory", "backend_name",
-           "line_edits", "show_profile"]
+           "line_edits", "show_profile", "wire_limit"]
 
 W = TypeVar("W", OptimizeJob, ProfileJob)
 
@@ -87,6 +88,13 @@ def line_edits(old: str, new: str) -> list[lsp.TextEdit]:
             end = lsp.Position(i2 - 1, len(a[-1].encode("utf-16-le")) // 2)
         edits.append(lsp.TextEdit(lsp.Range(start, end), "".join(b[j1:j2])))
     return edits
+
+
+def wire_limit(limit: Limit | None) -> wire_types.PhysicalLimit | None:
+    """A job's ``Limit`` as the protocol sends it."""
+    if limit is None:
+        return None
+    return wire_types.PhysicalLimit(limit.text(), limit.bound, limit.pct_limit, limit.pct_copy_bw, limit.floor_ms)
 
 
 def show_profile(server: WarpForgeServer, uri: str, prepared: PreparedKernel, findings: list[Finding]) -> None:
@@ -309,7 +317,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             spread=ev.spread, gpu=job.work.gpu, family=node.candidate.family, families=list(node.families),
             rationale=node.candidate.rationale, diff=event.diff, evidence=wire_types.Evidence(
                 headline=ev.headline, checked=ev.checked, seeds=ev.seeds, sizes=list(ev.sizes) or None,
-                interval=list(ev.interval) if ev.interval is not None else None))))
+                interval=list(ev.interval) if ev.interval is not None else None),
+            limit=wire_limit(event.limit))))
 
     def _done_params(self, job: EditorJob[OptimizeJob], event: JobFinished | JobFailed) -> JobDoneParams:
         base = super()._done_params(job, event)
@@ -319,7 +328,9 @@ class OptimizeJobs(JobManager[OptimizeJob]):
                              outcome="improved" if best is not None else base.state, message=base.message,
                              candidate=best.candidate.hash if best is not None else None,
                              speedup=best.speedup if best is not None else None,
-                             evaluations=outcome.result.evaluations if outcome is not None else 0)
+                             evaluations=outcome.result.evaluations if outcome is not None else 0,
+                             stopped=outcome.result.stopped if outcome is not None else None,
+                             limit=wire_limit(event.limit) if isinstance(event, JobFinished) else None)
 
     # ----------------------------------------------------------------- tree / view / accept / reject
     def node(self, job_id: str, candidate: str) -> tuple[EditorJob[OptimizeJob], Node]:

@@ -108,6 +108,22 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class PhysicalLimit:
+    """A measured time against the kernel's physical limit (``profile.limit.Limit`` on the wire)."""
+
+    #: in words: "84 % of the memory limit (403 MB at the measured copy bandwidth, 3000 GB/s)", or why unknown
+    text: str
+    #: "memory" | "compute"
+    bound: str | None = None
+    #: % of the bound's limit
+    pct_limit: float | None = None
+    #: % of the measured copy bandwidth, whatever the bound
+    pct_copy_bw: float | None = None
+    #: the bound's least time, in ms
+    floor_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class CandidateParams:
     job: str
     uri: str
@@ -122,6 +138,8 @@ class CandidateParams:
     rationale: str | None = None
     diff: str | None = None
     evidence: Evidence | None = None
+    #: the variant's time against the kernel's physical limit
+    limit: PhysicalLimit | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,10 @@ class JobDoneParams:
     notice: str | None = None
     #: profile jobs: how many findings the profile gave
     findings: int | None = None
+    #: optimize jobs: why the search stopped ("within 5 % of the physical limit: ...", "time budget spent")
+    stopped: str | None = None
+    #: optimize jobs: the result's time (the best variant's, else the original's) against the physical limit
+    limit: PhysicalLimit | None = None
 
 
 # ------------------------------------------------------------------ warpforge/searchTree
@@ -200,4 +222,4 @@ class SearchTree:
 #: every protocol type, by the name of its TypeScript interface (tests/test_protocol.py compares them)
 INTERFACES: dict[str, type] = {t.__name__: t for t in (
     OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, CandidateTexts,
-    Evidence, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree)}
+    Evidence, PhysicalLimit, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree)}

@@ -57,6 +57,12 @@ class OfflinePolicy:
     def _ordered(self, rules: list[Rule], memory: dict[str, tuple[int, int, float]]) -> list[Rule]:
         actions = {str(getattr(f, "action", "")) for f in self.findings} | {
             str(getattr(f, "code", "")) for f in self.findings}
+        # findings folded into their root cause's (``profile.rootcause``) still motivate their rules
+        for f in self.findings:
+            evidence = getattr(f, "evidence", None)
+            for m in (evidence.get("merged") or []) if isinstance(evidence, dict) else []:
+                if isinstance(m, dict):
+                    actions |= {str(m.get("action") or ""), str(m.get("code") or "")}
 
         def key(r: Rule) -> tuple[int, float]:
             motivated = 0 if (r.family in actions or any(m in actions for m in r.motivated_by)) else 1

@@ -36,6 +36,7 @@ from ..spec.resolve import build_spec
 from .analyzers import load
 from .context import KernelContext
 from .findings import Finding, Severity, make
+from .rootcause import merge_root_causes
 from .sass import Instr, SassFunction, disassemble
 
 #: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
@@ -320,8 +321,10 @@ def analyze_source(
     nvcc: str | None = None,
     use_compiler: bool = True,
     model: FileModel | None = None,
+    merge: bool = True,
 ) -> HintsReport:
-    """All static findings for a file's kernels (or the named ones), sorted by location."""
+    """All static findings for a file's kernels (or the named ones), sorted by location; with ``merge``, those
+    of one root cause folded into one (``rootcause``; off to see what each analyzer says on its own)."""
     src = SourceText(text)
     model = model if model is not None else parse(src.data)
     report = HintsReport(file)
@@ -391,6 +394,8 @@ def analyze_source(
                                     severity=Severity.INFO))
     for prob in model.problems:
         report.notes.append(f"{file}:{prob.line + 1}: {prob.message}; the kernels elsewhere are still analyzed")
+    if merge:
+        report.findings = merge_root_causes(report.findings)  # one root cause, one finding with related lines
     report.findings.sort(key=Finding.sort_key)
     return report
 

@@ -3,7 +3,13 @@
 Strategies (beam, MCTS) decide *what* to evaluate; this module decides *how*: many candidates in flight
 at once (the evaluator compiles in parallel and serializes the GPU), never the same candidate twice,
 every evaluation recorded in the tree and in the best-so-far history, and a stop at any moment —
-budget spent, target reached, or the user cancelled — that still returns the best verified variant.
+budget spent, target reached, the best variant within 5 % of the kernel's physical limit, or the user
+cancelled — that still returns the best verified variant.
+
+The physical limit is not computed here (the roofline lives in ``profile``, above this package): the
+caller passes ``limit_of``, which reads a node's measured time against the limit, and the engine stops once
+the best verified node (the original included: a kernel already at its limit has nothing left to find)
+reaches ``LIMIT_STOP_PCT`` of it, with an ``at_limit`` event and a stop reason that say so.
 """
 
 from __future__ import annotations
@@ -13,11 +19,27 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import defaults
 from ..cuda.candidate import Candidate
 from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
+
+#: stop searching once the best verified variant reaches this % of the kernel's physical limit
+LIMIT_STOP_PCT = 95.0
+
+
+class LimitReading(Protocol):
+    """A node's measured time against its physical limit (``profile.limit.Limit`` is one)."""
+
+    @property
+    def pct_limit(self) -> float | None: ...
+
+    def text(self) -> str: ...
+
+
+#: reads a verified node's time against the kernel's physical limit (None: no limit known)
+LimitOf = Callable[[Node], LimitReading | None]
 
 
 @dataclass(frozen=True)
@@ -27,13 +49,15 @@ class Budget:
     max_candidates: int | None = defaults.BUDGET
     wall_seconds: float | None = defaults.TIME_BUDGET
     target_speedup: float | None = None
+    #: stop once the best verified variant reaches this % of the physical limit (None: never; needs ``limit_of``)
+    limit_pct: float | None = LIMIT_STOP_PCT
 
 
 @dataclass
 class SearchEvent:
     """Progress for the CLI's progress bar and the language server's notifications."""
 
-    kind: str  # "round" | "evaluated" | "improved" | "stopped"
+    kind: str  # "round" | "evaluated" | "improved" | "at_limit" | "stopped" | "policy_error" | "limit_error"
     round: int
     evaluations: int
     best_speedup: float
@@ -107,6 +131,7 @@ class SearchEngine:
         on_event: Callable[[SearchEvent], None] | None = None,
         context: SearchContext | None = None,
         min_speedup: float = 1.0,
+        limit_of: LimitOf | None = None,
     ) -> None:
         self.policy = policy
         self.evaluator = evaluator
@@ -117,6 +142,9 @@ class SearchEngine:
         self.context = context
         #: a variant must beat the baseline by more than this factor to count as faster
         self.min_speedup = min_speedup
+        self.limit_of = limit_of
+        #: the best node's reading once it is within the limit margin (the search then stops)
+        self.at_limit: LimitReading | None = None
         self._ids = itertools.count()
         self._seen: set[str] = set()
         self.evaluations = 0
@@ -154,6 +182,8 @@ class SearchEngine:
         """Raise StopSearch if the search must stop now."""
         if self.cancel.is_set():
             raise StopSearch("cancelled")
+        if self.at_limit is not None:
+            raise StopSearch(self._limit_reason())
         if self.budget.wall_seconds is not None and time.monotonic() - self._t0 > self.budget.wall_seconds:
             raise StopSearch("time budget spent")
         rem = self.remaining()
@@ -162,6 +192,24 @@ class SearchEngine:
         if (self.budget.target_speedup is not None and self.best is not None
                 and (self.best.speedup or 0) >= self.budget.target_speedup):
             raise StopSearch(f"target speedup {self.budget.target_speedup:g}x reached")
+
+    def _limit_reason(self) -> str:
+        margin = 100.0 - (self.budget.limit_pct or 0.0)
+        return f"within {margin:g} % of the physical limit: {self.at_limit.text() if self.at_limit else '?'}"
+
+    def _check_limit(self, node: Node) -> None:
+        """Note when the new best ``node`` is within the margin of the physical limit (``check`` then stops)."""
+        if self.limit_of is None or self.budget.limit_pct is None or not node.ok:
+            return
+        try:
+            reading = self.limit_of(node)
+        except Exception as e:  # a limit that cannot be read is no reason to stop, nor to fail the search
+            self.emit("limit_error", node, f"reading the physical limit: {type(e).__name__}: {e}")
+            return
+        pct = reading.pct_limit if reading is not None else None
+        if reading is not None and pct is not None and pct >= self.budget.limit_pct:
+            self.at_limit = reading
+            self.emit("at_limit", node, reading.text())
 
     def emit(self, kind: str, node: Node | None = None, message: str = "") -> None:
         if self.on_event is not None:
@@ -217,6 +265,8 @@ class SearchEngine:
                         n.evaluation = _Failed("crashed", f"evaluator error: {type(e).__name__}: {e}")
                     self._record(n)
                     done_nodes.append(n)
+                if self.at_limit is not None:
+                    break  # the rest of the batch cannot matter: stop spending the GPU on it
                 if deadline is not None:
                     deadline = max(0.0, self.budget.wall_seconds - (time.monotonic() - self._t0))  # type: ignore[operator]
         finally:
@@ -251,6 +301,7 @@ class SearchEngine:
         self.emit("evaluated", n)
         if improved:
             self.emit("improved", n)
+            self._check_limit(n)
 
     # ----------------------------------------------------------------- entry point
     async def run(self, root_candidate: Candidate, context: SearchContext | None = None) -> SearchResult:
@@ -268,9 +319,13 @@ class SearchEngine:
                 reason = root.evaluation.reason if root.evaluation else "not evaluated"
                 raise StopSearch(f"the original kernel could not be evaluated: {reason}")
             self.best = root
+            self._check_limit(root)
+            self.check()  # an original already at its limit: nothing to propose
             await self._run(root)
         except StopSearch as s:
             stopped = s.reason
+        if self.at_limit is not None and stopped != "cancelled":
+            stopped = self._limit_reason()  # the reason, whichever limit the strategy met at the same time
         # Proposals created but never evaluated (a stop between proposing and evaluating) leave the tree.
         for n in list(root.walk()):
             if n.evaluation is None and n.parent is not None and n in n.parent.children:

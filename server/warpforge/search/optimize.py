@@ -27,7 +27,7 @@ from ..spec.expr import parse as parse_expr
 from ..spec.model import KernelSpec
 from ..spec.resolve import build_spec
 from .beam import BeamConfig, BeamSearch
-from .engine import Budget, SearchEngine, SearchEvent, SearchResult
+from .engine import Budget, LimitOf, SearchEngine, SearchEvent, SearchResult
 from .mcts import MCTS, MCTSConfig
 from .memory import SearchMemory, kernel_key
 from .tree import EvaluatorLike, Node, Policy, SearchContext
@@ -266,15 +266,16 @@ def make_search(
     *,
     cancel: asyncio.Event | None = None,
     on_event: Callable[[SearchEvent], None] | None = None,
+    limit_of: LimitOf | None = None,
 ) -> SearchEngine:
     # A variant must be at least 1 % faster (and outside the timing noise) to count as a win.
     if req.strategy == "mcts":
         return MCTS(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.mcts,
-                    min_speedup=1.01)
+                    min_speedup=1.01, limit_of=limit_of)
     if req.strategy != "beam":
         raise ValueError(f"unknown strategy `{req.strategy}`: use beam or mcts")
     return BeamSearch(policy, evaluator, budget=req.budget, cancel=cancel, on_event=on_event, config=req.beam,
-                      min_speedup=1.01)
+                      min_speedup=1.01, limit_of=limit_of)
 
 
 def prepare(req: OptimizeRequest) -> tuple[SourceText, FileModel, Kernel, KernelSpec]:
@@ -298,8 +299,11 @@ async def optimize(
     on_event: Callable[[SearchEvent], None] | None = None,
     memory: SearchMemory | None = None,
     on_search: Callable[[SearchEngine], object] | None = None,
+    limit_of: LimitOf | None = None,
 ) -> OptimizeOutcome:
-    """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees).
+    """Run one optimization. ``on_search`` receives the engine before it starts (for live search trees);
+    ``limit_of`` reads a node's time against the kernel's physical limit (``profile.limit``, given by the
+    job, which sits above this package), and the search stops once its best is within 5 % of it.
 
     ``policy`` is any implementation of the ``Policy`` protocol (``search.tree``); the rules-only one is
     ``policy.offline.offline_policy(req)``. Search never imports a policy: they sit above it.
@@ -308,7 +312,7 @@ async def optimize(
     root = Candidate(kernel.name, src.slice(kernel.span), family="original", rationale="the kernel as written")
     key = kernel_key(root.definition, spec.spec_hash())
     context = SearchContext(root=root, findings=req.findings, memory=memory.summary(key) if memory else {})
-    search = make_search(req, policy, evaluator, cancel=cancel, on_event=on_event)
+    search = make_search(req, policy, evaluator, cancel=cancel, on_event=on_event, limit_of=limit_of)
     if on_search is not None:
         on_search(search)
     result = await search.run(root, context)

@@ -38,6 +38,8 @@ class ReportInfo:
     evidence: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the result against the kernel's physical limit, in words (``profile.limit``; "" when unknown)
+    limit: str = ""
 
 
 def _plot(result: SearchResult, width: int = 640, height: int = 240) -> str:
@@ -149,6 +151,7 @@ def render(result: SearchResult, info: ReportInfo) -> str:
 <h1>WarpForge optimization of <code>{html.escape(info.kernel)}</code>
 <span class="muted">in {html.escape(info.file)}</span></h1>
 <p class="big">{headline}{timing}</p>
+{f'<p class="limit">{html.escape(info.limit)}</p>' if info.limit else ""}
 <p class="muted">{html.escape(info.gpu)} · {result.strategy} search · {result.evaluations} evaluations ({summary})
  · {result.seconds:.1f} s · stopped: {html.escape(result.stopped)}</p>
 {_list(info.evidence)}
