@@ -456,10 +456,13 @@ def merge_reports(parts: Sequence[Path], out: Path) -> int:
     opts = Options(**{**first["options"], "workspace": Path(first["options"]["workspace"])})
     s = summary(rows)
     wall = max(float(r.get("wall_s") or 0) for r in reports)
-    merged = {**first, "wall_s": wall, "shards": len(reports), "summary": s, "cases": rows}
+    partial = [f"{p.name}: {r['partial']}" for p, r in zip(parts, reports, strict=True) if r.get("partial")]
+    merged = {**{k: v for k, v in first.items() if k != "partial"}, "wall_s": wall, "shards": len(reports),
+              "summary": s, "cases": rows, **({"partial": partial} if partial else {})}
     out.write_text(json.dumps(merged, indent=2, default=str) + "\n")
     print_table(rows)
-    print(f"{summary_line(s, opts, next(iter(gpus), ''))}; {wall:.0f} s in all ({len(reports)} shards side by side)")
+    print(f"{summary_line(s, opts, next(iter(gpus), ''))}; {wall:.0f} s in all ({len(reports)} shards side by side)"
+          + (f"; STOPPED EARLY: {'; '.join(partial)}" if partial else ""))
     return 0
 
 
@@ -498,7 +501,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = paths[k::n]
     t0 = time.monotonic()
 
+    done: list[dict[str, Any]] = []
+
+    def write(rows: list[dict[str, Any]], wall: float, partial: bool) -> dict[str, Any]:
+        s = summary(rows)
+        gpu = next((r["gpu"] for r in rows if r.get("gpu")), "")
+        report = {"dry_run": args.dry_run, "options": {**vars(opts), "workspace": str(opts.workspace)},
+                  "gpu": gpu, "wall_s": round(wall, 1), "summary": s, "cases": rows,
+                  **({"partial": f"{len(rows)} of {len(paths)} cases"} if partial else {})}
+        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        return report
+
     def emit(row: dict[str, Any]) -> None:
+        # the report is rewritten after every case, so a run stopped by a time limit keeps what it measured
+        done.append(row)
+        write(done, time.monotonic() - t0, partial=len(done) < len(paths))
         print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
 
     if args.dry_run:
@@ -514,11 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         rows = asyncio.run(_run_all(paths, opts, one, emit))
     wall = time.monotonic() - t0
-    s = summary(rows)
-    gpu = next((r["gpu"] for r in rows if r.get("gpu")), "")
-    report = {"dry_run": args.dry_run, "options": {**vars(opts), "workspace": str(opts.workspace)},
-              "gpu": gpu, "wall_s": round(wall, 1), "summary": s, "cases": rows}
-    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    report = write(rows, wall, partial=False)
+    s, gpu = report["summary"], report["gpu"]
     print_table(rows)
     if args.dry_run:
         n = len(rows) - s["errors"]
