@@ -260,7 +260,7 @@ def _analyse(ctx: RuleContext) -> _Plan | None:
                 or name in passed:
             continue
         mine = [a for a in accesses if a.param == name]
-        if not mine or any(a.store for a in mine):
+        if not mine or any(a.store for a in mine) or not _only_read(kctx, name, mine):
             continue
         plan = _plan(ctx, th, name, mine, local, (bx, by, bz))
         if plan is None:
@@ -272,6 +272,31 @@ def _analyse(ctx: RuleContext) -> _Plan | None:
         if best is None or len(plan.reads) > len(best.reads):
             best = plan
     return best
+
+
+def _only_read(kctx: KernelContext, name: str, mine: list[Access]) -> bool:
+    """Every mention of ``name`` is inside one of its element reads or initializes a ``const`` pointer view
+    (``const T* p = in + off``): a cast, a non-const alias or an address taken could write what the tile
+    holds, which the lane model would not see."""
+    body = kctx.body
+    if body is None:
+        return False
+    reads = [a.node for a in mine]
+    for n in walk(body):
+        if n.type != "identifier" or kctx.text(n) != name or any(inside(n, r) for r in reads):
+            continue
+        decl = n.parent
+        while decl is not None and decl.type != "declaration":
+            decl = decl.parent
+        if decl is None or "const" not in kctx.text(decl).split("=")[0].split("*")[0] \
+                or not any(_is_pointer_init(c) for c in decl.children):
+            return False
+    return True
+
+
+def _is_pointer_init(n: Node) -> bool:
+    d = n.child_by_field_name("declarator") if n.type == "init_declarator" else None
+    return d is not None and d.type == "pointer_declarator"
 
 
 def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: set[str],
@@ -290,6 +315,11 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     base = Poly.of({m: c for m, c in first.index.rest.terms if m and not any(x.startswith("$") for x in m)})
     if not _block_level(base, local):
         return None
+    whole = _split(base, pitch)
+    if whole is not None and whole[0].coef(()):
+        # a whole number of rows in the first read's base (``(r + i - 1) * pitch``) is an offset, not the tile's
+        # origin: moved to the offsets, the tile starts where the reads' window does
+        base = base - pitch * Poly.const(whole[0].coef(()))
     reads: list[_Read] = []
     ys: list[tuple[int, int]] = []
     xs: list[tuple[int, int]] = []
@@ -311,10 +341,11 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     xlo, xhi = min(r[0] for r in xs), max(r[1] for r in xs)
     if ylo == yhi and xlo == xhi:
         return None  # every staged read is the thread's own element: nothing is shared between threads
-    kt = th.elem_type(next(p for p in ctx.cand_kernel.params if p.name == name).type) \
-        if ctx.cand_kernel is not None else ""
-    elem = " ".join(kt.replace("const", " ").replace("volatile", " ").replace("__restrict__", " ").split())
-    nbytes = th.elem_bytes(elem) or type_bytes(resolved_type(ctx, elem))
+    k = ctx.cand_kernel
+    written_type = next((p.type for p in k.params if p.name == name), "") if k is not None else ""
+    # the element type as the signature writes it (a template parameter stays one), sized as instantiated
+    elem = " ".join(written_type.replace("const", " ").replace("volatile", " ").replace("__restrict__", " ").split())
+    nbytes = type_bytes(resolved_type(ctx, elem)) or th.elem_bytes(elem)
     plan = _Plan(name, elem, pitch, base, reads, ylo, yhi, xlo, xhi, "", block)
     if nbytes is None or block[2] * plan.rows * plan.cols * nbytes > MAX_SMEM:
         return None
@@ -382,7 +413,7 @@ class SmemHalo(Rule):
             f"            const int {PREFIX}r = {PREFIX}i / {cols}, {PREFIX}c = {PREFIX}i % {cols};",
             f"            const long long {PREFIX}g = {PREFIX}o + (long long)({PREFIX}r + ({plan.ylo})) * "
             f"({_ll(plan.pitch)}) + ({PREFIX}c + ({plan.xlo}));",
-            f"            if ({PREFIX}g >= 0 && {PREFIX}g < {plan.length}) {PREFIX}tile{z}[{PREFIX}r][{PREFIX}c] = "
+            f"            if ({PREFIX}g >= 0 && {PREFIX}g < ({plan.length})) {PREFIX}tile{z}[{PREFIX}r][{PREFIX}c] = "
             f"{plan.param}[{PREFIX}g];",
             "        }",
             "    }",
