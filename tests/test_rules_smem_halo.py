@@ -6,9 +6,9 @@ exit, an in-plane heat step over planes in ``blockIdx.z`` whose plane-above/belo
 what the analysis stages and what the rewrite writes, that the children build with nvcc and get through
 the evaluator's pre-GPU steps, and where it declines (an in-place stencil, a written view, a gather, a
 window wider than the radius limit, a window whose size is a runtime parameter, shared memory and
-barriers already there, only the thread's own element read, a loop variable the loop body writes, a
-buffer extent the kernel's parameters cannot express). That the variants compute what the originals
-compute is checked on the GPU by ``tests/test_rules_gpu.py`` (``stencil2d_5pt``,
+barriers already there, only the thread's own element read, a loop variable the loop body writes, clamped,
+periodic or halved coordinates, a buffer extent the kernel's parameters cannot express). That the variants
+compute what the originals compute is checked on the GPU by ``tests/test_rules_gpu.py`` (``stencil2d_5pt``,
 ``avgpool3x3_stride1_fp16``, ``stencil3d_7pt_long``).
 """
 
@@ -172,6 +172,14 @@ def test_passes_the_evaluators_build_path(tmp_path: Path, name: str) -> None:
     (GRAD.replace("(u[at + 1] - u[at - 1]) * T(0.5) + (u[at + n] - u[at - n]) * T(0.5)", "u[at] * T(2)"), "grad"),
     # a loop variable the loop body moves: the offsets are not the loop's range
     (BLUR.replace("int rr = r + i - 1", "j += (acc > 0.f);\n                int rr = r + i - 1"), "blur3"),
+    # clamped coordinates (replicate padding): a neighbour's row is not the thread's row plus the loop offset
+    (BLUR.replace("acc += img[(size_t)rr * pitch + cc]",
+                  "acc += img[(size_t)min(max(rr, 0), h - 1) * pitch + min(max(cc, 0), w - 1)]"), "blur3"),
+    # periodic wrap-around: the offset depends on the thread's position
+    (BLUR.replace("acc += img[(size_t)rr * pitch + cc]", "acc += img[(size_t)((rr + h) % h) * pitch + (cc + w) % w]"),
+     "blur3"),
+    # a row at half the thread's coordinate (an upsampling read): neighbours are not one pitch apart
+    (BLUR.replace("acc += img[(size_t)rr * pitch + cc]", "acc += img[(size_t)(rr / 2) * pitch + cc]"), "blur3"),
     # the buffer's extent names a size no scalar parameter carries: the load could not bound itself
     (BLUR.replace("// @warpforge size P = 704", "// @warpforge size P = 704\n// @warpforge size E = 7")
      .replace("arg img: in float[H*P]", "arg img: in float[H*P+E]"), "blur3"),
