@@ -7,9 +7,9 @@ what the analysis stages and what the rewrite writes, that the children build wi
 the evaluator's pre-GPU steps, and where it declines (an in-place stencil, a written view, a gather, a
 window wider than the radius limit, a window whose size is a runtime parameter, shared memory and
 barriers already there, only the thread's own element read, a loop variable the loop body writes, clamped,
-periodic or halved coordinates, a buffer extent the kernel's parameters cannot express). That the variants
-compute what the originals compute is checked on the GPU by ``tests/test_rules_gpu.py`` (``stencil2d_5pt``,
-``avgpool3x3_stride1_fp16``, ``stencil3d_7pt_long``).
+periodic or halved coordinates, a re-assigned pitch parameter, a buffer extent the kernel's parameters
+cannot express). That the variants compute what the originals compute is checked on the GPU by
+``tests/test_rules_gpu.py`` (``stencil2d_5pt``, ``avgpool3x3_stride1_fp16``, ``stencil3d_7pt_long``).
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ def test_passes_the_evaluators_build_path(tmp_path: Path, name: str) -> None:
      "blur3"),
     # a row at half the thread's coordinate (an upsampling read): neighbours are not one pitch apart
     (BLUR.replace("acc += img[(size_t)rr * pitch + cc]", "acc += img[(size_t)(rr / 2) * pitch + cc]"), "blur3"),
+    # the pitch parameter re-assigned in the body: the tile, computed first, would use another value
+    (BLUR.replace("    int c = threadIdx.x", "    if (pitch < w) pitch = w;\n    int c = threadIdx.x"), "blur3"),
     # the buffer's extent names a size no scalar parameter carries: the load could not bound itself
     (BLUR.replace("// @warpforge size P = 704", "// @warpforge size P = 704\n// @warpforge size E = 7")
      .replace("arg img: in float[H*P]", "arg img: in float[H*P+E]"), "blur3"),

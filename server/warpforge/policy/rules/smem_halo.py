@@ -114,7 +114,8 @@ def _kernel_context(ctx: RuleContext) -> KernelContext | None:
 
 def _block_level(p: Poly, local: set[str]) -> bool:
     """Whether every atom of ``p`` is the same for all threads of one ``threadIdx.z`` slice and can be written
-    before the body runs: parameters, file-level names, block/grid built-ins, ``threadIdx.z``."""
+    before the body runs: parameters the body does not assign, file-level names, block/grid built-ins,
+    ``threadIdx.z`` (``local``: the names the body declares or assigns)."""
     for a in p.atoms():
         if a == "~threadIdx.z":
             continue  # uniform across a warp, and across the z slice a tile belongs to
@@ -168,9 +169,9 @@ def _without(m: Mono, sub: Mono) -> Mono | None:
 def _loop_range(th: Threads, acc: Access, var: str) -> tuple[int, int] | None:
     """The values of loop variable ``var`` at ``acc``: an enclosing ``for`` with literal start and bound and a
     positive literal step, whose variable nothing in its body writes."""
-    for lp in th.loops():
-        if lp.var != var or not inside(acc.node, lp.node):
-            continue
+    inner = [lp for lp in th.loops() if lp.var == var and inside(acc.node, lp.node)]
+    if inner:
+        lp = inner[-1]  # pre-order: the last enclosing loop of that name is the innermost
         lo, bound = lp.init.rest.constant, lp.bound_val.rest.constant if lp.bound_val is not None else None
         step = lp.step.rest.constant if lp.step is not None and lp.step.uniform else None
         if not (lp.init.uniform and lp.bound_val is not None and lp.bound_val.uniform) \
@@ -182,7 +183,7 @@ def _loop_range(th: Threads, acc: Access, var: str) -> tuple[int, int] | None:
             return None
         hi = bound if lp.inclusive else bound - 1
         return (lo, hi) if hi >= lo else None
-    return None
+    return None  # not a loop variable at this access (a local stepped elsewhere)
 
 
 def _range(th: Threads, acc: Access, p: Poly) -> tuple[int, int] | None:
@@ -262,7 +263,7 @@ def _analyse(ctx: RuleContext) -> _Plan | None:
         mine = [a for a in accesses if a.param == name]
         if not mine or any(a.store for a in mine) or not _only_read(kctx, name, mine):
             continue
-        plan = _plan(ctx, th, name, mine, local, (bx, by, bz))
+        plan = _plan(ctx, th, name, mine, local | written, (bx, by, bz))
         if plan is None:
             continue
         length = _length_expr(ctx, name, scalars)
