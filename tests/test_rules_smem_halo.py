@@ -2,7 +2,8 @@
 
 CPU checks on kernels written here in other styles than the corpus (a guarded 3x3 blur over a pitched
 image with ``size_t`` indices and window loops, a template central-difference gradient with an early
-exit, an in-plane heat step over planes in ``blockIdx.z`` whose plane-above/below reads cannot be staged):
+exit, an in-plane heat step over planes in ``blockIdx.z`` whose plane-above/below reads cannot be staged, a
+27-point box on 3D blocks whose plane offsets are staged as a third tile dimension):
 what the analysis stages and what the rewrite writes, that the children build with nvcc and get through
 the evaluator's pre-GPU steps, and where it declines (an in-place stencil, a written view, a gather, a
 window wider than the radius limit, a window whose size is a runtime parameter, shared memory and
@@ -96,7 +97,31 @@ __global__ void heat(const float* t0, float* t1, long d, float k)
 }
 """
 
-FIXTURES = {"blur3": BLUR, "grad": GRAD, "heat": HEAT}
+BOX27 = """\
+// @warpforge size D = 80
+// @warpforge arg v: in float[D*D*D]
+// @warpforge arg o: out float[D*D*D]
+// @warpforge arg d = D
+// @warpforge launch grid=(cdiv(D, 16), cdiv(D, 4), cdiv(D, 4)), block=(16, 4, 4)
+__global__ void box27(const float* v, float* o, int d)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int z = blockIdx.z * blockDim.z + threadIdx.z;
+    if (x >= d || y >= d || z >= d) return;
+    float s = 0.f;
+    for (int c = -1; c <= 1; ++c)
+        for (int b = -1; b <= 1; ++b)
+            for (int a = -1; a <= 1; ++a) {
+                int zz = z + c, yy = y + b, xx = x + a;
+                if (zz >= 0 && zz < d && yy >= 0 && yy < d && xx >= 0 && xx < d)
+                    s += v[(zz * d + yy) * d + xx];
+            }
+    o[(z * d + y) * d + x] = s / 27.f;
+}
+"""
+
+FIXTURES = {"blur3": BLUR, "grad": GRAD, "heat": HEAT, "box27": BOX27}
 
 
 def tile_reads(definition: str) -> int:
@@ -128,8 +153,17 @@ def test_template_early_exit_and_unstageable_plane_reads() -> None:
     assert "__shared__ float wfh_tile[10][34];" in d
 
 
+def test_three_d_block_stages_planes_too() -> None:
+    """On a 3D block the plane pitch (the coefficient of ``threadIdx.z``) is a third tile dimension: the
+    27-point window's plane offsets come from the tile as well."""
+    d = child(text_policy(BOX27, "box27"), "smem_halo", "tile").definition
+    assert "__shared__ float wfh_tile[6][6][18];" in d
+    assert "s += wfh_tile[threadIdx.z + (c) + 1][threadIdx.y + (b) + 1][threadIdx.x + (a) + 1];" in d
+    assert "(threadIdx.z * 4 + threadIdx.y) * 16 + threadIdx.x" in d and "wfh_i += 256" in d
+
+
 @needs_nvcc
-@pytest.mark.parametrize("name", ["blur3", "heat"])  # the template is built instantiated, below
+@pytest.mark.parametrize("name", ["blur3", "heat", "box27"])  # the template is built instantiated, below
 def test_variant_builds(name: str) -> None:
     pol = text_policy(FIXTURES[name], name)
     tu = standalone(pol.source, pol.model, pol.kernel, definition=child(pol, "smem_halo", "tile").definition)

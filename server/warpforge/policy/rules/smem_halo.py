@@ -11,30 +11,30 @@ What the analysis requires (the lane model of ``profile/lanes.py``; names, style
 
 * a buffer ``B`` the spec declares ``in`` (read-only: no access of the kernel stores to it, no name the
   kernel writes or passes to a call is ``B``), whose reads are exact lane values
-  ``index = threadIdx.x + S * threadIdx.y + rest`` with the same row pitch ``S`` (a single term: a
-  parameter, a macro, a number), ``rest`` free of other thread-dependent parts (``threadIdx.z`` counts as
-  a plane: the tile gets one slice per ``threadIdx.z``);
-* ``rest = base + dy * S + dx`` where ``base`` is shared by every staged read and uses only parameters,
-  block/grid built-ins, ``threadIdx.z`` and file-level names (so it can be computed before anything else
-  runs), and ``dy``/``dx`` are constants or linear in the variables of enclosing ``for`` loops with
-  literal start, bound and a positive step that their bodies do not write (``for (dy = -1; dy <= 1; ...)``);
-  the offsets range over at most ``MAX_RADIUS`` on each side. Reads that do not decompose (gathers,
-  data-dependent offsets, a plane above or below) keep reading global memory, which is still correct
-  because ``B`` is read-only;
+  ``index = threadIdx.x + S * threadIdx.y + P * threadIdx.z + rest`` with the same row pitch ``S`` (a
+  single term: a parameter, a macro, a number) and plane pitch ``P`` (absent on 2D blocks, or when the
+  reads do not depend on ``threadIdx.z``), ``rest`` free of other thread-dependent parts;
+* ``rest = base + dz * P + dy * S + dx`` where ``base`` is shared by every staged read and uses only
+  parameters the body does not assign, block/grid built-ins and file-level names (so it can be computed
+  before anything else runs), and ``dz``/``dy``/``dx`` are constants or linear in the variables of
+  enclosing ``for`` loops with literal start, bound and a positive step that their bodies do not write
+  (``for (dy = -1; dy <= 1; ...)``); the offsets range over at most ``MAX_RADIUS`` on each side. Reads
+  that do not decompose (gathers, clamped or periodic coordinates, a plane above or below on a 2D block)
+  keep reading global memory, which is still correct because ``B`` is read-only;
 * at least one staged offset other than ``(0, 0)`` (threads share elements), the spec's element count of
   ``B`` expressible in the kernel's scalar parameters, a block shape that is the same number at both spec
   sizes, and a tile within ``MAX_SMEM`` bytes;
 * no shared memory, barriers or other collectives in the kernel already, and no local that shadows a
   parameter or uses the rule's prefix.
 
-Correctness is algebraic, not a matter of the kernel's guards: tile element ``(r, c)`` of slice
-``threadIdx.z`` holds ``B[base + (r + ylo) * S + (c + xlo)]`` whenever that index is inside ``B``'s
-allocation (other elements are not read at all), and a staged read ``B[base + (ty + dy) * S + (tx + dx)]``
-becomes ``tile[ty + dy - ylo][tx + dx - xlo]`` -- the same element, including halo elements that wrap to
-a neighbouring row. A read the original performs is inside the allocation, so its tile element was
-loaded. The load and the barrier come first in the body, before any bound check or early exit, so every
-thread of the block reaches the barrier; threads past the bound load their share and then skip the work
-as the original body says.
+Correctness is algebraic, not a matter of the kernel's guards: tile element ``(p, r, c)`` holds
+``B[base + (p + zlo) * P + (r + ylo) * S + (c + xlo)]`` whenever that index is inside ``B``'s allocation
+(other elements are not read at all), and a staged read ``B[base + (tz + dz) * P + (ty + dy) * S + (tx +
+dx)]`` becomes ``tile[tz + dz - zlo][ty + dy - ylo][tx + dx - xlo]`` -- the same element, including halo
+elements that wrap to a neighbouring row or plane. A read the original performs is inside the allocation,
+so its tile element was loaded. The load and the barrier come first in the body, before any bound check
+or early exit, so every thread of the block reaches the barrier; threads past the bound load their share
+and then skip the work as the original body says.
 """
 
 from __future__ import annotations
@@ -70,14 +70,13 @@ MAX_RADIUS = 4
 MAX_SMEM = 48 * 1024
 _BLOCK_ATOM = re.compile(r"^(blockIdx|blockDim|gridDim)\.[xyz]$|^threadIdx\.z$")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_KEYWORDS = frozenset({"blockIdx", "blockDim", "gridDim", "threadIdx", "x", "y", "z", "sizeof", "int", "long",
-                       "unsigned", "size_t", "float", "double"})
 
 
 @dataclass(frozen=True)
 class _Read:
     start: int  # candidate offsets of the access expression
     end: int
+    dz: Poly  # planes, rows and columns from the thread's own element
     dy: Poly
     dx: Poly
 
@@ -87,22 +86,28 @@ class _Plan:
     param: str
     elem: str
     pitch: Poly
+    plane: Poly | None  # the coefficient of threadIdx.z (None: the reads do not depend on it)
     base: Poly
     reads: list[_Read]
-    ylo: int
-    yhi: int
-    xlo: int
-    xhi: int
+    z: tuple[int, int]  # offset ranges, lowest and highest
+    y: tuple[int, int]
+    x: tuple[int, int]
     length: str
     block: tuple[int, int, int]
 
     @property
+    def depth(self) -> int:
+        """Planes of the tile: one per ``threadIdx.z`` (plus the halo) when the reads depend on it, else the
+        one plane every slice of the block shares."""
+        return (self.block[2] if self.plane is not None else 1) + self.z[1] - self.z[0]
+
+    @property
     def rows(self) -> int:
-        return self.block[1] + self.yhi - self.ylo
+        return self.block[1] + self.y[1] - self.y[0]
 
     @property
     def cols(self) -> int:
-        return self.block[0] + self.xhi - self.xlo
+        return self.block[0] + self.x[1] - self.x[0]
 
 
 def _kernel_context(ctx: RuleContext) -> KernelContext | None:
@@ -300,9 +305,29 @@ def _is_pointer_init(n: Node) -> bool:
     return d is not None and d.type == "pointer_declarator"
 
 
+_TZ = ("~threadIdx.z", "threadIdx.z")
+
+
+def _tz_part(p: Poly) -> tuple[Poly, Poly] | None:
+    """``p = threadIdx.z * plane + rest``: (plane, rest), None when ``threadIdx.z`` is not linear in ``p``."""
+    plane: dict[Mono, int] = {}
+    rest: dict[Mono, int] = {}
+    for m, c in p.terms:
+        n = sum(a in _TZ for a in m)
+        if n > 1:
+            return None
+        if n:
+            key = tuple(a for a in m if a not in _TZ)
+            plane[key] = plane.get(key, 0) + c
+        else:
+            rest[m] = c
+    return Poly.of(plane), Poly.of(rest)
+
+
 def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: set[str],
           block: tuple[int, int, int]) -> _Plan | None:
-    """The tile for buffer ``name``: the reads that decompose with the most common pitch."""
+    """The tile for buffer ``name``: the reads that decompose with the most common row pitch (and, on a block
+    with a ``threadIdx.z`` term, the plane pitch of the first such read)."""
     loads = [a for a in mine if a.load and a.index.exact and a.index.tx == ONE and not a.index.ty.is_zero]
     if not loads:
         return None
@@ -310,45 +335,59 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     for a in loads:
         pitches[a.index.ty] = pitches.get(a.index.ty, 0) + 1
     pitch = max(pitches, key=lambda q: pitches[q])
-    if not _block_level(pitch, local):
-        return None
     first = next(a for a in loads if a.index.ty == pitch)
-    base = Poly.of({m: c for m, c in first.index.rest.terms if m and not any(x.startswith("$") for x in m)})
-    if not _block_level(base, local):
+    tz = _tz_part(first.index.rest)
+    if tz is None or not _block_level(pitch, local):
         return None
+    plane = tz[0] if not tz[0].is_zero else None
+    base = Poly.of({m: c for m, c in tz[1].terms if m and not any(x.startswith("$") for x in m)})
+    if not _block_level(base, local) or (plane is not None and not _block_level(plane, local)):
+        return None
+    if plane is not None:
+        whole = _split(base, plane)
+        if whole is not None and whole[0].coef(()):
+            base = base - plane * Poly.const(whole[0].coef(()))
     whole = _split(base, pitch)
     if whole is not None and whole[0].coef(()):
         # a whole number of rows in the first read's base (``(r + i - 1) * pitch``) is an offset, not the tile's
         # origin: moved to the offsets, the tile starts where the reads' window does
         base = base - pitch * Poly.const(whole[0].coef(()))
     reads: list[_Read] = []
-    ys: list[tuple[int, int]] = []
-    xs: list[tuple[int, int]] = []
+    spans: list[tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = []
     for a in loads:
-        if a.index.ty != pitch:
+        mine_tz = _tz_part(a.index.rest)
+        if a.index.ty != pitch or mine_tz is None or mine_tz[0] != (plane or Poly()):
             continue
-        parts = _split(a.index.rest - base, pitch)
+        delta = mine_tz[1] - base
+        dz = Poly()
+        if plane is not None:
+            zs = _split(delta, plane)
+            if zs is None:
+                continue
+            dz, delta = zs
+        parts = _split(delta, pitch)
         if parts is None:
             continue
-        ry, rx = _range(th, a, parts[0]), _range(th, a, parts[1])
-        if ry is None or rx is None or min(ry[0], rx[0]) < -MAX_RADIUS or max(ry[1], rx[1]) > MAX_RADIUS:
+        rz, ry, rx = _range(th, a, dz), _range(th, a, parts[0]), _range(th, a, parts[1])
+        if rz is None or ry is None or rx is None or min(rz[0], ry[0], rx[0]) < -MAX_RADIUS \
+                or max(rz[1], ry[1], rx[1]) > MAX_RADIUS:
             continue
-        reads.append(_Read(th.ctx.base + a.node.start_byte, th.ctx.base + a.node.end_byte, parts[0], parts[1]))
-        ys.append(ry)
-        xs.append(rx)
+        reads.append(_Read(th.ctx.base + a.node.start_byte, th.ctx.base + a.node.end_byte, dz, parts[0], parts[1]))
+        spans.append((rz, ry, rx))
     if not reads:
         return None
-    ylo, yhi = min(r[0] for r in ys), max(r[1] for r in ys)
-    xlo, xhi = min(r[0] for r in xs), max(r[1] for r in xs)
-    if ylo == yhi and xlo == xhi:
+    zlo, zhi = min(r[0][0] for r in spans), max(r[0][1] for r in spans)
+    ylo, yhi = min(r[1][0] for r in spans), max(r[1][1] for r in spans)
+    xlo, xhi = min(r[2][0] for r in spans), max(r[2][1] for r in spans)
+    if zlo == zhi and ylo == yhi and xlo == xhi:
         return None  # every staged read is the thread's own element: nothing is shared between threads
     k = ctx.cand_kernel
     written_type = next((p.type for p in k.params if p.name == name), "") if k is not None else ""
     # the element type as the signature writes it (a template parameter stays one), sized as instantiated
     elem = " ".join(written_type.replace("const", " ").replace("volatile", " ").replace("__restrict__", " ").split())
     nbytes = type_bytes(resolved_type(ctx, elem)) or th.elem_bytes(elem)
-    plan = _Plan(name, elem, pitch, base, reads, ylo, yhi, xlo, xhi, "", block)
-    if nbytes is None or block[2] * plan.rows * plan.cols * nbytes > MAX_SMEM:
+    plan = _Plan(name, elem, pitch, plane, base, reads, (zlo, zhi), (ylo, yhi), (xlo, xhi), "", block)
+    if nbytes is None or plan.depth * plan.rows * plan.cols * nbytes > MAX_SMEM:
         return None
     return plan
 
@@ -389,44 +428,53 @@ class SmemHalo(Rule):
             return None
         body, data = got
         bx, by, bz = plan.block
-        z = "[threadIdx.z]" if bz > 1 else ""
-        zd = f"[{bz}]" if bz > 1 else ""
+        depth, rows, cols = plan.depth, plan.rows, plan.cols
+        (zlo, zhi), (ylo, yhi), (xlo, xhi) = plan.z, plan.y, plan.x
         spans = {(r.start, r.end): r for r in plan.reads}
+
+        def zidx(r: _Read) -> str:
+            if depth == 1:
+                return ""
+            inner = _off(r.dz, zlo)
+            return f"[threadIdx.z + {inner}]" if plan.plane is not None else f"[{inner}]"
 
         def rep(n: Node) -> str | None:
             r = spans.get((n.start_byte, n.end_byte))
             if r is None or n.type not in ("subscript_expression", "pointer_expression"):
                 return None
-            return (f"{PREFIX}tile{z}[threadIdx.y + {_off(r.dy, plan.ylo)}]"
-                    f"[threadIdx.x + {_off(r.dx, plan.xlo)}]")
+            return f"{PREFIX}tile{zidx(r)}[threadIdx.y + {_off(r.dy, ylo)}][threadIdx.x + {_off(r.dx, xlo)}]"
 
         text = render(body, data, rep)
-        if text.count(f"{PREFIX}tile") != len(plan.reads):
+        if text.count(f"{PREFIX}tile") != len(plan.reads) or not text.startswith("{"):
             return None
-        rows, cols = plan.rows, plan.cols
+        zdim = f"[{depth}]" if depth > 1 else ""
+        zsub = f"[{PREFIX}p]" if depth > 1 else ""
+        zterm = (f" + (long long)({PREFIX}p + ({zlo})) * ({_ll(plan.plane)})" if plan.plane is not None else "")
+        tid = f"threadIdx.y * {bx} + threadIdx.x"
+        if bz > 1:
+            tid = f"(threadIdx.z * {by} + threadIdx.y) * {bx} + threadIdx.x"
+        pdecl = f"{PREFIX}p = {PREFIX}i / {rows * cols}, " if depth > 1 else ""
+        shape = f"{depth}x{rows}x{cols}" if depth > 1 else f"{rows}x{cols}"
         prologue = "\n".join([
-            f"    // smem_halo: the block's {rows}x{cols} tile of {plan.param} (halo included), loaded once",
-            f"    __shared__ {plan.elem} {PREFIX}tile{zd}[{rows}][{cols}];",
-            "    {",
-            f"        const long long {PREFIX}o = {_ll(plan.base)};",
-            f"        for (int {PREFIX}i = threadIdx.y * {bx} + threadIdx.x; {PREFIX}i < {rows * cols}; "
-            f"{PREFIX}i += {bx * by}) {{",
-            f"            const int {PREFIX}r = {PREFIX}i / {cols}, {PREFIX}c = {PREFIX}i % {cols};",
-            f"            const long long {PREFIX}g = {PREFIX}o + (long long)({PREFIX}r + ({plan.ylo})) * "
-            f"({_ll(plan.pitch)}) + ({PREFIX}c + ({plan.xlo}));",
-            f"            if ({PREFIX}g >= 0 && {PREFIX}g < ({plan.length})) {PREFIX}tile{z}[{PREFIX}r][{PREFIX}c] = "
+            f"    // smem_halo: the block's {shape} tile of {plan.param} (halo included), loaded once",
+            f"    __shared__ {plan.elem} {PREFIX}tile{zdim}[{rows}][{cols}];",
+            f"    for (int {PREFIX}i = {tid}; {PREFIX}i < {depth * rows * cols}; {PREFIX}i += {bx * by * bz}) {{",
+            f"        const int {pdecl}{PREFIX}r = {PREFIX}i / {cols} % {rows}, "
+            f"{PREFIX}c = {PREFIX}i % {cols};",
+            f"        const long long {PREFIX}g = {_ll(plan.base)}{zterm} + (long long)({PREFIX}r + ({ylo})) * "
+            f"({_ll(plan.pitch)}) + ({PREFIX}c + ({xlo}));",
+            f"        if ({PREFIX}g >= 0 && {PREFIX}g < ({plan.length})) {PREFIX}tile{zsub}[{PREFIX}r][{PREFIX}c] = "
             f"{plan.param}[{PREFIX}g];",
-            "        }",
             "    }",
             "    __syncthreads();",
         ])
-        assert text.startswith("{")
         definition = with_body(ctx, "{\n" + prologue + text[1:])
         if definition is None:
             return None
-        why = (f"stage {plan.param}'s {rows}x{cols} block tile (halo of rows {plan.ylo}..{plan.yhi}, columns "
-               f"{plan.xlo}..{plan.xhi}) in shared memory, loaded coalesced once per block; "
-               f"{len(plan.reads)} neighbourhood read(s) come from the tile")
+        halo = f"planes {zlo}..{zhi}, " if zlo != zhi else ""
+        why = (f"stage {plan.param}'s {shape} block tile (halo of {halo}rows {ylo}..{yhi}, columns {xlo}..{xhi}) "
+               f"in shared memory, loaded coalesced once per block; {len(plan.reads)} neighbourhood read(s) come "
+               "from the tile")
         return ctx.derive(self.family, param, why, definition=definition)
 
 
