@@ -42,7 +42,7 @@ from warpforge.spec.resolve import load_spec
 pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
-                  "smem_transpose", "atomics_privatize", "coarsen_y"})
+                  "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo"})
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
@@ -52,8 +52,9 @@ GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
     "residual_add_scale_fp16", "sgd_momentum_gridstride", "clip_grad_scale_double", "swiglu_fwd_template",
     # maps whose reads are gathers from read-only buffers (a window, a permutation, a plane view)
     "maxpool2x2_nhwc", "permute_nchw_to_nhwc", "bilinear_resize_2x",
-    # neighbourhood reads on 2D/3D grids (coarsen_y): an exit-form fp32 stencil, an fp16 pooling window over
-    # planes in z, a typedef'd direct convolution, a guarded fp64 3D stencil with long indices
+    # neighbourhood reads on 2D/3D grids (coarsen_y; smem_halo on all but the convolution): an exit-form fp32
+    # stencil, an fp16 pooling window over planes in z, a typedef'd direct convolution, a guarded fp64 3D
+    # stencil with long indices on 8x8x8 blocks
     "stencil2d_5pt", "avgpool3x3_stride1_fp16", "conv2d_direct_nchw", "stencil3d_7pt_long",
     # rows over a flattened 2-D grid; a max and a min in one if/else-if chain
     "row_sum_2d_grid", "row_max_min_two_outputs",
