@@ -125,12 +125,34 @@ def connect(path: str | Path) -> sqlite3.Connection:
     try:
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if where != MEMORY:
-            db.execute("PRAGMA journal_mode = WAL")
+            _write_ahead_log(db)
         db.execute("PRAGMA foreign_keys = ON")  # enforce any reference a later migration declares
     except BaseException:
         db.close()
         raise
     return db
+
+
+def _write_ahead_log(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL, retrying while another process holds the lock the switch needs.
+
+    Two processes opening a new database at once can each hold a shared lock and each want the exclusive
+    one the switch needs; SQLite then answers one of them "database is locked" at once instead of waiting
+    (its busy handler would deadlock them), so the busy timeout alone does not cover this. Retried with a
+    growing pause until the same timeout; a file already in WAL answers at once.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.01
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            text = str(e).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
 
 
 @contextmanager
