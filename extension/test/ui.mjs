@@ -449,7 +449,7 @@ try {
       const t = await editorText();
       return t !== before ? t : undefined;
     }, 'the buffer to change');
-    if (!/float4|__launch_bounds__|__restrict__/.test(after)) throw new Error(`accepted buffer is not a variant: ${after}`);
+    if (!/float4|alignas|__launch_bounds__|__restrict__/.test(after)) throw new Error(`accepted buffer is not a variant: ${after}`);
     await page.locator('.tab.active.dirty').waitFor(); // edited, not saved
     await shot('accepted-buffer');
     await line('blockIdx.x').click();
