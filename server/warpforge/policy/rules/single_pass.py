@@ -47,6 +47,7 @@ from tree_sitter import Node
 from ...cuda.tree import node_text, walk
 from . import register
 from ._structural import (
+    condition_of,
     for_parts,
     identifiers,
     is_ident,
@@ -136,20 +137,19 @@ def _max_update(st: Node, data: bytes) -> tuple[str, Node] | None:
         return None
     if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
         return None
-    cond = st.child_by_field_name("condition")
     cons = _only(st.child_by_field_name("consequence") or st)
-    val = cond.named_children[0] if cond is not None and cond.named_child_count == 1 else None
+    val = condition_of(st)
     if val is None or cons is None or cons.type != "expression_statement" or cons.named_child_count != 1:
         return None
     val = unparen(val)
-    a = cons.named_children[0]
-    if val.type != "binary_expression" or a.type != "assignment_expression":
+    asg = cons.named_children[0]
+    if val.type != "binary_expression" or asg.type != "assignment_expression":
         return None
     op = node_text(val.child_by_field_name("operator") or val, data)
     lhs, rhs = val.child_by_field_name("left"), val.child_by_field_name("right")
-    al, ar = a.child_by_field_name("left"), a.child_by_field_name("right")
+    al, ar = asg.child_by_field_name("left"), asg.child_by_field_name("right")
     if lhs is None or rhs is None or al is None or ar is None or unparen(al).type != "identifier" \
-            or node_text(a.child_by_field_name("operator") or a, data) != "=":
+            or node_text(asg.child_by_field_name("operator") or asg, data) != "=":
         return None
     m = node_text(unparen(al), data)
     if op == ">" and is_ident(unparen(rhs), data, m):
@@ -275,11 +275,11 @@ def _pair_at(ctx: RuleContext, sts: list[Node], i: int, data: bytes) -> _Pair | 
     if resolved_type(ctx, md[1]) not in FLOAT_TYPES or resolved_type(ctx, sd[1]) not in FLOAT_TYPES:
         return None
     a1, a2 = _canon(node_text(v1, data)), _canon(node_text(v2, data))
-    if a1 != a2:
-        # loop 1 skips the element m starts from: m = E(0); for (j = 1; ...) max; for (j = 0; ...) sum
-        if not (a1 == "1" and a2 == "0" and md[2] is not None
-                and _canon(node_text(md[2], data)) == _renamed(e2, data, j2, "0")):
-            return None
+    # equal starts, or loop 1 skipping the element m starts from: m = E(0); for (j = 1; ...) max; for (j = 0; ...)
+    skips_first = a1 == "1" and a2 == "0" and md[2] is not None \
+        and _canon(node_text(md[2], data)) == _renamed(e2, data, j2, "0")
+    if a1 != a2 and not skips_first:
+        return None
     return _Pair(sts[i], sts[k], tuple(between), m, s, md[1], exp, node_text(e2, data))
 
 
