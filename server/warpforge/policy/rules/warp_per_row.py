@@ -22,6 +22,10 @@ Recognized shape (names, types, expressions free)::
           * element writes ``p[IDX] = ...`` / ``p[IDX] op= ...``,
           * reductions into a scalar declared outside the loop: ``acc += e``, ``acc -= e``,
             ``acc = acc + e``, ``acc = fmaxf(acc, e)`` (fmax, max, fminf, fmin, min; either argument order),
+          * a running max carried with the sum of exponentials shifted by it (``single_pass``'s online loop):
+            ``if (v > m) { s = s * expf(m - v); m = v; }`` then ``s += expf(v - m);`` (``__expf``, ``exp``),
+            ``v`` reading neither; each lane keeps its own pair, merged across lanes with the same rescaling
+            (warps only: no block-wide merge),
         where an array written anywhere in the kernel is always accessed with one index ``j`` or ``E + j``
         (E the same loop-invariant expression everywhere), read-only arrays with any index free of values
         the loop assigns, and a reduction's accumulator is not otherwise read inside its loop.
