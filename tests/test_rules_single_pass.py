@@ -182,3 +182,60 @@ def test_own_kernel_builds_through_the_evaluator(tmp_path: Path) -> None:
     assert res.original is not None and res.original.ok, res.original
     fr = res.families["single_pass"]
     assert fr.tried == fr.proposed == 1 and not fr.failures, fr.failures
+
+
+#: online softmax written by hand, one thread per row: warp_per_row carries the (max, sum) pair per lane
+ONLINE = """\
+// @warpforge size R = 2000
+// @warpforge size C = 900
+// @warpforge arg x: in float[R*C] normal(0, 2)
+// @warpforge arg y: out float[R*C]
+// @warpforge arg rows = R
+// @warpforge arg cols = C
+// @warpforge launch grid=cdiv(R, 256), block=256
+__global__ void online_rows(const float* x, float* y, int rows, int cols)
+{{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (int c = 0; c < cols; ++c) {{
+        float v = {v};
+        if (v > m) {{
+            {rescale}
+            m = v;
+        }}
+        {accumulate}
+    }}
+    for (int c = 0; c < cols; ++c)
+        y[(long)r * cols + c] = __expf(x[(long)r * cols + c] - m) / s;
+}}
+"""
+ONLINE_OK = {"v": "x[(long)r * cols + c]", "rescale": "s = s * __expf(m - v);", "accumulate": "s += __expf(v - m);"}
+
+
+def test_hand_written_online_pair_gets_a_warp_per_row() -> None:
+    pol = policy_of(ONLINE.format(**ONLINE_OK), "online_rows")
+    warps = children(pol, pol.root_candidate(), "warp_per_row")
+    assert {c.steps[-1] for c in warps} == {"warp_per_row:warp8", "warp_per_row:warp4"}
+    assert all("wfw_om" in c.definition for c in warps)
+
+
+@pytest.mark.parametrize("over", [
+    {"rescale": "s = s * __expf(v - m);"},          # the rescaling grows the sum
+    {"rescale": "s = s * expf(m - v);"},            # another exponential than the accumulation's
+    {"accumulate": "s += __expf(v - m) * s;"},      # not a sum of exponentials
+    {"v": "x[(long)r * cols + c] - s"},             # the value reads the sum
+])
+def test_online_pair_near_misses_get_no_warp_per_row(over: dict[str, str]) -> None:
+    pol = policy_of(ONLINE.format(**{**ONLINE_OK, **over}), "online_rows")
+    assert not children(pol, pol.root_candidate(), "warp_per_row")
+
+
+@needs_nvcc
+def test_hand_written_online_pair_builds_through_the_evaluator(tmp_path: Path) -> None:
+    path = tmp_path / "online_rows.cu"
+    path.write_text(ONLINE.format(**ONLINE_OK))
+    res = ca.check_case(path, families=["warp_per_row"], all_candidates=True)
+    fr = res.families["warp_per_row"]
+    assert fr.tried == fr.proposed == 2 and not fr.failures, fr.failures
