@@ -21,7 +21,7 @@ import corpus_applicability as ca
 
 #: the structural families there were when the check was written; each must keep its ``structural`` flag
 KNOWN_STRUCTURAL = frozenset({"warp_per_row", "warp_reduce", "reduce_coarsen", "smem_tiling", "smem_transpose",
-                              "atomics_privatize", "vectorize", "coarsen_y", "smem_halo"})
+                              "atomics_privatize", "vectorize", "coarsen_y", "smem_halo", "single_pass"})
 #: the corpus the GPU suite and this check are meant to run on has at least this many naive cases
 MIN_CASES = 40
 REGENERATE = "python benchmarks/corpus_applicability.py --write"

@@ -42,7 +42,7 @@ from warpforge.spec.resolve import load_spec
 pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
-                  "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo"})
+                  "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo", "single_pass"})
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
@@ -82,7 +82,8 @@ def policy(stem: str) -> OfflinePolicy:
 
 def cases() -> list[tuple[str, Candidate]]:
     """Every structural variant of every reference kernel, those reached through grid_stride first, and
-    structural variants stacked on structural variants (reduce_coarsen then warp_reduce)."""
+    structural variants stacked on structural variants (reduce_coarsen then warp_reduce, single_pass then
+    warp_per_row)."""
     out: list[tuple[str, Candidate]] = []
     for stem in sorted(KERNELS):
         pol = policy(stem)
@@ -90,7 +91,9 @@ def cases() -> list[tuple[str, Candidate]]:
         kids = pol.propose_sync(root)
         out.extend((stem, c) for c in kids if c.family in MINE)
         for first in kids:
-            if first.steps == ("grid_stride:4",) or (first.family in MINE and first.steps[0].endswith(":sm8")):
+            # single_pass fuses two passes of a thread-per-row kernel: the search then gives it a warp per row
+            if first.steps == ("grid_stride:4",) or first.family == "single_pass" \
+                    or (first.family in MINE and first.steps[0].endswith(":sm8")):
                 out.extend((stem, c) for c in pol.propose_sync(first) if c.family in MINE)
     return out
 

@@ -22,6 +22,10 @@ Recognized shape (names, types, expressions free)::
           * element writes ``p[IDX] = ...`` / ``p[IDX] op= ...``,
           * reductions into a scalar declared outside the loop: ``acc += e``, ``acc -= e``,
             ``acc = acc + e``, ``acc = fmaxf(acc, e)`` (fmax, max, fminf, fmin, min; either argument order),
+          * a running max carried with the sum of exponentials shifted by it (``single_pass``'s online loop):
+            ``if (v > m) { s = s * expf(m - v); m = v; }`` then ``s += expf(v - m);`` (``__expf``, ``exp``),
+            ``v`` reading neither; each lane keeps its own pair, merged across lanes with the same rescaling
+            (warps only: no block-wide merge),
         where an array written anywhere in the kernel is always accessed with one index ``j`` or ``E + j``
         (E the same loop-invariant expression everywhere), read-only arrays with any index free of values
         the loop assigns, and a reduction's accumulator is not otherwise read inside its loop.
@@ -51,6 +55,7 @@ Assumption: device functions called in the loops have no side effects other thre
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -120,6 +125,9 @@ class _Reduction:
     first: bool = True
     #: argmax/argmin: the if statement that updates the pair (its consequence also sets the lane's flag)
     node_id: int = -1
+    #: "online": a running max ``acc`` and a sum ``index`` of exp(v - acc) rescaled when the max grows
+    #: (``single_pass``'s loop); ``exp`` the exponential the kernel uses
+    exp: str = ""
 
 
 @dataclass
@@ -160,6 +168,15 @@ class _Shape:
     flat: bool = False
     #: ids of loops every lane runs whole (their inner loops are split)
     outer: set[int] = field(default_factory=set)
+
+
+def _canon_text(text: str) -> str:
+    """Statement or expression text without whitespace and without parentheses around single names."""
+    t = re.sub(r"\s+", "", text)
+    prev = None
+    while prev != t:
+        prev, t = t, re.sub(r"\(([A-Za-z_0-9.]+)\)", r"\1", t)
+    return t
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
@@ -532,10 +549,14 @@ class _Analysis:
         return acc, first, inc
 
     def _body(self, node: Node, loop: _Loop, locals_: set[str], outer_written: set[str], skip: int = -1) -> None:
-        for st in statements(node):
+        sts = statements(node)
+        for at, st in enumerate(sts):
             if st.id == skip:
                 continue
             t = st.type
+            if t == "if_statement" and at + 1 < len(sts) and self._online_pair(st, sts[at + 1], loop, outer_written):
+                skip = sts[at + 1].id
+                continue
             if t == "compound_statement":
                 self._body(st, loop, locals_, outer_written)
             elif t == "if_statement" and (self._compare_assign(st, loop, outer_written)
@@ -619,6 +640,39 @@ class _Analysis:
             raise _Reject
         loop.reductions[name] = _Reduction(name, self.scalars[name], kind)
         self._expr(operand, loop, outer_written)
+
+    def _online_pair(self, st: Node, nxt: Node, loop: _Loop, outer_written: set[str]) -> bool:
+        """``if (V > M) { S = S * EXP(M - V); M = V; }`` then ``S += EXP(V - M);``: a running max carried with
+        the sum of exponentials shifted by it (online softmax, ``single_pass``'s loop). Lanes keep their own
+        pair and merge them with the same rescaling; V must read neither accumulator."""
+        data = self.data
+        cond = condition_of(st)
+        cons = statements(st.child_by_field_name("consequence"))
+        if cond is None or st.child_by_field_name("alternative") is not None or len(cons) != 2:
+            return False
+        cb = binary_parts(unparen(cond), data)
+        if cb is None or cb[1] != ">" or unparen(cb[2]).type != "identifier":
+            return False
+        v, m = cb[0], node_text(unparen(cb[2]), data)
+        vt = _canon_text(node_text(v, data))
+        if any(x.type != "expression_statement" for x in (cons[0], cons[1], nxt)):
+            return False
+        a0, a1, a2 = (_canon_text(node_text(x, data)) for x in (cons[0], cons[1], nxt))
+        rescale = re.fullmatch(r"([A-Za-z_]\w*)=\1\*(expf|__expf|exp)\(" + re.escape(f"{m}-{vt}") + r"\);", a0)
+        if a1 != f"{m}={vt};" or rescale is None:
+            return False
+        s, exp = rescale.group(1), rescale.group(2)
+        if a2 != f"{s}+={exp}({vt}-{m});" or s == m:
+            return False
+        for acc in (m, s):
+            if acc not in self.scalars or acc not in outer_written or acc in loop.reductions \
+                    or resolved_type(self.ctx, self.scalars[acc]) not in ("float", "double"):
+                return False
+        if {m, s} & _ids(v, data) or any(n.type in ("assignment_expression", "update_expression") for n in walk(v)):
+            return False
+        self._expr(v, loop, outer_written - {m, s})
+        loop.reductions[m] = _Reduction(m, self.scalars[m], "online", index=s, index_type=self.scalars[s], exp=exp)
+        return True
 
     def _extrema_chain(self, st: Node, loop: _Loop, outer_written: set[str]) -> bool:
         """``if (v > hi) hi = v; else if (v < lo) lo = v;`` (either order, any of < <= > >=): a running
@@ -982,7 +1036,7 @@ def analysis(ctx: RuleContext) -> tuple[_Analysis, _Shape] | None:
 
 
 def _reduction_kinds_ok(shape: _Shape) -> bool:
-    return all(r.kind in ("sum", "argmax", "argmin") or r.kind in MINMAX_FUNCS
+    return all(r.kind in ("sum", "argmax", "argmin", "online") or r.kind in MINMAX_FUNCS
                for lp in shape.loops for r in lp.reductions.values())
 
 
@@ -1161,12 +1215,14 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     d, cond, body = fp.var, fp.cond, fp.body
     parts = {r.acc: f"{PREFIX}p{n}_{r.acc}" for r in lp.reductions.values()}
     parts.update({r.index: f"{PREFIX}p{n}_{r.index}" for r in lp.reductions.values() if r.index})
-    flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index}
+    flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index and r.kind != "online"}
     lines: list[str] = []
     for r in lp.reductions.values():
         start = "0" if r.kind == "sum" else r.acc
         lines.append(f"{r.type} {parts[r.acc]} = {start};")
-        if r.index:
+        if r.kind == "online":
+            lines.append(f"{r.index_type} {parts[r.index]} = 0;  // relative to this lane's max")
+        elif r.index:
             lines.append(f"{r.index_type} {parts[r.index]} = {r.index};")
             lines.append(f"int {flags[r.node_id]} = 0;  // has this lane's pair left its start value?")
     lane = "threadIdx.x" if block else f"{PREFIX}lane"
@@ -1176,6 +1232,9 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
     for r in lp.reductions.values():
         p = parts[r.acc]
+        if r.kind == "online":
+            lines.extend(_online_combine(r, p, parts[r.index]))
+            continue
         if r.index:
             lines.extend(_arg_combine(r, p, parts[r.index], flags[r.node_id]))
             continue
@@ -1219,6 +1278,34 @@ def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[i
         return None
 
     return render(node, data, rep)
+
+
+def _online_combine(r: _Reduction, pm: str, ps: str) -> list[str]:
+    """Butterfly over (max, sum relative to it): the smaller max's sum is rescaled to the larger one (equal
+    maxima add as they are, so two lanes that saw nothing but their start value do not meet exp(-inf + inf)).
+    Both lanes of a pair compute the same sum (the addition commutes), so every lane ends with the row's pair,
+    which then joins the accumulators the loop started from."""
+    o, om, os_ = f"{PREFIX}o", f"{PREFIX}om", f"{PREFIX}os"
+    e = r.exp
+    return [
+        f"for (int {o} = 16; {o} > 0; {o} >>= 1) {{",
+        f"    {r.type} {om} = __shfl_xor_sync({_FULL}, {pm}, {o});",
+        f"    {r.index_type} {os_} = __shfl_xor_sync({_FULL}, {ps}, {o});",
+        f"    if ({om} > {pm}) {{",
+        f"        {ps} = {ps} * {e}({pm} - {om}) + {os_};",
+        f"        {pm} = {om};",
+        f"    }} else if ({om} == {pm}) {{",
+        f"        {ps} += {os_};",
+        "    } else {",
+        f"        {ps} += {os_} * {e}({om} - {pm});",
+        "    }",
+        "}",
+        f"if ({pm} > {r.acc}) {{",
+        f"    {r.index} = {r.index} * {e}({r.acc} - {pm});",
+        f"    {r.acc} = {pm};",
+        "}",
+        f"{r.index} += {ps};",
+    ]
 
 
 def _arg_combine(r: _Reduction, p: str, pj: str, pf: str) -> list[str]:
