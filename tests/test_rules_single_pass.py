@@ -118,6 +118,12 @@ def test_own_kernel_fuses() -> None:
     pol = policy_of(fixture(), "row_lse")
     (fused,) = children(pol, pol.root_candidate(), "single_pass")
     assert "s = s * expf(m - wfs_v);" in fused.definition
+    # a masked (-INFINITY) element adds exactly 0 in the two passes; met while m is still -INFINITY it would
+    # add exp(-inf - -inf) = NaN, and random inputs never hold one, so the fused loop must skip it itself
+    assert "if (wfs_v != -INFINITY) s += expf(wfs_v - m);" in fused.definition
+    # ... and warp_per_row still reads the guarded pair as the online pair, keeping the guard per lane
+    warps = children(pol, fused, "warp_per_row")
+    assert warps and all("wfs_v != -INFINITY" in c.definition for c in warps)
     assert children(pol, fused, "warp_per_row")
 
 

@@ -3,7 +3,8 @@
 Why it helps: softmax, log-softmax, log-sum-exp and cross-entropy compute, per row, ``m = max_j f(j)`` in one
 pass and ``s = sum_j exp(f(j) - m)`` in a second. Both passes read the whole row; the second cannot start before
 the first ends. Carried together as a pair, rescaling the sum whenever the maximum grows
-(``if (v > m) { s *= exp(m - v); m = v; } s += exp(v - m)``), they need one pass: a row is read once less.
+(``if (v > m) { s *= exp(m - v); m = v; } if (v != -INFINITY) s += exp(v - m)``), they need one
+pass: a row is read once less.
 The sum is rounded differently (each rescaling multiplies it by an ``exp`` of a non-positive number), so the
 family is proposed on its own and the evaluator's tolerance check decides whether the numerics are acceptable.
 
@@ -29,8 +30,10 @@ The rewrite: the declarations between the loops move above the fused loop, which
 ``v = E``, the compare-and-rescale and the accumulation; statements after the loops (the normalized write,
 ``m + log(s)``) are unchanged. The maximum is exactly the original's (the compare-and-assign picks the same
 element; ``fmaxf`` and ``>`` agree except when ``m`` starts as NaN, where the sum is NaN either way). The
-sum differs by rounding; a row that starts with ``-INFINITY`` elements while ``m = -INFINITY`` gives NaN
-(``exp(-inf - -inf)``) where the two passes give 0 for them (masked rows: verification rejects it).
+sum differs by rounding. A ``-INFINITY`` element (a masked score) is skipped in the sum: the two passes add
+exactly 0 for it, while the fused loop could meet it with ``m = -INFINITY`` still (a row that starts masked)
+and add ``exp(-inf - -inf)`` = NaN. Random test inputs never hold -INFINITY, so this must be exact by
+construction rather than left to verification; only a row masked entirely differs (a sum of 0 instead of NaN).
 
 Composition: ``warp_per_row`` recognizes the fused pair (``_online_pair`` there) and gives each lane its own
 ``(m, s)`` partial, merged across lanes with the same rescaling, so the search reaches a warp per row reading
@@ -308,7 +311,9 @@ def _fused(p: _Pair, data: bytes) -> str:
         f"        {p.s} = {p.s} * {p.exp}({p.m} - {v});",
         f"        {p.m} = {v};",
         "    }",
-        f"    {p.s} += {p.exp}({v} - {p.m});",
+        # a -INFINITY element adds exactly 0 in the two passes unless the whole row is -INFINITY; here it
+        # could meet m = -INFINITY (exp(-inf - -inf) = NaN), so it is skipped: masked rows stay finite
+        f"    if ({v} != -INFINITY) {p.s} += {p.exp}({v} - {p.m});",
         "}",
     ]
     return "\n".join(lines)

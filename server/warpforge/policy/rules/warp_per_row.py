@@ -642,7 +642,8 @@ class _Analysis:
         self._expr(operand, loop, outer_written)
 
     def _online_pair(self, st: Node, nxt: Node, loop: _Loop, outer_written: set[str]) -> bool:
-        """``if (V > M) { S = S * EXP(M - V); M = V; }`` then ``S += EXP(V - M);``: a running max carried with
+        """``if (V > M) { S = S * EXP(M - V); M = V; }`` then ``S += EXP(V - M);`` (also under
+        ``if (V != -INFINITY)``): a running max carried with
         the sum of exponentials shifted by it (online softmax, ``single_pass``'s loop). Lanes keep their own
         pair and merge them with the same rescaling; V must read neither accumulator."""
         data = self.data
@@ -655,6 +656,13 @@ class _Analysis:
             return False
         v, m = cb[0], node_text(unparen(cb[2]), data)
         vt = _canon_text(node_text(v, data))
+        if nxt.type == "if_statement" and nxt.child_by_field_name("alternative") is None:
+            # ``if (V != -INFINITY) S += EXP(V - M);``: single_pass skips masked elements (see there)
+            guard, then = condition_of(nxt), statements(nxt.child_by_field_name("consequence"))
+            if guard is None or len(then) != 1 \
+                    or _canon_text(node_text(unparen(guard), data)) != f"{vt}!=-INFINITY":
+                return False
+            nxt = then[0]
         if any(x.type != "expression_statement" for x in (cons[0], cons[1], nxt)):
             return False
         a0, a1, a2 = (_canon_text(node_text(x, data)) for x in (cons[0], cons[1], nxt))
