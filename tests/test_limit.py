@@ -231,3 +231,13 @@ def test_the_stop_rule_can_be_turned_off() -> None:
                         limit_of=_timed_reader(SAXPY_FLOOR_MS / 0.98))  # type: ignore[arg-type]
     result = asyncio.run(search.run(ROOT_CANDIDATE))
     assert result.evaluations > 1 and "physical limit" not in result.stopped
+
+
+def test_a_time_that_beats_the_roof_does_not_stop_the_search() -> None:
+    """At 130 % of the copy bandwidth the roof does not bound the kernel (cache-resident data, or a spec whose
+    bytes overstate the work): that is no sign the search is done."""
+    land = Landscape({"A": [1.5]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=50),
+                        limit_of=_timed_reader(SAXPY_FLOOR_MS / 1.3))  # type: ignore[arg-type]
+    result = asyncio.run(search.run(ROOT_CANDIDATE))
+    assert result.evaluations > 1 and "physical limit" not in result.stopped

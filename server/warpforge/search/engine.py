@@ -27,6 +27,10 @@ from .tree import EvaluatorLike, Node, Objective, Policy, SearchContext
 
 #: stop searching once the best verified variant reaches this % of the kernel's physical limit
 LIMIT_STOP_PCT = 95.0
+#: a reading above this % of the limit is not "at the limit": the time beats the roof, so the roof does not bound
+#: this kernel (its data stays in cache between launches, or the spec's bytes/flops overstate its work) and
+#: nothing says the search is done; it goes on and the reading is reported as it is
+LIMIT_TRUST_PCT = 110.0
 
 
 class LimitReading(Protocol):
@@ -207,7 +211,7 @@ class SearchEngine:
             self.emit("limit_error", node, f"reading the physical limit: {type(e).__name__}: {e}")
             return
         pct = reading.pct_limit if reading is not None else None
-        if reading is not None and pct is not None and pct >= self.budget.limit_pct:
+        if reading is not None and pct is not None and self.budget.limit_pct <= pct <= LIMIT_TRUST_PCT:
             self.at_limit = reading
             self.emit("at_limit", node, reading.text())
 
