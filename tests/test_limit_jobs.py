@@ -25,6 +25,9 @@ from warpforge.profile.limit import physical_limit, spec_work
 SAXPY_PATH = ROOT / "kernels" / "saxpy.cu"
 #: saxpy's compulsory bytes (3 * 2^25 floats) at 3000 GB/s, in ms
 FLOOR_MS = 3 * (1 << 25) * 4 / 3000e9 * 1e3
+#: where the fixture puts the original: its vectorize (1.6x) then lands at 99 %, inside the window where the
+#: search stops (95-110 %: above 110 % the roof does not bound the kernel, see search.engine.LIMIT_TRUST_PCT)
+ORIGINAL_PCT = 62.0
 
 
 def _text() -> str:
@@ -49,7 +52,7 @@ def _job(events: list[JobEvent], budget: int = 24) -> OptimizeJob:
 
 @needs_nvcc
 def test_a_job_near_the_limit_stops_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fixture(monkeypatch, 70.0)  # the original at 70 %: the fixture's vectorize (1.6x) goes past 95 %
+    _fixture(monkeypatch, ORIGINAL_PCT)
     events: list[JobEvent] = []
     job = _job(events)
     outcome = asyncio.run(job.run())
@@ -57,8 +60,8 @@ def test_a_job_near_the_limit_stops_and_says_so(monkeypatch: pytest.MonkeyPatch)
     assert isinstance(done, JobFinished) and done.improved
     assert done.stopped.startswith("within 5 % of the physical limit: ")
     assert done.limit is not None and done.limit.bound == "memory" and (done.limit.pct_limit or 0) >= 95.0
-    # the best's % is the original's 70 % times its speedup (the time is the baseline's over the speedup)
-    assert done.limit.pct_limit == pytest.approx(70.0 * outcome.result.best_speedup, abs=0.1)
+    # the best's % is the original's times its speedup (the time is the baseline's over the speedup)
+    assert done.limit.pct_limit == pytest.approx(ORIGINAL_PCT * outcome.result.best_speedup, abs=0.1)
     assert "% of the memory limit" in done.message
     assert outcome.result.evaluations < 24  # stopped before the budget
     found = [e for e in events if isinstance(e, CandidateFound)]
@@ -108,15 +111,15 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.Capture
 @needs_nvcc
 def test_optimize_json_has_the_limit_and_the_stop_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    _fixture(monkeypatch, 70.0)
+    _fixture(monkeypatch, ORIGINAL_PCT)
     code, out = _cli(monkeypatch, tmp_path, capsys, "--json", "--report", "r.html")
     data: dict[str, Any] = json.loads(out)
     assert code == 0 and data["improved"]
     assert data["stopped"].startswith("within 5 % of the physical limit")
     lim, base = data["limit"], data["baseline_limit"]
     assert lim["bound"] == "memory" and lim["pct_limit"] >= 95.0
-    assert lim["pct_limit"] == pytest.approx(70.0 * data["speedup"], abs=0.1)
-    assert base["pct_limit"] == pytest.approx(70.0, abs=0.1) and base["best_ms"] > lim["best_ms"]
+    assert lim["pct_limit"] == pytest.approx(ORIGINAL_PCT * data["speedup"], abs=0.1)
+    assert base["pct_limit"] == pytest.approx(ORIGINAL_PCT, abs=0.1) and base["best_ms"] > lim["best_ms"]
     assert lim["floor_ms"] == pytest.approx(FLOOR_MS, rel=1e-4)
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert f"now at {lim['pct_limit']:.0f} % of the memory limit" in html
@@ -126,12 +129,13 @@ def test_optimize_json_has_the_limit_and_the_stop_reason(monkeypatch: pytest.Mon
 @needs_nvcc
 def test_optimize_text_shows_the_limit_next_to_the_speedup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    _fixture(monkeypatch, 70.0)
+    _fixture(monkeypatch, ORIGINAL_PCT)
     code, out = _cli(monkeypatch, tmp_path, capsys)
     assert code == 0
     lines = out.splitlines()
     speed = next(i for i, ln in enumerate(lines) if " µs → " in ln)
-    assert "% of the memory limit" in lines[speed + 1] and "the original was at 70 %" in lines[speed + 1]
+    after = lines[speed + 1]
+    assert "% of the memory limit" in after and f"the original was at {ORIGINAL_PCT:.0f} %" in after
     assert "stopped: within 5 % of the physical limit" in out
 
 
