@@ -5,10 +5,14 @@ from __future__ import annotations
 import functools
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from warpforge.cuda import FileModel, Position, SourceText, parse
+
+if TYPE_CHECKING:
+    from warpforge.policy.offline import OfflinePolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS_DIR = ROOT / "kernels"
@@ -58,3 +62,19 @@ def apply_lsp(text: str, edits: list[tuple[Position, Position, str]]) -> str:
     for start, end, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[: index(start)] + new + out[index(end) :]
     return out
+
+
+def text_policy(text: str, kernel: str, path: str = "fixture.cu") -> OfflinePolicy:
+    """The offline policy over every registered rule for ``kernel`` of a source text written in a test: what
+    the rule tests ask of a kernel none of the rules was written against."""
+    from warpforge.policy.offline import OfflinePolicy
+    from warpforge.policy.rules import REGISTRY
+    from warpforge.policy.rules import load as load_rules
+    from warpforge.spec.resolve import load_spec
+
+    load_rules()
+    src = SourceText(text)
+    model = parse(src.data)
+    k = model.kernel(kernel)
+    assert k is not None
+    return OfflinePolicy(path, src, model, k, load_spec(path, kernel, text=text), families=set(REGISTRY))

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_nvcc
-from warpforge.cuda import SourceText, parse
+from conftest import ROOT, needs_nvcc, text_policy
 from warpforge.cuda.candidate import Candidate
 from warpforge.policy.offline import OfflinePolicy
-from warpforge.policy.rules import REGISTRY, load
-from warpforge.spec.resolve import load_spec
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -70,13 +67,7 @@ __global__ void range_of_rows(const float* x, float* lo_out, float* hi_out, int 
 
 
 def policy(text: str, kernel: str) -> OfflinePolicy:
-    load()
-    src = SourceText(text)
-    model = parse(src.data)
-    k = model.kernel(kernel)
-    assert k is not None
-    return OfflinePolicy("fixture.cu", src, model, k, load_spec("fixture.cu", kernel, text=text),
-                         families=set(REGISTRY))
+    return text_policy(text, kernel)
 
 
 def family_children(text: str, kernel: str, family: str) -> list[Candidate]:

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_nvcc
-from warpforge.cuda import SourceText, parse
+from conftest import ROOT, needs_nvcc, text_policy
+from warpforge.cuda import parse
 from warpforge.cuda.candidate import Candidate
 from warpforge.policy.offline import OfflinePolicy
-from warpforge.policy.rules import REGISTRY, load
-from warpforge.spec.resolve import load_spec
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -71,12 +69,7 @@ def fixture(**over: str) -> str:
 
 
 def policy_of(text: str, kernel: str, path: str = "fixture.cu") -> OfflinePolicy:
-    load()
-    src = SourceText(text)
-    model = parse(src.data)
-    k = model.kernel(kernel)
-    assert k is not None
-    return OfflinePolicy(path, src, model, k, load_spec(path, kernel, text=text), families=set(REGISTRY))
+    return text_policy(text, kernel, path)
 
 
 def children(pol: OfflinePolicy, cand: Candidate, family: str) -> list[Candidate]:
