@@ -1,39 +1,46 @@
 #!/bin/bash
 # One device call that measures the corpus and runs GPU tests, for a session's scarce device time.
 #
-# Why: the device is lent by the minute and a fresh machine costs a minute to start, so the corpus suite
-# runs as one shard per GPU side by side (corpus_suite.py --shard K/N, joined with --merge), then the GPU
-# tests named in TESTS0 / TESTS1 run on GPU 0 / GPU 1. Logs go to $OUT/logs (tarred as logs.tgz).
+# Why: the device is lent by the minute, a fresh machine costs a minute to start, and one call may run at most
+# 10 minutes. So the corpus suite runs as one shard per GPU side by side (corpus_suite.py --shard K/N, joined
+# with --merge), and a whole corpus at 60 s per case is split over two calls on the same warm machine with
+# NS (shards in all) and SO (the first shard this call runs). The GPU tests named in TESTS are then split by
+# test id over all GPUs (test i runs on GPU i mod NG). Logs go to $OUT/logs (tarred as logs.tgz).
 # On the device, from the repository root, with the staged dependencies carried as .gpu:
-#   S=60 B=32 CT=540 TESTS0="tests/test_rules_gpu.py" TESTS1="tests/test_gpu_engine.py" \
-#     bash benchmarks/gpu_session.sh
+#   S=60 B=32 NS=8 SO=0 CT=540 bash benchmarks/gpu_session.sh            # corpus shards 0..NG-1 of 8
+#   NOCORPUS=1 TESTS="tests/test_rules_gpu.py tests/test_gpu_engine.py" PT=300 bash benchmarks/gpu_session.sh
 # S/B: search seconds / candidates per case; CT: a shard's time limit; PT: the tests' time limit. A shard
 # stopped by CT keeps the cases it finished (the report is rewritten after each one).
 source .gpu/env.sh
 L=$OUT/logs; mkdir -p $L
 nvidia-smi -L > $L/gpus.txt; cat $L/gpus.txt
 NG=$(nvidia-smi -L | wc -l)
-S=${S:-60}; B=${B:-32}; CT=${CT:-540}
+S=${S:-60}; B=${B:-32}; CT=${CT:-540}; NS=${NS:-$NG}; SO=${SO:-0}
 t0=$(date +%s)
-for k in $(seq 0 $((NG-1))); do
-  (CUDA_VISIBLE_DEVICES=$k timeout $CT python3 benchmarks/corpus_suite.py --seconds $S --budget $B --shard $k/$NG \
-     --workspace /tmp/wfc$k --out $L/c$k.json > $L/c$k.log 2>&1; echo "shard $k rc=$?" >> $L/c$k.log) &
-done
-wait
-echo "corpus: $(( $(date +%s) - t0 )) s"
-python3 benchmarks/corpus_suite.py --merge $L/c*.json --out $L/corpus.json > $L/corpus.txt 2>&1
+if [ -z "$NOCORPUS" ]; then
+  for g in $(seq 0 $((NG-1))); do
+    k=$((SO+g)); (( k < NS )) || continue
+    (CUDA_VISIBLE_DEVICES=$g timeout $CT python3 benchmarks/corpus_suite.py --seconds $S --budget $B --shard $k/$NS \
+       --workspace /tmp/wfc$k --out $L/c$k.json > $L/c$k.log 2>&1; echo "shard $k rc=$?" >> $L/c$k.log) &
+  done
+  wait
+  echo "corpus: $(( $(date +%s) - t0 )) s"
+  python3 benchmarks/corpus_suite.py --merge $L/c*.json --out $L/corpus.json > $L/corpus.txt 2>&1
+fi
 t1=$(date +%s)
-for k in 0 1; do
-  v=TESTS$k; T=${!v}
-  dev=$(( k < NG ? k : 0 ))  # one GPU: both lists run on it, one after the other
-  [ -n "$T" ] || continue
-  if (( dev == k )); then
-    (CUDA_VISIBLE_DEVICES=$dev timeout ${PT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider $T > $L/gpu_tests$k.txt 2>&1) &
-  else
-    wait; CUDA_VISIBLE_DEVICES=$dev timeout ${PT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider $T > $L/gpu_tests$k.txt 2>&1
-  fi
-done
-wait
-echo "tests: $(( $(date +%s) - t1 )) s"
+if [ -n "$TESTS" ]; then
+  python3 -m pytest -m gpu -q -p no:cacheprovider --collect-only $TESTS 2>/dev/null | grep '::' > $L/ids.txt
+  for g in $(seq 0 $((NG-1))); do
+    awk -v g=$g -v n=$NG '(NR-1) % n == g' $L/ids.txt > $L/ids$g.txt
+    [ -s $L/ids$g.txt ] || continue
+    (CUDA_VISIBLE_DEVICES=$g timeout ${PT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider \
+       $(cat $L/ids$g.txt) > $L/gpu_tests$g.txt 2>&1) &
+  done
+  wait
+  echo "tests: $(( $(date +%s) - t1 )) s"
+fi
 cd $OUT && tar czf logs.tgz logs && cd - >/dev/null
-tail -50 $L/corpus.txt; tail -8 $L/gpu_tests*.txt 2>/dev/null; for k in $(seq 0 $((NG-1))); do tail -2 $L/c$k.log; done
+[ -f $L/corpus.txt ] && tail -50 $L/corpus.txt
+for f in $L/gpu_tests*.txt; do [ -f $f ] && { echo "== $f"; grep -E "FAILED|ERROR" $f | head -20; tail -1 $f; }; done
+for f in $L/c[0-9]*.log; do [ -f $f ] && tail -1 $f; done
+exit 0
