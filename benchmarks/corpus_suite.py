@@ -160,6 +160,34 @@ def tree_families(nodes: Iterable[Node], structural: frozenset[str]) -> dict[str
             "structural_faster": sorted(faster), "structural_statuses": statuses}
 
 
+def why_not(nodes: Iterable[Node], best: Node, structural: frozenset[str]) -> dict[str, Any]:
+    """Why a case's numbers are what they are, in the evaluator's words.
+
+    ``not_offered``: variants that verified and timed faster than the offered best but were turned down
+    after the search (compute-sanitizer, or an Nsight Compute confirmation that disagrees), with the
+    verdict; ``structural_rejections``: per structural family, the first reason a candidate of it was not
+    verified (incorrect, racy, rejected, crashed). Without these a row says only that a family lost.
+    """
+    not_offered: list[dict[str, Any]] = []
+    rejections: dict[str, str] = {}
+    best_sp = best.speedup or 1.0
+    for n in nodes:
+        ev = n.evaluation
+        if n.parent is None or ev is None:
+            continue
+        conf = getattr(getattr(ev, "timing", None), "confirmation", None)
+        sanitizer_failed = getattr(getattr(ev, "sanitizer", None), "failed", None) is not None
+        turned_down = getattr(conf, "agrees", None) is False or sanitizer_failed
+        if turned_down and (n.speedup or 0.0) > best_sp:
+            not_offered.append({"steps": list(n.candidate.steps), "status": n.status,
+                                "speedup": n.speedup, "reason": ev.reason,
+                                "verdict": conf.text() if conf is not None else ev.reason})
+        if n.status not in ("ok", "pending"):
+            for fam in sorted(_families(n.candidate) & structural):
+                rejections.setdefault(fam, f"{n.status}: {ev.reason}"[:400])
+    return {"not_offered": not_offered, "structural_rejections": rejections}
+
+
 # ----------------------------------------------------------------------------------------------- one case
 def _findings(path: Path, text: str, kernel: str, arch: str) -> list[Any]:
     """The static findings the CLI gives the policy (they order its proposals); none if analysis fails."""
@@ -267,6 +295,7 @@ async def run_case(path: Path, opts: Options, make_evaluator: EvaluatorFactory =
         **_limit_row(best_ms, work, peak, ceil),
         "gpu": gpu, "headline": best.headline() if best is not None and hasattr(best, "headline") else "",
         "history": [[n, round(s, 4), round(t, 2)] for (n, s), t in zip(r.history, r.history_seconds, strict=False)],
+        **why_not(r.nodes, r.best, structural),
     })
     if expert_error is not None or expert_eval is not None:
         row["expert"] = _expert_row(expert_eval, expert_error, expert_notes, best_ms, row["speedup"])
