@@ -7,6 +7,13 @@ are a large share of what events see: a 5 µs kernel timed 1.056x faster (interv
 from the hardware, with nothing of the host in it. A speedup the two disagree on by more than the timing's
 own interval is not offered as a win (``Confirmation.agrees`` is False and the evidence says why).
 
+Unless ncu sees a clear win of its own (``CLEAR_WIN``, well above its launch-to-launch noise): then the win
+is real and only its size is in question, so it is offered at the smaller of the two measurements
+(``Confirmation.reduced``). Measured on an H100: a privatized histogram timed 77.2x [77.0, 77.3] over an
+atomic-bound original was 65.9x to ncu, because the contended original ran 2777 µs under ncu and 3288 µs
+in the timing (contention varies between the harnesses); turning down a 66x win for that was wrong, and
+offering 77x would claim more than the independent measurement reproduces.
+
 What is compared: the time each launch saves, not the ratio, whenever the timed baseline's per-launch
 time is known. A lone launch under ncu carries about a microsecond that back-to-back graph replays overlap
 (measured on an H100: a gelu of 1.6 µs per launch in graph replays is 2.9 µs to ncu). That fixed part
@@ -63,6 +70,8 @@ LAUNCHES = 7
 #: ncu's own launch-to-launch noise on a microsecond kernel: the least disagreement that counts (as a
 #: ratio), so that a very tight timing interval does not turn ncu's jitter into a verdict
 MIN_ALLOWED = 0.02
+#: a speedup ncu itself measures at least this large is a win whatever the timing said; offered at ncu's size
+CLEAR_WIN = 1.10
 HARNESS_TAG = "WARPFORGE_CONFIRM "
 
 Launch = tuple[Sequence[int], Sequence[int], int]
@@ -94,6 +103,8 @@ class Confirmation:
     timed_saving_us: float | None = None
     ncu_saving_us: float | None = None
     allowed_us: float | None = None
+    #: ncu confirms a win, smaller than timed: the offered speedup becomes ncu's ratio
+    reduced: bool = False
     cache: str = ""
     seconds: float = 0.0
     note: str = ""
@@ -105,6 +116,9 @@ class Confirmation:
         b, c = statistics.median(self.baseline_us), statistics.median(self.candidate_us)
         what = (f"Nsight Compute gpu__time_duration: {b:.2f} µs -> {c:.2f} µs = {self.ncu_ratio:.3f}x over "
                 f"{len(self.candidate_us)} launches each (caches {self.cache})")
+        if self.reduced:
+            return (f"confirmed at a smaller speedup: {what}, where the timing says [{self.low:.3f}x, "
+                    f"{self.high:.3f}x]; offered at Nsight Compute's {self.ncu_ratio:.3f}x")
         if self.timed_saving_us is not None and self.ncu_saving_us is not None and self.allowed_us is not None:
             saved = (f"saves {self.ncu_saving_us:.2f} µs per launch where the timing "
                      f"[{self.low:.3f}x, {self.high:.3f}x] says {self.timed_saving_us:.2f} µs")
@@ -151,7 +165,7 @@ def judge(claimed: Speedup, baseline_ns: Sequence[float], candidate_ns: Sequence
     if timed_baseline_ms is None or timed_baseline_ms <= 0 or claimed.low <= 0:
         c.allowed = max(claimed.high - claimed.low, MIN_ALLOWED)
         c.agrees = abs(c.ncu_ratio - claimed.ratio) <= c.allowed
-        return c
+        return _clear_win(c)
     tb = timed_baseline_ms * 1e3  # µs, like the durations kept for people
     low_saving = tb * (1.0 - 1.0 / claimed.low)
     high_saving = tb * (1.0 - 1.0 / claimed.high)
@@ -160,6 +174,13 @@ def judge(claimed: Speedup, baseline_ns: Sequence[float], candidate_ns: Sequence
     c.allowed_us = max(high_saving - low_saving, MIN_ALLOWED * tb)
     c.allowed = max(claimed.high - claimed.low, MIN_ALLOWED)
     c.agrees = c.ncu_saving_us > 0 and c.ncu_saving_us >= low_saving - c.allowed_us
+    return _clear_win(c)
+
+
+def _clear_win(c: Confirmation) -> Confirmation:
+    """A disagreement about the size of a win ncu also sees clearly is not a disagreement about the win."""
+    if c.agrees is False and c.ncu_ratio is not None and c.ncu_ratio >= CLEAR_WIN and c.ncu_ratio < c.claimed:
+        c.agrees, c.reduced = True, True
     return c
 
 

@@ -597,6 +597,8 @@ class Evaluator:
         if conf.agrees is False and conf.ncu_ratio is not None:
             t.speedup = Speedup(claimed.ratio, min(claimed.low, conf.ncu_ratio), max(claimed.high, conf.ncu_ratio),
                                 claimed.pairs)
+        elif conf.reduced and conf.ncu_ratio is not None:  # a real win, offered at the size ncu reproduces
+            t.speedup = Speedup(conf.ncu_ratio, min(claimed.low, conf.ncu_ratio), claimed.high, claimed.pairs)
 
     def _bytes(self) -> float | None:
         r = self.spec.resolve()
