@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from warpforge.gpu.compare import compare
+from warpforge.gpu.compare import compare, sensitivity_tolerance
 from warpforge.gpu.inputs import (
     TAIL,
     TAIL_MAX_FLOAT16,
@@ -73,3 +73,49 @@ def test_a_sum_missing_its_tail_passes_rtol_1e_4_on_plain_inputs_and_fails_on_pe
     assert compare("out", got, want, "float32", 1e-4, 1e-5).ok  # the tolerance hides it...
     got, want = sums(perturb_tail(arg, x))
     assert not compare("out", got, want, "float32", 1e-4, 1e-5).ok  # ...the perturbed tail does not
+
+
+def _matvec(a: np.ndarray, x: np.ndarray, lanes: int, skip: int = 0) -> np.ndarray:
+    """fp32 y = A x as a GPU computes it: ``lanes`` partial sums per row, each a chain of fused multiply-adds
+    over columns j = l, l + lanes, ..., then combined by a butterfly (``lanes`` = 1: one thread per row).
+    ``skip``: the last columns left out (a tail bug)."""
+    n = a.shape[1] - skip
+    parts = []
+    for lane in range(lanes):
+        acc = np.zeros(a.shape[0], dtype=np.float32)
+        for j in range(lane, n, lanes):  # fma: the fp32 product is exact in fp64, one rounding to fp32
+            acc = (acc.astype(np.float64) + a[:, j].astype(np.float64) * np.float64(x[j])).astype(np.float32)
+        parts.append(acc)
+    while len(parts) > 1:
+        half = len(parts) // 2
+        parts = [parts[i] + parts[i + half] for i in range(half)]
+    return parts[0]
+
+
+def test_a_reordered_sum_follows_the_perturbed_tail_and_a_skipped_tail_does_not() -> None:
+    # Measured on an H100: a warp-per-row matvec (16384 x 4096, rtol = atol = 1e-3) was turned down by the
+    # sensitivity check, one output off by 4e-3, where the perturbed terms (~1e4) cancel to an output near 1.
+    # The check asks whether the candidate follows the change; its tolerance grows with the change's size.
+    m, n = 4096, 1024
+    av = ArgLayout("A", "in", "float32", m * n, dist=("uniform", -1.0, 1.0))
+    xv = ArgLayout("x", "in", "float32", n, dist=("uniform", -1.0, 1.0))
+    a, x = generate(av, 0), generate(xv, 0)
+    ta, tx = perturb_tail(av, a).reshape(m, n), perturb_tail(xv, x)
+    a = a.reshape(m, n)
+    plain, perturbed = _matvec(a, x, 1), _matvec(ta, tx, 1)
+    change = compare("y", perturbed, plain, "float32", 1e-3, 1e-3)
+    assert change.mismatches > 0.9 * m  # every output depends on x's tail
+    tol = sensitivity_tolerance((1e-3, 1e-3), change.max_abs)
+    assert tol[0] == 1e-3 and tol[1] > 1.0
+    warp = _matvec(ta, tx, 32)
+    assert not compare("y", warp, perturbed, "float32", 1e-3, 1e-3).ok  # the spec's tolerance: turned down
+    assert compare("y", warp, perturbed, "float32", *tol).ok  # follows the change
+    skipped = _matvec(ta, tx, 32, skip=1)  # drops one perturbed column
+    assert not compare("y", skipped, perturbed, "float32", *tol).ok
+
+
+def test_the_sensitivity_tolerance_leaves_exact_and_unbounded_cases_alone() -> None:
+    assert sensitivity_tolerance((0.0, 0.0), 1e6) == (0.0, 0.0)
+    assert sensitivity_tolerance((1e-4, 1e-5), float("inf")) == (1e-4, 1e-5)
+    assert sensitivity_tolerance((1e-4, 1e-5), 0.0) == (1e-4, 1e-5)
+    assert sensitivity_tolerance((1e-4, 1e-5), 100.0) == (1e-4, 1e-5 + 1e-2)

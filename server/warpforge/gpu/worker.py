@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from . import compare as cmp
+from .compare import sensitivity_tolerance
 from .energy import NvmlDevice, NvmlUnavailable
 from .energy import measure as measure_energy
 from .input_cache import inputs_for
@@ -733,8 +734,11 @@ class Engine:
             run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout, tail)
             report: Msg = {"variant": variant, "seed": seed, "label": layout.label, "sizes": layout.describe(),
                            "guard": run.guard, "oracle_guard": oracle.guard, "buffers": [], "tail": tail}
+            tols = {a.name: prob.tolerances.get(a.name, (0.0, 0.0)) for a in layout.writable}
             if tail:
-                report["tail_changes"] = self._tail_changes(prob, omod, oref, variant, seed, oracle, timeout)
+                changes = self._tail_changes(prob, omod, oref, variant, seed, oracle, timeout)
+                report["tail_changes"] = {k: n for k, (n, _) in changes.items()}
+                tols = {k: sensitivity_tolerance(tols[k], changes[k][1]) for k in tols}
             if det is not None and not tail and (variant, seed) == (det[0], int(det[1])) and determinism is None:
                 again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
                 determinism = [self._compare(a, again.bufs[a.name].ptr, run.bufs[a.name].ptr,
@@ -746,8 +750,7 @@ class Engine:
                     self._retire(list(run.bufs.values()))
                     reports.append(report)
                     break
-            report["buffers"] = [self._compare(a, run.bufs[a.name].ptr, oracle.bufs[a.name].ptr,
-                                               prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+            report["buffers"] = [self._compare(a, run.bufs[a.name].ptr, oracle.bufs[a.name].ptr, tols[a.name], timeout)
                                  for a in layout.writable]
             if msg.get("count_unwritten"):
                 report["unwritten"] = self._count_unwritten(layout, oracle, timeout)
@@ -760,18 +763,20 @@ class Engine:
                 "oracle_attrs": omod.attrs}
 
     def _tail_changes(self, prob: _Problem, omod: _Module, oref: Msg, variant: str, seed: int, perturbed: _Oracle,
-                      timeout: float) -> dict[str, int]:
-        """Elements of each output that the tail perturbation changed in the original's results.
+                      timeout: float) -> dict[str, tuple[int, float]]:
+        """Per output: how many elements the tail perturbation changed in the original's results, and the
+        largest change.
 
-        Evidence for the sensitivity check: where this is 0 the original does not depend on the perturbed
-        elements (nothing to check there); elsewhere the candidate had to follow the change.
+        Evidence for the sensitivity check: where the count is 0 the original does not depend on the perturbed
+        elements (nothing to check there); elsewhere the candidate had to follow the change, and the largest
+        change sets how closely (``sensitivity_tolerance``).
         """
         plain = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
-        out: dict[str, int] = {}
+        out: dict[str, tuple[int, float]] = {}
         for a in prob.layouts[variant].writable:
             rep = self._compare(a, perturbed.bufs[a.name].ptr, plain.bufs[a.name].ptr,
                                 prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
-            out[a.name] = rep.mismatches
+            out[a.name] = (rep.mismatches, rep.max_abs)
         return out
 
     def _count_unwritten(self, layout: Layout, oracle: _Oracle, timeout: float) -> dict[str, int]:
