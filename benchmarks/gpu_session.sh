@@ -8,6 +8,7 @@
 # test id over all GPUs (test i runs on GPU i mod NG). Logs go to $OUT/logs (tarred as logs.tgz).
 # On the device, from the repository root, with the staged dependencies carried as .gpu:
 #   S=60 B=32 NS=8 SO=0 CT=540 bash benchmarks/gpu_session.sh            # corpus shards 0..NG-1 of 8
+#   KSUITE=1 (KS=30): also the reference kernels (optimize_suite.py, kernels/ split over the GPUs)
 #   NOCORPUS=1 TESTS="tests/test_rules_gpu.py tests/test_gpu_engine.py" PT=300 bash benchmarks/gpu_session.sh
 # S/B: search seconds / candidates per case; CT: a shard's time limit; PT: the tests' time limit. A shard
 # stopped by CT keeps the cases it finished (the report is rewritten after each one).
@@ -27,6 +28,18 @@ if [ -z "$NOCORPUS" ]; then
   echo "corpus: $(( $(date +%s) - t0 )) s"
   python3 benchmarks/corpus_suite.py --merge $L/c*.json --out $L/corpus.json > $L/corpus.txt 2>&1
 fi
+if [ -n "$KSUITE" ]; then  # the reference kernels (kernels/), split over the GPUs: the no-regression check
+  t2=$(date +%s)
+  ks=($(ls kernels/*.cu | xargs -n1 basename | sed 's/\.cu$//'))
+  for g in $(seq 0 $((NG-1))); do
+    mine=$(for i in "${!ks[@]}"; do (( i % NG == g )) && echo ${ks[$i]}; done)
+    [ -n "$mine" ] || continue
+    (CUDA_VISIBLE_DEVICES=$g timeout $CT python3 benchmarks/optimize_suite.py --seconds ${KS:-30} --budget 32 \
+       --kernels $mine --workspace /tmp/wfk$g --out $L/k$g.json > $L/k$g.log 2>&1) &
+  done
+  wait
+  echo "kernels: $(( $(date +%s) - t2 )) s"
+fi
 t1=$(date +%s)
 if [ -n "$TESTS" ]; then
   python3 -m pytest -m gpu -q -p no:cacheprovider --collect-only $TESTS 2>/dev/null | grep '::' > $L/ids.txt
@@ -43,4 +56,5 @@ cd $OUT && tar czf logs.tgz logs && cd - >/dev/null
 [ -f $L/corpus.txt ] && tail -50 $L/corpus.txt
 for f in $L/gpu_tests*.txt; do [ -f $f ] && { echo "== $f"; grep -E "FAILED|ERROR" $f | head -20; tail -1 $f; }; done
 for f in $L/c[0-9]*.log; do [ -f $f ] && tail -1 $f; done
+for f in $L/k[0-9]*.log; do [ -f $f ] && tail -14 $f; done
 exit 0

@@ -73,11 +73,13 @@ def main() -> None:
     ap.add_argument("--strategy", default="beam")
     ap.add_argument("--kernels", nargs="*", default=None)
     ap.add_argument("--out", default="optimize_suite.json")
+    ap.add_argument("--workspace", type=Path, default=Path("/tmp/wf-optimize-suite"),
+                    help="store and builds (one per process when several run side by side)")
     args = ap.parse_args()
     files = sorted((ROOT / "kernels").glob("*.cu"))
     if args.kernels:
         files = [f for f in files if f.stem in args.kernels]
-    workspace = Path("/tmp/wf-optimize-suite")
+    workspace = args.workspace
     rows = []
     for f in files:
         row = asyncio.run(one(f, args.strategy, args.budget, args.seconds, workspace))
