@@ -337,6 +337,41 @@ async def test_profile_job_without_a_gpu_keeps_static_findings_and_says_why(clie
 
 
 
+async def test_gpu_status_is_said_before_a_job_and_an_optimize_it_cannot_evaluate_is_refused(
+        client: LanguageClient) -> None:
+    """The editor asks what GPU work can run (status bar, and before Optimize/Profile start). The fixture
+    evaluator can optimize anywhere; the local backend on a machine without a GPU (CI) cannot, and the
+    server refuses such a job with the reason and what to do instead, starting nothing."""
+    from warpforge.gpu.supervisor import gpu_unavailable_reason
+
+    st = await client.protocol.send_request_async("warpforge/gpuStatus", None)
+    assert st.can_optimize is True and st.backend == "python:lsp_fixture_evaluator:make"
+    assert st.summary == "plug-in evaluator lsp_fixture_evaluator:make"
+    assert st.tools.nvcc and st.tools.ncu and st.tools.compute_sanitizer and st.tools.pycuda  # each said
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is present: the refusal is for machines without one")
+    state = client.state  # type: ignore[attr-defined]
+    uri = open_doc(client, "saxpy_nogpu.cu", SAXPY)
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"warpforge": {"evaluationBackend": "local"}}))
+    try:
+        st = await client.protocol.send_request_async("warpforge/gpuStatus", None)
+        assert st.can_optimize is False and st.can_profile is False
+        assert st.summary.startswith("no GPU: ") and st.reason in st.summary
+        assert "Remote-SSH" in st.advice and "rayAddress" in st.advice
+        jobs_before = len(state.done)
+        with pytest.raises(Exception, match="saxpy cannot be optimized here: .*Hints keep working"):
+            await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+                command="warpforge.optimize", arguments=[uri, "saxpy", "beam"]))
+        await asyncio.sleep(0.5)
+        assert len(state.done) == jobs_before  # nothing started, so nothing finished
+    finally:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+            settings={"warpforge": {"evaluationBackend": "python:lsp_fixture_evaluator:make"}}))
+    st = await client.protocol.send_request_async("warpforge/gpuStatus", None)
+    assert st.can_optimize is True
+
+
 def big_source(size: int) -> str:
     """A CUDA file of about ``size`` bytes: the reference kernels again and again, each copy in its own
     namespace (the text is valid; only its size is unusual)."""

@@ -70,6 +70,7 @@ def test_command_and_notification_names_match() -> None:
     assert consts == {"CandidateNotification": protocol.CANDIDATE_NOTIFICATION,
                       "JobDoneNotification": protocol.JOB_DONE_NOTIFICATION,
                       "SearchTreeRequest": protocol.SEARCH_TREE_REQUEST,
+                      "GpuStatusRequest": protocol.GPU_STATUS_REQUEST,
                       "JOB_TOKEN_PREFIX": protocol.JOB_TOKEN_PREFIX}
 
 

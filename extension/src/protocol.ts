@@ -18,6 +18,7 @@ export const Cmd = {
 export const CandidateNotification = 'warpforge/candidate';
 export const JobDoneNotification = 'warpforge/jobDone';
 export const SearchTreeRequest = 'warpforge/searchTree';
+export const GpuStatusRequest = 'warpforge/gpuStatus';
 
 /** Progress tokens of optimize jobs start with this (the server's Job.token). */
 export const JOB_TOKEN_PREFIX = 'warpforge-';
@@ -164,4 +165,21 @@ export interface SearchTree {
 export interface HistoryPoint {
   evaluations: number;
   best_speedup: number;
+}
+
+/** What GPU work the server can run (asked at start and after a settings change; no params). */
+export interface GpuStatus {
+  /** one line: the GPUs (or the Ray cluster / plug-in evaluator) variants are measured on, or why none */
+  summary: string;
+  can_optimize: boolean;
+  can_profile: boolean;
+  /** why GPU work cannot run on the server's machine ("" when it can) */
+  reason: string;
+  /** what to do instead ("" when nothing is needed) */
+  advice: string;
+  backend: string;
+  gpus: string[];
+  driver: string;
+  /** nvcc, ncu, compute_sanitizer, pycuda: where each was found, or "not found" */
+  tools: Record<string, string>;
 }

@@ -23,6 +23,7 @@ CMD_PROFILE = "warpforge.profile"
 CANDIDATE_NOTIFICATION = "warpforge/candidate"
 JOB_DONE_NOTIFICATION = "warpforge/jobDone"
 SEARCH_TREE_REQUEST = "warpforge/searchTree"
+GPU_STATUS_REQUEST = "warpforge/gpuStatus"
 #: progress tokens of optimize jobs start with this (the client routes their progress by it)
 JOB_TOKEN_PREFIX = "warpforge-"
 
@@ -219,7 +220,27 @@ class SearchTree:
                    job=job["job"], kernel=job["kernel"], uri=job["uri"], state=job["state"], message=job["message"])
 
 
+@dataclass(frozen=True)
+class GpuStatus:
+    """What GPU work this server can run (``app.capabilities``): the editor shows it in the status bar and
+    checks it before Optimize or Profile starts anything."""
+
+    #: one line: the GPUs (or the Ray cluster / plug-in evaluator) variants are measured on, or why none
+    summary: str
+    can_optimize: bool
+    can_profile: bool
+    #: why GPU work cannot run on this machine ("" when it can)
+    reason: str
+    #: what to do instead ("" when nothing is needed)
+    advice: str
+    backend: str
+    gpus: list[str]
+    driver: str
+    #: nvcc, ncu, compute_sanitizer, pycuda: where each was found, or "not found"
+    tools: dict[str, str]
+
+
 #: every protocol type, by the name of its TypeScript interface (tests/test_protocol.py compares them)
 INTERFACES: dict[str, type] = {t.__name__: t for t in (
     OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, CandidateTexts,
-    Evidence, PhysicalLimit, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree)}
+    Evidence, PhysicalLimit, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree, GpuStatus)}

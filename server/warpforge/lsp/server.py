@@ -23,15 +23,24 @@ from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
+from ..app.capabilities import Capabilities, probe
 from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
 from . import actions, diagnostics, framing, lenses, limits
 from .diagnostics import Diagnostics
-from .jobs import JobError, OptimizeJobs
+from .jobs import JobError, OptimizeJobs, backend_name
 from .profiling import ProfileJobs
-from .protocol import AddSpecResult, CancelResult, OptimizeResult, ProfileResult, wire
+from .protocol import (
+    GPU_STATUS_REQUEST,
+    AddSpecResult,
+    CancelResult,
+    GpuStatus,
+    OptimizeResult,
+    ProfileResult,
+    wire,
+)
 from .restricted import Trust
 from .settings import Settings
 
@@ -58,6 +67,16 @@ class WarpForgeServer(LanguageServer):
         self.framing_error: str | None = None
         #: the process's exit status once the connection is over
         self.exit_code = 0
+        #: (backend, nvcc setting) -> what GPU work can run with them (``gpu_status``)
+        self._gpu_status: dict[tuple[str, str], Capabilities] = {}
+
+    def gpu_status(self) -> Capabilities:
+        """What GPU work can run with the current settings; probed once per backend and nvcc setting (it runs
+        nvidia-smi and nvcc: call it off the event loop)."""
+        key = (backend_name(self.settings), str(self.settings.nvcc_path or ""))
+        if key not in self._gpu_status:
+            self._gpu_status[key] = probe(key[0], key[1] or None)
+        return self._gpu_status[key]
 
     def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """Serve LSP on stdio through ``framing`` (pygls' own reader can be wedged by a bad header)."""
@@ -203,6 +222,10 @@ def create_server() -> WarpForgeServer:
     async def optimize(ls: WarpForgeServer, uri: str, kernel: str, strategy: str = "") -> dict[str, Any]:
         ls.allowed("Optimize")
         ls.analyzable(uri)
+        status = await ls.off_loop(ls.gpu_status)
+        if not status.can_optimize:  # said before anything starts (the editor checks first; other clients too)
+            raise JobError(f"{kernel} cannot be optimized here: {status.reason}. To measure variants, "
+                           f"{status.advice()}. Hints keep working without a GPU.")
         job = ls.jobs.start(uri, kernel, strategy or ls.settings.strategy)
         ls.lenses_changed()
         return wire(OptimizeResult(job.id, job.token))  # type: ignore[no-any-return]
@@ -253,6 +276,13 @@ def create_server() -> WarpForgeServer:
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
             label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, version, edits)))
         return wire(AddSpecResult(bool(result.applied) if result is not None else False))  # type: ignore[no-any-return]
+
+    @server.feature(GPU_STATUS_REQUEST)
+    @guarded
+    async def gpu_status(ls: WarpForgeServer, params: Any) -> dict[str, Any]:
+        s = await ls.off_loop(ls.gpu_status)
+        return wire(GpuStatus(s.summary(), s.can_optimize, s.can_profile, s.reason, s.advice(), s.backend,  # type: ignore[no-any-return]
+                              list(s.gpus), s.driver, s.tools()))
 
     @server.feature("warpforge/searchTree")
     @guarded
