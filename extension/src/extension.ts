@@ -5,6 +5,7 @@
 // editor UI around jobs (progress notification, diff view, Accept/Reject, search view), keeps the API key
 // in the secret store, and keeps optimization off in untrusted workspaces.
 import * as vscode from 'vscode';
+import { GpuStatusItem } from './gpuStatus';
 import { explainRestricted, Jobs } from './jobs';
 import { kernelAt } from './kernel';
 import { Cmd } from './protocol';
@@ -75,7 +76,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     stopped: () => jobs?.stopped(),
   };
   server = new Server(context, log, hooks);
-  jobs = new Jobs(server, variants, log);
+  const gpu = new GpuStatusItem(server, log);
+  jobs = new Jobs(server, variants, log, (what, kernel) => gpu.allows(what, kernel));
   const search = new SearchView(context.extensionUri, server, jobs);
   const s = server;
   const j = jobs;
@@ -84,6 +86,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log,
     variants,
     s,
+    gpu,
     j,
     search,
     vscode.workspace.registerTextDocumentContentProvider(VARIANT_SCHEME, variants),
@@ -210,6 +213,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
     vscode.commands.registerCommand('warpforge.showOutput', () => log.show()),
 
+    vscode.commands.registerCommand('warpforge.showGpuStatus', () => gpu.show()),
+
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration('warpforge')) {
         return;
@@ -219,6 +224,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await s.restart();
       } else if (!e.affectsConfiguration('warpforge.trace')) {
         await s.pushSettings();
+        // the backend, Ray address and nvcc decide what GPU work can run
+        await gpu.refresh();
       }
     }),
 

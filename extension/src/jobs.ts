@@ -95,6 +95,8 @@ export class Jobs implements vscode.Disposable {
     private readonly server: Server,
     private readonly variants: Variants,
     private readonly log: vscode.OutputChannel,
+    /** may this job start here (a GPU to measure on)? says why not itself */
+    private readonly allows: (what: 'optimize' | 'profile', kernel: string) => Promise<boolean> = async () => true,
   ) {
     this.status = vscode.window.createStatusBarItem('warpforge.jobs', vscode.StatusBarAlignment.Left, 50);
     this.status.name = 'WarpForge jobs';
@@ -107,6 +109,9 @@ export class Jobs implements vscode.Disposable {
   async optimize(uri: string, kernel: string, strategy?: string): Promise<Job | undefined> {
     if (!vscode.workspace.isTrusted) {
       void explainRestricted('Optimize Kernel');
+      return undefined;
+    }
+    if (!(await this.allows('optimize', kernel))) {
       return undefined;
     }
     const chosen = strategy || vscode.workspace.getConfiguration('warpforge').get<string>('strategy', 'beam');
@@ -149,6 +154,9 @@ export class Jobs implements vscode.Disposable {
   async profile(uri: string, kernel: string): Promise<string | undefined> {
     if (!vscode.workspace.isTrusted) {
       void explainRestricted('Profile Kernel');
+      return undefined;
+    }
+    if (!(await this.allows('profile', kernel))) {
       return undefined;
     }
     try {

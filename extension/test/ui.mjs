@@ -400,7 +400,12 @@ try {
     await line('__restrict__').waitFor({ state: 'detached' });
   });
 
-  await check('right-click → Profile Kernel: no GPU here, so static findings stay and the notice says why', async () => {
+  await check('status bar: where variants are measured (the fixture evaluator here)', async () => {
+    const item = page.locator('.statusbar-item', { hasText: 'plug-in evaluator' }).first();
+    await item.waitFor({ state: 'visible', timeout: 30_000 });
+  });
+
+  await check('right-click → Profile Kernel: no GPU here, so a warning says so before anything starts', async () => {
     const target = line('blockIdx.x * blockDim.x');
     await target.click();
     await target.click({ button: 'right' });
@@ -408,10 +413,34 @@ try {
     await item.waitFor({ state: 'visible', timeout: 10_000 });
     await item.hover();
     await page.keyboard.press('Enter');
-    const done = toast('saxpy: profiling needs an NVIDIA GPU').filter({ hasText: 'static findings only' }).last();
-    await done.waitFor({ state: 'visible', timeout: 60_000 });
+    const warn = toast('Profiling saxpy needs an NVIDIA GPU').filter({ hasText: 'Nothing was started' }).last();
+    await warn.waitFor({ state: 'visible', timeout: 30_000 });
+    for (const b of ['Remote-SSH Guide', 'Set Ray Address', 'GPU Details']) {
+      await warn.locator('.monaco-button', { hasText: b }).waitFor();
+    }
     await shot('profile-no-gpu');
-    await done.locator('.codicon-notifications-clear, .codicon-close').first().click().catch(() => {});
+    await until(() => /GPU status: plug-in evaluator/.test(outputLog()), 'the GPU status in the output');
+    if (/: profiling saxpy/.test(outputLog())) throw new Error('a profile job started without a GPU');
+    await dismissToasts();
+  });
+
+  await check('no GPU with the local backend: the status bar says so and Optimize warns, starting nothing', async () => {
+    const machine = path.join(current.ud, 'Machine', 'settings.json');
+    const saved = fs.readFileSync(machine, 'utf8');
+    fs.writeFileSync(machine, JSON.stringify({ ...JSON.parse(saved), 'warpforge.evaluationBackend': 'local' }, null, 2));
+    try {
+      const item = page.locator('.statusbar-item', { hasText: 'WarpForge: no GPU' }).first();
+      await item.waitFor({ state: 'visible', timeout: 30_000 });
+      await rightClickOptimize();
+      const warn = toast('Optimizing saxpy needs an NVIDIA GPU').filter({ hasText: 'Nothing was started' }).last();
+      await warn.waitFor({ state: 'visible', timeout: 30_000 });
+      await shot('optimize-no-gpu');
+      if (/: optimizing saxpy/.test(outputLog())) throw new Error('an optimize job started without a GPU');
+      await dismissToasts();
+    } finally {
+      fs.writeFileSync(machine, saved);
+    }
+    await page.locator('.statusbar-item', { hasText: 'plug-in evaluator' }).first().waitFor({ state: 'visible', timeout: 30_000 });
   });
 
   let firstJobTree;
