@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNEL_FILES, load
+from conftest import KERNEL_FILES, ROOT, load
 from warpforge.cuda import KernelNotFound, SourceText, parse
 from warpforge.spec import KernelSpec, Role, SpecError, build_spec, guess_spec, load_spec
 from warpforge.spec.annotations import parse_annotation
@@ -666,3 +666,24 @@ def test_limits_are_checked_at_the_perturbed_size_too() -> None:
     e = error_of(annotated((0, "// @warpforge size N = 1 << 20 odd=1 << 40"),
                            (5, "// @warpforge launch grid=cdiv(N, 256), block=256")), "k")
     assert e.line == 7 and "grid.x = 4294967296 at the perturbed size is above CUDA's limit" in e.message
+
+
+def test_numbers_are_written_as_people_write_them_and_a_complete_spec_is_left_alone() -> None:
+    from warpforge.spec.annotations import annotation_edits
+    from warpforge.spec.model import number_text
+
+    assert [number_text(x) for x in (1e-5, 1e-4, 2e-3, 0.05, 2.0, 0.0, 1.5e-7, 1e6)] == [
+        "1e-5", "1e-4", "2e-3", "0.05", "2", "0", "1.5e-7", "1e6"]
+    # A user's complete block, its lines in their own order and spacing: no edit (it used to come back with
+    # `tol rtol=1e-05` and the document marked dirty).
+    text = (ROOT / "kernels" / "reduce_sum.cu").read_text()
+    src, model = SourceText(text), parse(text)
+    k = model.kernels[0]
+    spec = build_spec(src, model, k, "reduce_sum.cu")
+    assert annotation_edits(src, k, spec.to_annotation()) == []
+    respaced = text.replace("// @warpforge tol rtol=1e-4 atol=", "// @warpforge tol rtol = 1e-4  atol = ", 1)
+    assert respaced != text
+    assert annotation_edits(SourceText(respaced), parse(respaced).kernels[0], spec.to_annotation()) == []
+    # A block that says something else is written.
+    changed = spec.to_annotation().replace("uniform(0, 1)", "uniform(0, 2)")
+    assert changed != spec.to_annotation() and annotation_edits(src, k, changed)

@@ -44,7 +44,7 @@ export async function kernelAt(server: Server, editor: vscode.TextEditor | undef
       return { uri, kernel: cmd.arguments[1], document };
     }
   }
-  // Not inside a kernel: offer the file's kernels (every kernel has an "Add/Edit spec" lens naming it).
+  // Not inside a kernel: offer the file's kernels (every kernel has an "Add/Edit benchmark spec" lens naming it).
   const lenses = (await client.sendRequest(CodeLensRequest.type, { textDocument: { uri } })) ?? [];
   const names: { kernel: string; line: number }[] = [];
   for (const l of lenses) {

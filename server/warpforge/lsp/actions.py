@@ -92,8 +92,10 @@ def actions(uri: str, version: int | None, path: str, text: str,
     out = _quick_fixes(uri, version, src, model, list(params.context.diagnostics))
     if k is None:
         return out
-    for strategy, label in (("beam", "beam search"), ("mcts", "MCTS")):
-        out.append(lsp.CodeAction(title=f"WarpForge: Optimize `{k.name}` ({label})",
+    # The strategy setting chooses the search; the second entry explores more (MCTS keeps revisiting
+    # branches a beam drops). Users see what happens, not the names of search algorithms.
+    for strategy, label in (("", ""), ("mcts", " (explore more)")):
+        out.append(lsp.CodeAction(title=f"WarpForge: Optimize kernel `{k.name}`{label}",
                                   kind=lsp.CodeActionKind.Refactor,
                                   command=lsp.Command(f"Optimize {k.name}", "warpforge.optimize",
                                                       arguments=[uri, k.name, strategy])))
@@ -101,7 +103,7 @@ def actions(uri: str, version: int | None, path: str, text: str,
                               kind=lsp.CodeActionKind.Refactor,
                               command=lsp.Command(f"Profile {k.name}", "warpforge.profile", arguments=[uri, k.name])))
     annotated = has_annotation(src, k)
-    title = f"WarpForge: {'Complete' if annotated else 'Add'} benchmark spec for `{k.name}`"
+    title = f"WarpForge: {'Edit' if annotated else 'Add'} benchmark spec for `{k.name}`"
     try:
         edits = spec_edits(src, k, path, model)
     except SpecError as e:
@@ -109,6 +111,10 @@ def actions(uri: str, version: int | None, path: str, text: str,
         # spec action is shown disabled with the error (the hint at the line says it too).
         out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
                                   disabled=lsp.CodeActionDisabled(reason=str(e))))
+        return out
+    if not edits:
+        out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor, disabled=lsp.CodeActionDisabled(
+            reason=f"the benchmark spec of `{k.name}` is complete: nothing to add")))
         return out
     out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
                               edit=_workspace_edit(uri, version, edits)))

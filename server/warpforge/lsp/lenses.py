@@ -52,8 +52,8 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
         out.append(lsp.CodeLens(line, lsp.Command(
             "Profiling… (cancel)" if profiling else "Profile", "warpforge.cancel" if profiling else "warpforge.profile",
             arguments=[profiling.id] if profiling else [uri, k.name])))
-        out.append(lsp.CodeLens(line, lsp.Command("Edit spec" if k.annotated else "Add spec", "warpforge.addSpec",
-                                                  arguments=[uri, k.name])))
+        spec_title = "Edit benchmark spec" if k.annotated else "Add benchmark spec"
+        out.append(lsp.CodeLens(line, lsp.Command(spec_title, "warpforge.addSpec", arguments=[uri, k.name])))
         if k.name in ready:
             job, node = ready[k.name]
             out.append(lsp.CodeLens(line, lsp.Command(

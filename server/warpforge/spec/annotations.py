@@ -415,9 +415,15 @@ def annotation_edits(src: SourceText, kernel: Kernel, block: str) -> list[TextEd
     """Edits replacing the kernel's directive lines with ``block`` (prose comment lines are kept).
 
     Shared by ``warpforge spec --write`` and the editor's "Add benchmark spec" action, so both write the
-    same thing.
+    same thing. No edits when the kernel's directive lines already say what ``block`` says (in any order,
+    spaced as the user likes): a complete spec is left alone rather than rewritten into the same spec.
     """
     edits: list[TextEdit] = []
+    if kernel.comment_span is not None:
+        first, last = src.line_of(kernel.comment_span.start), src.line_of(kernel.comment_span.end)
+        have = [src.line_text(ln) for ln in range(first, last + 1) if is_directive_line(src.line_text(ln))]
+        if have and sorted(map(_normal, have)) == sorted(map(_normal, block.splitlines())):
+            return []
     if kernel.comment_span is not None:
         first = src.line_of(kernel.comment_span.start)
         for ln in range(first, src.line_of(kernel.comment_span.end) + 1):
@@ -428,3 +434,8 @@ def annotation_edits(src: SourceText, kernel: Kernel, block: str) -> list[TextEd
     at = src.line_starts[kernel.start_line]
     edits.append(make_edit(src, Span(at, at), block))
     return edits
+
+
+def _normal(line: str) -> str:
+    """A directive line with its spacing normalized (``a=1`` and ``a = 1`` say the same)."""
+    return " ".join(re.sub(r"\s*([=,:()\[\]*+])\s*", r" \1 ", line.strip()).split())

@@ -359,7 +359,7 @@ class KernelSpec:
                 lines.append(f"{p}arg {a.name} = {a.value}")
         lines.append(f"{p}launch {_launch_text(self.launch)}")
         if self.tolerance is not None:
-            lines.append(f"{p}tol rtol={self.tolerance[0]:g} atol={self.tolerance[1]:g}")
+            lines.append(f"{p}tol rtol={number_text(self.tolerance[0])} atol={number_text(self.tolerance[1])}")
         for t in self.tunables:
             lines.append(f"{p}tune {t.name} = {', '.join(t.values)}")
         if self.template_args:
@@ -380,6 +380,17 @@ _C_SPELLING = {"float32": "float", "float64": "double", "float16": "half", "int3
 def _dims_text(d: tuple[str, ...]) -> str:
     return d[0] if len(d) == 1 else "(" + ", ".join(d) + ")"
 
+
+
+def number_text(x: float) -> str:
+    """A number as people write it in a spec: ``1e-5``, ``1e-4``, ``0.05``, ``2`` (Python's ``1e-05`` and
+    ``0.0001`` are not how tolerances are written, and rewriting a user's ``1e-5`` as ``1e-05`` dirtied a
+    spec that said the same thing). Small and large magnitudes in short scientific form, others as %g."""
+    if x == 0 or 1e-2 <= abs(x) < 1e5:
+        return f"{x:g}"
+    mant, _, exp = f"{x:.12e}".partition("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
 
 def _launch_text(launch: LaunchSpec) -> str:
     smem = f", smem={launch.smem}" if launch.smem not in ("0", "") else ""

@@ -322,8 +322,8 @@ class LLMClient:
     ) -> None:
         key = config.resolved_key()
         if key is None:
-            raise NoKeyError("no Anthropic API key: set ANTHROPIC_API_KEY or the editor's WarpForge API key "
-                             "setting")
+            raise NoKeyError("no Anthropic API key (set ANTHROPIC_API_KEY, or run \"WarpForge: Set API Key\" in "
+                             "the editor)")
         self.config = config
         self.ledger = ledger if ledger is not None else process_ledger()
         #: what this client's calls cost: one client per job, so this is the job's accounting
