@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
 def _format(f: Finding) -> str:
     lines = [f"{f.file}:{f.line}:{f.column}: {f.severity.value}: {f.message} [{f.code}]"]
     # folded findings (``evidence.merged``) are shown as their related notes below, not again here
-    ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None and k != "merged")
+    ev = f.evidence_text()
     if ev:
         lines.append(f"    evidence: {ev}")
     if f.gain is not None:

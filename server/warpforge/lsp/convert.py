@@ -25,8 +25,8 @@ def text_edit(e: TextEdit) -> lsp.TextEdit:
 
 
 def diagnostic(f: Finding, uri: str) -> lsp.Diagnostic:
-    evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-    message = f.message + (f"\n{evidence}" if evidence else "")
+    evidence = f.evidence_text()
+    message = f.message + (f"\nevidence: {evidence}" if evidence else "")
     if f.gain is not None:
         message += f"\nestimated gain: {f.gain:.2f}x" + (f" ({f.gain_basis})" if f.gain_basis else "")
     return lsp.Diagnostic(

@@ -85,6 +85,25 @@ class Finding:
     related: tuple[tuple[Range, str], ...] = ()
     source: str = "source"
 
+    def evidence_text(self) -> str:
+        """The evidence for people: ``sass readonly loads 0; written y``. Nested structures (per-parameter
+        tables, per-buffer lists, folded findings) are left out: the message says what they hold and folded
+        findings come as related lines. The full evidence stays in ``evidence`` (JSON, diagnostic data)."""
+        parts = []
+        for key, value in self.evidence.items():
+            if value is None or key == "merged" or isinstance(value, dict):
+                continue
+            if isinstance(value, list | tuple):
+                if not value or any(isinstance(v, dict | list | tuple) for v in value):
+                    continue
+                shown = ", ".join(map(str, value))
+            elif isinstance(value, bool):
+                shown = "yes" if value else "no"
+            else:
+                shown = str(value)
+            parts.append(f"{key.replace('_', ' ')} {shown}")
+        return "; ".join(parts)
+
     @property
     def line(self) -> int:
         """1-based line, for humans."""
