@@ -30,7 +30,7 @@ from ..search.tree import EvaluatorLike, Node
 from . import backend
 from .events import CandidateFound, Evidence, JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled, Progress
 from .events import ignore as _ignore
-from .prepared import PreparedKernel
+from .prepared import PreparedKernel, log_failure
 from .profile import measured_findings
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class OptimizeJob:
         except asyncio.CancelledError as e:
             final, error = JobFinished("cancelled", "cancelled"), e
         except Exception as e:
-            log.info("optimize job for %s failed", self.kernel, exc_info=True)
+            log_failure(log, f"optimize job for {self.kernel}", e)
             final, error = JobFailed(f"{type(e).__name__}: {e}", e), e
         await self._close(policy)
         self.state = final.state if isinstance(final, JobFinished) else "failed"

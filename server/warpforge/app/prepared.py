@@ -8,6 +8,7 @@ sees when that fails is ``JobError`` with a message naming the file and the kern
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..cuda.candidate import Candidate
@@ -22,6 +23,19 @@ from ..spec.resolve import build_spec
 
 class JobError(Exception):
     """A job that cannot start, or a request about one that cannot be honoured; the message is for the user."""
+
+
+def log_failure(log: logging.Logger, what: str, e: BaseException) -> None:
+    """Log a job's failure: one line for what the user can fix (a spec mistake, a kernel that is not there, no
+    GPU: its message says what to do), the traceback only at debug level (the editor's trace log). A bug
+    keeps its traceback at info, where it is seen and reported."""
+    from ..gpu.backends import GpuUnavailable  # the gpu package is heavier than the rest of prepared's imports
+
+    if isinstance(e, JobError | SpecError | KernelNotFound | GpuUnavailable):
+        log.info("%s failed: %s", what, e)
+        log.debug("%s failed", what, exc_info=e)
+    else:
+        log.info("%s failed", what, exc_info=e)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.profiler import ProfileReport, profile_kernel
 from .events import JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled
 from .events import ignore as _ignore
-from .prepared import PreparedKernel
+from .prepared import PreparedKernel, log_failure
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ProfileJob:
                 final = JobFinished("done", f"{report.cls} ({self.kernel})" if report.cls
                                     else report.notice or "profiled")
         except Exception as e:
-            log.info("profile job for %s failed", self.kernel, exc_info=True)
+            log_failure(log, f"profile job for {self.kernel}", e)
             final, error = JobFailed(f"{type(e).__name__}: {e}", e), e
         finally:
             cancelled.cancel()
