@@ -215,6 +215,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
     vscode.commands.registerCommand('warpforge.showGpuStatus', () => gpu.show()),
 
+    // Accept/Reject keys (Ctrl+Shift+Enter / Ctrl+Shift+Backspace) apply while a WarpForge diff is the active
+    // tab, whichever of its two sides has the focus.
+    vscode.window.tabGroups.onDidChangeTabs(() => setVariantContext()),
+    vscode.window.tabGroups.onDidChangeTabGroups(() => setVariantContext()),
+
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration('warpforge')) {
         return;
@@ -240,6 +245,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log.appendLine('[client] Restricted Mode: static hints only; Optimize Kernel is off until the workspace is trusted');
   }
   void s.start();
+}
+
+function setVariantContext(): void {
+  void vscode.commands.executeCommand('setContext', 'warpforge.variantDiffActive', Variants.active() !== undefined);
 }
 
 export async function deactivate(): Promise<void> {

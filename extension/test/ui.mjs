@@ -371,7 +371,7 @@ try {
     const hover = page.locator('.monaco-hover:not(.hidden)', { hasText: 'WF101' }).first();
     await hover.waitFor({ state: 'visible', timeout: 15_000 });
     const text = await hover.innerText();
-    if (!/__restrict__/.test(text) || !/written=/.test(text)) throw new Error(`hover lacks the finding/evidence: ${text}`);
+    if (!/__restrict__/.test(text) || !/evidence: written y/.test(text)) throw new Error(`hover lacks the finding/evidence: ${text}`);
     await shot('hint-hover');
     await page.keyboard.press('Escape');
     await page.keyboard.press('Control+Shift+M');
@@ -466,9 +466,11 @@ try {
     await diff.waitFor({ state: 'visible' });
     await page.locator('.tab.active', { hasText: 'current ↔' }).waitFor();
     await diff.locator('.line-insert, .char-insert').first().waitFor();
-    const accept = page.locator('.editor-group-container.active .editor-actions [aria-label="Accept Variant"]');
-    await page.locator('.editor-group-container.active .editor-actions [aria-label="Reject Variant"]').waitFor();
+    const accept = page.locator('.editor-group-container.active .editor-actions [aria-label^="Accept Variant"]');
+    await page.locator('.editor-group-container.active .editor-actions [aria-label^="Reject Variant"]').waitFor();
     await accept.waitFor();
+    // labelled buttons, not bare ✓/✕ icons
+    if (!/Accept Variant/.test(await accept.innerText())) throw new Error('the Accept button has no label');
     await shot('variant-diff');
     await accept.click();
     await toast('applied the').first().waitFor();
@@ -521,6 +523,23 @@ try {
     await shot('rejected');
     if ((await editorText()) !== before) throw new Error('Reject changed the buffer');
     if (await page.locator('.tab.active.dirty').count()) throw new Error('Reject left the file modified');
+  });
+
+  await check('keyboard review: Ctrl+Shift+Backspace in the diff rejects the variant, the file stays as it was', async () => {
+    await dismissToasts();
+    await openFile('kernels/saxpy.cu');
+    const before = await editorText();
+    await rightClickOptimize();
+    await waitResult().then((t) => t.locator('.monaco-button', { hasText: 'View Diff' }).click());
+    const diff = page.locator('.editor-group-container.active .monaco-diff-editor');
+    await diff.waitFor({ state: 'visible' });
+    await diff.locator('.line-insert, .char-insert').first().waitFor();
+    await diff.locator('.view-line').first().click(); // focus a side of the diff
+    await page.keyboard.press('Control+Shift+Backspace');
+    await toast('rejected the').first().waitFor();
+    await diff.waitFor({ state: 'detached' });
+    await shot('rejected-by-key');
+    if ((await editorText()) !== before) throw new Error('the keyboard Reject changed the buffer');
   });
 
   await check('Cancel from the progress notification reaches the server', async () => {
