@@ -274,7 +274,9 @@ def infer(
             acc = access.get(p.name)
             if p.is_const or acc is None or not acc.write:
                 role = Role.IN
-            elif acc.read:
+            elif acc.read_first:
+                # The kernel reads what was there before it wrote (``+=``, an atomic, a load before any
+                # store): the initial contents are an input. Reads only of elements it wrote first are not.
                 role = Role.INOUT
             else:
                 role = Role.OUT
