@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from tree_sitter import Node
+
 from .model import DeclKind, FileModel, Param
 from .parser import parse_tree
 from .text import SourceText
@@ -32,7 +34,8 @@ _SYNONYMS = {
 Aliases = Mapping[str, tuple[str, int]]
 
 
-def _clean(text: str) -> str:
+def clean(text: str) -> str:
+    """A type's spelling without qualifiers, extra spaces or a synonym (``unsigned`` -> ``unsigned int``)."""
     t = _NOISE.sub(" ", text)
     t = re.sub(r"\s*::\s*", "::", t).strip()
     t = re.sub(r"^::", "", t)
@@ -44,13 +47,13 @@ def _clean(text: str) -> str:
 def canonical_type(written: str, aliases: Aliases, depth: int = 0) -> tuple[str, int]:
     """``written`` (a parameter's base type) resolved through ``aliases``: the canonical base type and the
     pointer depth the aliases add (``typedef float* fptr;`` makes ``fptr`` one pointer deeper)."""
-    base = _clean(written)
+    base = clean(written)
     extra = 0
     seen: set[str] = set()
     while base in aliases and base not in seen and depth < 16:
         seen.add(base)
         target, stars = aliases[base]
-        base = _clean(target)
+        base = clean(target)
         extra += stars
         depth += 1
     return base, extra
@@ -82,12 +85,12 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
         for node in root.named_children:
             if node.type == "type_definition":
                 tnode = node.child_by_field_name("type")
-                if tnode is None or tnode.type in ("struct_specifier", "union_specifier", "enum_specifier",
-                                                   "class_specifier") and tnode.child_by_field_name("body"):
+                if tnode is None or (tnode.type in ("struct_specifier", "union_specifier", "enum_specifier",
+                                                   "class_specifier") and tnode.child_by_field_name("body")):
                     continue
                 for decl in node.children_by_field_name("declarator"):
                     stars = 0
-                    cur = decl
+                    cur: Node | None = decl
                     while cur is not None and cur.type == "pointer_declarator":
                         stars += 1
                         cur = cur.child_by_field_name("declarator")
@@ -98,12 +101,12 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                 tdesc = node.child_by_field_name("type")
                 if name is None or tdesc is None:
                     continue
-                tnode = tdesc.child_by_field_name("type")
+                atype = tdesc.child_by_field_name("type")
                 stars = 0
                 cur = tdesc.child_by_field_name("declarator")
                 while cur is not None and cur.type == "abstract_pointer_declarator":
                     stars += 1
                     cur = cur.child_by_field_name("declarator")
-                if tnode is not None and cur is None:
-                    out[node_text(name, data)] = (node_text(tnode, data), stars)
+                if atype is not None and cur is None:
+                    out[node_text(name, data)] = (node_text(atype, data), stars)
     return out

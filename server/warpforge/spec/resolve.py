@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import FileModel, Kernel, Param
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
-from .annotations import parse_annotation
+from ..cuda.types import canonical_type
+from .annotations import Annotation, parse_annotation
+from .expr import ExprError
 from .expr import parse as expr_parse
-from .infer import infer
+from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     DEFAULT_SEEDS,
@@ -30,18 +32,95 @@ from .model import (
     expr_fix,
 )
 
+_DEFAULT_SIZE = "1 << 20"
 
-def _fix_for_arg(kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str:
-    p = kernel.param(name)
-    if p is not None and p.is_pointer:
-        role = "in" if p.is_const else "inout"
-        # The fix must be writable as is: a template type parameter is not an element type.
-        subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
-        ctype = subst.get(p.type, p.type)
-        if canonical_dtype(ctype) is None:
-            ctype = "float"
-        return f"add `// @warpforge arg {name}: {role} {ctype}[N]` above the kernel"
-    return f"add `// @warpforge arg {name} = VALUE` above the kernel"
+
+def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
+    """Annotation lines that complete what inference left open, and that validate when written above
+    the kernel (``tests/test_spec_hostflow.py`` writes them and builds the spec).
+
+    Sizes come from what exists at the launch: the launch's own expressions when their names are sizes
+    or integer variables of the launching function (``n``, ``B * T``), those variables as sizes (their value
+    when the host code gives one, else a default to edit). A buffer's length is the kernel's first integer
+    argument's value (the usual bound of its index), else the first size in scope. Roles are the access
+    analysis's (a write-only output is ``out``), element types are read through typedefs and template
+    arguments.
+    """
+    env = inf.env
+    site = inf.site
+    known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
+    new_sizes: dict[str, str] = {}
+    lines: list[str] = []
+
+    def usable(text: str) -> bool:
+        """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
+        try:
+            names = expr_parse(text).names()
+        except ExprError:
+            return False
+        return all(n in known or n in new_sizes or n in env.in_scope or env.is_constant(n) for n in names)
+
+    def adopt(text: str) -> str:
+        for n in sorted(expr_parse(text).names()):
+            if n not in known and n not in new_sizes:
+                new_sizes[n] = env.defs[n] if env.is_constant(n) else _DEFAULT_SIZE
+        return text
+
+    def fresh(name: str) -> str:
+        if name not in known and name not in new_sizes:
+            new_sizes[name] = _DEFAULT_SIZE
+        return name
+
+    def integer(p: Param) -> bool:
+        dtype = canonical_dtype(canonical_type(p.type, env.aliases)[0])
+        return dtype is not None and dtype.startswith(("int", "uint"))
+
+    args = inf.args | ann.args
+    launch_args = site.args if site is not None and len(site.args) == len(kernel.params) else None
+    values: dict[str, str] = {}
+    for i, p in enumerate(kernel.params):
+        a = args.get(p.name)
+        if a is not None and not a.is_buffer and a.value is not None:
+            values[p.name] = a.value
+        elif p.name not in inf.roles and a is None:
+            raw = launch_args[i].strip() if launch_args is not None else ""
+            if raw and usable(raw):
+                values[p.name] = adopt(raw)
+            elif integer(p):
+                values[p.name] = fresh(p.name)
+            else:
+                values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
+            lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
+    first_int = next((values[p.name] for p in kernel.params
+                      if p.name in values and p.name not in inf.roles and integer(p)), None)
+    scope_size = next((n for n in env.in_scope if usable(n)), None)
+    for p in kernel.params:
+        if p.name not in inf.roles or p.name in args:
+            continue
+        count = first_int or (adopt(scope_size) if scope_size is not None else None) \
+            or next(iter(sorted(known)), None) or fresh("N")
+        role = inf.roles[p.name].value
+        lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
+    if ann.launch is None and inf.launch is None:
+        grid = site.grid.strip() if site is not None else ""
+        block = site.block.strip() if site is not None else ""
+        if not (grid and block and usable(grid) and usable(block)):
+            n = first_int or fresh("N")
+            grid, block = f"cdiv({n}, 256)", "256"
+        else:
+            adopt(grid)
+            adopt(block)
+        lines.append(f"// @warpforge launch grid={grid}, block={block}")
+    head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
+    return head + lines
+
+
+def _fix(kernel: Kernel, inf: Inference, ann: Annotation) -> str:
+    """The fix of a failed inference: the sizes in scope at the launch, and a block that validates."""
+    lines = proposal(kernel, inf, ann)
+    scope = inf.env.in_scope
+    where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
+    return f"add above the kernel{where}:\n" + "\n".join(lines)
 
 
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
@@ -63,13 +142,13 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
-            raise SpecError(file, kline, why, _fix_for_arg(kernel, p.name, ann.template_args or inf.template_args))
+            raise SpecError(file, kline, why, _fix(kernel, inf, ann))
         args.append(a)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
         raise SpecError(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}",
-                        "add `// @warpforge launch grid=(N + 255) / 256, block=256` above the kernel")
+                        _fix(kernel, inf, ann))
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
         names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
