@@ -87,7 +87,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
             if raw and usable(raw):
                 values[p.name] = adopt(raw)
             elif integer(p):
-                values[p.name] = fresh(p.name)
+                # a size of the same name in another case (`n` and `size N`) is the usual meaning
+                same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
+                values[p.name] = same or fresh(p.name)
             else:
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
@@ -115,12 +117,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
     return head + lines
 
 
-def _fix(kernel: Kernel, inf: Inference, ann: Annotation) -> str:
-    """The fix of a failed inference: the sizes in scope at the launch, and a block that validates."""
-    lines = proposal(kernel, inf, ann)
+def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
+    """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
+    that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
+    lines = tuple(proposal(kernel, inf, ann))
     scope = inf.env.in_scope
     where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
-    return f"add above the kernel{where}:\n" + "\n".join(lines)
+    quoted = " ".join(f"`{line}`" for line in lines)
+    return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
 
 
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
@@ -142,13 +146,13 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
-            raise SpecError(file, kline, why, _fix(kernel, inf, ann))
+            raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
-        raise SpecError(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}",
-                        _fix(kernel, inf, ann))
+        raise _failed(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}", kernel, inf,
+                      ann)
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
         names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
