@@ -86,6 +86,8 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
             raw = launch_args[i].strip() if launch_args is not None else ""
             if raw and usable(raw):
                 values[p.name] = adopt(raw)
+            elif p.unnamed:
+                values[p.name] = "0"  # the kernel cannot read it: any value does
             elif integer(p):
                 # a size of the same name in another case (`n` and `size N`) is the usual meaning
                 same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
@@ -94,7 +96,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
     first_int = next((values[p.name] for p in kernel.params
-                      if p.name in values and p.name not in inf.roles and integer(p)), None)
+                      if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
     for p in kernel.params:
         if p.name not in inf.roles or p.name in args:
