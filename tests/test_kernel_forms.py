@@ -64,7 +64,8 @@ def test_aliases_resolve_to_the_canonical_type() -> None:
 ])
 def test_the_signature_guard_compares_canonical_types(params: str) -> None:
     src, model, k = _kernel(ALIASED, "scale")
-    variant = f"__global__ void scale({params})\n{{\n    int i = threadIdx.x;\n    if (i < n) out[i] = in[i] * 2.0f;\n}}\n"
+    variant = (f"__global__ void scale({params})\n{{\n    int i = threadIdx.x;\n"
+               "    if (i < n) out[i] = in[i] * 2.0f;\n}\n")
     assert guards.check_candidate(k, src.slice(k.span), variant, type_aliases(src, model)) == []
 
 
@@ -95,7 +96,8 @@ def test_an_alias_means_what_the_file_says() -> None:
 
 def test_the_llm_parameter_check_reads_types_through_aliases() -> None:
     src, model, k = _kernel(ALIASED, "scale")
-    same = "__global__ void scale(float* out, float const* in, int n) { int i = threadIdx.x; if (i < n) out[i] = in[i]; }"
+    same = ("__global__ void scale(float* out, float const* in, int n) "
+            "{ int i = threadIdx.x; if (i < n) out[i] = in[i]; }")
     assert not [e for e in extract_kernel(same, k, src, model).errors if "parameter list" in e]
     other = same.replace("float* out", "double* out")
     assert [e for e in extract_kernel(other, k, src, model).errors if "parameter list" in e]
