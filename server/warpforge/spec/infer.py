@@ -128,8 +128,8 @@ def infer(
                 found = flow.buffer_bytes(env, site.args[i])
                 if found is not None:
                     kind, length = found
-                    count = strip_parens(env.inline(length) if kind == "count"
-                                         else elements_from_bytes(env.inline(length), ptype, aliases))
+                    count = strip_parens(inline(length) if kind == "count"
+                                         else elements_from_bytes(inline(length), ptype, aliases))
             if count is not None:
                 try:
                     parse(count)
