@@ -606,11 +606,13 @@ def test_guess_spec_when_inference_fails_still_parses() -> None:
         build_spec(src, model, k, "host_launch.cu")
     guess = guess_spec(src, model, k, "host_launch.cu")
     assert guess.notes == ("guessed: check every line",)
+    # the error's proposal: the kernel's own `n` as the size, `x += 1` reads x first (inout)
     assert guess.to_annotation() == (
-        "// @warpforge size N = 1 << 20\n"
-        "// @warpforge arg x: inout float[N] uniform(-1, 1)\n"
-        "// @warpforge arg n = N\n"
-        "// @warpforge launch grid=cdiv(N, 256), block=256\n")
+        "// @warpforge size n = 1 << 20\n"
+        "// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
+        "// @warpforge arg n = n\n"
+        "// @warpforge launch grid=cdiv(n, 256), block=256\n")
+    assert {a.source for a in guess.args} == {"guessed"} and guess.launch.source == "guessed"
     text = src.text.replace("__global__ void no_launch(", guess.to_annotation() + "__global__ void no_launch(")
     assert spec_of(text, "no_launch").spec_hash() == guess.spec_hash()
 

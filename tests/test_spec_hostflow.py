@@ -157,3 +157,20 @@ def test_out_or_inout_from_what_the_kernel_reads_first(body: str, role: str) -> 
     model = parse(text)
     acc = param_access(text, model.kernels[0])["y"]
     assert acc.write and acc.read_first is (role == "inout")
+
+
+def test_spec_write_proposes_sizes_from_the_launch_site() -> None:
+    """`spec --write` (``guess_spec``) writes the error's block: the launch's own expressions and the
+    host's constants, not `N = 1 << 20` everywhere."""
+    from warpforge.spec import guess_spec
+
+    text = (FORMS / "library_launcher.cu").read_text(encoding="utf-8")
+    model = parse(text)
+    guess = guess_spec(SourceText(text), model, model.kernels[0], "library_launcher.cu")
+    assert [(s.name, s.expr, s.source) for s in guess.sizes] == [("threads", "512", "inferred"),
+                                                                 ("n", "1 << 20", "guessed")]
+    assert guess.launch.grid == ("(unsigned)((n + threads - 1) / threads)",) and guess.launch.block == ("threads",)
+    assert [(a.name, a.role.value, a.source) for a in guess.args][:2] == [("y", "inout", "guessed"),
+                                                                         ("x", "in", "guessed")]
+    written = text.replace("__global__ void axpby(", guess.to_annotation() + "__global__ void axpby(", 1)
+    assert spec_of(written, "axpby").spec_hash() == guess.spec_hash()

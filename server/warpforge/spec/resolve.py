@@ -8,6 +8,7 @@ GPU worker.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..cuda.model import FileModel, Kernel, Param
@@ -206,9 +207,11 @@ def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
 
 
 def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
-    """A starting-point spec for ``--write`` when inference cannot finish: sizes N, 1D launch.
+    """A starting-point spec for ``--write`` when inference cannot finish.
 
-    Whatever can be inferred or is annotated is kept; the rest gets an obvious guess the user edits.
+    Whatever can be inferred or is annotated is kept; the rest is the error's proposal (``proposal``:
+    sizes from the launch site's expressions and the variables in scope there, roles from the access
+    analysis), or, should that not validate, an obvious guess (sizes N, 1D launch) the user edits.
     """
     try:
         return build_spec(src, model, kernel, file)
@@ -220,6 +223,9 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
             last = src.line_of(kernel.comment_span.end) + 1
             if first <= e.line <= last:
                 raise
+        proposed = _with_block(src, kernel, file, e.block) if e.block else None
+        if proposed is not None:
+            return proposed
     ann = parse_annotation(src, kernel, file)
     inf = infer(src, model, kernel, file, ann.template_args)
     sizes = {s.name: s for s in inf.sizes}
@@ -245,6 +251,29 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
     return KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
                       ("guessed: check every line",))
+
+
+def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ...]) -> KernelSpec | None:
+    """The spec the file would have with ``block`` added at the end of the kernel's annotation block, what
+    the block gave marked ``guessed``; None when it does not validate."""
+    at = src.line_starts[src.line_of(kernel.span.start)]
+    text = src.data[:at] + "".join(f"{line}\n" for line in block).encode() + src.data[at:]
+    try:
+        psrc = SourceText(text)
+        pmodel = parse(psrc.data)
+        pk = pmodel.kernel(kernel.name)
+        if pk is None:
+            return None
+        spec = build_spec(psrc, pmodel, pk, file)
+    except SpecError:
+        return None
+    named = {line.split()[3].rstrip(":") for line in block if len(line.split()) > 3}
+    sizes = tuple(replace(sz, source="guessed", line=None) if sz.name in named else sz for sz in spec.sizes)
+    args = tuple(replace(a, source="guessed", line=None) if a.name in named else a for a in spec.args)
+    launch = spec.launch
+    if any(line.startswith("// @warpforge launch") for line in block):
+        launch = replace(launch, source="guessed", line=None)
+    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line",))
 
 
 def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> KernelSpec:
