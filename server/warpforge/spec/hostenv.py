@@ -260,6 +260,17 @@ def _collect(node: Node, data: bytes, env: HostEnv, src: SourceText, base: int) 
                     env.vec_sizes[node_text(obj, data)] = node_text(a[0], data)
 
 
+def _declared(node: Node | None, data: bytes) -> str:
+    """The name a parameter declarator declares (``*out``, ``&layer``, ``n = 4``, ``(&rows)[4]``); "" if none."""
+    while node is not None and node.type != "identifier":
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            inner = next((c for c in node.named_children if c.type not in ("type_qualifier", "attribute_specifier")),
+                         None)
+        node = inner
+    return node_text(node, data) if node is not None else ""
+
+
 def file_env(src: SourceText, model: FileModel) -> HostEnv:
     """File-scope constants: ``#define`` values and global variables with constant initialisers."""
     env = HostEnv()
@@ -322,11 +333,11 @@ class HostFlow:
             plist = fdecl.child_by_field_name("parameters") if fdecl is not None else None
             ps: list[HostParam] = []
             for c in plist.named_children if plist is not None else ():
-                if c.type != "parameter_declaration":
+                if c.type not in ("parameter_declaration", "optional_parameter_declaration"):
                     continue
-                ids = [x for x in walk(c, ("identifier",))]
                 t = c.child_by_field_name("type")
-                ps.append(HostParam(node_text(ids[-1], data) if ids else "", node_text(t, data) if t else ""))
+                ps.append(HostParam(_declared(c.child_by_field_name("declarator"), data),
+                                    node_text(t, data) if t else ""))
             self.params.setdefault(d.names[0], ps)
             for call in walk(root, ("call_expression",)):
                 fn = call.child_by_field_name("function")
