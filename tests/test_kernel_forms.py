@@ -211,3 +211,35 @@ def test_a_candidate_with_its_own_extern_shared_array_builds(tmp_path: Path) -> 
     assert "struct Square" in unit and "raw_tile" in unit
     r = _nvcc(unit, tmp_path, "variant")
     assert r.returncode == 0, r.stderr
+
+
+FUNCTOR = """struct Square { __device__ float operator()(float v) const { return v * v; } };
+struct Affine { float a, b; __device__ float operator()(float v) const { return a * v + b; } };
+template <class Op>
+__global__ void map(Op op, float* y, const float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = op(x[i]);
+}
+int main() { int n = 4096; float *x, *y; cudaMalloc(&x, n * sizeof(float)); cudaMalloc(&y, n * sizeof(float));
+  map<<<(n + 255) / 256, 256>>>(Square{}, y, x, n); }
+"""
+
+
+def test_a_functor_passed_by_value_is_deduced_and_passed_as_one_byte() -> None:
+    src, model, k = _kernel(FUNCTOR, "map")
+    spec = build_spec(src, model, k, "t.cu")
+    assert spec.template_args == ("Square",)
+    assert [(a.name, a.dtype, a.value) for a in spec.args if not a.is_buffer] == [("op", "uint8", "0"),
+                                                                                ("n", "int32", "n")]
+    unit = standalone(src, model, k, instantiate=spec.template_args)
+    assert "struct Square" in unit and "struct Affine" not in unit
+    assert "template __global__ void map<Square>(Square, float*, const float*, int);" in unit
+
+
+def test_a_functor_with_data_is_not_passed_as_a_tag() -> None:
+    """`Affine{1.f, 2.f}` carries values the kernel reads: no spec can pass it, and inference says so."""
+    text = FUNCTOR.replace("(Square{}", "(Affine{1.f, 2.f}")
+    src, model, k = _kernel(text, "map")
+    with pytest.raises(SpecError, match=r"cannot infer the value of `op` from `Affine\{1.f, 2.f\}`"):
+        build_spec(src, model, k, "t.cu")

@@ -19,7 +19,7 @@ from tree_sitter import Node
 from .model import DeclKind, FileModel, Param
 from .parser import parse_tree
 from .text import SourceText
-from .tree import node_text
+from .tree import node_text, walk
 
 #: qualifiers and elaborations that do not change which type a parameter has
 _NOISE = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict|struct|class|typename|union|enum)\b")
@@ -110,3 +110,32 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                 if atype is not None and cur is None:
                     out[node_text(name, data)] = (node_text(atype, data), stars)
     return out
+
+
+def empty_struct(source: str | SourceText, model: FileModel, name: str) -> bool:
+    """Is ``name`` a struct or class of the file with no data (only member functions and static members)?
+
+    Such a value (a functor ``struct Square { __device__ float operator()(float) const; }`` passed to a
+    kernel templated on it, a tag) is one byte whose contents the kernel cannot read: a spec passes 0."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    for d in model.declarations:
+        if d.kind is not DeclKind.TYPE or name not in d.names:
+            continue
+        data = src.data[d.span.start : d.span.end]
+        for node in walk(parse_tree(data).root_node, ("struct_specifier", "class_specifier")):
+            tag = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if tag is None or body is None or node_text(tag, data) != name:
+                continue
+            if any(c.type == "base_class_clause" for c in node.children):
+                return False
+            for f in body.named_children:
+                if f.type != "field_declaration":
+                    continue
+                static = any(c.type == "storage_class_specifier" and node_text(c, data) == "static"
+                             for c in f.children)
+                method = any(c.type == "function_declarator" for c in f.named_children)
+                if not static and not method:
+                    return False
+            return True
+    return False

@@ -17,7 +17,7 @@ from ..cuda.access import param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
-from ..cuda.types import Aliases, canonical_type, type_aliases
+from ..cuda.types import Aliases, canonical_type, empty_struct, type_aliases
 from .expr import ExprError, parse
 from .hostenv import HostEnv, HostFlow, launch_env, strip_parens
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
@@ -87,6 +87,8 @@ def infer(
     tsubst: dict[str, str] = {}
     if site is not None and site.template_args and kernel.template_params:
         inf.template_args = site.template_args
+    elif site is not None and kernel.template_params:
+        inf.template_args = _deduced(kernel, site)
     if kernel.template_params and (template_args or inf.template_args):
         tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
                                             strict=False)}
@@ -150,8 +152,9 @@ def infer(
             dist = default_distribution(dtype) if role is not Role.OUT else None
             inf.args[p.name] = ArgSpec(p.name, role, dtype, count=count, distribution=dist, source="inferred",
                                        line=site.line + 1 if site else None)
-        elif _TAG.match(ptype):
-            # ``std::bool_constant<Atomic>``: an empty struct (one byte); which value is passed is irrelevant
+        elif _TAG.match(ptype) or (dtype is None and empty_struct(src, model, ptype)):
+            # ``std::bool_constant<Atomic>``, a functor without data (``k<Square><<<...>>>(Square{}, ...)``):
+            # an empty struct, one byte; which value is passed is irrelevant
             inf.args[p.name] = ArgSpec(p.name, Role.SCALAR, "uint8", value="0", source="inferred",
                                        line=site.line + 1 if site else None)
         else:
@@ -225,6 +228,28 @@ def infer(
                                       f"{', '.join(sorted(unknown))}, which is not a constant here")
             inf.launch = None
     return inf
+
+
+_CONSTRUCTED = re.compile(r"^\s*([A-Za-z_][\w:]*(?:\s*<[^{}()]*>)?)\s*(?:\{[^{}]*\}|\([^()]*\))\s*$")
+
+
+def _deduced(kernel: Kernel, site: LaunchSite) -> tuple[str, ...]:
+    """Template arguments the compiler deduces from a launch without ``<...>``, where the launch says them:
+    a type parameter taken by value and passed a constructed object (``map<<<g, b>>>(Square{}, ...)``
+    makes ``Op`` = ``Square``). All type parameters must be deduced, and no value parameter may be left
+    without a default: a partial deduction is none (the annotation's ``template`` line says the rest)."""
+    found: dict[str, str] = {}
+    for p, arg in zip(kernel.params, site.args, strict=False):
+        m = _CONSTRUCTED.match(arg)
+        if m and not p.is_pointer and any(t.name == p.type and t.kind == "type" for t in kernel.template_params):
+            found.setdefault(p.type, m.group(1).strip())
+    out: list[str] = []
+    for t in kernel.template_params:
+        value = found.get(t.name) or t.default
+        if value is None:
+            return ()
+        out.append(value)
+    return tuple(out)
 
 
 def _template_values(kernel: Kernel, args: tuple[str, ...], env: HostEnv) -> tuple[str, ...]:
