@@ -4,7 +4,10 @@ Most CUDA files that people optimize already say how the kernel runs: ``int n = 
 ``cudaMalloc(&d_x, n * sizeof(float));``, ``k<<<(n + 255) / 256, 256>>>(d_x, n);``. Reading that saves
 writing an annotation. Host variables with constant initialisers become sizes (so they can be
 perturbed); variables derived from them are inlined as text; buffer lengths come from the allocation
-size divided by the element size; roles come from what the kernel body does with each pointer.
+size divided by the element size; roles come from what the kernel body does with each pointer (an
+element read before the same thread writes it makes ``inout``). What the launch sees is read the way the
+program runs, through the launching function's callers, struct fields and vectors (``hostenv``); types
+through the file's typedefs (``cuda.types``).
 """
 
 from __future__ import annotations
@@ -65,12 +68,6 @@ def elements_from_bytes(nbytes: str, ctype: str, aliases: Aliases | None = None)
 _TAG = re.compile(r"^(?:(?:cuda::)?std::)?(?:integral_constant|bool_constant|true_type|false_type)\b")
 
 
-def element_type(ptype: str, aliases: Aliases) -> tuple[str, int]:
-    """A parameter's written base type (template arguments substituted) through the file's aliases:
-    ``floatX`` -> ``float``; ``fptr`` (``typedef float* fptr``) -> ``float`` one pointer deeper."""
-    return canonical_type(ptype, aliases)
-
-
 def infer(
     src: SourceText, model: FileModel, kernel: Kernel, file: str, template_args: tuple[str, ...] = ()
 ) -> Inference:
@@ -107,7 +104,7 @@ def infer(
         return flow.resolve_fields(env, env.inline(text))
 
     for i, p in enumerate(kernel.params):
-        ptype, extra = element_type(tsubst.get(p.type, p.type), aliases)
+        ptype, extra = canonical_type(tsubst.get(p.type, p.type), aliases)
         ptype = tsubst.get(ptype, ptype)
         dtype = canonical_dtype(ptype)
         if p.is_pointer or extra:
