@@ -242,8 +242,8 @@ def test_spec_write_guesses_when_inference_fails(capsys: pytest.CaptureFixture[s
     written = json.loads(out)
     assert written["written"] is True and written["guessed"] is True
     text = copy.read_text(encoding="utf-8")
-    assert ("// @warpforge size N = 1 << 20\n// @warpforge arg x: inout float[N] uniform(-1, 1)\n"
-            "// @warpforge arg n = N\n// @warpforge launch grid=cdiv(N, 256), block=256\n"
+    assert ("// @warpforge size n = 1 << 20\n// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
+            "// @warpforge arg n = n\n// @warpforge launch grid=cdiv(n, 256), block=256\n"
             "__global__ void no_launch(") in text
     code, out, err = run(capsys, "spec", str(copy), "-k", "no_launch", "--json")
     assert code == 0 and err == ""

@@ -246,14 +246,19 @@ def test_inference_from_defines_and_globals() -> None:
     [
         ("int n = atoi(\"5\"); float *x, *y; cudaMalloc(&x, n * sizeof(float)); cudaMalloc(&y, n * sizeof(float));"
          " k<<<n / 256, 256>>>(x, y, n);", "cannot infer the length of `x`"),
-        ("float *x, *y; k<<<1, 256>>>(x, y, 5);", "`x` at the launch on line 2 is not allocated with cudaMalloc"),
+        ("float *x, *y; k<<<1, 256>>>(x, y, 5);", "`x` at the launch on line 2 is not allocated (cudaMalloc, "
+         "cudaMallocAsync, cudaMallocManaged, a sized vector) in `host` or its callers"),
         ("int n = 1 << 20; k<<<n / 256, 256>>>(n);", "passes 1 arguments but `k` takes 3"),
     ],
 )
 def test_inference_failures_name_the_reason_and_the_fix(host: str, message: str) -> None:
     e = error_of(KERNEL + "void host() { " + host + " }\n", "k")
     assert str(e).startswith("t.cu:1: ") and message in str(e)
-    assert "add `// @warpforge arg x: in float[N]` above the kernel" in str(e)
+    # The fix quotes a block (x is only read: `in`); written above the kernel, it gives a spec
+    assert e.fix is not None and "`// @warpforge arg x: in float[" in e.fix
+    assert all(f"`{line}`" in e.fix for line in e.block)
+    fixed = "\n".join(e.block) + "\n" + KERNEL + "void host() { " + host + " }\n"
+    assert {a.name for a in spec_of(fixed, "k").args} == {"x", "y", "n"}
 
 
 @pytest.mark.parametrize(
@@ -408,11 +413,11 @@ ERRORS = [
     ([], ("// @warpforge bytes N * sizeof(T)",), 9, "bytes: `sizeof` does not know the type `T`",
      "write a C-like arithmetic expression"),
     ([(2, None)], (), 8, "cannot infer the length of `y`: no launch of `k` in this file",
-     "add `// @warpforge arg y: inout float[N]` above the kernel"),
+     "add above the kernel: `// @warpforge arg y: out float[N]`"),
     ([(4, None)], (), 8, "cannot infer the value of `n`: no launch of `k` in this file",
-     "add `// @warpforge arg n = VALUE` above the kernel"),
+     "add above the kernel: `// @warpforge arg n = N`"),
     ([(5, None)], (), 8, "cannot infer the launch configuration of `k`: no launch of `k` in this file",
-     "add `// @warpforge launch grid=(N + 255) / 256, block=256` above the kernel"),
+     "add above the kernel: `// @warpforge launch grid=cdiv(N, 256), block=256`"),
     # What no GPU can launch, at the line that says it (issue 14: these used to fail in the worker).
     ([], ("// @warpforge size N = 4096",), 9, "size `N` is defined twice (first at line 2)",
      "keep one `@warpforge size` line per name"),
@@ -601,11 +606,13 @@ def test_guess_spec_when_inference_fails_still_parses() -> None:
         build_spec(src, model, k, "host_launch.cu")
     guess = guess_spec(src, model, k, "host_launch.cu")
     assert guess.notes == ("guessed: check every line",)
+    # the error's proposal: the kernel's own `n` as the size, `x += 1` reads x first (inout)
     assert guess.to_annotation() == (
-        "// @warpforge size N = 1 << 20\n"
-        "// @warpforge arg x: inout float[N] uniform(-1, 1)\n"
-        "// @warpforge arg n = N\n"
-        "// @warpforge launch grid=cdiv(N, 256), block=256\n")
+        "// @warpforge size n = 1 << 20\n"
+        "// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
+        "// @warpforge arg n = n\n"
+        "// @warpforge launch grid=cdiv(n, 256), block=256\n")
+    assert {a.source for a in guess.args} == {"guessed"} and guess.launch.source == "guessed"
     text = src.text.replace("__global__ void no_launch(", guess.to_annotation() + "__global__ void no_launch(")
     assert spec_of(text, "no_launch").spec_hash() == guess.spec_hash()
 

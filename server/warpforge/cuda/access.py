@@ -8,6 +8,7 @@ read-only pointers that lack ``const __restrict__``. Local pointers derived from
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -17,6 +18,7 @@ from .parser import parse_tree
 from .text import SourceText
 from .tree import node_text, walk
 
+_IDENT = re.compile(r"[A-Za-z_]\w*")
 _ATOMICS = frozenset(
     {
         "atomicAdd", "atomicSub", "atomicExch", "atomicMin", "atomicMax", "atomicInc", "atomicDec",
@@ -32,6 +34,11 @@ class Access:
     atomic: bool = False
     #: an assignment or call we could not see through (e.g. the pointer passed to a helper function)
     escapes: bool = False
+    #: some read may see the value the buffer held before the launch: a read (``+=``, an atomic, a plain
+    #: load) of an element that the same thread has not certainly written first (see ``_covered``).
+    #: A buffer that is written and read only after its own writes (``out[i] = 0; ... out[i] += v``) is an
+    #: output (``out``), not ``inout``: its initial contents do not matter.
+    read_first: bool = False
 
 
 
@@ -140,15 +147,26 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                                 alias.setdefault(local, set()).update(alias[base])
                                 changed = True
 
-    def mark(node: Node | None, *, read: bool = False, write: bool = False, atomic: bool = False) -> None:
+    #: (element key, the write's statement) per parameter, for plain ``=`` writes
+    writes: dict[str, list[tuple[str, Node]]] = {}
+    #: (element key, the node reading it) per parameter
+    reads: dict[str, list[tuple[str, Node]]] = {}
+
+    def mark(node: Node | None, *, read: bool = False, write: bool = False, atomic: bool = False,
+             at: Node | None = None, plain_write: bool = False) -> None:
         base = _base_identifier(node, data)
-        if base is None or base not in alias:
+        if base is None or base not in alias or node is None:
             return
+        key = "".join(node_text(node, data).split())
         for param in alias[base]:
             acc = result[param]
             acc.read |= read
             acc.write |= write
             acc.atomic |= atomic
+            if read:
+                reads.setdefault(param, []).append((key, at or node))
+            if plain_write and at is not None:
+                writes.setdefault(param, []).append((key, at))
 
     stack = [body]
     while stack:
@@ -159,7 +177,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
             op = n.child_by_field_name("operator")
             compound = op is not None and node_text(op, data) != "="
             if left is not None and left.type in ("subscript_expression", "pointer_expression", "field_expression"):
-                mark(left, write=True, read=compound)
+                mark(left, write=True, read=compound, at=n, plain_write=not compound)
                 # Index expressions on the left are reads of other things; walk them but not the base.
                 idx = left.child_by_field_name("indices") or left.child_by_field_name("index")
                 if idx is not None:
@@ -171,7 +189,7 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
         elif t == "update_expression":
             arg = n.child_by_field_name("argument")
             if arg is not None and arg.type in ("subscript_expression", "pointer_expression"):
-                mark(arg, write=True, read=True)
+                mark(arg, write=True, read=True, at=n)
                 continue
         elif t == "call_expression":
             fn = n.child_by_field_name("function")
@@ -179,7 +197,9 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
             name = node_text(fn, data) if fn is not None else ""
             if name in _ATOMICS and args is not None and args.named_children:
                 first = args.named_children[0]
-                mark(first, write=True, read=True, atomic=True)
+                elem = first.child_by_field_name("argument") if first.type == "pointer_expression" \
+                    and node_text(first, data).startswith("&") else None
+                mark(elem if elem is not None else first, write=True, read=True, atomic=True, at=n)
                 stack.extend(args.named_children[1:])
                 continue
             if args is not None:
@@ -190,12 +210,65 @@ def param_access(source: str | SourceText, kernel: Kernel) -> dict[str, Access]:
                         acc = result[param]
                         acc.escapes = True
                         acc.read = True
+                        acc.read_first = True
                         if not _is_const_param(kernel, param):
                             acc.write = True
         elif t == "subscript_expression" or (t == "pointer_expression" and node_text(n, data).startswith("*")):
             mark(n, read=True)
         stack.extend(n.children)
+    assigned = _assignments(body, data)
+    for param, rs in reads.items():
+        ws = writes.get(param, [])
+        if any(not _covered(key, r, ws, assigned, data) for key, r in rs):
+            result[param].read_first = True
     return result
+
+
+def _assignments(body: Node, data: bytes) -> dict[str, list[int]]:
+    """Byte offsets where each local variable is assigned or updated (``i += s``, ``++i``)."""
+    out: dict[str, list[int]] = {}
+    for n in walk(body):
+        target = None
+        if n.type == "assignment_expression":
+            target = n.child_by_field_name("left")
+        elif n.type == "update_expression":
+            target = n.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            out.setdefault(node_text(target, data), []).append(n.start_byte)
+    return out
+
+
+def _statement(node: Node) -> Node | None:
+    """The statement holding ``node`` whose parent is a block (``{ ... }``), or None."""
+    cur: Node | None = node
+    while cur is not None and cur.parent is not None and cur.parent.type != "compound_statement":
+        cur = cur.parent
+    return cur if cur is not None and cur.parent is not None else None
+
+
+def _covered(key: str, read: Node, writes: list[tuple[str, Node]], assigned: dict[str, list[int]],
+             data: bytes) -> bool:
+    """Is the element ``key`` certainly written by this thread before ``read`` looks at it?
+
+    True when a plain write of the same element (same text: ``out[i]``) is a statement of a block that
+    encloses the read and comes before it: structured code runs that statement first on every path that
+    reaches the read. A variable of the element's index assigned in between (``i += stride``) makes it
+    another element, so the read counts as a first read."""
+    for wkey, wnode in writes:
+        if wkey != key:
+            continue
+        stmt = _statement(wnode)
+        if stmt is None or stmt.type != "expression_statement" or stmt.parent is None:
+            continue
+        block = stmt.parent
+        if not (block.start_byte <= read.start_byte and read.end_byte <= block.end_byte) \
+                or read.start_byte < stmt.end_byte:
+            continue
+        names = {m for m in _IDENT.findall(key)}
+        if any(stmt.end_byte <= off < read.start_byte for nm in names for off in assigned.get(nm, ())):
+            continue
+        return True
+    return False
 
 
 def _is_const_param(kernel: Kernel, name: str) -> bool:

@@ -17,11 +17,14 @@ from .text import SourceText, Span
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
+def needed_declarations(model: FileModel, kernel: Kernel, template_args: tuple[str, ...] = ()) -> list[Declaration]:
     """The transitive closure of top-level declarations a kernel refers to, in source order.
 
     Host functions are never included: a kernel cannot call them, and a name they share with a device
-    helper must resolve to the device one.
+    helper must resolve to the device one. ``template_args`` are the arguments the kernel is instantiated
+    with: what they name is needed too (``trimul<matmul_tri_naive>`` needs the ``__device__`` function,
+    ``apply<Square, Tile<4>>`` the functor and the constant's template), though the kernel's own text
+    never mentions it.
     """
     by_name: dict[str, list[Declaration]] = {}
     for d in model.declarations:
@@ -31,7 +34,8 @@ def needed_declarations(model: FileModel, kernel: Kernel) -> list[Declaration]:
             by_name.setdefault(n, []).append(d)
     # Other kernels launched or referenced (dynamic parallelism, forward declarations) are not pulled in.
     own = {kernel.name}
-    todo = list(kernel.uses - own)
+    named = {n for a in template_args for n in _IDENT.findall(a)}
+    todo = list((kernel.uses | named) - own)
     seen_names: set[str] = set(own)
     # Scope declarations (using-directives, namespace aliases) change how names resolve: always carried.
     chosen: dict[int, Declaration] = {d.span.start: d for d in model.declarations if d.kind is DeclKind.USING}
@@ -131,7 +135,7 @@ def standalone(
     for inc in model.includes:
         parts.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
     emitted_conditionals: set[Span] = set()
-    for d in needed_declarations(model, kernel):
+    for d in needed_declarations(model, kernel, instantiate if kernel.template_params and instantiate else ()):
         if d.conditional is not None:
             if d.conditional in emitted_conditionals:
                 continue
@@ -200,7 +204,7 @@ def standalone_many(
         parts.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
     chosen: dict[int, Declaration] = {}
     for k in kernels:
-        for d in needed_declarations(model, k):
+        for d in needed_declarations(model, k, (instantiations or {}).get(k.name, ()) if k.template_params else ()):
             chosen.setdefault(d.span.start, d)
     emitted_conditionals: set[Span] = set()
     items: list[tuple[int, str]] = []

@@ -29,7 +29,8 @@ class Param:
 
     ``type`` is the base type as written without the pointer declarators and without a leading
     ``const`` (e.g. ``float``, ``unsigned int``, ``T``); ``is_const`` says whether the pointee (or the
-    scalar) is const; ``is_restrict`` whether the outermost pointer is ``__restrict__``.
+    scalar) is const; ``is_restrict`` whether the outermost pointer is ``__restrict__``. An unnamed
+    parameter gets a generated ``name`` (see ``unnamed``); ``text`` is always what the user wrote.
     """
 
     name: str
@@ -46,6 +47,9 @@ class Param:
     restrict_span: Span | None
     #: byte offset right after the outermost ``*`` where ``__restrict__`` would be inserted
     star_end: int | None
+    #: the user wrote no name (a tag ``std::bool_constant<B>``, ``int /*unused*/``): ``name`` is generated
+    #: (``arg2`` for the third parameter) so the spec can refer to it; the user's text keeps no name
+    unnamed: bool = False
 
     @property
     def is_pointer(self) -> bool:

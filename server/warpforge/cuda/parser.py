@@ -13,6 +13,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser, Tree
@@ -216,6 +217,27 @@ def _param(node: Node, data: bytes, base: int) -> Param:
     )
 
 
+def _name_unnamed(params: tuple[Param, ...]) -> tuple[Param, ...]:
+    """Give each unnamed parameter a name (``arg2`` for the third) that no other parameter has.
+
+    Why: the spec, the annotations and the worker refer to arguments by name; a tag parameter
+    (``std::bool_constant<Atomic>``) or ``int /*unused*/`` would otherwise be the empty name, and a fix
+    such as ``// @warpforge arg  = VALUE`` could not be written. Only the model gets the name: the
+    parameter's text, and so the user's file, is left as it is."""
+    taken = {p.name for p in params if p.name}
+    out: list[Param] = []
+    for i, p in enumerate(params):
+        if p.name:
+            out.append(p)
+            continue
+        name = f"arg{i}"
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        out.append(replace(p, name=name, unnamed=True))
+    return tuple(out)
+
+
 def _template_params(node: Node, data: bytes, base: int) -> tuple[TemplateParam, ...]:
     plist = node.child_by_field_name("parameters")
     out: list[TemplateParam] = []
@@ -291,9 +313,9 @@ def _kernel(
     plist = fdecl.child_by_field_name("parameters")
     if not name or name_node is None or plist is None:
         return None
-    params = tuple(
+    params = _name_unnamed(tuple(
         _param(c, data, base) for c in plist.named_children if c.type == "parameter_declaration"
-    )
+    ))
     lb: LaunchBounds | None = None
     for c in fn.children:
         if c.type == "launch_bounds":

@@ -41,6 +41,7 @@ from typing import Any, Literal, TypeVar
 from ..compiler.toolchain import default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
+from ..cuda.types import type_aliases
 from ..spec import KernelSpec, build_spec
 from ..store import EvalKey, Store
 from . import guards, surgery
@@ -164,6 +165,8 @@ class Evaluator:
         self.progress = progress
         self.original = Candidate(kernel=k.name, source=self.src.slice(k.span), family="original",
                                   rationale="the kernel as written")
+        #: the file's typedef/using aliases: the signature guard compares types through them
+        self.aliases = type_aliases(self.src, self.model)
         self.arch = default_arch(self.settings.arch)
         self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
@@ -337,7 +340,7 @@ class Evaluator:
         if cand.dropped:
             ev.notes.append("dropped from the candidate (not device code): " + "; ".join(cand.dropped))
         if not baseline and cand.source != self.original.source:
-            found = guards.check_candidate(self.kernel, self.original.source, cand.source)
+            found = guards.check_candidate(self.kernel, self.original.source, cand.source, self.aliases)
             if found:
                 ev.guards = [f.text() for f in found]
                 raise _Fail("rejected", "; ".join(ev.guards))

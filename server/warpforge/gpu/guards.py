@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,22 +126,31 @@ def _norm_type(t: str) -> str:
     return " ".join(t.split())
 
 
-def signature_findings(original: Any, candidate_text: str) -> list[GuardFinding]:
+def signature_findings(original: Any, candidate_text: str,
+                       aliases: Mapping[str, tuple[str, int]] | None = None) -> list[GuardFinding]:
     """Does the candidate define a kernel of the original's name with the original's parameters?
 
-    ``original`` is a ``warpforge.cuda.Kernel``. ``const`` and ``__restrict__`` may be added or dropped
-    (they are how a variant tells the compiler more); types, pointer depth, order and count may not change.
+    ``original`` is a ``warpforge.cuda.Kernel``; ``aliases`` are the original file's type aliases
+    (``cuda.types.type_aliases``). Types are compared canonically (``cuda.types.param_key``): ``const`` and
+    ``__restrict__`` may be added, dropped or moved (they are how a variant tells the compiler more), a
+    ``typedef``/``using`` name may be spelled as what it names (``floatX*`` is ``float*`` when
+    ``typedef float floatX;``), and a parameter may be named or left unnamed; the canonical types, pointer
+    depth, order and count may not change.
     """
     from ..cuda import KernelNotFound, parse
+    from ..cuda.types import param_key, type_aliases
 
     try:
-        cand = parse(candidate_text.encode("utf-8")).require(original.name, "the candidate")
+        cmodel = parse(candidate_text.encode("utf-8"))
+        cand = cmodel.require(original.name, "the candidate")
     except KernelNotFound as e:
         return [GuardFinding("signature", str(e))]
+    # The candidate's own helpers may declare aliases; the file's win where both name one (the candidate
+    # is compiled in the file's context, where a second definition of a different type would not build).
+    known = {**type_aliases(candidate_text, cmodel), **(aliases or {})}
     line = candidate_text.encode("utf-8").count(b"\n", 0, cand.span.start) + 1
-    want = [(p.name, _norm_type(p.type), p.pointer_depth, p.is_reference, tuple(p.array_dims))
-            for p in original.params]
-    got = [(p.name, _norm_type(p.type), p.pointer_depth, p.is_reference, tuple(p.array_dims)) for p in cand.params]
+    want = [param_key(p, known) for p in original.params]
+    got = [param_key(p, known) for p in cand.params]
 
     def show(params: list[Any]) -> str:
         return ", ".join(p.text for p in params)
@@ -149,7 +159,7 @@ def signature_findings(original: Any, candidate_text: str) -> list[GuardFinding]
         return [GuardFinding("signature", f"the signature changed: `{original.name}({show(list(original.params))})` "
                                           f"became `{cand.name}({show(list(cand.params))})`", line)]
     for w, g, op, cp in zip(want, got, original.params, cand.params, strict=True):
-        if w[1:] != g[1:]:
+        if w != g:
             return [GuardFinding("signature", f"parameter `{op.text}` became `{cp.text}`: the signature must stay "
                                               f"the same (only const and __restrict__ may change)", line)]
     tw = [(t.kind, _norm_type(t.type)) for t in original.template_params]
@@ -161,11 +171,14 @@ def signature_findings(original: Any, candidate_text: str) -> list[GuardFinding]
     return []
 
 
-def check_candidate(original_kernel: Any, original_text: str, candidate_text: str) -> list[GuardFinding]:
-    """All static findings against a candidate, minus the kinds the original kernel itself exhibits."""
+def check_candidate(original_kernel: Any, original_text: str, candidate_text: str,
+                    aliases: Mapping[str, tuple[str, int]] | None = None) -> list[GuardFinding]:
+    """All static findings against a candidate, minus the kinds the original kernel itself exhibits.
+
+    ``aliases`` are the original file's type aliases, so a variant may spell a typedef'd type directly."""
     allowed = {f.code for f in source_findings(original_text)}
     found = [f for f in source_findings(candidate_text) if f.code not in allowed]
-    return found + signature_findings(original_kernel, candidate_text)
+    return found + signature_findings(original_kernel, candidate_text, aliases)
 
 
 # --------------------------------------------------------------------------- SASS

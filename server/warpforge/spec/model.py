@@ -22,11 +22,15 @@ from .expr import ExprError, Number, parse
 class SpecError(ValueError):
     """A spec problem located in a file: ``file:line: message`` plus what to write instead."""
 
-    def __init__(self, file: str, line: int | None, message: str, fix: str | None = None) -> None:
+    def __init__(self, file: str, line: int | None, message: str, fix: str | None = None,
+                 block: tuple[str, ...] = ()) -> None:
         self.file = file
         self.line = line
         self.message = message
         self.fix = fix
+        #: annotation lines that, written above the kernel, give a spec that validates (when inference
+        #: could not finish: ``spec.resolve.proposal``); the fix quotes them on one line
+        self.block = block
         where = f"{file}:{line}" if line is not None else file
         # One line, always: the CLI prints it as is and editors show it as a diagnostic.
         text = f"{where}: {message}" + (f"; {fix}" if fix else "")

@@ -8,14 +8,17 @@ GPU worker.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import FileModel, Kernel, Param
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
-from .annotations import parse_annotation
+from ..cuda.types import canonical_type
+from .annotations import Annotation, parse_annotation
+from .expr import ExprError
 from .expr import parse as expr_parse
-from .infer import infer
+from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     DEFAULT_SEEDS,
@@ -30,18 +33,101 @@ from .model import (
     expr_fix,
 )
 
+_DEFAULT_SIZE = "1 << 20"
 
-def _fix_for_arg(kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str:
-    p = kernel.param(name)
-    if p is not None and p.is_pointer:
-        role = "in" if p.is_const else "inout"
-        # The fix must be writable as is: a template type parameter is not an element type.
-        subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
-        ctype = subst.get(p.type, p.type)
-        if canonical_dtype(ctype) is None:
-            ctype = "float"
-        return f"add `// @warpforge arg {name}: {role} {ctype}[N]` above the kernel"
-    return f"add `// @warpforge arg {name} = VALUE` above the kernel"
+
+def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
+    """Annotation lines that complete what inference left open, and that validate when written above
+    the kernel (``tests/test_spec_hostflow.py`` writes them and builds the spec).
+
+    Sizes come from what exists at the launch: the launch's own expressions when their names are sizes
+    or integer variables of the launching function (``n``, ``B * T``), those variables as sizes (their value
+    when the host code gives one, else a default to edit). A buffer's length is the kernel's first integer
+    argument's value (the usual bound of its index), else the first size in scope. Roles are the access
+    analysis's (a write-only output is ``out``), element types are read through typedefs and template
+    arguments.
+    """
+    env = inf.env
+    site = inf.site
+    known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
+    new_sizes: dict[str, str] = {}
+    lines: list[str] = []
+
+    def usable(text: str) -> bool:
+        """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
+        try:
+            names = expr_parse(text).names()
+        except ExprError:
+            return False
+        return all(n in known or n in new_sizes or n in env.in_scope or env.is_constant(n) for n in names)
+
+    def adopt(text: str) -> str:
+        for n in sorted(expr_parse(text).names()):
+            if n not in known and n not in new_sizes:
+                new_sizes[n] = env.defs[n] if env.is_constant(n) else _DEFAULT_SIZE
+        return text
+
+    def fresh(name: str) -> str:
+        if name not in known and name not in new_sizes:
+            new_sizes[name] = _DEFAULT_SIZE
+        return name
+
+    def integer(p: Param) -> bool:
+        dtype = canonical_dtype(canonical_type(p.type, env.aliases)[0])
+        return dtype is not None and dtype.startswith(("int", "uint"))
+
+    args = inf.args | ann.args
+    launch_args = site.args if site is not None and len(site.args) == len(kernel.params) else None
+    values: dict[str, str] = {}
+    for i, p in enumerate(kernel.params):
+        a = args.get(p.name)
+        if a is not None and not a.is_buffer and a.value is not None:
+            values[p.name] = a.value
+        elif p.name not in inf.roles and a is None:
+            raw = launch_args[i].strip() if launch_args is not None else ""
+            if raw and usable(raw):
+                values[p.name] = adopt(raw)
+            elif p.unnamed:
+                values[p.name] = "0"  # the kernel cannot read it: any value does
+            elif integer(p):
+                # a size of the same name in another case (`n` and `size N`) is the usual meaning
+                same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
+                values[p.name] = same or fresh(p.name)
+            else:
+                values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
+            lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
+    first_int = next((values[p.name] for p in kernel.params
+                      if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
+    scope_size = next((n for n in env.in_scope if usable(n)), None)
+    for p in kernel.params:
+        if p.name not in inf.roles or p.name in args:
+            continue
+        count = first_int or (adopt(scope_size) if scope_size is not None else None) \
+            or next(iter(sorted(known)), None) or fresh("N")
+        role = inf.roles[p.name].value
+        lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
+    if ann.launch is None and inf.launch is None:
+        grid = site.grid.strip() if site is not None else ""
+        block = site.block.strip() if site is not None else ""
+        if not (grid and block and usable(grid) and usable(block)):
+            n = first_int or fresh("N")
+            grid, block = f"cdiv({n}, 256)", "256"
+        else:
+            adopt(grid)
+            adopt(block)
+        lines.append(f"// @warpforge launch grid={grid}, block={block}")
+    head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
+    return head + lines
+
+
+def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
+    """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
+    that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
+    lines = tuple(proposal(kernel, inf, ann))
+    scope = inf.env.in_scope
+    where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
+    quoted = " ".join(f"`{line}`" for line in lines)
+    return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
 
 
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
@@ -63,13 +149,13 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
-            raise SpecError(file, kline, why, _fix_for_arg(kernel, p.name, ann.template_args or inf.template_args))
+            raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
-        raise SpecError(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}",
-                        "add `// @warpforge launch grid=(N + 255) / 256, block=256` above the kernel")
+        raise _failed(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}", kernel, inf,
+                      ann)
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
         names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
@@ -121,9 +207,11 @@ def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
 
 
 def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
-    """A starting-point spec for ``--write`` when inference cannot finish: sizes N, 1D launch.
+    """A starting-point spec for ``--write`` when inference cannot finish.
 
-    Whatever can be inferred or is annotated is kept; the rest gets an obvious guess the user edits.
+    Whatever can be inferred or is annotated is kept; the rest is the error's proposal (``proposal``:
+    sizes from the launch site's expressions and the variables in scope there, roles from the access
+    analysis), or, should that not validate, an obvious guess (sizes N, 1D launch) the user edits.
     """
     try:
         return build_spec(src, model, kernel, file)
@@ -135,6 +223,9 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
             last = src.line_of(kernel.comment_span.end) + 1
             if first <= e.line <= last:
                 raise
+        proposed = _with_block(src, kernel, file, e.block) if e.block else None
+        if proposed is not None:
+            return proposed
     ann = parse_annotation(src, kernel, file)
     inf = infer(src, model, kernel, file, ann.template_args)
     sizes = {s.name: s for s in inf.sizes}
@@ -160,6 +251,29 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
     return KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
                       ("guessed: check every line",))
+
+
+def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ...]) -> KernelSpec | None:
+    """The spec the file would have with ``block`` added at the end of the kernel's annotation block, what
+    the block gave marked ``guessed``; None when it does not validate."""
+    at = src.line_starts[src.line_of(kernel.span.start)]
+    text = src.data[:at] + "".join(f"{line}\n" for line in block).encode() + src.data[at:]
+    try:
+        psrc = SourceText(text)
+        pmodel = parse(psrc.data)
+        pk = pmodel.kernel(kernel.name)
+        if pk is None:
+            return None
+        spec = build_spec(psrc, pmodel, pk, file)
+    except SpecError:
+        return None
+    named = {line.split()[3].rstrip(":") for line in block if len(line.split()) > 3}
+    sizes = tuple(replace(sz, source="guessed", line=None) if sz.name in named else sz for sz in spec.sizes)
+    args = tuple(replace(a, source="guessed", line=None) if a.name in named else a for a in spec.args)
+    launch = spec.launch
+    if any(line.startswith("// @warpforge launch") for line in block):
+        launch = replace(launch, source="guessed", line=None)
+    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line",))
 
 
 def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> KernelSpec:

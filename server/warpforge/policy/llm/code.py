@@ -20,6 +20,7 @@ from ...cuda.model import FileModel, Kernel, KernelNotFound
 from ...cuda.parser import parse
 from ...cuda.reduce import reduce_device
 from ...cuda.text import SourceText
+from ...cuda.types import Aliases, param_key, type_aliases
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ...spec.model import KernelSpec
@@ -35,8 +36,13 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def _param_key(k: Kernel) -> list[tuple[str, str, int, bool, tuple[str, ...]]]:
-    return [(p.name, _norm(p.type), p.pointer_depth, p.is_reference, p.array_dims) for p in k.params]
+def _param_key(k: Kernel, aliases: Aliases, unnamed: frozenset[int] = frozenset()
+               ) -> list[tuple[str, tuple[str, int, bool, tuple[str, ...]]]]:
+    """Names and canonical types (``cuda.types``): a typedef spelled out or a moved ``const`` is the same list.
+
+    The names at positions ``unnamed`` (parameters the original leaves unnamed: a tag, ``int /*unused*/``)
+    are not compared: the code may name them."""
+    return [("" if i in unnamed else p.name, param_key(p, aliases)) for i, p in enumerate(k.params)]
 
 
 @dataclass
@@ -71,7 +77,9 @@ def extract_kernel(text: str, original: Kernel, file_src: SourceText, file_model
     if [t.name for t in k.template_params] != [t.name for t in original.template_params]:
         out.errors.append("the template parameters differ from the original's "
                           f"(<{', '.join(t.name for t in original.template_params)}>)")
-    if _param_key(k) != _param_key(original):
+    aliases = {**type_aliases(src, model), **type_aliases(file_src, file_model)}
+    unnamed = frozenset(i for i, p in enumerate(original.params) if p.unnamed)
+    if _param_key(k, aliases, unnamed) != _param_key(original, aliases, unnamed):
         want = file_src.slice(original.params_span)
         got = src.slice(k.params_span)
         out.errors.append(f"the parameter list differs from the original's: expected {_norm(want)}, got {_norm(got)}")

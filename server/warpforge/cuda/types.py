@@ -1,0 +1,141 @@
+"""Canonical parameter types: what a parameter's type *is*, whatever spelling, alias or qualifier order.
+
+Why: real code names its element type through ``typedef float floatX;`` or ``using real = float;`` and
+writes qualifiers where it likes (``float const*``, ``const float* __restrict__``). A variant that spells
+``floatX* out`` as ``float* out`` passes the same bytes to the same kernel: the signature guard, the LLM's
+parameter check and spec inference must compare and read types through the file's aliases, not as text.
+
+``type_aliases`` reads the aliases a file (or a candidate's helpers) declares at top level;
+``canonical_type`` resolves a written type through them to ``(base, extra pointer depth)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from tree_sitter import Node
+
+from .model import DeclKind, FileModel, Param
+from .parser import parse_tree
+from .text import SourceText
+from .tree import node_text, walk
+
+#: qualifiers and elaborations that do not change which type a parameter has
+_NOISE = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict|struct|class|typename|union|enum)\b")
+#: spellings of one builtin type (``unsigned`` is ``unsigned int``; ``std::`` fixed-width names are the plain ones)
+_SYNONYMS = {
+    "unsigned": "unsigned int", "signed": "int", "signed int": "int", "long int": "long",
+    "long long int": "long long", "unsigned long int": "unsigned long", "unsigned long long int": "unsigned long long",
+    "short int": "short", "unsigned short int": "unsigned short",
+}
+
+#: alias name -> (aliased base type as written, pointer depth the alias adds)
+Aliases = Mapping[str, tuple[str, int]]
+
+
+def clean(text: str) -> str:
+    """A type's spelling without qualifiers, extra spaces or a synonym (``unsigned`` -> ``unsigned int``)."""
+    t = _NOISE.sub(" ", text)
+    t = re.sub(r"\s*::\s*", "::", t).strip()
+    t = re.sub(r"^::", "", t)
+    t = re.sub(r"^(?:std|cuda::std)::(u?int\d+_t|size_t|ptrdiff_t)$", r"\1", " ".join(t.split()))
+    t = re.sub(r"\s*([<>,*&])\s*", r"\1", t)
+    return _SYNONYMS.get(t, t)
+
+
+def canonical_type(written: str, aliases: Aliases, depth: int = 0) -> tuple[str, int]:
+    """``written`` (a parameter's base type) resolved through ``aliases``: the canonical base type and the
+    pointer depth the aliases add (``typedef float* fptr;`` makes ``fptr`` one pointer deeper)."""
+    base = clean(written)
+    extra = 0
+    seen: set[str] = set()
+    while base in aliases and base not in seen and depth < 16:
+        seen.add(base)
+        target, stars = aliases[base]
+        base = clean(target)
+        extra += stars
+        depth += 1
+    return base, extra
+
+
+def param_key(p: Param, aliases: Aliases) -> tuple[str, int, bool, tuple[str, ...]]:
+    """What must not change in a parameter: its canonical type, pointer depth, reference-ness and array dims.
+
+    ``const``/``__restrict__`` (anywhere), the spelling through an alias and the parameter's name are not
+    part of it."""
+    base, extra = canonical_type(p.type, aliases)
+    return base, p.pointer_depth + extra, p.is_reference, tuple(p.array_dims)
+
+
+def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[str, int]]:
+    """Top-level ``typedef`` and ``using X = ...;`` aliases of a file: name -> (type, added pointer depth).
+
+    Struct typedefs (``typedef struct {...} S;``) name a type of their own and are left out; template
+    aliases are left out (their meaning depends on arguments)."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    out: dict[str, tuple[str, int]] = {}
+    for d in model.declarations:
+        if d.kind is not DeclKind.TYPE:
+            continue
+        data = src.data[d.span.start : d.span.end]
+        if not data.lstrip().startswith((b"typedef", b"using")):
+            continue
+        root = parse_tree(data).root_node
+        for node in root.named_children:
+            if node.type == "type_definition":
+                tnode = node.child_by_field_name("type")
+                if tnode is None or (tnode.type in ("struct_specifier", "union_specifier", "enum_specifier",
+                                                   "class_specifier") and tnode.child_by_field_name("body")):
+                    continue
+                for decl in node.children_by_field_name("declarator"):
+                    stars = 0
+                    cur: Node | None = decl
+                    while cur is not None and cur.type == "pointer_declarator":
+                        stars += 1
+                        cur = cur.child_by_field_name("declarator")
+                    if cur is not None and cur.type in ("type_identifier", "identifier"):
+                        out[node_text(cur, data)] = (node_text(tnode, data), stars)
+            elif node.type == "alias_declaration":
+                name = node.child_by_field_name("name")
+                tdesc = node.child_by_field_name("type")
+                if name is None or tdesc is None:
+                    continue
+                atype = tdesc.child_by_field_name("type")
+                stars = 0
+                cur = tdesc.child_by_field_name("declarator")
+                while cur is not None and cur.type == "abstract_pointer_declarator":
+                    stars += 1
+                    cur = cur.child_by_field_name("declarator")
+                if atype is not None and cur is None:
+                    out[node_text(name, data)] = (node_text(atype, data), stars)
+    return out
+
+
+def empty_struct(source: str | SourceText, model: FileModel, name: str) -> bool:
+    """Is ``name`` a struct or class of the file with no data (only member functions and static members)?
+
+    Such a value (a functor ``struct Square { __device__ float operator()(float) const; }`` passed to a
+    kernel templated on it, a tag) is one byte whose contents the kernel cannot read: a spec passes 0."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    for d in model.declarations:
+        if d.kind is not DeclKind.TYPE or name not in d.names:
+            continue
+        data = src.data[d.span.start : d.span.end]
+        for node in walk(parse_tree(data).root_node, ("struct_specifier", "class_specifier")):
+            tag = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if tag is None or body is None or node_text(tag, data) != name:
+                continue
+            if any(c.type == "base_class_clause" for c in node.children):
+                return False
+            for f in body.named_children:
+                if f.type != "field_declaration":
+                    continue
+                static = any(c.type == "storage_class_specifier" and node_text(c, data) == "static"
+                             for c in f.children)
+                method = any(c.type == "function_declarator" for c in f.named_children)
+                if not static and not method:
+                    return False
+            return True
+    return False
