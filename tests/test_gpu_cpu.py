@@ -360,8 +360,8 @@ def test_candidate_from_a_variant_file_brings_its_new_helpers() -> None:
 
 # --------------------------------------------------------------------------- store
 def test_store_caches_by_key_and_versions_its_schema(tmp_path: Path) -> None:
-    db = tmp_path / ".warpforge" / "warpforge.db"
-    store = Store.for_workspace(tmp_path)
+    db = tmp_path / "store" / "warpforge.db"
+    store = Store.for_workspace(tmp_path, db)
     assert store.path == db and store.version == SCHEMA_VERSION
     key = EvalKey("cand", "spec", "NVIDIA H100", "580.1")
     assert store.get_evaluation(key) is None
@@ -496,6 +496,7 @@ def test_engine_end_to_end_on_the_cpu_stand_in(fake_backend: Backend, loop: asyn
     ev2 = Evaluator(path, "saxpy", backend=fake_backend, settings=settings, store=store)
     again = loop.run_until_complete(ev2.evaluate(good))
     assert again.cached and again.status == "ok" and again.speedup == r.speedup
+    assert "replayed from the evaluation cache" in again.headline() and "replayed" not in r.headline()
 
     # many in flight: the same candidate twice is evaluated once
     async def twice() -> tuple[Evaluation, Evaluation]:
