@@ -360,8 +360,8 @@ def test_candidate_from_a_variant_file_brings_its_new_helpers() -> None:
 
 # --------------------------------------------------------------------------- store
 def test_store_caches_by_key_and_versions_its_schema(tmp_path: Path) -> None:
-    db = tmp_path / ".warpforge" / "warpforge.db"
-    store = Store.for_workspace(tmp_path)
+    db = tmp_path / "store" / "warpforge.db"
+    store = Store.for_workspace(tmp_path, db)
     assert store.path == db and store.version == SCHEMA_VERSION
     key = EvalKey("cand", "spec", "NVIDIA H100", "580.1")
     assert store.get_evaluation(key) is None
@@ -496,6 +496,7 @@ def test_engine_end_to_end_on_the_cpu_stand_in(fake_backend: Backend, loop: asyn
     ev2 = Evaluator(path, "saxpy", backend=fake_backend, settings=settings, store=store)
     again = loop.run_until_complete(ev2.evaluate(good))
     assert again.cached and again.status == "ok" and again.speedup == r.speedup
+    assert "replayed from the evaluation cache" in again.headline() and "replayed" not in r.headline()
 
     # many in flight: the same candidate twice is evaluated once
     async def twice() -> tuple[Evaluation, Evaluation]:
@@ -598,3 +599,45 @@ def test_build_cache_never_serves_a_partial_cubin(tmp_path: Path, monkeypatch: p
     assert again.ok and not again.cached  # (its bytes differ: the cubin names nvcc's temporary directory)
     repaired = build._load_disk(key)
     assert repaired is not None and repaired.cubin == again.cubin
+
+
+# --------------------------------------------------------------------------- elements the original never writes
+def test_a_candidate_writing_where_the_original_never_writes_is_told_so() -> None:
+    """The oracle's poison fill is how an element the original leaves unwritten is known: a value there is a
+    mismatch, and the message says so instead of a bare "got 0, want nan"."""
+    want = np.arange(10, dtype=np.float32)
+    want[6:] = poison_array("float32", 4)
+    got = np.arange(10, dtype=np.float32)
+    got[6:] = 0.0
+    r = cmp.compare("out", got, want, "float32", 1e-4, 1e-5)
+    assert not r.ok and r.mismatches == 4 and r.original_unwritten == 4 and r.unwritten == 0
+    assert r.first_index == 6 and r.first_never_written
+    s = r.summary()
+    assert "4 written where the original never writes" in s
+    assert "first at [6]: got 0, want nan (the original never writes [6]: it still holds the poison fill (NaN)" in s
+    assert "give the buffer the length the original writes, or declare it `inout`" in s
+    # an ordinary mismatch before them is first, and is not said to be unwritten by the original
+    got[2] = 7.0
+    r = cmp.compare("out", got, want, "float32", 1e-4, 1e-5)
+    assert r.first_index == 2 and not r.first_never_written and r.original_unwritten == 4
+    assert "the original never writes [2]" not in r.summary()
+    # a NaN the original computed itself is not poison: not "never written"
+    want2 = np.array([1.0, float("nan")], dtype=np.float32)
+    r = cmp.compare("out", np.array([1.0, 0.0], dtype=np.float32), want2, "float32", 1e-4, 1e-5)
+    assert r.original_unwritten == 0 and not r.first_never_written and "never writes" not in r.summary()
+    # integers: the sentinel, named in hex
+    wi = np.array([1, 2, 3], dtype=np.int32)
+    wi[2:] = poison_array("int32", 1)
+    r = cmp.compare("idx", np.array([1, 2, 3], dtype=np.int32), wi, "int32", 0, 0)
+    assert r.original_unwritten == 1 and r.first_never_written and "poison fill (0x" in r.summary()
+    # the JSON round trip keeps both fields (cached evaluations are read back from it)
+    again = cmp.BufferReport.from_json(json.loads(json.dumps(r.to_json())))
+    assert again == r
+
+
+def test_the_device_result_carries_the_count_of_elements_the_original_never_writes() -> None:
+    res = np.zeros(cmp.RESULT_WORDS, dtype=np.uint64)
+    res[0], res[3], res[6] = 3, 5, 2
+    r = cmp.from_device_result("y", "float32", 10, 1e-4, 1e-5, res, 0.0, float("nan"), True)
+    assert r.mismatches == 3 and r.original_unwritten == 2 and r.first_never_written and r.first_index == 5
+    assert "ounw" in cmp.DEVICE_SOURCE and "atomicAdd(&res[6], ounw)" in cmp.DEVICE_SOURCE

@@ -559,6 +559,7 @@ def test_annotation_round_trip_of_inferred_specs(kernel: str) -> None:
 def test_annotation_round_trip_of_everything() -> None:
     text = annotated((0, "// @warpforge size N = 1 << 20 odd=N / 3"),
                      (1, "// @warpforge arg x: in half[N] normal(0, 0.5) align=64"),
+                     (2, "// @warpforge arg y: out half[N]"),
                      (5, "// @warpforge launch grid=(cdiv(N, 256), 2), block=(128, 2), smem=1024"),
                      (6, "// @warpforge template T=__half, BS=64"),
                      extra=("// @warpforge size C = 8 fixed", "// @warpforge tol rtol=0.001 atol=1e-06",
@@ -569,7 +570,7 @@ def test_annotation_round_trip_of_everything() -> None:
     assert spec.template_args == ("__half", "64")
     block = spec.to_annotation()
     assert "// @warpforge arg x: in half[N] normal(0, 0.5) align=64\n" in block
-    assert "// @warpforge arg y: out float[N]\n" in block
+    assert "// @warpforge arg y: out half[N]\n" in block  # `T* y` with T=__half: half elements
     assert "// @warpforge size C = 8 fixed\n" in block and "// @warpforge size N = 1 << 20 odd=N / 3\n" in block
 
 
@@ -589,7 +590,7 @@ def test_to_json_is_plain_data() -> None:
     assert d["sizes"] == [{"name": "N", "expr": "1 << 24", "fixed": False, "odd": None, "source": "annotation",
                            "line": 13}]
     assert d["args"][1] == {"name": "out", "role": "inout", "dtype": "float32", "count": "1", "value": None,
-                            "distribution": "zeros", "align": 16, "source": "annotation", "line": 16}
+                            "distribution": "zeros", "align": 16, "source": "annotation", "line": 16, "tol": None}
     assert d["launch"]["grid"] == ["cdiv(N, BLOCK_SIZE)"] and d["tolerance"] == [1e-4, 1e-5]
     assert d["tunables"][0]["values"] == ["256", "128", "512", "1024"]
     assert d["seeds"] == [0, 1, 2] and d["flops"] == "N" and d["bytes"] == "N * sizeof(float)"

@@ -20,6 +20,12 @@ from warpforge.store import SCHEMA_VERSION, EvalKey, Store, StoreError, workspac
 
 SERVER = Path(__file__).resolve().parents[1] / "server"
 
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workspace stores live in the user's cache: each test gets its own, never the real one."""
+    monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "user-cache"))
+
 # Today's schema, copied as it stood before the store owned all three tables: the evaluation cache was
 # user_version 1, while search memory and lessons created their tables in the same file with IF NOT EXISTS
 # and never touched the version (so a file they made first sits at version 0).
@@ -143,7 +149,7 @@ def test_a_file_that_is_not_a_database_is_refused_and_kept(tmp_path: Path) -> No
 
 def test_evaluations_memory_and_lessons_share_one_file(tmp_path: Path) -> None:
     store = Store.for_workspace(tmp_path)
-    assert store.path == tmp_path / ".warpforge" / "warpforge.db"
+    assert store.path == workspace_db(tmp_path)
     memory, lessons = SearchMemory(store), LessonStore(store)
     store.put_evaluation(KEY, "saxpy", "ok", 1.3, {"speedup": 1.3})
     memory.record("k2", "unroll", True, 1.2, "unrolled by 4")
@@ -176,8 +182,8 @@ def test_lessons_without_a_workspace_live_in_memory_only(tmp_path: Path) -> None
 
 
 def test_the_location_is_decided_in_one_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert workspace_db(tmp_path) == tmp_path / ".warpforge" / "warpforge.db"
     monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
+    assert workspace_db(tmp_path).parent.parent == tmp_path / "cache" / "workspaces"
     assert workspace_db(None) == tmp_path / "cache" / "warpforge.db"
     with Store.for_workspace(None) as store:
         assert store.path == tmp_path / "cache" / "warpforge.db" and store.path.is_file()
@@ -230,3 +236,70 @@ def test_two_processes_write_evaluations_at_once(tmp_path: Path) -> None:
         assert store.count_evaluations() == 2 * n
         assert store.get_evaluation(EvalKey(f"lsp-{n - 1}", "spec", "gpu", "drv")) == {"i": n - 1, "who": "lsp"}
         assert SearchMemory(store).summary("shared-kernel") == {"vectorize": (2 * n, 2 * n, 1.5)}
+
+
+# --------------------------------------------------------------------------- state out of the repository
+def _git_status(folder: Path) -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=folder,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_a_workspace_store_lives_in_the_user_cache_and_nothing_lands_in_the_workspace(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "k.cu").write_text("__global__ void k() {}\n", encoding="utf-8")
+    before = _git_status(repo)
+    with Store.for_workspace(repo) as store:
+        store.put_evaluation(KEY, "k", "ok", 1.2, {"speedup": 1.2})
+        SearchMemory(store).record("k", "vectorize", True, 1.2)
+        assert store.path.is_relative_to(tmp_path / "user-cache" / "workspaces")
+    assert _git_status(repo) == before and not (repo / ".warpforge").exists()
+    assert sorted(p.name for p in repo.iterdir() if p.name != ".git") == ["k.cu"]
+
+
+def test_the_store_is_keyed_by_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "proj", tmp_path / "other" / "proj"
+    a.mkdir()
+    b.mkdir(parents=True)
+    assert workspace_db(a) != workspace_db(b)  # same folder name, different workspaces
+    assert workspace_db(a).parent.name.startswith("proj-")
+    monkeypatch.chdir(tmp_path)
+    assert workspace_db("proj") == workspace_db(a) == workspace_db(str(a) + "/")  # one workspace, any spelling
+    (tmp_path / "link").symlink_to(a)
+    assert workspace_db(tmp_path / "link") == workspace_db(a)
+    with Store.for_workspace(a) as store:
+        store.put_evaluation(KEY, "saxpy", "ok", 1.25, {"speedup": 1.25})
+    with Store.for_workspace(b) as other:  # another workspace replays nothing of the first one's
+        assert other.get_evaluation(KEY) is None
+    with Store.for_workspace(a) as again:
+        assert again.get_evaluation(KEY) == {"speedup": 1.25}
+
+
+def test_an_override_names_the_file_or_a_folder_for_it(tmp_path: Path) -> None:
+    assert workspace_db(tmp_path / "ws", tmp_path / "mine.db") == tmp_path / "mine.db"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert workspace_db(tmp_path / "ws", folder) == folder / "warpforge.db"
+    assert workspace_db(None, f"{tmp_path}/new/") == tmp_path / "new" / "warpforge.db"
+    assert workspace_db(tmp_path / "ws", "") == workspace_db(tmp_path / "ws")  # an empty setting: the default
+    with Store.for_workspace(tmp_path / "ws", tmp_path / "mine.db") as store:
+        assert store.path == tmp_path / "mine.db" and store.path.is_file()
+
+
+def test_a_warpforge_folder_is_created_with_a_gitignore_of_everything(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    with Store.for_workspace(repo, repo / ".warpforge" / "warpforge.db") as store:
+        store.put_evaluation(KEY, "k", "ok", 1.2, {"speedup": 1.2})
+        ignore = repo / ".warpforge" / ".gitignore"
+        assert ignore.read_text(encoding="utf-8").splitlines()[-1] == "*"
+        assert _git_status(repo) == ""  # the database, its WAL files and the .gitignore itself: all ignored
+    # a folder below one: the .warpforge folder above it gets the .gitignore
+    with Store(repo / ".warpforge" / "deep" / "x.db"):
+        assert _git_status(repo) == ""
+    # an existing .gitignore is the user's: left as it is
+    ignore.write_text("*.db\n", encoding="utf-8")
+    Store(repo / ".warpforge" / "warpforge.db").close()
+    assert ignore.read_text(encoding="utf-8") == "*.db\n"

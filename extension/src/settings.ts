@@ -10,6 +10,8 @@ export interface ServerSettings {
   arch: string;
   evaluationBackend: string;
   rayAddress: string;
+  /** the workspace store's file or folder; '' keeps it in the user's cache, keyed by the workspace */
+  storePath: string;
   /** bytes; larger documents get a notice instead of analysis */
   maxDocumentSize: number;
   /** the workspace is trusted: false keeps the server from compiling or running anything (Restricted Mode) */
@@ -30,6 +32,7 @@ export function serverSettings(): ServerSettings {
     arch: c.get<string>('arch', ''),
     evaluationBackend: c.get<string>('evaluationBackend', 'local') || 'local',
     rayAddress: c.get<string>('rayAddress', ''),
+    storePath: expand(c.get<string>('storePath', '')),
     maxDocumentSize: c.get<number>('maxDocumentSize', 1_000_000),
     trusted: vscode.workspace.isTrusted,
   };

@@ -104,11 +104,14 @@ def _print_spec(spec: KernelSpec) -> None:
     r = spec.resolve()
     rp = spec.resolve(perturbed=True) if spec.symbolic else None
     t = Table(title="sizes", show_edge=False)
-    for col in ("name", "expression", "value", "perturbed", "from"):
+    for col in ("name", "expression", "value", "perturbed", "how", "from"):
         t.add_column(col)
+    # The perturbed column is the value the odd-size run really uses, and "how" says why (a fixed size, one a
+    # fixed size holds, a base size perturbed once, a size derived from perturbed ones, an odd= expression).
+    how = spec.perturbation()
     for s in spec.sizes:
-        pv = "fixed" if s.fixed or rp is None else str(rp.sizes[s.name])
-        t.add_row(s.name, s.expr, str(r.sizes[s.name]), pv, s.source)
+        pv = str(rp.sizes[s.name]) if rp is not None else str(r.sizes[s.name])
+        t.add_row(s.name, s.expr, str(r.sizes[s.name]), pv, how[s.name], s.source)
     con.print(t)
     t = Table(title="arguments", show_edge=False)
     for col in ("name", "role", "dtype", "length / value", "data", "tolerance", "from"):
@@ -163,6 +166,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
         out["resolved"] = _resolved_json(spec, False)
         if spec.symbolic:
             out["perturbed"] = _resolved_json(spec, True)
+        out["perturbation"] = spec.perturbation()
         out["spec_hash"] = spec.spec_hash()
         print(json.dumps(out, indent=2))
     else:

@@ -1,5 +1,6 @@
-"""The workspace store: one SQLite file (``.warpforge/warpforge.db``) holding the evaluation cache, search
-memory and the LLM's lessons, and the one place that opens WarpForge's SQLite files.
+"""The workspace store: one SQLite file per workspace, in the user's cache (``workspaces/NAME-HASH/warpforge.db``
+under ``defaults.user_cache_dir()``), holding the evaluation cache, search memory and the LLM's lessons, and
+the one place that opens WarpForge's SQLite files.
 
 Why one file and one front end: the three kinds of record describe the same work on the same kernels and
 are written by the same jobs; kept apart they each grew their own connect code, their own table creation
@@ -9,7 +10,13 @@ version number. ``search.memory.SearchMemory`` and ``policy.llm.reflector.Lesson
 ``Store``: they own their queries, not a connection. The retrieval index (``rag/sqlite_fts.py``) is a
 separate file in the user's cache (it is shared by all workspaces) but opens it with ``connect`` too.
 
-Why SQLite: one file next to the user's code, no server, safe for the language server, a CLI run and
+Why in the user's cache and not in the workspace: a database and its WAL files in the user's repository show
+up in ``git status`` and travel with copies of the folder, and a CLI run in another folder would silently
+replay what that folder's file held. The file is keyed by the workspace's resolved path instead; ``--store``
+and the editor's ``warpforge.storePath`` put it elsewhere, and a ``.warpforge`` folder, if one is ever used,
+gets a ``.gitignore`` of ``*`` when it is created (``private_folder``).
+
+Why SQLite: one file per workspace, no server, safe for the language server, a CLI run and
 worker processes to write at once (WAL; writers wait up to ``BUSY_TIMEOUT_S`` for each other instead of
 failing), and it survives restarts, so identical work is never benchmarked twice: an evaluation is keyed
 by (candidate hash, spec hash, GPU name, driver version), everything that decides its outcome.
@@ -22,7 +29,10 @@ so two processes opening a fresh file at once migrate it once. A database writte
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -77,8 +87,11 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+#: a folder of WarpForge state inside a project (never made by default; see ``private_folder``)
 DIRNAME = ".warpforge"
 FILENAME = "warpforge.db"
+#: the folder of per-workspace stores in the user's cache
+WORKSPACES = "workspaces"
 #: How long a writer waits for another process's transaction before giving up (an evaluation batch or a
 #: migration takes milliseconds; the margin covers a slow network file system).
 BUSY_TIMEOUT_S = 30.0
@@ -103,9 +116,41 @@ def user_dir() -> Path:
     return user_cache_dir()
 
 
-def workspace_db(root: str | Path | None) -> Path:
-    """Where the store of the workspace rooted at ``root`` lives; with no workspace, the per-user one."""
-    return Path(root) / DIRNAME / FILENAME if root is not None else user_dir() / FILENAME
+def workspace_key(root: str | Path) -> str:
+    """The folder name of a workspace's store: its name (readable) and a hash of its resolved path (unique)."""
+    resolved = Path(root).expanduser().resolve()
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", resolved.name)[:40] or "root"
+    digest = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:16]
+    return f"{name}-{digest}"
+
+
+def workspace_db(root: str | Path | None, override: str | Path | None = None) -> Path:
+    """Where the store of the workspace rooted at ``root`` lives: ``workspaces/NAME-HASH/warpforge.db`` in the
+    user's cache, never inside the workspace; with no workspace, the per-user ``warpforge.db``.
+
+    ``override`` (``--store PATH``, the ``warpforge.storePath`` setting) wins: a folder (an existing one, or a
+    path ending in a separator) gets ``warpforge.db`` inside it, anything else is the database file itself."""
+    if override is not None and str(override).strip():
+        text = str(override).strip()
+        path = Path(text).expanduser()
+        return path / FILENAME if path.is_dir() or text.endswith(("/", "\\")) else path
+    if root is None:
+        return user_dir() / FILENAME
+    return user_dir() / WORKSPACES / workspace_key(root) / FILENAME
+
+
+def private_folder(folder: Path) -> None:
+    """Create ``folder`` (and its parents); a ``.warpforge`` folder gets a ``.gitignore`` of ``*`` so that what
+    WarpForge writes there never shows up in ``git status``, whoever chose to put it in a repository."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in (folder, *folder.parents):
+        if f.name == DIRNAME:
+            ignore = f / ".gitignore"
+            if not ignore.exists():
+                # A read-only folder fails later, where the database is opened, with a clear message.
+                with contextlib.suppress(OSError):
+                    ignore.write_text("# written by WarpForge: nothing in this folder belongs in git\n*\n",
+                                      encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- connections
@@ -120,7 +165,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
     """
     where = str(path)
     if where != MEMORY:
-        Path(where).parent.mkdir(parents=True, exist_ok=True)
+        private_folder(Path(where).parent)
     db = sqlite3.connect(where, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     try:
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -191,9 +236,10 @@ class Store:
             raise
 
     @classmethod
-    def for_workspace(cls, root: str | Path | None) -> Store:
-        """The store of the workspace rooted at ``root`` (the per-user one when there is no workspace)."""
-        return cls(workspace_db(root))
+    def for_workspace(cls, root: str | Path | None, override: str | Path | None = None) -> Store:
+        """The store of the workspace rooted at ``root`` (the per-user one when there is no workspace), or the
+        file ``override`` names (see ``workspace_db``)."""
+        return cls(workspace_db(root, override))
 
     @classmethod
     def in_memory(cls) -> Store:

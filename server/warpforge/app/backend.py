@@ -34,8 +34,10 @@ class BackendChoice:
     name: str = "local"
     gpus: str | int | list[int] | None = None
     ray_address: str | None = None
-    #: where the evaluation cache lives (``.warpforge/`` under it); None: the file's folder
+    #: the workspace the evaluation cache is kept for (in the user's cache, keyed by it); None: the file's folder
     workspace: str | Path | None = None
+    #: the store's file (or folder) instead of the workspace's (``--store``, ``warpforge.storePath``)
+    store: str | Path | None = None
 
     @property
     def plugin(self) -> bool:
@@ -60,9 +62,11 @@ def make_evaluator(choice: BackendChoice, req: OptimizeRequest) -> EvaluatorLike
     """The evaluator of ``req`` on ``choice`` (it owns its backend: closing it leaves no worker behind)."""
     factory = evaluator_factory(choice.name)
     if choice.name == "local":
-        return factory(req, workspace=choice.workspace, gpus=choice.gpus if choice.gpus is not None else "all")  # type: ignore[no-any-return]
+        return factory(req, workspace=choice.workspace, store=choice.store,  # type: ignore[no-any-return]
+                       gpus=choice.gpus if choice.gpus is not None else "all")
     if choice.name == "ray":
-        return factory(req, workspace=choice.workspace, address=choice.ray_address or None,  # type: ignore[no-any-return]
+        return factory(req, workspace=choice.workspace, store=choice.store,  # type: ignore[no-any-return]
+                       address=choice.ray_address or None,
                        gpus=choice.gpus if isinstance(choice.gpus, int) else None)
     return factory(req)  # type: ignore[no-any-return]
 

@@ -1,5 +1,5 @@
 """``warpforge optimize FILE [--kernel K] [--strategy beam|mcts] [--budget N] [--gpus all|N|0,1]
-[--ray-address ADDR] [--json] [--report out.html] [--apply]``: the main job, headless.
+[--ray-address ADDR] [--store PATH] [--json] [--report out.html] [--apply]``: the main job, headless.
 
 Candidates are spread over every visible GPU of this machine (``--gpus``, default all, honouring
 ``CUDA_VISIBLE_DEVICES``), or over the GPUs of a Ray cluster (``--ray-address``); each speedup is still a
@@ -16,6 +16,10 @@ verified variant as a unified diff with its speedup and interval, what was check
 motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise. Exit 0 when the search
 ran (finding no faster variant is an answer), 1 when it could not: the original kernel could not be
 evaluated, or the report or ``--apply`` could not be written (the result is printed all the same).
+
+Evaluations and search memory are kept in the user's cache, keyed by the current folder (``--store`` names
+another file); evaluations replayed from there instead of measured now are counted in a line of their own and
+in the JSON (``cached_evaluations``, ``evaluation.cached``), and their headline says so.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Progress_
 
@@ -45,7 +50,7 @@ from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeRequest, candidate_notes
 from ..search.report import ReportInfo, render
 from ..search.tree import EvaluatorLike
-from ..store import Store
+from ..store import Store, StoreError, workspace_db
 from . import inputs
 from .hints import _format
 from .inputs import load_file, pick_kernel
@@ -72,6 +77,9 @@ def register(sub: Any) -> None:
     p.add_argument("--api-key", help="Anthropic API key (default: $ANTHROPIC_API_KEY; without one, rules only)")
     p.add_argument("--report", metavar="OUT.html", help="write an HTML report (search tree, speedup curve, diff)")
     p.add_argument("--apply", action="store_true", help="write the best verified variant into FILE (backup kept)")
+    p.add_argument("--store", metavar="PATH",
+                   help="the evaluation cache and search memory: a SQLite file, or a folder for warpforge.db "
+                        "(default: in the user cache, keyed by the current folder; never in the workspace)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -134,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if args.apply:
         inputs.check_writable(args.file, "--apply")
         inputs.check_writable(args.file + ".orig", "--apply (the backup)")
+    args.store_file = _store_file(args)
     limits = inputs.launch_limits(args.arch, _device(args), local=not args.ray_address)
     spec = build_spec(src, model, kernel, args.file, limits)  # a bad spec is reported before anything runs
     prepared = PreparedKernel(args.file, src, model, kernel, spec)  # the job's one parse
@@ -142,6 +151,22 @@ def run(args: argparse.Namespace) -> int:
     if why is not None:
         return _static_only(args, kernel.name, findings, why)
     return _optimize(args, prepared, findings)
+
+
+def _store_file(args: argparse.Namespace) -> Path:
+    """The store this run reads and writes, opened once now: a file that cannot be used is bad input (exit 2),
+    not an error after the baseline."""
+    path = workspace_db(Path.cwd(), args.store)
+    try:
+        Store(path).close()
+    except StoreError as e:
+        raise CliError(f"--store: {e}" if args.store else str(e)) from e
+    return path
+
+
+def _cached(result: Any) -> int:
+    """How many of the search's evaluations were replayed from the store instead of measured now."""
+    return sum(1 for n in result.root.walk() if getattr(n.evaluation, "cached", False))
 
 
 def _device(args: argparse.Namespace) -> int:
@@ -153,8 +178,8 @@ def _device(args: argparse.Namespace) -> int:
 def _evaluator(args: argparse.Namespace, req: OptimizeRequest, workspace: Path) -> EvaluatorLike:
     """The job's evaluator: a local pool over the chosen GPUs, or Ray's GPUs with ``--ray-address``."""
     choice = args.gpu_choice
-    backend = BackendChoice("ray", gpus=choice, ray_address=args.ray_address, workspace=workspace) \
-        if args.ray_address else BackendChoice("local", gpus=choice, workspace=workspace)
+    backend = BackendChoice("ray", gpus=choice, ray_address=args.ray_address, workspace=workspace, store=args.store) \
+        if args.ray_address else BackendChoice("local", gpus=choice, workspace=workspace, store=args.store)
     return make_evaluator(backend, req)
 
 
@@ -190,7 +215,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
     job = OptimizeJob(prepared, OptimizeSettings(args.strategy, args.budget, args.time, args.target, args.arch,
                                                  api_key=args.api_key, device=_device(args)),
                       lambda req: _evaluator(args, req, workspace), findings=findings,
-                      memory=SearchMemory(Store.for_workspace(workspace)), on_event=on_event)
+                      memory=SearchMemory(Store(args.store_file)), on_event=on_event)
     try:
         evaluator = job.start_evaluator()
     except GpuSelectionError as e:  # e.g. --gpus 4 on a machine with 2: fine input, the wrong machine
@@ -268,11 +293,17 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "stopped": result.stopped,
             "limit": limit.to_json() if limit is not None else None,
             "baseline_limit": base_limit.to_json() if base_limit is not None else None,
+            "store": str(args.store_file), "cached_evaluations": _cached(result),
         }, indent=2))
         return _finish(write_errors, code)
     out = Console(highlight=False, soft_wrap=True)
     for n in notes + notices + (backend.notes if backend is not None else []):
         out.print(f"[dim]note: {n}[/]")
+    replayed = _cached(result)
+    if replayed:
+        out.print(f"[yellow]{replayed} of {result.evaluations} evaluation{'s' if result.evaluations != 1 else ''} "
+                  f"replayed from the evaluation cache ({escape(str(args.store_file))}), measured by an earlier run "
+                  "on the same GPU model and driver; use --store with another file to measure afresh[/]")
     limit_line = _limit_line(limit, base_limit, result.improved)
     if not result.improved:
         out.print(f"No verified faster variant of `{kernel}` ({result.evaluations} candidates, {result.stopped}).")

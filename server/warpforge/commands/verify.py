@@ -6,6 +6,10 @@ code is kept (host code and includes off the toolkit list are dropped and listed
 the whole evaluation: guards, build, differential checks against the original for every seed at the spec
 size and the perturbed size, interleaved timing, a re-check with fresh inputs and, when it is faster,
 compute-sanitizer. The report lists the evidence per seed and size. Neither file is written.
+
+The variant is built and launched the way its own file says (``spec.variant``): its ``// @warpforge launch``
+and ``tune`` lines and its ``// warpforge: compile with ...`` / ``launch with ...`` comments, where they
+differ from the original's spec. The report starts with the launch it used and where that came from.
 """
 
 from __future__ import annotations
@@ -14,18 +18,23 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..compiler.build import define_problem, flag_problem
 from ..cuda import KernelNotFound
-from ..cuda.candidate import candidate_from_variant
+from ..cuda.candidate import Candidate, candidate_from_variant
 from ..exitcodes import CliError, ExitCode
+from ..gpu import surgery
 from ..gpu.evaluator import Backend, EngineSettings, Evaluator
+from ..gpu.inputs import Layout
 from ..gpu.reports import Evaluation
 from ..gpu.timing import TimingSettings
-from ..spec import build_spec
+from ..spec import KernelSpec, build_spec
+from ..spec.variant import read_variant_directives
 from . import inputs
 from .bench import require_gpu, run_with_progress
 from .inputs import load_file, pick_kernel
@@ -56,6 +65,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise CliError(f"{args.candidate}: {e.args[0]}") from e
     for d in cand.dropped:  # host code and off-list includes are never compiled: say so
         print(f"{args.candidate}: dropped {d}", file=sys.stderr)
+    cand, used = with_variant_directives(cand, spec, variant.text, args.candidate)
     require_gpu("verify")
     settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds))
 
@@ -72,15 +82,86 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     outcome = run_with_progress("verify", f"verifying {kernel.name}", job, quiet=args.json)
     if args.json:
-        print(json.dumps(outcome.to_json(), indent=2, default=str))
+        print(json.dumps({**outcome.to_json(), "launch": used.to_json()}, indent=2, default=str))
     else:
-        _print(outcome, args.candidate)
+        _print(outcome, args.candidate, used)
     return ExitCode.OK if outcome.ok else ExitCode.FAILED
 
 
-def _print(e: Evaluation, variant: str) -> None:
+@dataclass(frozen=True)
+class UsedLaunch:
+    """The launch and build a variant was verified with, at the spec size, and where each part came from."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    defines: dict[str, str]
+    flags: tuple[str, ...]
+    #: "the variant's `@warpforge launch` (v.cu:3)" or "the original's spec (k.cu:5)"
+    launch_from: str
+    build_from: str
+
+    def text(self) -> str:
+        smem = f", {self.smem} bytes of dynamic shared memory" if self.smem else ""
+        build = " ".join([*(f"-D{k}={v}" for k, v in self.defines.items()), *self.flags])
+        return (f"launch: grid {self.grid} block {self.block}{smem}, from {self.launch_from}"
+                + (f"; build: {build}, from {self.build_from}" if build else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"grid": list(self.grid), "block": list(self.block), "smem": self.smem, "defines": self.defines,
+                "flags": list(self.flags), "launch_from": self.launch_from, "build_from": self.build_from}
+
+
+def with_variant_directives(cand: Candidate, spec: KernelSpec, variant_text: str,
+                            variant_file: str) -> tuple[Candidate, UsedLaunch]:
+    """``cand`` with the launch, tunable values and flags its own file gives (those that differ from the
+    original's spec), and the launch it will run with at the spec size. A launch the spec cannot resolve or a
+    flag WarpForge does not pass on is a ``CliError`` now (exit 2), before a GPU is asked for."""
+    d = read_variant_directives(variant_text, cand.kernel, variant_file)
+    changes: dict[str, Any] = {}
+    if d.launch is not None:
+        if d.launch.grid != spec.launch.grid:
+            changes["grid"] = d.launch.grid
+        if d.launch.block != spec.launch.block:
+            changes["block"] = d.launch.block
+        if d.launch.smem != spec.launch.smem:
+            changes["smem"] = d.launch.smem
+    base = {t.name: t.values[0] for t in spec.tunables}
+    defines = {**dict(cand.defines), **{k: v for k, v in d.defines.items() if base.get(k) != v}}
+    for name, value in defines.items():
+        if (why := define_problem(name, value)) is not None:
+            raise CliError(f"{variant_file}:{d.lines.get(f'define {name}', 0)}: {why}")
+    if defines != dict(cand.defines):
+        changes["defines"] = defines
+    if d.flags:
+        if (why := flag_problem(list(d.flags))) is not None:
+            raise CliError(f"{variant_file}:{d.lines.get('flags', 0)}: {why}")
+        changes["flags"] = (*cand.flags, *d.flags)
+    cand = replace(cand, **changes) if changes else cand
+    layout = Layout.from_resolved(spec.resolve(), "spec")  # the original's: a variant computes the same problem
+    try:
+        grid, block, smem = surgery.launch(spec, layout, cand, "spec")
+    except surgery.Rejected as e:
+        where = d.lines.get("launch")
+        raise CliError(f"{variant_file}:{where}: {e.reason}" if where else f"{variant_file}: {e.reason}") from e
+    if cand.overrides_launch:
+        launch_from = f"the variant's own launch ({variant_file}:{d.lines['launch']})"
+    else:
+        launch_from = (f"the original's spec ({spec.file}:{spec.launch.line})" if spec.launch.line is not None
+                       else f"the original's spec ({spec.launch.source} from {spec.file})")
+    changed = sorted(k for k in d.lines if k.startswith("define ") and k[7:] in defines) + (
+        ["flags"] if d.flags else [])
+    build_from = (f"the variant's own lines ({', '.join(f'{variant_file}:{d.lines[k]}' for k in changed)})"
+                  if changed else "the original's spec")
+    used = UsedLaunch((grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), smem,
+                      surgery.defines(spec, cand), tuple(cand.flags), launch_from, build_from)
+    return cand, used
+
+
+def _print(e: Evaluation, variant: str, used: UsedLaunch) -> None:
     con = Console(highlight=False, soft_wrap=True)
     con.print(f"[bold]{e.kernel}[/] from {variant} on {e.gpu or 'the GPU'}")
+    con.print(used.text(), markup=False)
     if e.correctness.runs:
         table = Table(show_edge=False)
         for col in ("size", "seed", "check", "buffers", "max abs err", "max rel err", "verdict"):

@@ -6,6 +6,9 @@ The rules, per element (identical on the host, in numpy, and on the device, in `
   oracle itself left an element unwritten);
 - an element still holding the poison pattern (see ``inputs``) is *unwritten*, and mismatches unless the
   oracle's element is poison too;
+- an element the *oracle* leaves holding the poison pattern is one the original never writes: a candidate that
+  writes a value there mismatches (the program's memory would differ), and is counted apart
+  (``original_unwritten``) so the message says so instead of "got 0, want nan";
 - floating point: a NaN matches only a NaN (NaN never matches unless the oracle has NaN there, and an
   oracle NaN is not matched by a number); an infinity only the same infinity; otherwise
   ``|got - want| <= atol + rtol * |want|``;
@@ -60,6 +63,10 @@ class BufferReport:
     want: float | None = None
     rtol: float = 0.0
     atol: float = 0.0
+    #: mismatches where the original never writes the element (it still holds the poison fill there)
+    original_unwritten: int = 0
+    #: whether the first mismatch is at such an element (its ``want`` is the poison, not a value)
+    first_never_written: bool = False
 
     @property
     def ok(self) -> bool:
@@ -77,12 +84,23 @@ class BufferReport:
             extra.append(f"{self.unwritten} never written")
         if self.nan_mismatches:
             extra.append(f"{self.nan_mismatches} NaN where the original has a number")
+        if self.original_unwritten:
+            extra.append(f"{self.original_unwritten} written where the original never writes")
         if extra:
             parts.append(" (" + ", ".join(extra) + ")")
         if self.first_index is not None:
             parts.append(f"; first at [{self.first_index}]: got {_fmt(self.got)}, want {_fmt(self.want)}")
+            if self.first_never_written:
+                parts.append(f" (the original never writes [{self.first_index}]: it still holds the poison fill "
+                             f"{self.poison_text()} every output starts from)")
         parts.append(f"; {errs}")
+        if self.original_unwritten:
+            parts.append("; if those elements are not part of the output, give the buffer the length the original "
+                         "writes, or declare it `inout` so both kernels start from the same data")
         return "".join(parts)
+
+    def poison_text(self) -> str:
+        return "(NaN)" if is_float(self.dtype) else f"(0x{poison_scalar(self.dtype):X})"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -131,7 +149,8 @@ def compare(
     poison = unsigned.type(poison_scalar(dtype))
     floating = is_float(dtype)
     exact = rtol == 0 and atol == 0
-    bad = unw = nanbad = 0
+    bad = unw = nanbad = orig_unw = 0
+    first_never = False
     first: int | None = None
     max_abs = max_rel = 0.0
     for start in range(0, n, chunk):
@@ -143,6 +162,7 @@ def compare(
         g = to_float64(got[start : start + chunk][idx], dtype)
         w = to_float64(want[start : start + chunk][idx], dtype)
         unwritten = gu[idx] == poison
+        never = wu[idx] == poison
         ok = np.zeros(idx.size, dtype=bool)
         if floating:
             gn, wn = np.isnan(g), np.isnan(w)
@@ -168,13 +188,17 @@ def compare(
         if nbad:
             bad += nbad
             unw += int(np.count_nonzero(badmask & unwritten))
+            orig_unw += int(np.count_nonzero(badmask & never))
             if first is None:
-                first = start + int(idx[np.argmax(badmask)])
+                at = int(np.argmax(badmask))
+                first = start + int(idx[at])
+                first_never = bool(never[at])
     got_v = want_v = None
     if first is not None:
         got_v = float(to_float64(got[first : first + 1], dtype)[0])
         want_v = float(to_float64(want[first : first + 1], dtype)[0])
-    return BufferReport(name, dtype, n, bad, unw, nanbad, max_abs, max_rel, first, got_v, want_v, rtol, atol)
+    return BufferReport(name, dtype, n, bad, unw, nanbad, max_abs, max_rel, first, got_v, want_v, rtol, atol,
+                        orig_unw, first_never)
 
 
 def sensitivity_tolerance(tol: tuple[float, float], largest_change: float) -> tuple[float, float]:
@@ -198,14 +222,15 @@ def sensitivity_tolerance(tol: tuple[float, float], largest_change: float) -> tu
 
 def from_device_result(
     name: str, dtype: str, count: int, rtol: float, atol: float, res: npt.NDArray[np.uint64],
-    got_first: float | None, want_first: float | None,
+    got_first: float | None, want_first: float | None, first_never_written: bool = False,
 ) -> BufferReport:
-    """A report from the six counters written by the device kernel (see ``DEVICE_SOURCE``)."""
-    bad, unw, nanbad, first, abs_bits, rel_bits = (int(x) for x in res[:6])
+    """A report from the seven counters written by the device kernel (see ``DEVICE_SOURCE``)."""
+    bad, unw, nanbad, first, abs_bits, rel_bits, orig_unw = (int(x) for x in res[:RESULT_WORDS])
     max_abs = float(np.array([abs_bits], dtype=np.uint64).view(np.float64)[0])
     max_rel = float(np.array([rel_bits], dtype=np.uint64).view(np.float64)[0])
     return BufferReport(name, dtype, count, bad, unw, nanbad, max_abs, max_rel,
-                        first if bad else None, got_first if bad else None, want_first if bad else None, rtol, atol)
+                        first if bad else None, got_first if bad else None, want_first if bad else None, rtol, atol,
+                        orig_unw, bool(bad) and first_never_written)
 
 
 def device_kernel_name(dtype: str) -> str:
@@ -215,7 +240,9 @@ def device_kernel_name(dtype: str) -> str:
 
 #: The device version of ``compare``; compiled once per toolchain and shipped to workers as a cubin.
 #: ``res`` receives: mismatches, unwritten, NaN mismatches, first mismatching index (initialise to ~0),
-#: max abs error and max rel error as the bits of non-negative doubles (so integer atomicMax orders them).
+#: max abs error and max rel error as the bits of non-negative doubles (so integer atomicMax orders them),
+#: and mismatches at elements the oracle never wrote (still poison there).
+RESULT_WORDS = 7
 DEVICE_SOURCE = r"""
 __device__ __forceinline__ double wf_value(unsigned char b, int kind) {
     return kind == 2 ? (double)(signed char)b : (double)b;
@@ -242,7 +269,7 @@ __device__ __forceinline__ void wf_compare(const U* __restrict__ got, const U* _
                                            unsigned long long n, int kind, double rtol, double atol,
                                            U poison, unsigned long long* res)
 {
-    unsigned long long bad = 0, unw = 0, nanbad = 0, first = ~0ull;
+    unsigned long long bad = 0, unw = 0, nanbad = 0, first = ~0ull, ounw = 0;
     double mabs = 0.0, mrel = 0.0;
     const bool fp = kind <= 1;
     const bool exact = rtol == 0.0 && atol == 0.0;
@@ -269,6 +296,7 @@ __device__ __forceinline__ void wf_compare(const U* __restrict__ got, const U* _
         if (!ok) {
             bad++;
             if (unwritten) unw++;
+            if (wb == poison) ounw++;
             if (i < first) first = i;
         }
     }
@@ -276,6 +304,7 @@ __device__ __forceinline__ void wf_compare(const U* __restrict__ got, const U* _
         bad += __shfl_down_sync(0xffffffffu, bad, off);
         unw += __shfl_down_sync(0xffffffffu, unw, off);
         nanbad += __shfl_down_sync(0xffffffffu, nanbad, off);
+        ounw += __shfl_down_sync(0xffffffffu, ounw, off);
         const unsigned long long f2 = __shfl_down_sync(0xffffffffu, first, off);
         first = f2 < first ? f2 : first;
         mabs = fmax(mabs, __shfl_down_sync(0xffffffffu, mabs, off));
@@ -285,6 +314,7 @@ __device__ __forceinline__ void wf_compare(const U* __restrict__ got, const U* _
         if (bad) { atomicAdd(&res[0], bad); atomicMin(&res[3], first); }
         if (unw) atomicAdd(&res[1], unw);
         if (nanbad) atomicAdd(&res[2], nanbad);
+        if (ounw) atomicAdd(&res[6], ounw);
         if (mabs > 0.0) atomicMax(&res[4], (unsigned long long)__double_as_longlong(mabs));
         if (mrel > 0.0) atomicMax(&res[5], (unsigned long long)__double_as_longlong(mrel));
     }

@@ -64,7 +64,9 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "2"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners
+ENGINE_VERSION = "3"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+# sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
+# original never writes counted apart
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
 RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
 T = TypeVar("T")
@@ -675,22 +677,23 @@ def _json_safe(d: Any) -> Any:
 
 def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, device: int | None = None,
                       gpus: str | int | Sequence[int] | None = None,
-                      backend: EvaluationBackend | None = None) -> Evaluator:
+                      backend: EvaluationBackend | None = None, store: str | Path | None = None) -> Evaluator:
     """The evaluator of an optimize job (``search.optimize.OptimizeRequest``).
 
     By default a local pool over every visible GPU of one model (``gpus="all"``, honouring
     ``CUDA_VISIBLE_DEVICES``); ``device`` picks one GPU, ``gpus`` a count or indices, ``backend`` another
     backend (``ray_backend.RayBackend``). The evaluator owns its backend and closes it with itself, so a
-    finished job leaves no worker behind. Evaluations are cached in the workspace's
-    ``.warpforge/warpforge.db`` (the file's folder when no workspace is known), so re-running a job never
-    re-measures identical work on the same GPU model and driver.
+    finished job leaves no worker behind. Evaluations are cached in the workspace's store, in the user's cache
+    and keyed by the workspace (the file's folder when no workspace is known; ``store``, a path, overrides it:
+    see ``store.workspace_db``), so re-running a job never re-measures identical work on the same GPU model and
+    driver, and nothing is written into the workspace.
     """
     root = Path(workspace) if workspace is not None else Path(req.file).resolve().parent
-    store = Store.for_workspace(root)
+    cache = Store.for_workspace(root, store)
     settings = EngineSettings(arch=req.arch or None)
     if backend is None:
         backend = LocalBackend([device] if device is not None else (gpus if gpus is not None else "all"))
     # A request made by a job carries its parsed snapshot and spec: the evaluator reuses them.
     _, model, _, spec = req.prepared if getattr(req, "prepared", None) is not None else (None, None, None, None)
-    return Evaluator(req.file, req.kernel, text=req.text, spec=spec, model=model, store=store, settings=settings,
+    return Evaluator(req.file, req.kernel, text=req.text, spec=spec, model=model, store=cache, settings=settings,
                      backend=backend, owns_backend=True)

@@ -490,9 +490,9 @@ class RayBackend(EvaluationBackend):
 
 
 def evaluator_for_job(req: Any, *, workspace: str | Path | None = None, address: str | None = None,
-                      gpus: int | None = None) -> Evaluator:
+                      gpus: int | None = None, store: str | Path | None = None) -> Evaluator:
     """The Ray evaluator of an optimize job: the local evaluator's store and settings, Ray's GPUs."""
     from .evaluator import evaluator_for_job as local_evaluator_for_job
 
-    return local_evaluator_for_job(req, workspace=workspace, backend=RayBackend(address, gpus=gpus))
+    return local_evaluator_for_job(req, workspace=workspace, backend=RayBackend(address, gpus=gpus), store=store)
 

@@ -235,6 +235,8 @@ class Evaluation:
             return f"{self.status}: {self.reason}"
         sp = self.speedup
         where = f"verified on {self.gpu}, {self.correctness.evidence()}"
+        if self.cached:  # not measured now: say so wherever the line is shown (CLI, editor, JSON)
+            where += "; replayed from the evaluation cache, measured by an earlier run"
         if sp is None:
             return f"verified ({where})"
         word = "faster" if sp >= 1 else "slower"

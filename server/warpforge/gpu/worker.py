@@ -63,6 +63,7 @@ from .inputs import (
     Layout,
     generate,
     initial_buffers,
+    is_poison,
     itemsize,
     perturb_tail,
     poison_fill,
@@ -574,15 +575,16 @@ class Engine:
         size = itemsize(dtype)
         fn = self.cmp_fns[size]
         res = self.cmp_res.ptr
-        cuda.memset_d32_async(res, 0, 12, self.stream)
+        cuda.memset_d32_async(res, 0, 2 * cmp.RESULT_WORDS, self.stream)
         cuda.memset_d32_async(res + 24, 0xFFFFFFFF, 2, self.stream)
         grid = max(1, min((count + 255) // 256, max(1, self.info["sm_count"]) * 16))
         fn.prepared_async_call((grid, 1, 1), (256, 1, 1), self.stream, got, want, count, cmp.kind_code(dtype),
                                float(rtol), float(atol), poison_scalar(dtype), res)
         self._sync(timeout)
-        out = np.empty(6, dtype=np.uint64)
+        out = np.empty(cmp.RESULT_WORDS, dtype=np.uint64)
         cuda.memcpy_dtoh(out, res)
         got_v = want_v = None
+        never = False
         if int(out[0]):
             first = int(out[3])
             store = storage_dtype(dtype)
@@ -591,7 +593,8 @@ class Engine:
             got_v = float(to_float64(one, dtype)[0])
             cuda.memcpy_dtoh(one, want + first * size)
             want_v = float(to_float64(one, dtype)[0])
-        return cmp.from_device_result(name, dtype, count, rtol, atol, out, got_v, want_v)
+            never = bool(is_poison(one, dtype)[0])
+        return cmp.from_device_result(name, dtype, count, rtol, atol, out, got_v, want_v, never)
 
     def _setup_compare(self, ref: Msg) -> None:
         """Load the device comparison kernels and check them against the host implementation."""
@@ -649,6 +652,8 @@ class Engine:
                     got[idx[40:42]] = np.inf
             else:
                 u[idx[10:30]] += 1
+            # Elements the oracle never wrote (poison in `want`) that the candidate wrote: counted apart.
+            want.view(f"u{want.itemsize}")[idx[45:50]] = poison_scalar(dtype)
             host = cmp.compare("x", got, want, dtype, rtol, atol)
             g = self._alloc(got.nbytes, guarded=False)
             w = self._alloc(want.nbytes, guarded=False)
@@ -658,7 +663,8 @@ class Engine:
                 dev = self._compare_device("x", dtype, n, g.ptr, w.ptr, rtol, atol, 10.0)
             finally:
                 self._retire([g, w])
-            for fld in ("mismatches", "unwritten", "nan_mismatches", "first_index"):
+            for fld in ("mismatches", "unwritten", "nan_mismatches", "first_index", "original_unwritten",
+                        "first_never_written"):
                 if getattr(host, fld) != getattr(dev, fld):
                     return f"{dtype}: {fld} host={getattr(host, fld)} device={getattr(dev, fld)}"
             for fld in ("max_abs", "max_rel"):
@@ -807,7 +813,7 @@ class Engine:
             assert self.cmp_res is not None
             grid = max(1, int(self.info["sm_count"] or 1) * 8)
             self.flush_fn.prepared_async_call((grid, 1, 1), (256, 1, 1), self.stream, flush.ptr, flush.nbytes // 16,
-                                              self.cmp_res.ptr + 48)
+                                              self.cmp_res.ptr + 8 * cmp.RESULT_WORDS)
         else:
             counter[0] += 1
             self.cuda.memset_d32_async(flush.ptr, counter[0] & 0xFFFF, flush.nbytes // 4, self.stream)

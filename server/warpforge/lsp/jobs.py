@@ -266,7 +266,7 @@ class OptimizeJobs(JobManager[OptimizeJob]):
     def _memory(self) -> SearchMemory | None:
         root = self.server.workspace.root_path if self.server.workspace else None
         try:
-            return SearchMemory(Store.for_workspace(root or None))
+            return SearchMemory(Store.for_workspace(root or None, self.server.settings.store_path or None))
         except StoreError:
             return None
 
@@ -278,7 +278,7 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         s = self.server.settings
         name = backend_name(s)
         root = self.server.workspace.root_path if self.server.workspace else None
-        choice = BackendChoice(name, ray_address=s.ray_address or None, workspace=root)
+        choice = BackendChoice(name, ray_address=s.ray_address or None, workspace=root, store=s.store_path or None)
         _evaluator_factory(name)  # an unknown backend is refused now, not as a failed job
 
         def make(cancel: asyncio.Event, on_event: Callable[[JobEvent], None]) -> OptimizeJob:

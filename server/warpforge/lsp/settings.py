@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
-    "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes",
+    "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes", "storePath": "store_path",
 }
 _EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
 #: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
@@ -38,6 +38,8 @@ class Settings:
     #: ``f(job) -> evaluator`` for plugging in another evaluator (the CI tests use a deterministic one)
     backend: str = defaults.EVALUATION_BACKEND
     ray_address: str = ""
+    #: the workspace store's file or folder; "" keeps it in the user's cache, keyed by the workspace
+    store_path: str = ""
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6
     #: documents larger than this (bytes of UTF-8) get a notice instead of analysis (see lsp/limits.py)

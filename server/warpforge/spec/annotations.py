@@ -90,7 +90,7 @@ def _check_expr(text: str, file: str, line: int, what: str) -> str:
     return text.strip()
 
 
-def _dims(text: str, file: str, line: int, what: str) -> tuple[str, ...]:
+def parse_dims(text: str, file: str, line: int, what: str) -> tuple[str, ...]:
     t = text.strip()
     if t.startswith("(") and t.endswith(")"):
         inner = t[1:-1]
@@ -267,7 +267,14 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
             raise SpecError(file, line, f"`{name}` has no length", f"write `arg {name}: {role.value} {dtype_txt}[N]`")
         dist = None
         align = 16
-        for tok in _split_top(tail, " ") if tail.strip() else []:
+        tol: tuple[float | None, float | None] | None = None
+        tokens = _split_top(tail, " ") if tail.strip() else []
+        if "tol" in tokens:
+            # `tol rtol=R atol=A` ends the line: what follows `tol` is this output's tolerance.
+            at = tokens.index("tol")
+            tol = _arg_tol(tokens[at + 1:], name, role, file, line)
+            tokens = tokens[:at]
+        for tok in tokens:
             if tok.startswith("align="):
                 try:
                     align = int(tok[6:])
@@ -284,7 +291,7 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
             # The documented default, made explicit so the effective spec (and its hash) says what runs.
             dist = default_distribution(dtype)
         return ArgSpec(name, role, dtype, count=count, distribution=dist, align=align, source="annotation",
-                       line=line)
+                       line=line, tol=tol)
     if ms:
         if p.is_pointer:
             raise SpecError(file, line, f"`{name}` is a pointer parameter ({p.text})",
@@ -312,15 +319,27 @@ def _launch(rest: str, file: str, line: int) -> LaunchSpec:
         if need not in fields:
             raise SpecError(file, line, f"launch has no {need}", "write `launch grid=..., block=...`")
     return LaunchSpec(
-        _dims(fields["grid"], file, line, "grid"),
-        _dims(fields["block"], file, line, "block"),
+        parse_dims(fields["grid"], file, line, "grid"),
+        parse_dims(fields["block"], file, line, "block"),
         _check_expr(fields.get("smem", "0"), file, line, "smem"),
         "annotation",
         line,
     )
 
 
-def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
+def _arg_tol(parts: list[str], name: str, role: Role, file: str, line: int) -> tuple[float | None, float | None]:
+    """One output's tolerance, the tail of its ``arg`` line: ``tol atol=2e-3`` or ``tol rtol=1e-3 atol=1e-4``.
+    A tolerance left out keeps the default for this argument (the spec-level ``tol``, else the dtype's)."""
+    if role is Role.IN:
+        raise SpecError(file, line, f"`{name}` is an input: it is never compared, so a tolerance means nothing",
+                        f"drop `tol ...` from `arg {name}`, or make it `out`/`inout` if the kernel writes it")
+    if not parts:
+        raise SpecError(file, line, f"`tol` of `{name}` gives no tolerance",
+                        f"write `arg {name}: ... tol atol=1e-3` (rtol=, atol= or both)")
+    return _tol_parts(" ".join(parts), file, line)
+
+
+def _tol_parts(rest: str, file: str, line: int) -> tuple[float | None, float | None]:
     rtol = atol = None
     for part in _split_top(rest.replace(" ", ","), ","):
         key, eq, value = part.partition("=")
@@ -336,6 +355,12 @@ def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
             atol = v
     if rtol is None and atol is None:
         raise SpecError(file, line, "tol gives no tolerance", "write `tol rtol=1e-4 atol=1e-5`")
+    return rtol, atol
+
+
+def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
+    """The spec-level tolerance: a component left out is 0 (``tol atol=0`` is an exact comparison)."""
+    rtol, atol = _tol_parts(rest, file, line)
     return (rtol if rtol is not None else 0.0, atol if atol is not None else 0.0)
 
 

@@ -161,6 +161,9 @@ class ArgSpec:
     align: int = 16
     source: str = "annotation"
     line: int | None = None
+    #: this output's own (rtol, atol) (``arg dw: out float[C] tol atol=2e-3``); a component left None takes
+    #: the spec's default for this argument (the spec-level ``tol``, else the dtype's)
+    tol: tuple[float | None, float | None] | None = None
 
     @property
     def is_buffer(self) -> bool:
@@ -237,37 +240,104 @@ class KernelSpec:
         return next((a for a in self.args if a.name == name), None)
 
     def tolerance_for(self, arg: ArgSpec) -> tuple[float, float]:
-        if self.tolerance is not None:
-            return self.tolerance
-        return DEFAULT_TOLERANCES.get(arg.dtype, (0.0, 0.0))
+        """(rtol, atol) the comparison uses for ``arg``: its own ``tol`` where given, else the spec-level
+        ``tol``, else the dtype's default. One atomic sum's loose tolerance loosens only that output."""
+        base = self.tolerance if self.tolerance is not None else DEFAULT_TOLERANCES.get(arg.dtype, (0.0, 0.0))
+        if arg.tol is None:
+            return base
+        rtol, atol = arg.tol
+        return (base[0] if rtol is None else rtol, base[1] if atol is None else atol)
 
     @property
     def symbolic(self) -> bool:
-        """True when at least one size can be perturbed."""
-        return any(not s.fixed for s in self.sizes)
+        """True when at least one size changes at the perturbed size: a base size that no fixed size holds,
+        a size with ``odd=``, or a size derived from one of those."""
+        deps = self.size_deps()
+        held = self.held_sizes()
+        changes: dict[str, bool] = {}
+        for s in self.sizes:
+            changes[s.name] = s.name not in held and (
+                s.odd is not None or not deps[s.name] or any(changes.get(d, False) for d in deps[s.name]))
+        return any(changes.values())
 
     # ----------------------------------------------------------------- resolution
+    def size_deps(self) -> dict[str, frozenset[str]]:
+        """The sizes each size's expression names directly (an expression that fails to parse names none)."""
+        names = {s.name for s in self.sizes}
+        deps: dict[str, frozenset[str]] = {}
+        for s in self.sizes:
+            try:
+                deps[s.name] = frozenset(parse(s.expr).names() & names)
+            except ExprError:
+                deps[s.name] = frozenset()
+        return deps
+
+    def held_sizes(self) -> dict[str, str]:
+        """Sizes that keep their value at the perturbed size, each with the fixed size that holds it.
+
+        A ``fixed`` size holds itself, and it holds every size its expression depends on (transitively):
+        ``size N = B*T fixed`` can only keep its value if ``B`` and ``T`` keep theirs, and a derived size that
+        disagreed with its own expression would not be the size the kernel is told about.
+        """
+        deps = self.size_deps()
+        held: dict[str, str] = {}
+        for s in self.sizes:
+            if not s.fixed:
+                continue
+            todo = [s.name]
+            while todo:
+                n = todo.pop()
+                if n in held:
+                    continue
+                held[n] = s.name
+                todo.extend(deps.get(n, ()))
+        return held
+
+    def perturbation(self) -> dict[str, str]:
+        """How each size changes at the perturbed size, in words (what ``warpforge spec`` prints):
+        ``fixed``, ``kept: N is fixed``, ``odd=EXPR``, ``perturbed`` (a base size: about 10 % smaller, odd)
+        or ``derived from B, T`` (its expression over the perturbed sizes, never perturbed again)."""
+        deps = self.size_deps()
+        held = self.held_sizes()
+        out: dict[str, str] = {}
+        for s in self.sizes:
+            if s.name in held:
+                out[s.name] = "fixed" if held[s.name] == s.name else f"kept: `{held[s.name]}` is fixed"
+            elif s.odd is not None:
+                out[s.name] = f"odd={s.odd}"
+            elif deps[s.name]:
+                out[s.name] = "derived from " + ", ".join(sorted(deps[s.name]))
+            else:
+                out[s.name] = "perturbed"
+        return out
+
     def size_values(self, perturbed: bool = False, tunables: dict[str, str] | None = None) -> dict[str, Number]:
+        """The sizes of one run. At the perturbed size, base sizes (whose expression names no other size) are
+        perturbed once and derived sizes are computed from them: ``N = B*T`` is the product of the perturbed
+        ``B`` and ``T``, not that product perturbed again. ``odd=`` wins over both; ``fixed`` sizes, and every
+        size a fixed size is computed from, keep their spec value."""
         env: dict[str, Number] = {}
         for t in self.tunables:
             raw = (tunables or {}).get(t.name, t.values[0])
             # A non-numeric tunable (a type, a flag) is a define only, not an arithmetic name.
             with contextlib.suppress(ExprError):
                 env[t.name] = parse(str(raw)).evaluate({})
+        deps = self.size_deps() if perturbed else {}
+        held = self.held_sizes() if perturbed else {}
         for s in self.sizes:
             try:
                 v = parse(s.expr).evaluate(env)
             except ExprError as e:
                 raise SpecError(self.file, s.line, f"size `{s.name}`: {expr_message(e)}",
                                 expr_fix(s.expr, env)) from e
-            if perturbed and not s.fixed:
+            if perturbed and s.name not in held:
                 if s.odd is not None:
                     try:
                         v = parse(s.odd).evaluate({**env, s.name: v})
                     except ExprError as e:
                         raise SpecError(self.file, s.line, f"odd size of `{s.name}`: {expr_message(e)}",
                                         expr_fix(s.odd, {**env, s.name: v})) from e
-                elif isinstance(v, int):
+                elif isinstance(v, int) and not deps[s.name]:
                     v = perturb(v)
             env[s.name] = v
         return env
@@ -357,8 +427,10 @@ class KernelSpec:
             if a.is_buffer:
                 dist = f" {a.distribution}" if a.distribution and a.role is not Role.OUT else ""
                 align = f" align={a.align}" if a.align != 16 else ""
-                ctype = _C_SPELLING.get(a.dtype, a.dtype)
-                lines.append(f"{p}arg {a.name}: {a.role.value} {ctype}[{a.count}]{dist}{align}")
+                ctype = C_SPELLING.get(a.dtype, a.dtype)
+                tol = "" if a.tol is None else " tol" + "".join(
+                    f" {k}={v:g}" for k, v in zip(("rtol", "atol"), a.tol, strict=True) if v is not None)
+                lines.append(f"{p}arg {a.name}: {a.role.value} {ctype}[{a.count}]{dist}{align}{tol}")
             else:
                 lines.append(f"{p}arg {a.name} = {a.value}")
         lines.append(f"{p}launch {_launch_text(self.launch)}")
@@ -378,7 +450,7 @@ class KernelSpec:
 
 
 #: how annotations spell the common dtypes (the way the kernel's C code does); others stay canonical
-_C_SPELLING = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "uint32": "unsigned"}
+C_SPELLING = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "uint32": "unsigned"}
 
 
 def _dims_text(d: tuple[str, ...]) -> str:

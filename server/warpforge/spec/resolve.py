@@ -8,10 +8,12 @@ GPU worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from ..cuda.model import FileModel, Kernel, Param
+from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
@@ -21,6 +23,7 @@ from .expr import parse as expr_parse
 from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
+    C_SPELLING,
     DEFAULT_SEEDS,
     ArgSpec,
     KernelSpec,
@@ -130,6 +133,45 @@ def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, 
     return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
 
 
+def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str | None:
+    """The canonical element type of pointer parameter ``name``, or None when it cannot be known here.
+
+    Template type parameters take the spec's template arguments; file-level typedefs and ``using`` aliases of
+    scalar types are resolved the way the canonical form resolves them (``cuda.normalize.file_facts``).
+    Structs, vector types (``float4``), ``void`` and types from headers stay unknown: nothing is checked."""
+    p = kernel.param(name)
+    if p is None or not p.is_pointer:
+        return None
+    subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
+    ctype = subst.get(p.type, p.type)
+    dtype = canonical_dtype(ctype)
+    if dtype is None:
+        # Only a file that spells a type we do not know needs its typedefs (a second read of a parsed tree).
+        aliased = file_facts(src.text).typedefs.get(" ".join(ctype.replace("const", " ").split()))
+        dtype = canonical_dtype(aliased) if aliased is not None else None
+    return dtype
+
+
+def _check_element_types(src: SourceText, kernel: Kernel, args: Iterable[ArgSpec],
+                         template_args: tuple[str, ...], file: str) -> None:
+    """An annotated buffer's element type must be its parameter's: ``int[N]`` for a ``float*`` would fill the
+    buffer with integers' bytes and compare floats' bits as integers, a verdict about another program."""
+    for a in args:
+        if not a.is_buffer:
+            continue
+        want = param_dtype(src, kernel, a.name, template_args)
+        if want is None or want == a.dtype:
+            continue
+        p = kernel.param(a.name)
+        declared = " ".join(p.text.split()) if p is not None else a.name
+        ctype = C_SPELLING.get(want, want)
+        raise SpecError(file, a.line,
+                        f"`{a.name}` is declared `{declared}` ({want} elements) but its annotation says "
+                        f"{C_SPELLING.get(a.dtype, a.dtype)} elements",
+                        f"write `// @warpforge arg {a.name}: {a.role.value} {ctype}[{a.count}]` "
+                        "(a distribution, if any, after it)")
+
+
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                limits: LaunchLimits = DEFAULT_LIMITS) -> KernelSpec:
     """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix.
@@ -151,6 +193,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                 f"no launch of `{kernel.name}` in this file")
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
+    _check_element_types(src, kernel, ann.args.values(), ann.template_args or inf.template_args, file)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"

@@ -302,8 +302,9 @@ def _compare(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: 
         dtype = f"{'int' if kind == 2 else 'uint'}{size * 8}"
     store = {"bfloat16": "uint16"}.get(dtype, dtype)
     rep = cmp.compare("x", _view(got, int(n), store).copy(), _view(want, int(n), store).copy(), dtype, rtol, atol)
-    out = _view(res, 6, np.uint64)
+    out = _view(res, cmp.RESULT_WORDS, np.uint64)
     out[0], out[1], out[2] = rep.mismatches, rep.unwritten, rep.nan_mismatches
+    out[6] = rep.original_unwritten
     if rep.first_index is not None:
         out[3] = rep.first_index
     out[4] = np.array([rep.max_abs]).view(np.uint64)[0]

@@ -1,0 +1,164 @@
+"""On a GPU (issue 18, item 6): the worker's device comparison says when the original never writes an element,
+per-argument tolerances reach the comparison of that output only, and ``warpforge verify`` runs a variant
+with its own launch and build lines. The CPU halves are in tests/test_spec_semantics.py and
+tests/test_gpu_cpu.py (the host comparison)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from warpforge.gpu.supervisor import gpu_unavailable_reason
+
+pytestmark = pytest.mark.gpu
+
+_WHY = gpu_unavailable_reason()
+if _WHY is not None:
+    pytest.skip(f"no usable GPU: {_WHY}", allow_module_level=True)
+
+from warpforge.cuda.candidate import Candidate  # noqa: E402
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.timing import TimingSettings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = EngineSettings(kernel_timeout=4.0, compile_timeout=30.0, timing=TimingSettings(max_seconds=0.3))
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    b = Backend()
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+# The original leaves the last element of `y` unwritten (its spec length says N).
+SHORT = """// @warpforge size N = 1 << 16
+// @warpforge arg x: in float[N]
+// @warpforge arg y: out float[N]
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void scale(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n - 1) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def test_device_comparison_says_the_original_never_writes_the_element(
+        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    path = tmp_path / "scale.cu"
+    path.write_text(SHORT, encoding="utf-8")
+    ev = Evaluator(path, "scale", backend=backend, settings=SETTINGS)
+    try:
+        full = ev.original.derive(source=ev.original.source.replace("i < n - 1", "i < n"), family="writes-all")
+        e = loop.run_until_complete(ev.evaluate(full))
+        assert e.status == "incorrect", e.reason
+        # the first mismatch is the last element: the original never writes it, and the message says so
+        assert "1 written where the original never writes" in e.reason, e.reason
+        assert f"first at [{(1 << 16) - 1}]" in e.reason and "the original never writes" in e.reason, e.reason
+        same = loop.run_until_complete(ev.evaluate(ev.original.derive(defines={"WF_SAME": "1"}, family="same")))
+        assert same.status == "ok", same.reason
+    finally:
+        loop.run_until_complete(ev.close())
+
+
+TWO_OUT = """// @warpforge size N = 1 << 16
+// @warpforge arg x: in float[N]
+// @warpforge arg y: out float[N]
+// @warpforge arg dw: out float[N] tol atol=2e-3
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+#ifndef DY
+#define DY 0.0f
+#endif
+#ifndef DW
+#define DW 0.0f
+#endif
+__global__ void two(const float* x, float* y, float* dw, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = x[i] + DY; dw[i] = x[i] + DW; }
+}
+"""
+
+
+def test_a_per_argument_tolerance_loosens_that_output_only(
+        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    path = tmp_path / "two.cu"
+    path.write_text(TWO_OUT, encoding="utf-8")
+    ev = Evaluator(path, "two", backend=backend, settings=SETTINGS)
+
+    def evaluate(c: Candidate) -> str:
+        e = loop.run_until_complete(ev.evaluate(c))
+        return e.status + ": " + e.reason
+
+    try:
+        # 1e-3 off in dw: inside its own atol of 2e-3
+        assert evaluate(ev.original.derive(defines={"DW": "1e-3f"}, family="dw")).startswith("ok")
+        # the same 1e-3 in y: far outside float's default atol 1e-5, which dw's tolerance does not loosen
+        bad = evaluate(ev.original.derive(defines={"DY": "1e-3f"}, family="dy"))
+        assert bad.startswith("incorrect") and "`y`" in bad and "atol=1e-05" in bad, bad
+    finally:
+        loop.run_until_complete(ev.close())
+
+
+ROWSUM = """// @warpforge size B = 4096
+// @warpforge size C = 256
+// @warpforge arg inp: in float[B*C]
+// @warpforge arg out: out float[B]
+// @warpforge arg rows = B
+// @warpforge arg cols = C
+// @warpforge launch grid=cdiv(B, 256), block=256
+// @warpforge tol rtol=1e-4 atol=1e-4
+__global__ void rowsum(const float* inp, float* out, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) { float s = 0; for (int c = 0; c < cols; ++c) s += inp[r * cols + c]; out[r] = s; }
+}
+"""
+
+WARP_PER_ROW = """// warp per row: 8 rows per block of 256; only right with its own launch
+// @warpforge launch grid=cdiv(B, 8), block=256
+// @warpforge tune ROWS = 8
+// warpforge: compile with -use_fast_math
+__global__ void rowsum(const float* inp, float* out, int rows, int cols) {
+    int r = blockIdx.x * ROWS + threadIdx.x / 32;
+    if (r >= rows) return;
+    float s = 0;
+    for (int c = threadIdx.x % 32; c < cols; c += 32) s += inp[r * cols + c];
+    for (int o = 16; o; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) out[r] = s;
+}
+"""
+
+
+def test_cli_verify_runs_a_variant_with_its_own_launch_and_prints_it(tmp_path: Path) -> None:
+    orig, var = tmp_path / "rowsum.cu", tmp_path / "rowsum_warp.cu"
+    orig.write_text(ROWSUM, encoding="utf-8")
+    var.write_text(WARP_PER_ROW, encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "server") + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "warpforge", "verify", str(orig), "--candidate", str(var), "--seconds", "0.4",
+           "--no-sanitize"]
+    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    data = json.loads(r.stdout)
+    assert data["status"] == "ok", data.get("reason")
+    assert data["launch"]["grid"] == [512, 1, 1] and data["launch"]["block"] == [256, 1, 1]
+    assert data["launch"]["defines"] == {"ROWS": "8"} and data["launch"]["flags"] == ["-use_fast_math"]
+    assert data["launch"]["launch_from"] == f"the variant's own launch ({var}:2)"
+    text = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert f"launch: grid (512, 1, 1) block (256, 1, 1), from the variant's own launch ({var}:2)" in text.stdout, \
+        text.stdout + text.stderr
