@@ -104,7 +104,11 @@ from .base import RuleContext
 PREFIX = "wfw_"
 
 #: param -> (threads per block, rows per block); rows per block 0: one block per row
-VARIANTS = {"warp8": (256, 8), "warp4": (128, 4), "block256": (256, 0)}
+VARIANTS = {"warp8": (256, 8), "warp4": (128, 4), "block256": (256, 0), "block512": (512, 0),
+            "block1024": (1024, 0)}
+#: threads an SM keeps resident (sm_80/sm_90: 2048): with fewer rows than SMs x this / 256, a 256-thread
+#: block per row leaves most of the GPU idle, and only larger blocks per row can fill it
+THREADS_PER_SM = 2048
 _COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 _FULL = "0xffffffffu"
 
@@ -168,6 +172,9 @@ class _Shape:
     flat: bool = False
     #: ids of loops every lane runs whole (their inner loops are split)
     outer: set[int] = field(default_factory=set)
+    #: top-level scalars defined once and never reassigned (``int hw = H * W;``): name -> value, so a loop
+    #: bound written through one is still known in spec terms
+    defs: dict[str, Node] = field(default_factory=dict)
 
 
 def _canon_text(text: str) -> str:
@@ -301,6 +308,11 @@ class _Analysis:
         if self.scalar_roots & self.written_roots or self.atomic_roots & (self.written_roots | self.scalar_roots):
             raise _Reject  # one array updated in two ways
         self._scalar_roots_unread(store_targets)
+        assigned = written_names(self.body, data)
+        for st in top:
+            d = single_decl(st, data) if st.type == "declaration" else None
+            if d is not None and not d.pointer and d.value is not None and d.name not in assigned:
+                shape.defs[d.name] = d.value
         # pass 2: statements
         for st in shape.prefix + shape.between:
             self._top_level(st)
@@ -1084,11 +1096,18 @@ class WarpPerRow(StructuralRule[_Shape]):
             return {}
         rows_expr, exact = rows
         yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
+        few = self._few_rows(ctx, rows_expr)
+        # few rows: the largest blocks per row first (they are what fills the GPU), warps per row last
+        order = sorted(VARIANTS, key=lambda p: -VARIANTS[p][0] if VARIANTS[p][1] == 0 else 0) if few \
+            else list(VARIANTS)
         out: dict[str, Launch] = {}
-        for param, (threads, rpb) in VARIANTS.items():
+        for param in order:
+            threads, rpb = VARIANTS[param]
             if rpb == 0:
-                if not exact or not self._long_rows(ctx, shape, data) or _has_arg(shape):
+                if not exact or _has_arg(shape) or not self._long_rows(ctx, shape, data, max(1024, 2 * threads)):
                     continue
+                if threads > 256 and not self._few_rows(ctx, rows_expr, threads // 2):
+                    continue  # a block of T threads per row only when blocks of T / 2 leave SMs idle
                 grid: tuple[str, ...] = (rows_expr, *yz)
             else:
                 grid = (f"cdiv({rows_expr}, {rpb})", *yz)
@@ -1098,11 +1117,20 @@ class WarpPerRow(StructuralRule[_Shape]):
         return out
 
     @staticmethod
-    def _trip(ctx: RuleContext, lp: _Loop, data: bytes) -> int | None:
+    def _few_rows(ctx: RuleContext, rows_expr: str, threads: int = 256) -> bool | None:
+        """Do the rows, ``threads`` per row, fill fewer than the threads the GPU keeps resident (None: the
+        row count is unknown at the spec size)?"""
+        n = eval_expr(rows_expr, size_env(ctx))
+        if not isinstance(n, int):
+            return None
+        return n * threads < ctx.sm_count * THREADS_PER_SM
+
+    @staticmethod
+    def _trip(ctx: RuleContext, lp: _Loop, data: bytes, defs: dict[str, Node] | None = None) -> int | None:
         """The loop's bound at the spec size when it is a known scalar (None: unknown)."""
         cond = lp.node.child_by_field_name("condition")
         b = upper_bound(cond, data, lp.var) if cond is not None else None
-        lim = scalar_value_expr(ctx, b.limit, data) if b is not None else None
+        lim = scalar_value_expr(ctx, b.limit, data, defs) if b is not None else None
         if lim is None:
             return None
         try:
@@ -1112,14 +1140,15 @@ class WarpPerRow(StructuralRule[_Shape]):
         return v if isinstance(v, int) else None
 
     @classmethod
-    def _long_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
-        """A block per row pays off for rows of at least 1024 elements (when the loop bound is known)."""
-        return all((t := cls._trip(ctx, lp, data)) is not None and t >= 1024 for lp in shape.loops)
+    def _long_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes, least: int = 1024) -> bool:
+        """A block per row pays off for rows of at least 1024 elements (when the loop bound is known), a
+        block of T threads for loops of at least ``least`` (2T: every thread gets two elements or more)."""
+        return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t >= least for lp in shape.loops)
 
     @classmethod
     def _short_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
         """Every loop is known to run fewer than 32 times (a 9-tap filter): most lanes of a warp would idle."""
-        return all((t := cls._trip(ctx, lp, data)) is not None and t < 32 for lp in shape.loops)
+        return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t < 32 for lp in shape.loops)
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
         return _generate(shape, data, block=VARIANTS[param][1] == 0)
@@ -1150,19 +1179,33 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
     out.extend(flush(node_text(n, data), n, data) for n in shape.between)
     loops = {lp.node.id: (n, lp) for n, lp in enumerate(shape.loops)}
     one = "threadIdx.x == 0" if block else f"{lane} == 0"
+    deferred = _deferred(shape, data)
+    held = {acc for accs in deferred.values() for _, accs2 in accs for acc in accs2}
 
     def emit(st: Node) -> list[str]:
         if st.id in shape.stores:
             return [f"if ({one}) {{\n    {node_text(st, data)}\n}}"]
         if st.id in loops:
             n, lp = loops[st.id]
-            return _loop_code(lp, n, data, block, decls)
+            return _loop_code(lp, n, data, block, decls, held)
         if st.id in shape.outer:
             body = st.child_by_field_name("body")
             assert body is not None
             head = data[st.start_byte : body.start_byte].decode("utf-8", errors="replace").rstrip()
             inner = "\n".join(line for s2 in statements(body) for line in emit(s2))
-            return [f"{head} {{\n{indent(inner, '    ')}\n}}"]
+            before: list[str] = []
+            after: list[str] = []
+            for n, accs in deferred.get(st.id, []):
+                lp = shape.loops[n]
+                for acc in sorted(accs):
+                    r = lp.reductions[acc]
+                    p = f"{PREFIX}p{n}_{acc}"
+                    before.append(f"{r.type} {p} = {'0' if r.kind == 'sum' else acc};"
+                                  "  // this lane's partial over every iteration of the loop below")
+                    after.extend(_simple_combine(r, p, n, block, decls))
+            if block and after:
+                after.append("__syncthreads();  // the partials' shared memory may be reused")
+            return [*before, f"{head} {{\n{indent(inner, '    ')}\n}}", *after]
         return [flush(node_text(st, data), st, data)]
 
     inner = "\n".join(line for st in shape.rest for line in emit(st))
@@ -1215,7 +1258,53 @@ def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
     ]
 
 
-def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) -> list[str]:
+def _deferred(shape: _Shape, data: bytes) -> dict[int, list[tuple[int, set[str]]]]:
+    """Outermost whole-lane loops -> (split loop number, accumulators) whose lane partials can live across
+    the outer loop and be combined once after it, instead of once per outer iteration (a butterfly, and for
+    a block two barriers, per image of ``for (n) for (i) acc += x[...]``).
+
+    That holds for a sum or a min/max (``acc = acc + total`` per iteration adds the same terms as one total
+    at the end, reassociated like any split sum; min/max are idempotent) whose accumulator appears nowhere
+    in the outer loop but in its one split loop: nothing reads a per-iteration value."""
+    out: dict[int, list[tuple[int, set[str]]]] = {}
+    for st in shape.rest:
+        if st.id not in shape.outer:
+            continue
+        found: list[tuple[int, set[str]]] = []
+        for n, lp in enumerate(shape.loops):
+            if lp.scan or not (st.start_byte <= lp.node.start_byte and lp.node.end_byte <= st.end_byte):
+                continue
+            inside = {x.id for x in walk(lp.node)}
+            accs = {r.acc for r in lp.reductions.values() if not r.index and (r.kind == "sum" or r.kind in MINMAX_FUNCS)
+                    and all(x.id in inside for x in walk(st, ("identifier",)) if node_text(x, data) == r.acc)}
+            if accs:
+                found.append((n, accs))
+        if found:
+            out[st.id] = found
+    return out
+
+
+def _simple_combine(r: _Reduction, p: str, n: int, block: bool, decls: list[str]) -> list[str]:
+    """A sum's or min/max's lane partials combined (a butterfly, then the warps' results through shared
+    memory for a block) and joined to the accumulator."""
+    lines = [f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
+             f"    {p} = {_combine(r.kind, p, f'__shfl_xor_sync({_FULL}, {p}, {PREFIX}o)')};\n}}"]
+    if block:
+        sh = f"{PREFIX}red{n}_{r.acc}"
+        decls.append(f"__shared__ {r.type} {sh}[32];")
+        lines.append(f"if ({PREFIX}lane == 0) {{\n    {sh}[{PREFIX}warp] = {p};\n}}")
+        lines.append("__syncthreads();")
+        lines.append(f"{p} = {sh}[0];")
+        lines.append(f"for (int {PREFIX}w = 1; {PREFIX}w < {PREFIX}nwarps; ++{PREFIX}w) {{\n"
+                     f"    {p} = {_combine(r.kind, p, f'{sh}[{PREFIX}w]')};\n}}")
+    lines.append(f"{r.acc} = {r.acc} + {p};" if r.kind == "sum" else f"{r.acc} = {p};")
+    return lines
+
+
+def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
+               held: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The loop split over lanes; reductions of accumulators in ``held`` keep their partial from outside
+    (declared and combined around an outer loop, see ``_deferred``)."""
     if lp.scan:
         return _scan_code(lp, n, data)
     fp = for_parts(lp.node, data)
@@ -1226,6 +1315,8 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index and r.kind != "online"}
     lines: list[str] = []
     for r in lp.reductions.values():
+        if r.acc in held:
+            continue
         start = "0" if r.kind == "sum" else r.acc
         lines.append(f"{r.type} {parts[r.acc]} = {start};")
         if r.kind == "online":
@@ -1238,29 +1329,19 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     stride = "blockDim.x" if block else "32"
     body_text = flush(_rename_body(body, data, parts, flags), body, data)
     lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
+    combined = False
     for r in lp.reductions.values():
         p = parts[r.acc]
+        if r.acc in held:
+            continue
+        combined = True
         if r.kind == "online":
             lines.extend(_online_combine(r, p, parts[r.index]))
-            continue
-        if r.index:
+        elif r.index:
             lines.extend(_arg_combine(r, p, parts[r.index], flags[r.node_id]))
-            continue
-        lines.append(f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
-                     f"    {p} = {_combine(r.kind, p, f'__shfl_xor_sync({_FULL}, {p}, {PREFIX}o)')};\n}}")
-        if block:
-            sh = f"{PREFIX}red{n}_{r.acc}"
-            decls.append(f"__shared__ {r.type} {sh}[32];")
-            lines.append(f"if ({PREFIX}lane == 0) {{\n    {sh}[{PREFIX}warp] = {p};\n}}")
-            lines.append("__syncthreads();")
-            lines.append(f"{p} = {sh}[0];")
-            lines.append(f"for (int {PREFIX}w = 1; {PREFIX}w < {PREFIX}nwarps; ++{PREFIX}w) {{\n"
-                         f"    {p} = {_combine(r.kind, p, f'{sh}[{PREFIX}w]')};\n}}")
-        if r.kind == "sum":
-            lines.append(f"{r.acc} = {r.acc} + {p};")
         else:
-            lines.append(f"{r.acc} = {p};")
-    if block and lp.reductions:
+            lines.extend(_simple_combine(r, p, n, block, decls))
+    if block and combined:
         lines.append("__syncthreads();  // the partials' shared memory may be reused by the next reduction")
     return lines
 
