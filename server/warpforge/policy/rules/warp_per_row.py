@@ -73,6 +73,7 @@ from ._structural import (
     call_names,
     condition_of,
     declared_names,
+    envs,
     failing_bound,
     flat_index_2d,
     flush,
@@ -109,6 +110,14 @@ VARIANTS = {"warp8": (256, 8), "warp4": (128, 4), "block256": (256, 0), "block51
 #: threads an SM keeps resident (sm_80/sm_90: 2048): with fewer rows than SMs x this / 256, a 256-thread
 #: block per row leaves most of the GPU idle, and only larger blocks per row can fill it
 THREADS_PER_SM = 2048
+#: variants that may also stage rows several loops read in shared memory (param + "_smem")
+CACHED = ("warp8", "block256", "block512", "block1024")
+#: dynamic shared memory a launch may ask for without opting in (cudaFuncSetAttribute)
+MAX_SMEM = 48 * 1024
+#: bytes of the element types a row cache may hold
+ELEM_BYTES = {"float": 4, "double": 8, "__half": 2, "half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2,
+              "int": 4, "unsigned int": 4, "unsigned": 4, "short": 2, "char": 1, "signed char": 1,
+              "unsigned char": 1, "long": 8, "long long": 8, "int64_t": 8, "int32_t": 4, "uint32_t": 4}
 _COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 _FULL = "0xffffffffu"
 
@@ -175,6 +184,30 @@ class _Shape:
     #: top-level scalars defined once and never reassigned (``int hw = H * W;``): name -> value, so a loop
     #: bound written through one is still known in spec terms
     defs: dict[str, Node] = field(default_factory=dict)
+    #: rows of read-only arrays several loops read whole (``_row_cache``): staged in shared memory
+    cache: list[_Cache] = field(default_factory=list)
+
+
+@dataclass
+class _Cache:
+    """A row of a read-only array staged in shared memory once and read from there by every loop."""
+
+    #: the pointer read, and the canonical text of the loops' limit L (all equal) and one of its nodes
+    name: str
+    limit: str
+    limit_node: Node
+    #: the element type as the kernel writes it (``T``), and its size as instantiated
+    type: str = ""
+    size: int = 0
+    #: ids of the subscripts read from the row -> the loop variable they index with
+    subs: dict[int, str] = field(default_factory=dict)
+    loops: set[int] = field(default_factory=set)
+    #: a read on every iteration of a loop from 0 (the fill's template) and that loop's variable and type
+    witness: Node | None = None
+    var: str = ""
+    var_type: str = "int"
+    #: the id of the first top-level statement reading it: the fill goes right before it
+    first: int = -1
 
 
 def _canon_text(text: str) -> str:
@@ -188,6 +221,30 @@ def _canon_text(text: str) -> str:
 
 def _ids(node: Node, data: bytes) -> set[str]:
     return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
+
+
+def _renamed_canon(node: Node, data: bytes, var: str) -> str:
+    """Canonical text of an index with the loop variable replaced by ``@`` (equal across loops)."""
+    return _canon_text(render(node, data, lambda n: "@" if n.type == "identifier" and node_text(n, data) == var
+                              else None))
+
+
+def _unconditional(n: Node, loop: Node, data: bytes) -> bool:
+    """Is ``n`` evaluated on every iteration of ``loop`` (not in a branch of an ``if``, ``?:``, ``&&``/``||``)?"""
+    child, p = n, n.parent
+    while p is not None and p.id != loop.id:
+        if p.type == "if_statement" and child != p.child_by_field_name("condition"):
+            return False
+        if p.type == "conditional_expression" and child != p.child_by_field_name("condition"):
+            return False
+        if p.type == "binary_expression" and child == p.child_by_field_name("right"):
+            op = p.child_by_field_name("operator")
+            if op is not None and node_text(op, data) in ("&&", "||"):
+                return False
+        if p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+            return False
+        child, p = p, p.parent
+    return p is not None
 
 
 class _Analysis:
@@ -309,9 +366,11 @@ class _Analysis:
             raise _Reject  # one array updated in two ways
         self._scalar_roots_unread(store_targets)
         assigned = written_names(self.body, data)
+        declared = [single_decl(n, data) for n in walk(self.body, ("declaration",))]
         for st in top:
             d = single_decl(st, data) if st.type == "declaration" else None
-            if d is not None and not d.pointer and d.value is not None and d.name not in assigned:
+            if d is not None and not d.pointer and d.value is not None and d.name not in assigned \
+                    and sum(1 for x in declared if x is not None and x.name == d.name) == 1:
                 shape.defs[d.name] = d.value
         # pass 2: statements
         for st in shape.prefix + shape.between:
@@ -330,6 +389,63 @@ class _Analysis:
         if self.outer_indexed & self.read_roots:
             # an element written in one outer iteration might be read in another, by another lane
             raise _Reject
+        shape.cache = self._row_cache(shape)
+
+    def _row_cache(self, shape: _Shape) -> list[_Cache]:
+        """Rows of read-only arrays that several passes read whole: ``p[E + j]`` for ``j`` over ``[0, L)``
+        in two or more top-level loops (softmax: max, exp-sum, write; layernorm: mean, variance, normalize).
+
+        Each is worth one read from global memory into shared memory, the passes then reading it there.
+        Required: the array is never written (no store, per-row scalar or atomic reaches its root); the
+        reads use one pointer, one offset E and one limit L (``j < L``) in every such loop, loops starting
+        at a literal 0 or more; E, L and the pointer are not reassigned from the first such loop on; and
+        some loop from 0 reads ``p[E + j]`` on every iteration (not under an ``if``, ``?:``, ``&&``), so
+        the original itself reads all of ``[0, L)`` and the fill reads nothing it does not."""
+        data = self.data
+        unsafe = self.written_roots | self.scalar_roots | self.atomic_roots
+        rest = {st.id for st in shape.rest}
+        top = [lp for lp in shape.loops if lp.node.id in rest and not lp.scan]
+        found: dict[tuple[str, str], _Cache] = {}
+        for lp in top:
+            fp = for_parts(lp.node, data)
+            b = upper_bound(fp.cond, data, lp.var) if fp is not None else None
+            if fp is None or b is None or b.inclusive or not re.fullmatch(r"\d+", _canon_text(lp.start)):
+                continue
+            for n in walk(fp.body, ("subscript_expression",)):
+                parts = subscript_parts(n, data)
+                base = unparen(parts[0]) if parts is not None else None
+                if parts is None or base is None or base.type != "identifier":
+                    continue
+                name = node_text(base, data)
+                if name not in self.root or self.root[name] in unsafe or not _lane_index(parts[1], data, lp.var):
+                    continue
+                key = (name, _renamed_canon(parts[1], data, lp.var))
+                c = found.setdefault(key, _Cache(name, _canon_text(node_text(b.limit, data)), b.limit))
+                if c.limit != _canon_text(node_text(b.limit, data)):
+                    c.limit = ""  # two limits: not one row
+                c.subs[n.id] = lp.var
+                c.loops.add(lp.node.id)
+                if c.witness is None and _canon_text(lp.start) == "0" and _unconditional(n, lp.node, data):
+                    c.witness, c.var_type, c.var = n, fp.var.type, lp.var
+        out: list[_Cache] = []
+        params = {p.name: p for p in self.ctx.cand_kernel.params} if self.ctx.cand_kernel is not None else {}
+        for c in found.values():
+            root = params.get(self.root[c.name])
+            if root is None or root.pointer_depth != 1 or root.array_dims:
+                continue
+            c.type = root.type
+            c.size = ELEM_BYTES.get(resolved_type(self.ctx, root.type), 0)
+            if not c.limit or c.witness is None or len(c.loops) < 2 or not c.size:
+                continue
+            if out and c.limit != out[0].limit:
+                continue  # one row length: every cache region sized alike
+            first = min(i for i, st in enumerate(shape.rest) if st.id in c.loops)
+            later = {w for st in shape.rest[first:] for w in written_names(st, data)}
+            if later & ((_ids(c.witness, data) - {c.var}) | _ids(c.limit_node, data)):
+                continue
+            c.first = shape.rest[first].id
+            out.append(c)
+        return out
 
     def _for(self, st: Node, shape: _Shape, depth: int) -> None:
         """A loop of the row: split among the lanes when it is innermost, else a uniform outer loop.
@@ -1114,7 +1230,27 @@ class WarpPerRow(StructuralRule[_Shape]):
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
                 out[param] = Launch(grid, block)
+                smem = self._cache_smem(ctx, shape, data, max(rpb, 1)) if param in CACHED else None
+                if smem is not None:
+                    out[f"{param}_smem"] = Launch(grid, block, smem)
         return out
+
+    @staticmethod
+    def _cache_smem(ctx: RuleContext, shape: _Shape, data: bytes, rows: int) -> str | None:
+        """The dynamic shared memory (spec terms) of ``rows`` rows of every cache, each region rounded to
+        16 bytes; None without caches, when L is unknown in spec terms or it exceeds ``MAX_SMEM``."""
+        if not shape.cache:
+            return None
+        lim = scalar_value_expr(ctx, shape.cache[0].limit_node, data, shape.defs)
+        es = envs(ctx)
+        if lim is None or es is None:
+            return None
+        smem = f"{rows} * ({' + '.join(f'cdiv(({lim}) * {c.size}, 16) * 16' for c in shape.cache)})"
+        for env in es:
+            v = eval_expr(smem, env)
+            if not isinstance(v, int) or v < 1 or v > MAX_SMEM:
+                return None
+        return smem
 
     @staticmethod
     def _few_rows(ctx: RuleContext, rows_expr: str, threads: int = 256) -> bool | None:
@@ -1151,22 +1287,55 @@ class WarpPerRow(StructuralRule[_Shape]):
         return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t < 32 for lp in shape.loops)
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
-        return _generate(shape, data, block=VARIANTS[param][1] == 0)
+        base = param.removesuffix("_smem")
+        return _generate(shape, data, block=VARIANTS[base][1] == 0, cached=base != param)
 
     def rationale(self, shape: _Shape, param: str) -> str:
-        threads, rpb = VARIANTS[param]
+        base = param.removesuffix("_smem")
+        threads, rpb = VARIANTS[base]
         accs = sorted({r.acc for lp in shape.loops for r in lp.reductions.values()})
         red = f"; reductions of {', '.join(accs)} by shuffles" if accs else ""
+        staged = f"; the row of {', '.join(c.name for c in shape.cache)} read once into shared memory, " \
+            "which the later passes read" if base != param else ""
         if rpb:
-            return f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
-        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
+            return (f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32"
+                    f"{red}{staged}")
+        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory{staged}"
 
 
-def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
+def _cache_code(shape: _Shape, data: bytes, block: bool, at: int) -> list[str]:
+    """The row caches whose first reader is statement ``at``: a pointer into the dynamic shared memory
+    (this warp's rows, for a warp per row) and the fill, each thread/lane storing the elements it will
+    itself read first, then a barrier (a later loop may start elsewhere, ``j = 1 + lane``)."""
+    lines: list[str] = []
+    lim = shape.cache[0].limit_node
+    pad = [f"(((size_t)({node_text(lim, data)}) * sizeof({c.type}) + 15) & ~(size_t)15)" for c in shape.cache]
+    base = f"{PREFIX}smem" if block else f"{PREFIX}smem + (threadIdx.x >> 5) * ({' + '.join(pad)})"
+    for k, c in enumerate(shape.cache):
+        if c.first != at:
+            continue
+        assert c.witness is not None
+        off = " + ".join(pad[:k]) or "0"
+        k_var = f"{PREFIX}k"
+        start, stride = ("threadIdx.x", "blockDim.x") if block else (f"{PREFIX}lane", "32")
+        lines.append(f"{c.type}* {PREFIX}c{k} = reinterpret_cast<{c.type}*>({base} + {off});")
+        lines.append(f"for ({c.var_type} {k_var} = {start}; {k_var} < {node_text(lim, data)}; {k_var} += {stride}) "
+                     f"{{\n    {PREFIX}c{k}[{k_var}] = {_rename_ids(c.witness, data, {c.var: k_var})};\n}}")
+        lines.append("__syncthreads();" if block else "__syncwarp();")
+    return lines
+
+
+def _generate(shape: _Shape, data: bytes, *, block: bool, cached: bool = False) -> str:
     row = shape.row
     lane = f"{PREFIX}lane"
     out: list[str] = []
     decls: list[str] = []
+    subs: dict[int, str] = {}
+    if cached:
+        decls.append(f"extern __shared__ __align__(16) unsigned char {PREFIX}smem[];")
+        for k, c in enumerate(shape.cache):
+            subs.update({sid: f"{PREFIX}c{k}[{var}]" for sid, var in c.subs.items()})
+    firsts = {c.first for c in shape.cache} if cached else set()
     out.extend(flush(node_text(n, data), n, data) for n in shape.prefix)
     out.append(f"const int {lane} = threadIdx.x & 31;")
     if block:
@@ -1187,7 +1356,8 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
             return [f"if ({one}) {{\n    {node_text(st, data)}\n}}"]
         if st.id in loops:
             n, lp = loops[st.id]
-            return _loop_code(lp, n, data, block, decls, held)
+            fill = _cache_code(shape, data, block, st.id) if st.id in firsts else []
+            return [*fill, *_loop_code(lp, n, data, block, decls, held, subs)]
         if st.id in shape.outer:
             body = st.child_by_field_name("body")
             assert body is not None
@@ -1302,9 +1472,10 @@ def _simple_combine(r: _Reduction, p: str, n: int, block: bool, decls: list[str]
 
 
 def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
-               held: set[str] | frozenset[str] = frozenset()) -> list[str]:
+               held: set[str] | frozenset[str] = frozenset(), subs: dict[int, str] | None = None) -> list[str]:
     """The loop split over lanes; reductions of accumulators in ``held`` keep their partial from outside
-    (declared and combined around an outer loop, see ``_deferred``)."""
+    (declared and combined around an outer loop, see ``_deferred``); subscripts in ``subs`` (node id ->
+    text) read a row cache instead."""
     if lp.scan:
         return _scan_code(lp, n, data)
     fp = for_parts(lp.node, data)
@@ -1327,7 +1498,7 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
     lane = "threadIdx.x" if block else f"{PREFIX}lane"
     start = lane if lp.start == "0" else f"({lp.start}) + {lane}"
     stride = "blockDim.x" if block else "32"
-    body_text = flush(_rename_body(body, data, parts, flags), body, data)
+    body_text = flush(_rename_body(body, data, parts, flags, subs or {}), body, data)
     lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
     combined = False
     for r in lp.reductions.values():
@@ -1355,14 +1526,18 @@ def _rename_ids(node: Node, data: bytes, mapping: dict[str, str]) -> str:
     return render(node, data, rep)
 
 
-def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[int, str]) -> str:
+def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[int, str],
+                 subs: dict[int, str] | None = None) -> str:
     """The loop body with accumulators renamed to the lane's partials; an arg-reduction's update also
-    raises the lane's flag (a pair found in the data beats the start value on ties)."""
+    raises the lane's flag (a pair found in the data beats the start value on ties); subscripts in ``subs``
+    are replaced whole (a row cache's reads)."""
     def rep(n: Node) -> str | None:
+        if subs and n.id in subs:
+            return subs[n.id]
         if n.type == "identifier":
             return mapping.get(node_text(n, data))
         if n.parent is not None and n.parent.id in flags and n == n.parent.child_by_field_name("consequence"):
-            inner = "\n".join(_rename_body(c, data, mapping, flags) for c in statements(n))
+            inner = "\n".join(_rename_body(c, data, mapping, flags, subs) for c in statements(n))
             return f"{{\n{inner}\n{flags[n.parent.id]} = 1;\n}}"
         return None
 
