@@ -25,7 +25,7 @@ Recognized shape (names, types, expressions free)::
           * a running max carried with the sum of exponentials shifted by it (``single_pass``'s online loop):
             ``if (v > m) { s = s * expf(m - v); m = v; }`` then ``s += expf(v - m);`` (``__expf``, ``exp``),
             ``v`` reading neither; each lane keeps its own pair, merged across lanes with the same rescaling
-            (warps only: no block-wide merge),
+            (for a block, then across its warps through shared memory),
         where an array written anywhere in the kernel is always accessed with one index ``j`` or ``E + j``
         (E the same loop-invariant expression everywhere), read-only arrays with any index free of values
         the loop assigns, and a reduction's accumulator is not otherwise read inside its loop.
@@ -1177,8 +1177,10 @@ def _reduction_kinds_ok(shape: _Shape) -> bool:
 
 
 def _has_arg(shape: _Shape) -> bool:
-    """Arg-reductions and scans combine inside a warp only (no block-wide variant)."""
-    return any(r.index for lp in shape.loops for r in lp.reductions.values()) or any(lp.scan for lp in shape.loops)
+    """Arg-reductions and scans combine inside a warp only (no block-wide variant); online pairs merge
+    across warps too."""
+    return any(r.index and r.kind != "online" for lp in shape.loops for r in lp.reductions.values()) \
+        or any(lp.scan for lp in shape.loops)
 
 
 def _combine(kind: str, a: str, b: str) -> str:
@@ -1507,7 +1509,7 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
             continue
         combined = True
         if r.kind == "online":
-            lines.extend(_online_combine(r, p, parts[r.index]))
+            lines.extend(_online_combine(r, p, parts[r.index], n, block, decls))
         elif r.index:
             lines.extend(_arg_combine(r, p, parts[r.index], flags[r.node_id]))
         else:
@@ -1544,26 +1546,60 @@ def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[i
     return render(node, data, rep)
 
 
-def _online_combine(r: _Reduction, pm: str, ps: str) -> list[str]:
-    """Butterfly over (max, sum relative to it): the smaller max's sum is rescaled to the larger one (equal
-    maxima add as they are, so two lanes that saw nothing but their start value do not meet exp(-inf + inf)).
-    Both lanes of a pair compute the same sum (the addition commutes), so every lane ends with the row's pair,
-    which then joins the accumulators the loop started from."""
-    o, om, os_ = f"{PREFIX}o", f"{PREFIX}om", f"{PREFIX}os"
+def _online_merge(r: _Reduction, pm: str, ps: str, om: str, os_: str) -> list[str]:
+    """Merge the pair (om, os_) into (pm, ps): the smaller max's sum is rescaled to the larger one (equal
+    maxima add as they are, so two partials that saw nothing but their start value do not meet
+    exp(-inf + inf))."""
     e = r.exp
     return [
+        f"if ({om} > {pm}) {{",
+        f"    {ps} = {ps} * {e}({pm} - {om}) + {os_};",
+        f"    {pm} = {om};",
+        f"}} else if ({om} == {pm}) {{",
+        f"    {ps} += {os_};",
+        "} else {",
+        f"    {ps} += {os_} * {e}({om} - {pm});",
+        "}",
+    ]
+
+
+def _online_combine(r: _Reduction, pm: str, ps: str, n: int = 0, block: bool = False,
+                    decls: list[str] | None = None) -> list[str]:
+    """Butterfly over (max, sum relative to it) with ``_online_merge``. Both lanes of a pair compute the same
+    sum (the addition commutes), so every lane ends with the warp's pair; for a block, lane 0 of each warp
+    posts it to shared memory and every thread merges the warps' pairs in warp order (all threads alike).
+    The row's pair then joins the accumulators the loop started from (its max is at least theirs: every
+    partial started from it)."""
+    o, om, os_ = f"{PREFIX}o", f"{PREFIX}om", f"{PREFIX}os"
+    e = r.exp
+    lines = [
         f"for (int {o} = 16; {o} > 0; {o} >>= 1) {{",
         f"    {r.type} {om} = __shfl_xor_sync({_FULL}, {pm}, {o});",
         f"    {r.index_type} {os_} = __shfl_xor_sync({_FULL}, {ps}, {o});",
-        f"    if ({om} > {pm}) {{",
-        f"        {ps} = {ps} * {e}({pm} - {om}) + {os_};",
-        f"        {pm} = {om};",
-        f"    }} else if ({om} == {pm}) {{",
-        f"        {ps} += {os_};",
-        "    } else {",
-        f"        {ps} += {os_} * {e}({om} - {pm});",
-        "    }",
+        *("    " + x for x in _online_merge(r, pm, ps, om, os_)),
         "}",
+    ]
+    if block:
+        assert decls is not None
+        shm, shs, w = f"{PREFIX}red{n}_{r.acc}", f"{PREFIX}red{n}_{r.index}", f"{PREFIX}w"
+        decls.append(f"__shared__ {r.type} {shm}[32];")
+        decls.append(f"__shared__ {r.index_type} {shs}[32];")
+        lines += [
+            f"if ({PREFIX}lane == 0) {{",
+            f"    {shm}[{PREFIX}warp] = {pm};",
+            f"    {shs}[{PREFIX}warp] = {ps};",
+            "}",
+            "__syncthreads();",
+            f"{pm} = {shm}[0];",
+            f"{ps} = {shs}[0];",
+            f"for (int {w} = 1; {w} < {PREFIX}nwarps; ++{w}) {{",
+            f"    {r.type} {om} = {shm}[{w}];",
+            f"    {r.index_type} {os_} = {shs}[{w}];",
+            *("    " + x for x in _online_merge(r, pm, ps, om, os_)),
+            "}",
+        ]
+    return [
+        *lines,
         f"if ({pm} > {r.acc}) {{",
         f"    {r.index} = {r.index} * {e}({r.acc} - {pm});",
         f"    {r.acc} = {pm};",
