@@ -92,16 +92,22 @@ def params(text: str, kernel: str) -> list[str]:
     return [c.steps[-1].split(":", 1)[1] for c in family_children(text, kernel)]
 
 
+def by_param(text: str, kernel: str) -> dict[str, Candidate]:
+    return {c.steps[-1].split(":", 1)[1]: c for c in family_children(text, kernel)}
+
+
 # ------------------------------------------------------------------ few long rows, nested loops
 
 
 def test_few_long_rows_get_large_blocks_first() -> None:
     kids = family_children(PLANES.format(**PLANES_OK), "feature_energy")
     # 128 rows x 256 threads fill an eighth of an H100's resident threads: larger blocks per row come first
-    assert [c.steps[-1] for c in kids] == ["warp_per_row:block1024", "warp_per_row:block512",
-                                           "warp_per_row:block256", "warp_per_row:warp8", "warp_per_row:warp4"]
-    assert kids[0].block == ("1024",) and kids[0].grid == ("F",)
-    d = kids[0].definition
+    assert [c.steps[-1].split(":")[1] for c in kids] == [
+        "block1024_vec", "block1024", "block512_vec", "block512", "block256_vec", "block256", "warp8_vec", "warp8",
+        "warp4"]
+    big = kids[1]
+    assert big.block == ("1024",) and big.grid == ("F",) and kids[0].block == ("1024",)
+    d = big.definition
     # the lane's partial lives across the batch loop: one butterfly and one block combine, after the loop
     assert d.count("__shfl_xor_sync") == 1 and d.count("__syncthreads();") == 2
     assert d.index("float wfw_p0_e = 0;") < d.index("for (int b = 0;") < d.index("__shfl_xor_sync")
@@ -111,21 +117,19 @@ def test_few_long_rows_get_large_blocks_first() -> None:
 def test_many_rows_keep_a_256_thread_block() -> None:
     # 8192 rows x 256 threads already exceed the resident threads: no larger block per row
     assert params(PLANES.format(**{**PLANES_OK, "feats": "8192"}), "feature_energy") == [
-        "warp8", "warp4", "block256"]
+        "warp8_vec", "warp8", "warp4", "block256_vec", "block256"]
 
 
 def test_a_row_length_read_from_memory_gets_no_block() -> None:
     # the plane length is data, not a spec size: whether rows are long is unknown, so warps only
     text = PLANES.format(**{**PLANES_OK, "plane_decl": "const int len = (int)act[0] + plane;"})
-    assert params(text, "feature_energy") == ["warp8", "warp4"]
+    assert params(text, "feature_energy") == ["warp8_vec", "warp8", "warp4"]
 
 
 def test_a_sum_read_in_the_outer_loop_is_combined_every_iteration() -> None:
     # peak reads the running sum after each plane: the lanes' partials must be combined per iteration
     text = PLANES.format(**{**PLANES_OK, "after": "peak = fmaxf(peak, e);"})
-    kids = family_children(text, "feature_energy")
-    assert kids and kids[0].steps[-1] == "warp_per_row:block1024"
-    d = kids[0].definition
+    d = by_param(text, "feature_energy")["block1024"].definition
     assert "over every iteration" not in d
     assert d.index("for (int b = 0;") < d.index("float wfw_p0_e = 0;") < d.index("peak = fmaxf(peak, e);")
 
@@ -140,8 +144,10 @@ def test_a_row_read_by_two_passes_is_staged_once() -> None:
     blk = kids["block256_smem"]
     assert blk.smem == "1 * (cdiv((C) * 4, 16) * 16)"
     d = blk.definition
-    assert len(re.findall(r"\bx\[", d)) == 1  # the fill; both passes read the staged row
-    assert "wfw_c0[wfw_k] = x[wfw_k];" in d and "wfw_p0_mu += wfw_c0[j];" in d
+    # the fill (vectors where x is aligned, then the rest one by one); both passes read the staged row
+    assert len(re.findall(r"\bx\[", d)) == 3
+    assert "*reinterpret_cast<const uint4*>(&x[(int)(4 * wfw_k)]);" in d and "wfw_c0[wfw_k] = x[wfw_k];" in d
+    assert "wfw_p0_mu += wfw_c0[j];" in d and "dst[(size_t)r * cols + j] = wfw_c0[j] - mu;" in d
     assert d.index("__syncthreads();") < d.index("wfw_p0_mu += wfw_c0[j];")
     w8 = kids["warp8_smem"].definition
     assert "(threadIdx.x >> 5) *" in w8 and "__syncwarp();" in w8
@@ -169,10 +175,58 @@ def test_row_cache_near_misses_are_declined(over: dict[str, str]) -> None:
     assert not any(p.endswith("_smem") for p in got), got  # ... without the staged row
 
 
+# ------------------------------------------------------------------ lanes moving 16-byte vectors
+
+
+def test_lanes_move_aligned_rows_in_vectors() -> None:
+    d = by_param(STANDARDIZE.format(**STD_OK), "center_rows")["block256_vec"].definition
+    # pass 1: x read in float4 chunks, pass 2: x read and dst written in float4 chunks, both behind an
+    # alignment test, each followed by the elements past the last whole vector
+    assert "const bool wfw_al0 = (reinterpret_cast<size_t>(&x[0]) & 15) == 0;" in d
+    assert "uint4 wfw_v0_0 = *reinterpret_cast<const uint4*>(&x[(int)(4 * wfw_c0)]);" in d
+    assert "wfw_p0_mu += wfw_e0_0[wfw_u];" in d
+    assert "(reinterpret_cast<size_t>(&dst[(size_t)r * cols + 0]) & 15) == 0" in d
+    assert "*reinterpret_cast<uint4*>(&dst[(size_t)r * cols + (int)(4 * wfw_c1)]) = wfw_v1_0;" in d
+    assert "for (int j = wfw_nv1 * 4 + threadIdx.x; j < cols; j += blockDim.x)" in d
+
+
+def test_half_rows_move_eight_elements_a_lane() -> None:
+    text = STANDARDIZE.format(**STD_OK).replace("float* src", "__half* src").replace("float* dst", "__half* dst") \
+        .replace("float[R*C]", "half[R*C]").replace("const float* x", "const __half* x") \
+        .replace("mu += x[j];", "mu += __half2float(x[j]);") \
+        .replace("= x[j] - mu;", "= __float2half(__half2float(x[j]) - mu);")
+    text = "#include <cuda_fp16.h>\n" + text
+    d = by_param(text, "center_rows")["warp8_vec"].definition
+    assert "wfw_nv0 = wfw_al0 ? (cols) / 8 : 0;" in d
+    assert "__half* wfw_e0_0 = reinterpret_cast<__half*>(&wfw_v0_0);" in d
+
+
+@pytest.mark.parametrize("over,vectorized", [
+    # a conditional store: the vector store would write elements the original leaves alone
+    ({"second": "if (x[j] > mu) dst[(size_t)r * cols + j] = x[j] - mu;"}, {0}),
+    # a pass from 1: its chunks would not start at an aligned element
+    ({"start": "1", "first": "mu += x[j] - x[0];"}, {1}),
+    # the only reads of x in pass 1 are conditional: nothing shows the original reads every element there
+    ({"first": "if (j % 3 != 0) mu += x[j];"}, {1}),
+])
+def test_vector_loops_near_misses(over: dict[str, str], vectorized: set[int]) -> None:
+    d = by_param(STANDARDIZE.format(**{**STD_OK, **over}), "center_rows")["block256_vec"].definition
+    assert {n for n in (0, 1) if f"wfw_al{n}" in d} == vectorized
+
+
+def test_an_arg_reduction_gets_no_vectors() -> None:
+    # ties keep the first index: the order of a lane's elements matters, so no chunking
+    text = STANDARDIZE.format(**{**STD_OK, "ptr": "const float* x = src + (size_t)r * cols; int at = 0;",
+                                 "first": "if (x[j] > mu) { mu = x[j]; at = j; }",
+                                 "second": "dst[(size_t)r * cols + j] = (float)at;"})
+    got = params(text, "center_rows")
+    assert "warp8" in got and not any(p.endswith("_vec") for p in got), got
+
+
 @needs_nvcc
 @pytest.mark.parametrize("text,kernel,least", [
-    (PLANES.format(**PLANES_OK), "feature_energy", 5),
-    (STANDARDIZE.format(**STD_OK), "center_rows", 5),
+    (PLANES.format(**PLANES_OK), "feature_energy", 9),
+    (STANDARDIZE.format(**STD_OK), "center_rows", 7),
 ])
 def test_sized_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, least: int) -> None:
     path = tmp_path / f"{kernel}.cu"

@@ -217,8 +217,10 @@ ONLINE_OK = {"v": "x[(long)r * cols + c]", "rescale": "s = s * __expf(m - v);", 
 def test_hand_written_online_pair_gets_a_warp_per_row() -> None:
     pol = policy_of(ONLINE.format(**ONLINE_OK), "online_rows")
     warps = children(pol, pol.root_candidate(), "warp_per_row")
-    # rows of 900: warps only; x is read by the fused pass and the write, so warp8 may also stage the row
-    assert {c.steps[-1] for c in warps} == {"warp_per_row:warp8", "warp_per_row:warp8_smem", "warp_per_row:warp4"}
+    # rows of 900: warps only; x is read by the fused pass and the write, so warp8 may also stage the row, or
+    # move it in vectors (the online pair's order within a lane is free)
+    assert {c.steps[-1] for c in warps} == {"warp_per_row:warp8_vec", "warp_per_row:warp8_smem",
+                                            "warp_per_row:warp8", "warp_per_row:warp4"}
     assert all("wfw_om" in c.definition for c in warps)
 
 
@@ -239,4 +241,4 @@ def test_hand_written_online_pair_builds_through_the_evaluator(tmp_path: Path) -
     path.write_text(ONLINE.format(**ONLINE_OK))
     res = ca.check_case(path, families=["warp_per_row"], all_candidates=True)
     fr = res.families["warp_per_row"]
-    assert fr.tried == fr.proposed == 3 and not fr.failures, fr.failures
+    assert fr.tried == fr.proposed == 4 and not fr.failures, fr.failures

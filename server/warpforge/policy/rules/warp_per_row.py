@@ -114,6 +114,11 @@ THREADS_PER_SM = 2048
 CACHED = ("warp8", "block256", "block512", "block1024")
 #: dynamic shared memory a launch may ask for without opting in (cudaFuncSetAttribute)
 MAX_SMEM = 48 * 1024
+#: variants that may also move each lane's elements in 16-byte vectors (param + "_vec")
+VECTOR = ("warp8", "block256", "block512", "block1024")
+#: the unsigned type of a vector of so many bytes (loads and stores move the bits; elements are read back
+#: through a pointer of the element type)
+VEC_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
 #: bytes of the element types a row cache may hold
 ELEM_BYTES = {"float": 4, "double": 8, "__half": 2, "half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2,
               "int": 4, "unsigned int": 4, "unsigned": 4, "short": 2, "char": 1, "signed char": 1,
@@ -1231,10 +1236,14 @@ class WarpPerRow(StructuralRule[_Shape]):
                 grid = (f"cdiv({rows_expr}, {rpb})", *yz)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
-                out[param] = Launch(grid, block)
+                # each mapping with vectors first, then with a staged row, then as is: the first two move
+                # the same rows in fewer instructions / fewer global reads (a misaligned row runs as is)
+                if param in VECTOR and vector_plan(ctx, shape, data) is not None:
+                    out[f"{param}_vec"] = Launch(grid, block)
                 smem = self._cache_smem(ctx, shape, data, max(rpb, 1)) if param in CACHED else None
                 if smem is not None:
                     out[f"{param}_smem"] = Launch(grid, block, smem)
+                out[param] = Launch(grid, block)
         return out
 
     @staticmethod
@@ -1288,17 +1297,22 @@ class WarpPerRow(StructuralRule[_Shape]):
         """Every loop is known to run fewer than 32 times (a 9-tap filter): most lanes of a warp would idle."""
         return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t < 32 for lp in shape.loops)
 
-    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
-        base = param.removesuffix("_smem")
-        return _generate(shape, data, block=VARIANTS[base][1] == 0, cached=base != param)
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        base = param.removesuffix("_smem").removesuffix("_vec")
+        plan = vector_plan(ctx, shape, data) if param.endswith("_vec") else None
+        if param.endswith("_vec") and plan is None:
+            return None
+        return _generate(shape, data, block=VARIANTS[base][1] == 0, cached=param.endswith("_smem"), vector=plan)
 
     def rationale(self, shape: _Shape, param: str) -> str:
-        base = param.removesuffix("_smem")
+        base = param.removesuffix("_smem").removesuffix("_vec")
         threads, rpb = VARIANTS[base]
         accs = sorted({r.acc for lp in shape.loops for r in lp.reductions.values()})
         red = f"; reductions of {', '.join(accs)} by shuffles" if accs else ""
         staged = f"; the row of {', '.join(c.name for c in shape.cache)} read once into shared memory, " \
-            "which the later passes read" if base != param else ""
+            "which the later passes read" if param.endswith("_smem") else ""
+        if param.endswith("_vec"):
+            staged = "; each lane moves consecutive elements in 16-byte vectors where the rows are aligned"
         if rpb:
             return (f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32"
                     f"{red}{staged}")
@@ -1307,8 +1321,9 @@ class WarpPerRow(StructuralRule[_Shape]):
 
 def _cache_code(shape: _Shape, data: bytes, block: bool, at: int) -> list[str]:
     """The row caches whose first reader is statement ``at``: a pointer into the dynamic shared memory
-    (this warp's rows, for a warp per row) and the fill, each thread/lane storing the elements it will
-    itself read first, then a barrier (a later loop may start elsewhere, ``j = 1 + lane``)."""
+    (this warp's rows, for a warp per row) and the fill, then a barrier (a later loop may start elsewhere,
+    ``j = 1 + lane``). The fill moves 16-byte vectors when the row's address is aligned (the regions are:
+    16-byte padded from an aligned base), the elements past the last whole vector (all, if not) one by one."""
     lines: list[str] = []
     lim = shape.cache[0].limit_node
     pad = [f"(((size_t)({node_text(lim, data)}) * sizeof({c.type}) + 15) & ~(size_t)15)" for c in shape.cache]
@@ -1321,13 +1336,26 @@ def _cache_code(shape: _Shape, data: bytes, block: bool, at: int) -> list[str]:
         k_var = f"{PREFIX}k"
         start, stride = ("threadIdx.x", "blockDim.x") if block else (f"{PREFIX}lane", "32")
         lines.append(f"{c.type}* {PREFIX}c{k} = reinterpret_cast<{c.type}*>({base} + {off});")
-        lines.append(f"for ({c.var_type} {k_var} = {start}; {k_var} < {node_text(lim, data)}; {k_var} += {stride}) "
+        lines.append(f"{c.var_type} {PREFIX}fill{k} = 0;  // elements filled by whole vectors")
+        if 16 % c.size == 0:
+            w = 16 // c.size
+            at0 = f"&{_rename_ids(c.witness, data, {c.var: '0'})}"
+            src = f"&{_rename_ids(c.witness, data, {c.var: f'({c.var_type})({w} * {k_var})'})}"
+            lines.append(f"if ((reinterpret_cast<size_t>({at0}) & 15) == 0) {{\n"
+                         f"    {PREFIX}fill{k} = ({node_text(lim, data)}) / {w} * {w};\n"
+                         f"    for ({c.var_type} {k_var} = {start}; {k_var} < {PREFIX}fill{k} / {w}; "
+                         f"{k_var} += {stride}) "
+                         f"{{\n        reinterpret_cast<uint4*>({PREFIX}c{k})[{k_var}] = "
+                         f"*reinterpret_cast<const uint4*>({src});\n    }}\n}}")
+        lines.append(f"for ({c.var_type} {k_var} = {PREFIX}fill{k} + {start}; {k_var} < {node_text(lim, data)}; "
+                     f"{k_var} += {stride}) "
                      f"{{\n    {PREFIX}c{k}[{k_var}] = {_rename_ids(c.witness, data, {c.var: k_var})};\n}}")
         lines.append("__syncthreads();" if block else "__syncwarp();")
     return lines
 
 
-def _generate(shape: _Shape, data: bytes, *, block: bool, cached: bool = False) -> str:
+def _generate(shape: _Shape, data: bytes, *, block: bool, cached: bool = False,
+              vector: tuple[dict[int, list[_VKey]], int] | None = None) -> str:
     row = shape.row
     lane = f"{PREFIX}lane"
     out: list[str] = []
@@ -1359,7 +1387,8 @@ def _generate(shape: _Shape, data: bytes, *, block: bool, cached: bool = False) 
         if st.id in loops:
             n, lp = loops[st.id]
             fill = _cache_code(shape, data, block, st.id) if st.id in firsts else []
-            return [*fill, *_loop_code(lp, n, data, block, decls, held, subs)]
+            vec = (vector[0][n], vector[1]) if vector is not None and n in vector[0] else None
+            return [*fill, *_loop_code(lp, n, data, block, decls, held, subs, vec)]
         if st.id in shape.outer:
             body = st.child_by_field_name("body")
             assert body is not None
@@ -1430,6 +1459,163 @@ def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
     ]
 
 
+@dataclass
+class _VKey:
+    """One array row a vectorized loop moves in vectors: ``name[E + j]`` for its one offset E."""
+
+    name: str
+    #: a subscript of the key (the address template: j -> the chunk's first element)
+    template: Node
+    type: str
+    size: int
+    #: subscripts read through the vector (all of them for a written key)
+    subs: list[int] = field(default_factory=list)
+    read: bool = False
+    written: bool = False
+
+
+def vector_plan(ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[dict[int, list[_VKey]], int] | None:
+    """Split loops whose lanes can take W consecutive elements at a time: loop number -> the rows moved in
+    vectors, and W (16 bytes of the widest element, at most 8 elements); None when no loop can.
+
+    A loop qualifies when it starts at 0 with ``j < L``, reduces only sums, min/max or online pairs (their
+    order within a lane is free; arg-reductions and scans keep theirs), and every store in it is an
+    unconditional ``q[E + j] = ...`` / ``op=`` (the vector store writes all W elements: each must have been
+    written). A read-only row is moved in vectors when some read of ``p[E + j]`` is unconditional (the
+    original reads every element then), a written row when it is also read (its reads then see the lane's
+    own writes in the buffer, as they would in memory). Vectors are used only where every row's address is
+    aligned to its vector size at run time; otherwise, and for the ``L % W`` elements past the last whole
+    vector, the loop runs as before."""
+    got = analysis(ctx)
+    k = ctx.cand_kernel
+    if got is None or k is None:
+        return None
+    a, _ = got
+    params = {p.name: p for p in k.params}
+    out: dict[int, list[_VKey]] = {}
+    widest = 0
+    for n, lp in enumerate(shape.loops):
+        if lp.scan or any(r.index and r.kind != "online" for r in lp.reductions.values()) \
+                or _canon_text(lp.start) != "0":
+            continue
+        fp = for_parts(lp.node, data)
+        bp = binary_parts(unparen(fp.cond), data) if fp is not None else None
+        if fp is None or bp is None or bp[1] != "<" or not is_ident(unparen(bp[0]), data, lp.var):
+            continue
+        keys: dict[tuple[str, str], _VKey] = {}
+        ok = True
+        for sub in walk(fp.body, ("subscript_expression",)):
+            parts = subscript_parts(sub, data)
+            base = unparen(parts[0]) if parts is not None else None
+            name = node_text(base, data) if base is not None and base.type == "identifier" else ""
+            root = a.root.get(name)
+            if parts is None or root is None or root in a.atomic_roots:
+                continue
+            written = _store_target(sub)
+            lane = _lane_index(parts[1], data, lp.var)
+            if not lane:
+                if written or root in a.written_roots:
+                    ok = False  # a store (or a read of a written row) the vector form does not follow
+                continue
+            key = (name, _renamed_canon(parts[1], data, lp.var))
+            prm = params.get(root)
+            size = ELEM_BYTES.get(resolved_type(ctx, prm.type), 0) if prm is not None and prm.pointer_depth == 1 \
+                and not prm.array_dims else 0
+            vk = keys.setdefault(key, _VKey(name, sub, prm.type if prm is not None else "", size))
+            vk.subs.append(sub.id)
+            up = sub.parent
+            if up is not None and up.type == "pointer_expression":
+                vk.size = 0  # its address is taken: not an element the buffer can stand for
+            if written:
+                vk.written = True
+                vk.read = vk.read or written == "update"
+                if not _unconditional(sub, lp.node, data):
+                    ok = False
+            elif _unconditional(sub, lp.node, data) or root in a.written_roots:
+                vk.read = True
+        chosen = [vk for vk in keys.values() if vk.read or vk.written]
+        if not ok or not chosen or any(not vk.size for vk in chosen if vk.written) \
+                or not any(vk.size for vk in chosen if vk.read):
+            continue
+        # conditional reads of a read-only row with no unconditional one stay scalar: drop those keys
+        chosen = [vk for vk in chosen if vk.size]
+        out[n] = chosen
+        widest = max([widest, *(vk.size for vk in chosen)])
+    if not out:
+        return None
+    return out, min(8, 16 // widest)
+
+
+def _store_target(sub: Node) -> str:
+    """"store" when ``sub`` is the target of ``=``, "update" for ``op=``/``++``, "" when it is read."""
+    up = sub.parent
+    while up is not None and up.type == "parenthesized_expression":
+        sub, up = up, up.parent
+    if up is None:
+        return ""
+    if up.type == "assignment_expression" and up.child_by_field_name("left") == sub:
+        op = up.child_by_field_name("operator")
+        return "store" if op is not None and op.type == "=" else "update"
+    if up.type == "update_expression":
+        return "update"
+    return ""
+
+
+def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, str], flags: dict[int, str],
+                 keys: list[_VKey], width: int) -> list[str]:
+    """The split loop in chunks of ``width`` consecutive elements per lane (vector loads, the body once per
+    element from the buffers, vector stores) when every row is aligned, then the remaining elements (all
+    of them when a row is not aligned) as before."""
+    fp = for_parts(lp.node, data)
+    assert fp is not None
+    d, cond, body = fp.var, fp.cond, fp.body
+    bp = binary_parts(unparen(cond), data)
+    assert bp is not None
+    limit = node_text(bp[2], data)
+    lane = "threadIdx.x" if block else f"{PREFIX}lane"
+    stride = "blockDim.x" if block else "32"
+    c, u, nv, al = f"{PREFIX}c{n}", f"{PREFIX}u", f"{PREFIX}nv{n}", f"{PREFIX}al{n}"
+    first = f"({d.type})({width} * {c})"
+    checks: list[str] = []
+    loads: list[str] = []
+    stores: list[str] = []
+    subs: dict[int, str] = {}
+    for k, vk in enumerate(keys):
+        vt = VEC_TYPES[width * vk.size]
+        at = f"&{_rename_ids(vk.template, data, {lp.var: '0'})}"
+        checks.append(f"(reinterpret_cast<size_t>({at}) & {width * vk.size - 1}) == 0")
+        addr = f"&{_rename_ids(vk.template, data, {lp.var: first})}"
+        v, e = f"{PREFIX}v{n}_{k}", f"{PREFIX}e{n}_{k}"
+        if vk.read:
+            loads.append(f"{vt} {v} = *reinterpret_cast<const {vt}*>({addr});")
+        else:
+            loads.append(f"{vt} {v};")
+        loads.append(f"{vk.type}* {e} = reinterpret_cast<{vk.type}*>(&{v});")
+        if vk.written:
+            stores.append(f"*reinterpret_cast<{vt}*>({addr}) = {v};")
+        subs.update({sid: f"{e}[{u}]" for sid in vk.subs})
+    vec_body = flush(_rename_body(body, data, parts, flags, subs), body, data)
+    tail_body = flush(_rename_body(body, data, parts, flags), body, data)
+    inner = "\n".join([
+        *loads,
+        "#pragma unroll",
+        f"for (int {u} = 0; {u} < {width}; ++{u}) {{",
+        f"    {d.type} {lp.var} = {first} + {u};",
+        indent(vec_body, "    "),
+        "}",
+        *stores,
+    ])
+    return [
+        f"const bool {al} = {' && '.join(checks)};",
+        f"const {d.type} {nv} = {al} ? ({limit}) / {width} : 0;  // whole vectors of {width} elements",
+        f"for ({d.type} {c} = {lane}; {c} < {nv}; {c} += {stride}) {{",
+        indent(inner, "    "),
+        "}",
+        f"for ({d.type} {lp.var} = {nv} * {width} + {lane}; {node_text(cond, data)}; {lp.var} += {stride}) "
+        f"{tail_body}",
+    ]
+
+
 def _deferred(shape: _Shape, data: bytes) -> dict[int, list[tuple[int, set[str]]]]:
     """Outermost whole-lane loops -> (split loop number, accumulators) whose lane partials can live across
     the outer loop and be combined once after it, instead of once per outer iteration (a butterfly, and for
@@ -1474,10 +1660,11 @@ def _simple_combine(r: _Reduction, p: str, n: int, block: bool, decls: list[str]
 
 
 def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
-               held: set[str] | frozenset[str] = frozenset(), subs: dict[int, str] | None = None) -> list[str]:
+               held: set[str] | frozenset[str] = frozenset(), subs: dict[int, str] | None = None,
+               vec: tuple[list[_VKey], int] | None = None) -> list[str]:
     """The loop split over lanes; reductions of accumulators in ``held`` keep their partial from outside
     (declared and combined around an outer loop, see ``_deferred``); subscripts in ``subs`` (node id ->
-    text) read a row cache instead."""
+    text) read a row cache instead; ``vec``: the rows and width of ``_vector_loop``."""
     if lp.scan:
         return _scan_code(lp, n, data)
     fp = for_parts(lp.node, data)
@@ -1501,7 +1688,10 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
     start = lane if lp.start == "0" else f"({lp.start}) + {lane}"
     stride = "blockDim.x" if block else "32"
     body_text = flush(_rename_body(body, data, parts, flags, subs or {}), body, data)
-    lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
+    if vec is not None:
+        lines.extend(_vector_loop(lp, n, data, block, parts, flags, *vec))
+    else:
+        lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
     combined = False
     for r in lp.reductions.values():
         p = parts[r.acc]
