@@ -183,10 +183,10 @@ def test_lanes_move_aligned_rows_in_vectors() -> None:
     # pass 1: x read in float4 chunks, pass 2: x read and dst written in float4 chunks, both behind an
     # alignment test, each followed by the elements past the last whole vector
     assert "const bool wfw_al0 = (reinterpret_cast<size_t>(&x[0]) & 15) == 0;" in d
-    assert "uint4 wfw_v0_0 = *reinterpret_cast<const uint4*>(&x[(int)(4 * wfw_c0)]);" in d
+    assert "uint4 wfw_v0_0 = *reinterpret_cast<const uint4*>(&x[(int)(4 * wfw_ch0)]);" in d
     assert "wfw_p0_mu += wfw_e0_0[wfw_u];" in d
     assert "(reinterpret_cast<size_t>(&dst[(size_t)r * cols + 0]) & 15) == 0" in d
-    assert "*reinterpret_cast<uint4*>(&dst[(size_t)r * cols + (int)(4 * wfw_c1)]) = wfw_v1_0;" in d
+    assert "*reinterpret_cast<uint4*>(&dst[(size_t)r * cols + (int)(4 * wfw_ch1)]) = wfw_v1_0;" in d
     assert "for (int j = wfw_nv1 * 4 + threadIdx.x; j < cols; j += blockDim.x)" in d
 
 

@@ -1220,6 +1220,7 @@ class WarpPerRow(StructuralRule[_Shape]):
         rows_expr, exact = rows
         yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
         few = self._few_rows(ctx, rows_expr)
+        vectors = vector_plan(ctx, shape, data) is not None
         # few rows: the largest blocks per row first (they are what fills the GPU), warps per row last
         order = sorted(VARIANTS, key=lambda p: -VARIANTS[p][0] if VARIANTS[p][1] == 0 else 0) if few \
             else list(VARIANTS)
@@ -1238,7 +1239,7 @@ class WarpPerRow(StructuralRule[_Shape]):
             if launch_ok(ctx, grid, block):
                 # each mapping with vectors first, then with a staged row, then as is: the first two move
                 # the same rows in fewer instructions / fewer global reads (a misaligned row runs as is)
-                if param in VECTOR and vector_plan(ctx, shape, data) is not None:
+                if param in VECTOR and vectors:
                     out[f"{param}_vec"] = Launch(grid, block)
                 smem = self._cache_smem(ctx, shape, data, max(rpb, 1)) if param in CACHED else None
                 if smem is not None:
@@ -1574,7 +1575,7 @@ def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, s
     limit = node_text(bp[2], data)
     lane = "threadIdx.x" if block else f"{PREFIX}lane"
     stride = "blockDim.x" if block else "32"
-    c, u, nv, al = f"{PREFIX}c{n}", f"{PREFIX}u", f"{PREFIX}nv{n}", f"{PREFIX}al{n}"
+    c, u, nv, al = f"{PREFIX}ch{n}", f"{PREFIX}u", f"{PREFIX}nv{n}", f"{PREFIX}al{n}"
     first = f"({d.type})({width} * {c})"
     checks: list[str] = []
     loads: list[str] = []
