@@ -51,6 +51,18 @@ Launch: ``block = 32 * R`` threads (R rows per block) and ``grid = cdiv(ROWS, R)
 bound written in spec terms (a scalar parameter's ``arg`` value); if it cannot be, the rows the original
 launch covered (grid × block) bound it instead. ``block256``: one block per row, ``grid = ROWS``.
 Assumption: device functions called in the loops have no side effects other threads can see.
+
+Sized from the spec (rows x threads against the GPU's resident threads, loop bounds through locals defined
+once such as ``int hw = H * W``):
+
+- ``block512``/``block1024``: when ROWS x 256 threads leave SMs idle (few long rows: a per-channel mean over
+  N x H x W), larger blocks per row, proposed first; each loop must give every thread two elements or more.
+- inside an outer loop run whole by every lane, a sum's or min/max's lane partial lives across the outer
+  loop and is combined once after it, unless the outer loop reads the accumulator (``_deferred``).
+- ``*_smem``: a row of a never-written array that two or more passes read whole is staged in dynamic shared
+  memory once (``_row_cache`` states the preconditions); the passes read it there.
+- ``*_vec``: each lane moves 16 bytes of consecutive elements per load/store where every row of a loop is
+  aligned at run time (``vector_plan`` states the preconditions); the rest of the row as before.
 """
 
 from __future__ import annotations
