@@ -1590,6 +1590,7 @@ def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, s
     c, u, nv, al = f"{PREFIX}ch{n}", f"{PREFIX}u", f"{PREFIX}nv{n}", f"{PREFIX}al{n}"
     first = f"({d.type})({width} * {c})"
     checks: list[str] = []
+    checks_static: list[str] = []
     loads: list[str] = []
     stores: list[str] = []
     subs: dict[int, str] = {}
@@ -1604,6 +1605,9 @@ def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, s
         else:
             loads.append(f"{vt} {v};")
         loads.append(f"{vk.type}* {e} = reinterpret_cast<{vk.type}*>(&{v});")
+        # the width was chosen for the spec's element type: another instantiation must not compile
+        checks_static.append(f"static_assert(sizeof({vk.type}) * {width} == sizeof({vt}), "
+                             f"\"{width} elements of {vk.type} per vector\");")
         if vk.written:
             stores.append(f"*reinterpret_cast<{vt}*>({addr}) = {v};")
         subs.update({sid: f"{e}[{u}]" for sid in vk.subs})
@@ -1619,6 +1623,7 @@ def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, s
         *stores,
     ])
     return [
+        *dict.fromkeys(checks_static),
         f"const bool {al} = {' && '.join(checks)};",
         f"const {d.type} {nv} = {al} ? ({limit}) / {width} : 0;  // whole vectors of {width} elements",
         f"for ({d.type} {c} = {lane}; {c} < {nv}; {c} += {stride}) {{",
