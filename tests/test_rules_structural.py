@@ -36,7 +36,7 @@ EXPECTED: dict[str, dict[str, list[str]]] = {
     "warp_reduce": {"reduce_sum": ["tail", "warps"], "rmsnorm": ["tail", "warps"]},
     "reduce_coarsen": {"reduce_sum": ["sm4", "sm8"]},
     # rows of 1024 read by three passes: each mapping also moves vectors, or stages the row (4 KB a row)
-    "warp_per_row": {"softmax": ["warp8_vec", "warp8_smem", "warp8", "warp4", "block256_vec", "block256_smem",
+    "warp_per_row": {"softmax": ["warp8_vec", "block256_vec", "warp8_smem", "block256_smem", "warp8", "warp4",
                                  "block256"]},
     "smem_tiling": {"sgemm": ["t64r4x4", "t32r4", "t128r8x8", "t32", "t16"]},
     "smem_transpose": {"transpose": ["b32x8", "b32x16"]},

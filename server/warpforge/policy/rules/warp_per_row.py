@@ -1236,6 +1236,8 @@ class WarpPerRow(StructuralRule[_Shape]):
         # few rows: the largest blocks per row first (they are what fills the GPU), warps per row last
         order = sorted(VARIANTS, key=lambda p: -VARIANTS[p][0] if VARIANTS[p][1] == 0 else 0) if few \
             else list(VARIANTS)
+        vec: dict[str, Launch] = {}
+        staged: dict[str, Launch] = {}
         out: dict[str, Launch] = {}
         for param in order:
             threads, rpb = VARIANTS[param]
@@ -1249,15 +1251,16 @@ class WarpPerRow(StructuralRule[_Shape]):
                 grid = (f"cdiv({rows_expr}, {rpb})", *yz)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
-                # each mapping with vectors first, then with a staged row, then as is: the first two move
-                # the same rows in fewer instructions / fewer global reads (a misaligned row runs as is)
                 if param in VECTOR and vectors:
-                    out[f"{param}_vec"] = Launch(grid, block)
+                    vec[f"{param}_vec"] = Launch(grid, block)
                 smem = self._cache_smem(ctx, shape, data, max(rpb, 1)) if param in CACHED else None
                 if smem is not None:
-                    out[f"{param}_smem"] = Launch(grid, block, smem)
+                    staged[f"{param}_smem"] = Launch(grid, block, smem)
                 out[param] = Launch(grid, block)
-        return out
+        # the mappings with vectors first, then with a staged row, then as they are: the first two move the
+        # same rows in fewer instructions or with fewer global reads (a misaligned row runs as is), and a
+        # search that tries only the first few of a family then still tries each mapping and each kind
+        return {**vec, **staged, **out}
 
     @staticmethod
     def _cache_smem(ctx: RuleContext, shape: _Shape, data: bytes, rows: int) -> str | None:
@@ -1280,7 +1283,10 @@ class WarpPerRow(StructuralRule[_Shape]):
     def _few_rows(ctx: RuleContext, rows_expr: str, threads: int = 256) -> bool | None:
         """Do the rows, ``threads`` per row, fill fewer than the threads the GPU keeps resident (None: the
         row count is unknown at the spec size)?"""
-        n = eval_expr(rows_expr, size_env(ctx))
+        try:
+            n = eval_expr(rows_expr, size_env(ctx))
+        except ValueError:
+            return None
         if not isinstance(n, int):
             return None
         return n * threads < ctx.sm_count * THREADS_PER_SM
