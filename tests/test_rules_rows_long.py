@@ -215,6 +215,17 @@ def test_vector_loops_near_misses(over: dict[str, str], vectorized: set[int]) ->
     assert {n for n in (0, 1) if f"wfw_al{n}" in d} == vectorized
 
 
+def test_a_row_written_then_read_back_keeps_its_lanes() -> None:
+    # dst is written by one pass and rescaled by the next: vectors would hand an element to another lane than
+    # the one that wrote it (the other pass, misaligned or not split in chunks, maps elements one by one)
+    text = STANDARDIZE.format(**{**STD_OK, "second": "dst[(size_t)r * cols + j] = x[j] - mu;\n        }\n"
+                                 "        for (int j = 0; j < cols; ++j) {\n"
+                                 "            dst[(size_t)r * cols + j] *= 0.5f;"})
+    d = by_param(text, "center_rows")["block256_vec"].definition
+    assert "wfw_al0" in d  # the mean over x (read-only) still moves vectors
+    assert "wfw_al1" not in d and "wfw_al2" not in d
+
+
 def test_an_arg_reduction_gets_no_vectors() -> None:
     # ties keep the first index: the order of a lane's elements matters, so no chunking
     text = STANDARDIZE.format(**{**STD_OK, "ptr": "const float* x = src + (size_t)r * cols; int at = 0;",

@@ -1500,9 +1500,10 @@ def vector_plan(ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[dict[int,
     A loop qualifies when it starts at 0 with ``j < L``, reduces only sums, min/max or online pairs (their
     order within a lane is free; arg-reductions and scans keep theirs), and every store in it is an
     unconditional ``q[E + j] = ...`` / ``op=`` (the vector store writes all W elements: each must have been
-    written). A read-only row is moved in vectors when some read of ``p[E + j]`` is unconditional (the
-    original reads every element then), a written row when it is also read (its reads then see the lane's
-    own writes in the buffer, as they would in memory). Vectors are used only where every row's address is
+    written), and no array it touches is both written and read by the kernel (a lane must read back only
+    what it wrote itself, and chunks of W map elements to lanes otherwise than the loops left as they are).
+    A read-only row is moved in vectors when some read of ``p[E + j]`` is unconditional (the original reads
+    every element then). Vectors are used only where every row's address is
     aligned to its vector size at run time; otherwise, and for the ``L % W`` elements past the last whole
     vector, the loop runs as before."""
     got = analysis(ctx)
@@ -1530,6 +1531,11 @@ def vector_plan(ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[dict[int,
             root = a.root.get(name)
             if parts is None or root is None or root in a.atomic_roots:
                 continue
+            if root in a.read_roots:
+                # written in one loop and read in another: each element must stay with the lane that wrote
+                # it, and a loop in vectors maps elements to lanes otherwise than one without
+                ok = False
+                break
             written = _store_target(sub)
             lane = _lane_index(parts[1], data, lp.var)
             if not lane:
