@@ -207,10 +207,13 @@ def test_nested_loops_split_the_inner_contiguous_loop() -> None:
     m[r] = acc / cols;
 }
 """)
-    wpr = [c for c in proposals(text) if c.family == "warp_per_row"]
-    assert wpr
-    assert "for (int i = wfw_lane; i < cols / 4; i += 32)" in wpr[0].source
-    assert "for (int q = 0; q < 4; ++q) {" in wpr[0].source
+    wpr = {c.steps[-1]: c.source for c in proposals(text) if c.family == "warp_per_row"}
+    src = wpr["warp_per_row:warp8"]
+    assert "for (int i = wfw_lane; i < cols / 4; i += 32)" in src
+    assert "for (int q = 0; q < 4; ++q) {" in src
+    # the vector form keeps the outer loop whole too, and splits the inner one in chunks of 4
+    assert "for (int q = 0; q < 4; ++q) {" in wpr["warp_per_row:warp8_vec"]
+    assert "wfw_nv0 = wfw_al0 ? (cols / 4) / 4 : 0;" in wpr["warp_per_row:warp8_vec"]
 
 
 def test_outer_loop_reading_what_another_iteration_wrote_is_declined() -> None:

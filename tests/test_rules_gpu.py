@@ -58,6 +58,9 @@ GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
     "stencil2d_5pt", "avgpool3x3_stride1_fp16", "conv2d_direct_nchw", "stencil3d_7pt_long",
     # rows over a flattened 2-D grid; a max and a min in one if/else-if chain
     "row_sum_2d_grid", "row_max_min_two_outputs",
+    # rows sized from the spec: few long rows walked by a nested loop (blocks of 512/1024 per row), rows that
+    # several passes read (staged in shared memory: fp16 through a macro, a size_t-indexed RMS norm)
+    "channel_mean_nchw", "softmax_fp16_macro", "rmsnorm_sizet",
     # matmul form: index macros, batches on blockIdx.z with strides, a template with a transposed operand and
     # an epilogue, a causal mask skipped per tile
     "sgemm_macro_2d", "batched_gemm_strided", "gemm_bias_relu_template", "causal_attn_scores")),

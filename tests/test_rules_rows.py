@@ -82,10 +82,12 @@ def family_children(text: str, kernel: str, family: str) -> list[Candidate]:
 ])
 def test_flattened_2d_grid_gets_a_warp_per_row(index: str) -> None:
     kids = family_children(FLAT.format(index=index), "row_l1", "warp_per_row")
-    assert [c.steps[0] for c in kids] == ["warp_per_row:warp8", "warp_per_row:warp4"]
+    assert [c.steps[0] for c in kids] == ["warp_per_row:warp8_vec", "warp_per_row:warp8", "warp_per_row:warp4"]
     # rows are re-spread over a 1-D grid: blockIdx.y is 0 there, so the user's flattened index still holds
-    assert kids[0].launch is not None and kids[0].launch.grid == ("cdiv(R, 8)",)
-    assert f"({index}) / 32" in kids[0].definition
+    w8 = kids[1]
+    assert w8.launch is not None and w8.launch.grid == ("cdiv(R, 8)",)
+    assert f"({index}) / 32" in w8.definition
+    assert kids[0].launch == w8.launch and f"({index}) / 32" in kids[0].definition
 
 
 @pytest.mark.parametrize("index", [
@@ -108,8 +110,8 @@ ORDERED = ("if (v > hi) hi = v;\n            else if (v < lo) lo = v;")
 ])
 def test_extrema_chain_gets_a_warp_per_row(lo0: str, hi0: str, chain: str) -> None:
     kids = family_children(CHAIN.format(lo0=lo0, hi0=hi0, chain=chain), "range_of_rows", "warp_per_row")
-    assert [c.steps[0] for c in kids] == ["warp_per_row:warp8", "warp_per_row:warp4"]
-    d = kids[0].definition
+    assert [c.steps[0] for c in kids] == ["warp_per_row:warp8_vec", "warp_per_row:warp8", "warp_per_row:warp4"]
+    d = kids[1].definition
     assert "fmaxf(wfw_p0_hi, __shfl_xor_sync" in d and "fminf(wfw_p0_lo, __shfl_xor_sync" in d
 
 

@@ -94,8 +94,9 @@ def test_corpus_styles_fuse_then_get_a_warp_per_row(stem: str) -> None:
     assert {c.steps for c in warps} >= {("single_pass:online", "warp_per_row:warp8")}
     # the pair is merged across lanes with the rescaling, never as a plain max and a plain sum
     assert all("__shfl_xor_sync" in c.definition and "wfw_om" in c.definition for c in warps)
-    # a block per row would need the pair merged in shared memory: not proposed
-    assert not any(c.steps[-1] == "warp_per_row:block256" for c in warps)
+    # a block per row (rows of 1024 or more) merges the warps' pairs through shared memory, with the rescaling
+    blocks = [c for c in warps if c.steps[-1].startswith("warp_per_row:block")]
+    assert all("wfw_red0_" in c.definition and c.definition.count("wfw_om >") == 2 for c in blocks)
 
 
 def test_the_fused_loop_keeps_later_statements_and_the_first_element_start() -> None:
@@ -216,7 +217,10 @@ ONLINE_OK = {"v": "x[(long)r * cols + c]", "rescale": "s = s * __expf(m - v);", 
 def test_hand_written_online_pair_gets_a_warp_per_row() -> None:
     pol = policy_of(ONLINE.format(**ONLINE_OK), "online_rows")
     warps = children(pol, pol.root_candidate(), "warp_per_row")
-    assert {c.steps[-1] for c in warps} == {"warp_per_row:warp8", "warp_per_row:warp4"}
+    # rows of 900: warps only; x is read by the fused pass and the write, so warp8 may also stage the row, or
+    # move it in vectors (the online pair's order within a lane is free)
+    assert {c.steps[-1] for c in warps} == {"warp_per_row:warp8_vec", "warp_per_row:warp8_smem",
+                                            "warp_per_row:warp8", "warp_per_row:warp4"}
     assert all("wfw_om" in c.definition for c in warps)
 
 
@@ -237,4 +241,4 @@ def test_hand_written_online_pair_builds_through_the_evaluator(tmp_path: Path) -
     path.write_text(ONLINE.format(**ONLINE_OK))
     res = ca.check_case(path, families=["warp_per_row"], all_candidates=True)
     fr = res.families["warp_per_row"]
-    assert fr.tried == fr.proposed == 2 and not fr.failures, fr.failures
+    assert fr.tried == fr.proposed == 4 and not fr.failures, fr.failures

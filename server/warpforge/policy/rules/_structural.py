@@ -13,7 +13,7 @@ Everything here is a pure function of (node, bytes); nothing assumes the referen
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -586,13 +586,18 @@ def is_1d(ctx: RuleContext, exprs: tuple[str, ...]) -> bool:
     return vals is not None and all(v[1] == 1 and v[2] == 1 for v in vals)
 
 
-def scalar_value_expr(ctx: RuleContext, node: Node, data: bytes) -> str | None:
+def scalar_value_expr(ctx: RuleContext, node: Node, data: bytes,
+                      defs: Mapping[str, Node] | None = None) -> str | None:
     """The spec expression of a kernel-side bound: a scalar parameter (its ``arg NAME = EXPR``), a literal,
-    or a macro-free arithmetic of those; None when it cannot be expressed in spec terms."""
+    or a macro-free arithmetic of those; None when it cannot be expressed in spec terms.
+
+    ``defs``: locals the caller knows are defined once from such values and never reassigned (``int hw = H *
+    W;``), name -> the defining expression, substituted (a bound written through a local is still known)."""
     k = ctx.cand_kernel
     if k is None:
         return None
     params = {p.name for p in k.params if not p.is_pointer}
+    seen: set[str] = set()
 
     def rep(n: Node) -> str | None:
         if n.type == "identifier":
@@ -600,6 +605,11 @@ def scalar_value_expr(ctx: RuleContext, node: Node, data: bytes) -> str | None:
             a = ctx.spec.arg(name)
             if name in params and a is not None and not a.is_buffer and a.value is not None:
                 return f"({a.value})"
+            if defs is not None and name in defs and name not in seen and name not in params:
+                seen.add(name)  # a definition reached again through itself is a cycle: poison it
+                sub = render(defs[name], data, rep)
+                seen.discard(name)
+                return f"({sub})"
             return "\x00"  # unknown name: poison
         return None
 

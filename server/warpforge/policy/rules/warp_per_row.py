@@ -25,7 +25,7 @@ Recognized shape (names, types, expressions free)::
           * a running max carried with the sum of exponentials shifted by it (``single_pass``'s online loop):
             ``if (v > m) { s = s * expf(m - v); m = v; }`` then ``s += expf(v - m);`` (``__expf``, ``exp``),
             ``v`` reading neither; each lane keeps its own pair, merged across lanes with the same rescaling
-            (warps only: no block-wide merge),
+            (for a block, then across its warps through shared memory),
         where an array written anywhere in the kernel is always accessed with one index ``j`` or ``E + j``
         (E the same loop-invariant expression everywhere), read-only arrays with any index free of values
         the loop assigns, and a reduction's accumulator is not otherwise read inside its loop.
@@ -51,6 +51,18 @@ Launch: ``block = 32 * R`` threads (R rows per block) and ``grid = cdiv(ROWS, R)
 bound written in spec terms (a scalar parameter's ``arg`` value); if it cannot be, the rows the original
 launch covered (grid × block) bound it instead. ``block256``: one block per row, ``grid = ROWS``.
 Assumption: device functions called in the loops have no side effects other threads can see.
+
+Sized from the spec (rows x threads against the GPU's resident threads, loop bounds through locals defined
+once such as ``int hw = H * W``):
+
+- ``block512``/``block1024``: when ROWS x 256 threads leave SMs idle (few long rows: a per-channel mean over
+  N x H x W), larger blocks per row, proposed first; each loop must give every thread two elements or more.
+- inside an outer loop run whole by every lane, a sum's or min/max's lane partial lives across the outer
+  loop and is combined once after it, unless the outer loop reads the accumulator (``_deferred``).
+- ``*_smem``: a row of a never-written array that two or more passes read whole is staged in dynamic shared
+  memory once (``_row_cache`` states the preconditions); the passes read it there.
+- ``*_vec``: each lane moves 16 bytes of consecutive elements per load/store where every row of a loop is
+  aligned at run time (``vector_plan`` states the preconditions); the rest of the row as before.
 """
 
 from __future__ import annotations
@@ -73,6 +85,7 @@ from ._structural import (
     call_names,
     condition_of,
     declared_names,
+    envs,
     failing_bound,
     flat_index_2d,
     flush,
@@ -104,7 +117,24 @@ from .base import RuleContext
 PREFIX = "wfw_"
 
 #: param -> (threads per block, rows per block); rows per block 0: one block per row
-VARIANTS = {"warp8": (256, 8), "warp4": (128, 4), "block256": (256, 0)}
+VARIANTS = {"warp8": (256, 8), "warp4": (128, 4), "block256": (256, 0), "block512": (512, 0),
+            "block1024": (1024, 0)}
+#: threads an SM keeps resident (sm_80/sm_90: 2048): with fewer rows than SMs x this / 256, a 256-thread
+#: block per row leaves most of the GPU idle, and only larger blocks per row can fill it
+THREADS_PER_SM = 2048
+#: variants that may also stage rows several loops read in shared memory (param + "_smem")
+CACHED = ("warp8", "block256", "block512", "block1024")
+#: dynamic shared memory a launch may ask for without opting in (cudaFuncSetAttribute)
+MAX_SMEM = 48 * 1024
+#: variants that may also move each lane's elements in 16-byte vectors (param + "_vec")
+VECTOR = ("warp8", "block256", "block512", "block1024")
+#: the unsigned type of a vector of so many bytes (loads and stores move the bits; elements are read back
+#: through a pointer of the element type)
+VEC_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
+#: bytes of the element types a row cache may hold
+ELEM_BYTES = {"float": 4, "double": 8, "__half": 2, "half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2,
+              "int": 4, "unsigned int": 4, "unsigned": 4, "short": 2, "char": 1, "signed char": 1,
+              "unsigned char": 1, "long": 8, "long long": 8, "int64_t": 8, "int32_t": 4, "uint32_t": 4}
 _COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
 _FULL = "0xffffffffu"
 
@@ -168,6 +198,33 @@ class _Shape:
     flat: bool = False
     #: ids of loops every lane runs whole (their inner loops are split)
     outer: set[int] = field(default_factory=set)
+    #: top-level scalars defined once and never reassigned (``int hw = H * W;``): name -> value, so a loop
+    #: bound written through one is still known in spec terms
+    defs: dict[str, Node] = field(default_factory=dict)
+    #: rows of read-only arrays several loops read whole (``_row_cache``): staged in shared memory
+    cache: list[_Cache] = field(default_factory=list)
+
+
+@dataclass
+class _Cache:
+    """A row of a read-only array staged in shared memory once and read from there by every loop."""
+
+    #: the pointer read, and the canonical text of the loops' limit L (all equal) and one of its nodes
+    name: str
+    limit: str
+    limit_node: Node
+    #: the element type as the kernel writes it (``T``), and its size as instantiated
+    type: str = ""
+    size: int = 0
+    #: ids of the subscripts read from the row -> the loop variable they index with
+    subs: dict[int, str] = field(default_factory=dict)
+    loops: set[int] = field(default_factory=set)
+    #: a read on every iteration of a loop from 0 (the fill's template) and that loop's variable and type
+    witness: Node | None = None
+    var: str = ""
+    var_type: str = "int"
+    #: the id of the first top-level statement reading it: the fill goes right before it
+    first: int = -1
 
 
 def _canon_text(text: str) -> str:
@@ -181,6 +238,30 @@ def _canon_text(text: str) -> str:
 
 def _ids(node: Node, data: bytes) -> set[str]:
     return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
+
+
+def _renamed_canon(node: Node, data: bytes, var: str) -> str:
+    """Canonical text of an index with the loop variable replaced by ``@`` (equal across loops)."""
+    return _canon_text(render(node, data, lambda n: "@" if n.type == "identifier" and node_text(n, data) == var
+                              else None))
+
+
+def _unconditional(n: Node, loop: Node, data: bytes) -> bool:
+    """Is ``n`` evaluated on every iteration of ``loop`` (not in a branch of an ``if``, ``?:``, ``&&``/``||``)?"""
+    child, p = n, n.parent
+    while p is not None and p.id != loop.id:
+        if p.type == "if_statement" and child != p.child_by_field_name("condition"):
+            return False
+        if p.type == "conditional_expression" and child != p.child_by_field_name("condition"):
+            return False
+        if p.type == "binary_expression" and child == p.child_by_field_name("right"):
+            op = p.child_by_field_name("operator")
+            if op is not None and node_text(op, data) in ("&&", "||"):
+                return False
+        if p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+            return False
+        child, p = p, p.parent
+    return p is not None
 
 
 class _Analysis:
@@ -301,6 +382,13 @@ class _Analysis:
         if self.scalar_roots & self.written_roots or self.atomic_roots & (self.written_roots | self.scalar_roots):
             raise _Reject  # one array updated in two ways
         self._scalar_roots_unread(store_targets)
+        assigned = written_names(self.body, data)
+        declared = [single_decl(n, data) for n in walk(self.body, ("declaration",))]
+        for st in top:
+            d = single_decl(st, data) if st.type == "declaration" else None
+            if d is not None and not d.pointer and d.value is not None and d.name not in assigned \
+                    and sum(1 for x in declared if x is not None and x.name == d.name) == 1:
+                shape.defs[d.name] = d.value
         # pass 2: statements
         for st in shape.prefix + shape.between:
             self._top_level(st)
@@ -318,6 +406,63 @@ class _Analysis:
         if self.outer_indexed & self.read_roots:
             # an element written in one outer iteration might be read in another, by another lane
             raise _Reject
+        shape.cache = self._row_cache(shape)
+
+    def _row_cache(self, shape: _Shape) -> list[_Cache]:
+        """Rows of read-only arrays that several passes read whole: ``p[E + j]`` for ``j`` over ``[0, L)``
+        in two or more top-level loops (softmax: max, exp-sum, write; layernorm: mean, variance, normalize).
+
+        Each is worth one read from global memory into shared memory, the passes then reading it there.
+        Required: the array is never written (no store, per-row scalar or atomic reaches its root); the
+        reads use one pointer, one offset E and one limit L (``j < L``) in every such loop, loops starting
+        at a literal 0 or more; E, L and the pointer are not reassigned from the first such loop on; and
+        some loop from 0 reads ``p[E + j]`` on every iteration (not under an ``if``, ``?:``, ``&&``), so
+        the original itself reads all of ``[0, L)`` and the fill reads nothing it does not."""
+        data = self.data
+        unsafe = self.written_roots | self.scalar_roots | self.atomic_roots
+        rest = {st.id for st in shape.rest}
+        top = [lp for lp in shape.loops if lp.node.id in rest and not lp.scan]
+        found: dict[tuple[str, str], _Cache] = {}
+        for lp in top:
+            fp = for_parts(lp.node, data)
+            b = upper_bound(fp.cond, data, lp.var) if fp is not None else None
+            if fp is None or b is None or b.inclusive or not re.fullmatch(r"\d+", _canon_text(lp.start)):
+                continue
+            for n in walk(fp.body, ("subscript_expression",)):
+                parts = subscript_parts(n, data)
+                base = unparen(parts[0]) if parts is not None else None
+                if parts is None or base is None or base.type != "identifier":
+                    continue
+                name = node_text(base, data)
+                if name not in self.root or self.root[name] in unsafe or not _lane_index(parts[1], data, lp.var):
+                    continue
+                key = (name, _renamed_canon(parts[1], data, lp.var))
+                c = found.setdefault(key, _Cache(name, _canon_text(node_text(b.limit, data)), b.limit))
+                if c.limit != _canon_text(node_text(b.limit, data)):
+                    c.limit = ""  # two limits: not one row
+                c.subs[n.id] = lp.var
+                c.loops.add(lp.node.id)
+                if c.witness is None and _canon_text(lp.start) == "0" and _unconditional(n, lp.node, data):
+                    c.witness, c.var_type, c.var = n, fp.var.type, lp.var
+        out: list[_Cache] = []
+        params = {p.name: p for p in self.ctx.cand_kernel.params} if self.ctx.cand_kernel is not None else {}
+        for c in found.values():
+            root = params.get(self.root[c.name])
+            if root is None or root.pointer_depth != 1 or root.array_dims:
+                continue
+            c.type = root.type
+            c.size = ELEM_BYTES.get(resolved_type(self.ctx, root.type), 0)
+            if not c.limit or c.witness is None or len(c.loops) < 2 or not c.size:
+                continue
+            if out and c.limit != out[0].limit:
+                continue  # one row length: every cache region sized alike
+            first = min(i for i, st in enumerate(shape.rest) if st.id in c.loops)
+            later = {w for st in shape.rest[first:] for w in written_names(st, data)}
+            if later & ((_ids(c.witness, data) - {c.var}) | _ids(c.limit_node, data)):
+                continue
+            c.first = shape.rest[first].id
+            out.append(c)
+        return out
 
     def _for(self, st: Node, shape: _Shape, depth: int) -> None:
         """A loop of the row: split among the lanes when it is innermost, else a uniform outer loop.
@@ -1049,8 +1194,10 @@ def _reduction_kinds_ok(shape: _Shape) -> bool:
 
 
 def _has_arg(shape: _Shape) -> bool:
-    """Arg-reductions and scans combine inside a warp only (no block-wide variant)."""
-    return any(r.index for lp in shape.loops for r in lp.reductions.values()) or any(lp.scan for lp in shape.loops)
+    """Arg-reductions and scans combine inside a warp only (no block-wide variant); online pairs merge
+    across warps too."""
+    return any(r.index and r.kind != "online" for lp in shape.loops for r in lp.reductions.values()) \
+        or any(lp.scan for lp in shape.loops)
 
 
 def _combine(kind: str, a: str, b: str) -> str:
@@ -1084,25 +1231,72 @@ class WarpPerRow(StructuralRule[_Shape]):
             return {}
         rows_expr, exact = rows
         yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
+        few = self._few_rows(ctx, rows_expr)
+        vectors = vector_plan(ctx, shape, data) is not None
+        # few rows: the largest blocks per row first (they are what fills the GPU), warps per row last
+        order = sorted(VARIANTS, key=lambda p: -VARIANTS[p][0] if VARIANTS[p][1] == 0 else 0) if few \
+            else list(VARIANTS)
+        vec: dict[str, Launch] = {}
+        staged: dict[str, Launch] = {}
         out: dict[str, Launch] = {}
-        for param, (threads, rpb) in VARIANTS.items():
+        for param in order:
+            threads, rpb = VARIANTS[param]
             if rpb == 0:
-                if not exact or not self._long_rows(ctx, shape, data) or _has_arg(shape):
+                if not exact or _has_arg(shape) or not self._long_rows(ctx, shape, data, max(1024, 2 * threads)):
                     continue
+                if threads > 256 and not self._few_rows(ctx, rows_expr, threads // 2):
+                    continue  # a block of T threads per row only when blocks of T / 2 leave SMs idle
                 grid: tuple[str, ...] = (rows_expr, *yz)
             else:
                 grid = (f"cdiv({rows_expr}, {rpb})", *yz)
             block = (str(threads),)
             if launch_ok(ctx, grid, block):
+                if param in VECTOR and vectors:
+                    vec[f"{param}_vec"] = Launch(grid, block)
+                smem = self._cache_smem(ctx, shape, data, max(rpb, 1)) if param in CACHED else None
+                if smem is not None:
+                    staged[f"{param}_smem"] = Launch(grid, block, smem)
                 out[param] = Launch(grid, block)
-        return out
+        # the mappings with vectors first, then with a staged row, then as they are: the first two move the
+        # same rows in fewer instructions or with fewer global reads (a misaligned row runs as is), and a
+        # search that tries only the first few of a family then still tries each mapping and each kind
+        return {**vec, **staged, **out}
 
     @staticmethod
-    def _trip(ctx: RuleContext, lp: _Loop, data: bytes) -> int | None:
+    def _cache_smem(ctx: RuleContext, shape: _Shape, data: bytes, rows: int) -> str | None:
+        """The dynamic shared memory (spec terms) of ``rows`` rows of every cache, each region rounded to
+        16 bytes; None without caches, when L is unknown in spec terms or it exceeds ``MAX_SMEM``."""
+        if not shape.cache:
+            return None
+        lim = scalar_value_expr(ctx, shape.cache[0].limit_node, data, shape.defs)
+        es = envs(ctx)
+        if lim is None or es is None:
+            return None
+        smem = f"{rows} * ({' + '.join(f'cdiv(({lim}) * {c.size}, 16) * 16' for c in shape.cache)})"
+        for env in es:
+            v = eval_expr(smem, env)
+            if not isinstance(v, int) or v < 1 or v > MAX_SMEM:
+                return None
+        return smem
+
+    @staticmethod
+    def _few_rows(ctx: RuleContext, rows_expr: str, threads: int = 256) -> bool | None:
+        """Do the rows, ``threads`` per row, fill fewer than the threads the GPU keeps resident (None: the
+        row count is unknown at the spec size)?"""
+        try:
+            n = eval_expr(rows_expr, size_env(ctx))
+        except ValueError:
+            return None
+        if not isinstance(n, int):
+            return None
+        return n * threads < ctx.sm_count * THREADS_PER_SM
+
+    @staticmethod
+    def _trip(ctx: RuleContext, lp: _Loop, data: bytes, defs: dict[str, Node] | None = None) -> int | None:
         """The loop's bound at the spec size when it is a known scalar (None: unknown)."""
         cond = lp.node.child_by_field_name("condition")
         b = upper_bound(cond, data, lp.var) if cond is not None else None
-        lim = scalar_value_expr(ctx, b.limit, data) if b is not None else None
+        lim = scalar_value_expr(ctx, b.limit, data, defs) if b is not None else None
         if lim is None:
             return None
         try:
@@ -1112,32 +1306,85 @@ class WarpPerRow(StructuralRule[_Shape]):
         return v if isinstance(v, int) else None
 
     @classmethod
-    def _long_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
-        """A block per row pays off for rows of at least 1024 elements (when the loop bound is known)."""
-        return all((t := cls._trip(ctx, lp, data)) is not None and t >= 1024 for lp in shape.loops)
+    def _long_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes, least: int = 1024) -> bool:
+        """A block per row pays off for rows of at least 1024 elements (when the loop bound is known), a
+        block of T threads for loops of at least ``least`` (2T: every thread gets two elements or more)."""
+        return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t >= least for lp in shape.loops)
 
     @classmethod
     def _short_rows(cls, ctx: RuleContext, shape: _Shape, data: bytes) -> bool:
         """Every loop is known to run fewer than 32 times (a 9-tap filter): most lanes of a warp would idle."""
-        return all((t := cls._trip(ctx, lp, data)) is not None and t < 32 for lp in shape.loops)
+        return all((t := cls._trip(ctx, lp, data, shape.defs)) is not None and t < 32 for lp in shape.loops)
 
-    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
-        return _generate(shape, data, block=VARIANTS[param][1] == 0)
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        base = param.removesuffix("_smem").removesuffix("_vec")
+        plan = vector_plan(ctx, shape, data) if param.endswith("_vec") else None
+        if param.endswith("_vec") and plan is None:
+            return None
+        return _generate(shape, data, block=VARIANTS[base][1] == 0, cached=param.endswith("_smem"), vector=plan)
 
     def rationale(self, shape: _Shape, param: str) -> str:
-        threads, rpb = VARIANTS[param]
+        base = param.removesuffix("_smem").removesuffix("_vec")
+        threads, rpb = VARIANTS[base]
         accs = sorted({r.acc for lp in shape.loops for r in lp.reductions.values()})
         red = f"; reductions of {', '.join(accs)} by shuffles" if accs else ""
+        staged = f"; the row of {', '.join(c.name for c in shape.cache)} read once into shared memory, " \
+            "which the later passes read" if param.endswith("_smem") else ""
+        if param.endswith("_vec"):
+            staged = "; each lane moves consecutive elements in 16-byte vectors where the rows are aligned"
         if rpb:
-            return f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32{red}"
-        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory"
+            return (f"one warp per row ({rpb} rows per {threads}-thread block), lanes stride the row by 32"
+                    f"{red}{staged}")
+        return f"one {threads}-thread block per row, threads stride the row{red} and shared memory{staged}"
 
 
-def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
+def _cache_code(shape: _Shape, data: bytes, block: bool, at: int) -> list[str]:
+    """The row caches whose first reader is statement ``at``: a pointer into the dynamic shared memory
+    (this warp's rows, for a warp per row) and the fill, then a barrier (a later loop may start elsewhere,
+    ``j = 1 + lane``). The fill moves 16-byte vectors when the row's address is aligned (the regions are:
+    16-byte padded from an aligned base), the elements past the last whole vector (all, if not) one by one."""
+    lines: list[str] = []
+    lim = shape.cache[0].limit_node
+    pad = [f"(((size_t)({node_text(lim, data)}) * sizeof({c.type}) + 15) & ~(size_t)15)" for c in shape.cache]
+    base = f"{PREFIX}smem" if block else f"{PREFIX}smem + (threadIdx.x >> 5) * ({' + '.join(pad)})"
+    for k, c in enumerate(shape.cache):
+        if c.first != at:
+            continue
+        assert c.witness is not None
+        off = " + ".join(pad[:k]) or "0"
+        k_var = f"{PREFIX}k"
+        start, stride = ("threadIdx.x", "blockDim.x") if block else (f"{PREFIX}lane", "32")
+        lines.append(f"{c.type}* {PREFIX}c{k} = reinterpret_cast<{c.type}*>({base} + {off});")
+        lines.append(f"{c.var_type} {PREFIX}fill{k} = 0;  // elements filled by whole vectors")
+        if 16 % c.size == 0:
+            w = 16 // c.size
+            at0 = f"&{_rename_ids(c.witness, data, {c.var: '0'})}"
+            src = f"&{_rename_ids(c.witness, data, {c.var: f'({c.var_type})({w} * {k_var})'})}"
+            lines.append(f"if ((reinterpret_cast<size_t>({at0}) & 15) == 0) {{\n"
+                         f"    {PREFIX}fill{k} = ({node_text(lim, data)}) / {w} * {w};\n"
+                         f"    for ({c.var_type} {k_var} = {start}; {k_var} < {PREFIX}fill{k} / {w}; "
+                         f"{k_var} += {stride}) "
+                         f"{{\n        reinterpret_cast<uint4*>({PREFIX}c{k})[{k_var}] = "
+                         f"*reinterpret_cast<const uint4*>({src});\n    }}\n}}")
+        lines.append(f"for ({c.var_type} {k_var} = {PREFIX}fill{k} + {start}; {k_var} < {node_text(lim, data)}; "
+                     f"{k_var} += {stride}) "
+                     f"{{\n    {PREFIX}c{k}[{k_var}] = {_rename_ids(c.witness, data, {c.var: k_var})};\n}}")
+        lines.append("__syncthreads();" if block else "__syncwarp();")
+    return lines
+
+
+def _generate(shape: _Shape, data: bytes, *, block: bool, cached: bool = False,
+              vector: tuple[dict[int, list[_VKey]], int] | None = None) -> str:
     row = shape.row
     lane = f"{PREFIX}lane"
     out: list[str] = []
     decls: list[str] = []
+    subs: dict[int, str] = {}
+    if cached:
+        decls.append(f"extern __shared__ __align__(16) unsigned char {PREFIX}smem[];")
+        for k, c in enumerate(shape.cache):
+            subs.update({sid: f"{PREFIX}c{k}[{var}]" for sid, var in c.subs.items()})
+    firsts = {c.first for c in shape.cache} if cached else set()
     out.extend(flush(node_text(n, data), n, data) for n in shape.prefix)
     out.append(f"const int {lane} = threadIdx.x & 31;")
     if block:
@@ -1150,19 +1397,35 @@ def _generate(shape: _Shape, data: bytes, *, block: bool) -> str:
     out.extend(flush(node_text(n, data), n, data) for n in shape.between)
     loops = {lp.node.id: (n, lp) for n, lp in enumerate(shape.loops)}
     one = "threadIdx.x == 0" if block else f"{lane} == 0"
+    deferred = _deferred(shape, data)
+    held = {acc for accs in deferred.values() for _, accs2 in accs for acc in accs2}
 
     def emit(st: Node) -> list[str]:
         if st.id in shape.stores:
             return [f"if ({one}) {{\n    {node_text(st, data)}\n}}"]
         if st.id in loops:
             n, lp = loops[st.id]
-            return _loop_code(lp, n, data, block, decls)
+            fill = _cache_code(shape, data, block, st.id) if st.id in firsts else []
+            vec = (vector[0][n], vector[1]) if vector is not None and n in vector[0] else None
+            return [*fill, *_loop_code(lp, n, data, block, decls, held, subs, vec)]
         if st.id in shape.outer:
             body = st.child_by_field_name("body")
             assert body is not None
             head = data[st.start_byte : body.start_byte].decode("utf-8", errors="replace").rstrip()
             inner = "\n".join(line for s2 in statements(body) for line in emit(s2))
-            return [f"{head} {{\n{indent(inner, '    ')}\n}}"]
+            before: list[str] = []
+            after: list[str] = []
+            for n, accs in deferred.get(st.id, []):
+                lp = shape.loops[n]
+                for acc in sorted(accs):
+                    r = lp.reductions[acc]
+                    p = f"{PREFIX}p{n}_{acc}"
+                    before.append(f"{r.type} {p} = {'0' if r.kind == 'sum' else acc};"
+                                  "  // this lane's partial over every iteration of the loop below")
+                    after.extend(_simple_combine(r, p, n, block, decls))
+            if block and after:
+                after.append("__syncthreads();  // the partials' shared memory may be reused")
+            return [*before, f"{head} {{\n{indent(inner, '    ')}\n}}", *after]
         return [flush(node_text(st, data), st, data)]
 
     inner = "\n".join(line for st in shape.rest for line in emit(st))
@@ -1215,7 +1478,223 @@ def _scan_code(lp: _Loop, n: int, data: bytes) -> list[str]:
     ]
 
 
-def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) -> list[str]:
+@dataclass
+class _VKey:
+    """One array row a vectorized loop moves in vectors: ``name[E + j]`` for its one offset E."""
+
+    name: str
+    #: a subscript of the key (the address template: j -> the chunk's first element)
+    template: Node
+    type: str
+    size: int
+    #: subscripts read through the vector (all of them for a written key)
+    subs: list[int] = field(default_factory=list)
+    read: bool = False
+    written: bool = False
+
+
+def vector_plan(ctx: RuleContext, shape: _Shape, data: bytes) -> tuple[dict[int, list[_VKey]], int] | None:
+    """Split loops whose lanes can take W consecutive elements at a time: loop number -> the rows moved in
+    vectors, and W (16 bytes of the widest element, at most 8 elements); None when no loop can.
+
+    A loop qualifies when it starts at 0 with ``j < L``, reduces only sums, min/max or online pairs (their
+    order within a lane is free; arg-reductions and scans keep theirs), and every store in it is an
+    unconditional ``q[E + j] = ...`` / ``op=`` (the vector store writes all W elements: each must have been
+    written), and no array it touches is both written and read by the kernel (a lane must read back only
+    what it wrote itself, and chunks of W map elements to lanes otherwise than the loops left as they are).
+    A read-only row is moved in vectors when some read of ``p[E + j]`` is unconditional (the original reads
+    every element then). Vectors are used only where every row's address is
+    aligned to its vector size at run time; otherwise, and for the ``L % W`` elements past the last whole
+    vector, the loop runs as before."""
+    got = analysis(ctx)
+    k = ctx.cand_kernel
+    if got is None or k is None:
+        return None
+    a, _ = got
+    params = {p.name: p for p in k.params}
+    out: dict[int, list[_VKey]] = {}
+    widest = 0
+    for n, lp in enumerate(shape.loops):
+        if lp.scan or any(r.index and r.kind != "online" for r in lp.reductions.values()) \
+                or _canon_text(lp.start) != "0":
+            continue
+        fp = for_parts(lp.node, data)
+        bp = binary_parts(unparen(fp.cond), data) if fp is not None else None
+        if fp is None or bp is None or bp[1] != "<" or not is_ident(unparen(bp[0]), data, lp.var):
+            continue
+        keys: dict[tuple[str, str], _VKey] = {}
+        ok = True
+        for sub in walk(fp.body, ("subscript_expression",)):
+            parts = subscript_parts(sub, data)
+            base = unparen(parts[0]) if parts is not None else None
+            name = node_text(base, data) if base is not None and base.type == "identifier" else ""
+            root = a.root.get(name)
+            if parts is None or root is None or root in a.atomic_roots:
+                continue
+            if root in a.read_roots:
+                # written in one loop and read in another: each element must stay with the lane that wrote
+                # it, and a loop in vectors maps elements to lanes otherwise than one without
+                ok = False
+                break
+            written = _store_target(sub)
+            lane = _lane_index(parts[1], data, lp.var)
+            if not lane:
+                if written or root in a.written_roots:
+                    ok = False  # a store (or a read of a written row) the vector form does not follow
+                continue
+            key = (name, _renamed_canon(parts[1], data, lp.var))
+            prm = params.get(root)
+            size = ELEM_BYTES.get(resolved_type(ctx, prm.type), 0) if prm is not None and prm.pointer_depth == 1 \
+                and not prm.array_dims else 0
+            vk = keys.setdefault(key, _VKey(name, sub, prm.type if prm is not None else "", size))
+            vk.subs.append(sub.id)
+            up = sub.parent
+            if up is not None and up.type == "pointer_expression":
+                vk.size = 0  # its address is taken: not an element the buffer can stand for
+            if written:
+                vk.written = True
+                vk.read = vk.read or written == "update"
+                if not _unconditional(sub, lp.node, data):
+                    ok = False
+            elif _unconditional(sub, lp.node, data) or root in a.written_roots:
+                vk.read = True
+        chosen = [vk for vk in keys.values() if vk.read or vk.written]
+        if not ok or not chosen or any(not vk.size for vk in chosen if vk.written) \
+                or not any(vk.size for vk in chosen if vk.read):
+            continue
+        # conditional reads of a read-only row with no unconditional one stay scalar: drop those keys
+        chosen = [vk for vk in chosen if vk.size]
+        out[n] = chosen
+        widest = max([widest, *(vk.size for vk in chosen)])
+    if not out:
+        return None
+    return out, min(8, 16 // widest)
+
+
+def _store_target(sub: Node) -> str:
+    """"store" when ``sub`` is the target of ``=``, "update" for ``op=``/``++``, "" when it is read."""
+    up = sub.parent
+    while up is not None and up.type == "parenthesized_expression":
+        sub, up = up, up.parent
+    if up is None:
+        return ""
+    if up.type == "assignment_expression" and up.child_by_field_name("left") == sub:
+        op = up.child_by_field_name("operator")
+        return "store" if op is not None and op.type == "=" else "update"
+    if up.type == "update_expression":
+        return "update"
+    return ""
+
+
+def _vector_loop(lp: _Loop, n: int, data: bytes, block: bool, parts: dict[str, str], flags: dict[int, str],
+                 keys: list[_VKey], width: int) -> list[str]:
+    """The split loop in chunks of ``width`` consecutive elements per lane (vector loads, the body once per
+    element from the buffers, vector stores) when every row is aligned, then the remaining elements (all
+    of them when a row is not aligned) as before."""
+    fp = for_parts(lp.node, data)
+    assert fp is not None
+    d, cond, body = fp.var, fp.cond, fp.body
+    bp = binary_parts(unparen(cond), data)
+    assert bp is not None
+    limit = node_text(bp[2], data)
+    lane = "threadIdx.x" if block else f"{PREFIX}lane"
+    stride = "blockDim.x" if block else "32"
+    c, u, nv, al = f"{PREFIX}ch{n}", f"{PREFIX}u", f"{PREFIX}nv{n}", f"{PREFIX}al{n}"
+    first = f"({d.type})({width} * {c})"
+    checks: list[str] = []
+    checks_static: list[str] = []
+    loads: list[str] = []
+    stores: list[str] = []
+    subs: dict[int, str] = {}
+    for k, vk in enumerate(keys):
+        vt = VEC_TYPES[width * vk.size]
+        at = f"&{_rename_ids(vk.template, data, {lp.var: '0'})}"
+        checks.append(f"(reinterpret_cast<size_t>({at}) & {width * vk.size - 1}) == 0")
+        addr = f"&{_rename_ids(vk.template, data, {lp.var: first})}"
+        v, e = f"{PREFIX}v{n}_{k}", f"{PREFIX}e{n}_{k}"
+        if vk.read:
+            loads.append(f"{vt} {v} = *reinterpret_cast<const {vt}*>({addr});")
+        else:
+            loads.append(f"{vt} {v};")
+        loads.append(f"{vk.type}* {e} = reinterpret_cast<{vk.type}*>(&{v});")
+        # the width was chosen for the spec's element type: another instantiation must not compile
+        checks_static.append(f"static_assert(sizeof({vk.type}) * {width} == sizeof({vt}), "
+                             f"\"{width} elements of {vk.type} per vector\");")
+        if vk.written:
+            stores.append(f"*reinterpret_cast<{vt}*>({addr}) = {v};")
+        subs.update({sid: f"{e}[{u}]" for sid in vk.subs})
+    vec_body = flush(_rename_body(body, data, parts, flags, subs), body, data)
+    tail_body = flush(_rename_body(body, data, parts, flags), body, data)
+    inner = "\n".join([
+        *loads,
+        "#pragma unroll",
+        f"for (int {u} = 0; {u} < {width}; ++{u}) {{",
+        f"    {d.type} {lp.var} = {first} + {u};",
+        indent(vec_body, "    "),
+        "}",
+        *stores,
+    ])
+    return [
+        *dict.fromkeys(checks_static),
+        f"const bool {al} = {' && '.join(checks)};",
+        f"const {d.type} {nv} = {al} ? ({limit}) / {width} : 0;  // whole vectors of {width} elements",
+        f"for ({d.type} {c} = {lane}; {c} < {nv}; {c} += {stride}) {{",
+        indent(inner, "    "),
+        "}",
+        f"for ({d.type} {lp.var} = {nv} * {width} + {lane}; {node_text(cond, data)}; {lp.var} += {stride}) "
+        f"{tail_body}",
+    ]
+
+
+def _deferred(shape: _Shape, data: bytes) -> dict[int, list[tuple[int, set[str]]]]:
+    """Outermost whole-lane loops -> (split loop number, accumulators) whose lane partials can live across
+    the outer loop and be combined once after it, instead of once per outer iteration (a butterfly, and for
+    a block two barriers, per image of ``for (n) for (i) acc += x[...]``).
+
+    That holds for a sum or a min/max (``acc = acc + total`` per iteration adds the same terms as one total
+    at the end, reassociated like any split sum; min/max are idempotent) whose accumulator appears nowhere
+    in the outer loop but in its one split loop: nothing reads a per-iteration value."""
+    out: dict[int, list[tuple[int, set[str]]]] = {}
+    for st in shape.rest:
+        if st.id not in shape.outer:
+            continue
+        found: list[tuple[int, set[str]]] = []
+        for n, lp in enumerate(shape.loops):
+            if lp.scan or not (st.start_byte <= lp.node.start_byte and lp.node.end_byte <= st.end_byte):
+                continue
+            inside = {x.id for x in walk(lp.node)}
+            accs = {r.acc for r in lp.reductions.values() if not r.index and (r.kind == "sum" or r.kind in MINMAX_FUNCS)
+                    and all(x.id in inside for x in walk(st, ("identifier",)) if node_text(x, data) == r.acc)}
+            if accs:
+                found.append((n, accs))
+        if found:
+            out[st.id] = found
+    return out
+
+
+def _simple_combine(r: _Reduction, p: str, n: int, block: bool, decls: list[str]) -> list[str]:
+    """A sum's or min/max's lane partials combined (a butterfly, then the warps' results through shared
+    memory for a block) and joined to the accumulator."""
+    lines = [f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
+             f"    {p} = {_combine(r.kind, p, f'__shfl_xor_sync({_FULL}, {p}, {PREFIX}o)')};\n}}"]
+    if block:
+        sh = f"{PREFIX}red{n}_{r.acc}"
+        decls.append(f"__shared__ {r.type} {sh}[32];")
+        lines.append(f"if ({PREFIX}lane == 0) {{\n    {sh}[{PREFIX}warp] = {p};\n}}")
+        lines.append("__syncthreads();")
+        lines.append(f"{p} = {sh}[0];")
+        lines.append(f"for (int {PREFIX}w = 1; {PREFIX}w < {PREFIX}nwarps; ++{PREFIX}w) {{\n"
+                     f"    {p} = {_combine(r.kind, p, f'{sh}[{PREFIX}w]')};\n}}")
+    lines.append(f"{r.acc} = {r.acc} + {p};" if r.kind == "sum" else f"{r.acc} = {p};")
+    return lines
+
+
+def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str],
+               held: set[str] | frozenset[str] = frozenset(), subs: dict[int, str] | None = None,
+               vec: tuple[list[_VKey], int] | None = None) -> list[str]:
+    """The loop split over lanes; reductions of accumulators in ``held`` keep their partial from outside
+    (declared and combined around an outer loop, see ``_deferred``); subscripts in ``subs`` (node id ->
+    text) read a row cache instead; ``vec``: the rows and width of ``_vector_loop``."""
     if lp.scan:
         return _scan_code(lp, n, data)
     fp = for_parts(lp.node, data)
@@ -1226,6 +1705,8 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     flags = {r.node_id: f"{PREFIX}f{n}_{r.acc}" for r in lp.reductions.values() if r.index and r.kind != "online"}
     lines: list[str] = []
     for r in lp.reductions.values():
+        if r.acc in held:
+            continue
         start = "0" if r.kind == "sum" else r.acc
         lines.append(f"{r.type} {parts[r.acc]} = {start};")
         if r.kind == "online":
@@ -1236,31 +1717,24 @@ def _loop_code(lp: _Loop, n: int, data: bytes, block: bool, decls: list[str]) ->
     lane = "threadIdx.x" if block else f"{PREFIX}lane"
     start = lane if lp.start == "0" else f"({lp.start}) + {lane}"
     stride = "blockDim.x" if block else "32"
-    body_text = flush(_rename_body(body, data, parts, flags), body, data)
-    lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
+    body_text = flush(_rename_body(body, data, parts, flags, subs or {}), body, data)
+    if vec is not None:
+        lines.extend(_vector_loop(lp, n, data, block, parts, flags, *vec))
+    else:
+        lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += {stride}) {body_text}")
+    combined = False
     for r in lp.reductions.values():
         p = parts[r.acc]
+        if r.acc in held:
+            continue
+        combined = True
         if r.kind == "online":
-            lines.extend(_online_combine(r, p, parts[r.index]))
-            continue
-        if r.index:
+            lines.extend(_online_combine(r, p, parts[r.index], n, block, decls))
+        elif r.index:
             lines.extend(_arg_combine(r, p, parts[r.index], flags[r.node_id]))
-            continue
-        lines.append(f"for (int {PREFIX}o = 16; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n"
-                     f"    {p} = {_combine(r.kind, p, f'__shfl_xor_sync({_FULL}, {p}, {PREFIX}o)')};\n}}")
-        if block:
-            sh = f"{PREFIX}red{n}_{r.acc}"
-            decls.append(f"__shared__ {r.type} {sh}[32];")
-            lines.append(f"if ({PREFIX}lane == 0) {{\n    {sh}[{PREFIX}warp] = {p};\n}}")
-            lines.append("__syncthreads();")
-            lines.append(f"{p} = {sh}[0];")
-            lines.append(f"for (int {PREFIX}w = 1; {PREFIX}w < {PREFIX}nwarps; ++{PREFIX}w) {{\n"
-                         f"    {p} = {_combine(r.kind, p, f'{sh}[{PREFIX}w]')};\n}}")
-        if r.kind == "sum":
-            lines.append(f"{r.acc} = {r.acc} + {p};")
         else:
-            lines.append(f"{r.acc} = {p};")
-    if block and lp.reductions:
+            lines.extend(_simple_combine(r, p, n, block, decls))
+    if block and combined:
         lines.append("__syncthreads();  // the partials' shared memory may be reused by the next reduction")
     return lines
 
@@ -1274,40 +1748,78 @@ def _rename_ids(node: Node, data: bytes, mapping: dict[str, str]) -> str:
     return render(node, data, rep)
 
 
-def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[int, str]) -> str:
+def _rename_body(node: Node, data: bytes, mapping: dict[str, str], flags: dict[int, str],
+                 subs: dict[int, str] | None = None) -> str:
     """The loop body with accumulators renamed to the lane's partials; an arg-reduction's update also
-    raises the lane's flag (a pair found in the data beats the start value on ties)."""
+    raises the lane's flag (a pair found in the data beats the start value on ties); subscripts in ``subs``
+    are replaced whole (a row cache's reads)."""
     def rep(n: Node) -> str | None:
+        if subs and n.id in subs:
+            return subs[n.id]
         if n.type == "identifier":
             return mapping.get(node_text(n, data))
         if n.parent is not None and n.parent.id in flags and n == n.parent.child_by_field_name("consequence"):
-            inner = "\n".join(_rename_body(c, data, mapping, flags) for c in statements(n))
+            inner = "\n".join(_rename_body(c, data, mapping, flags, subs) for c in statements(n))
             return f"{{\n{inner}\n{flags[n.parent.id]} = 1;\n}}"
         return None
 
     return render(node, data, rep)
 
 
-def _online_combine(r: _Reduction, pm: str, ps: str) -> list[str]:
-    """Butterfly over (max, sum relative to it): the smaller max's sum is rescaled to the larger one (equal
-    maxima add as they are, so two lanes that saw nothing but their start value do not meet exp(-inf + inf)).
-    Both lanes of a pair compute the same sum (the addition commutes), so every lane ends with the row's pair,
-    which then joins the accumulators the loop started from."""
-    o, om, os_ = f"{PREFIX}o", f"{PREFIX}om", f"{PREFIX}os"
+def _online_merge(r: _Reduction, pm: str, ps: str, om: str, os_: str) -> list[str]:
+    """Merge the pair (om, os_) into (pm, ps): the smaller max's sum is rescaled to the larger one (equal
+    maxima add as they are, so two partials that saw nothing but their start value do not meet
+    exp(-inf + inf))."""
     e = r.exp
     return [
+        f"if ({om} > {pm}) {{",
+        f"    {ps} = {ps} * {e}({pm} - {om}) + {os_};",
+        f"    {pm} = {om};",
+        f"}} else if ({om} == {pm}) {{",
+        f"    {ps} += {os_};",
+        "} else {",
+        f"    {ps} += {os_} * {e}({om} - {pm});",
+        "}",
+    ]
+
+
+def _online_combine(r: _Reduction, pm: str, ps: str, n: int = 0, block: bool = False,
+                    decls: list[str] | None = None) -> list[str]:
+    """Butterfly over (max, sum relative to it) with ``_online_merge``. Both lanes of a pair compute the same
+    sum (the addition commutes), so every lane ends with the warp's pair; for a block, lane 0 of each warp
+    posts it to shared memory and every thread merges the warps' pairs in warp order (all threads alike).
+    The row's pair then joins the accumulators the loop started from (its max is at least theirs: every
+    partial started from it)."""
+    o, om, os_ = f"{PREFIX}o", f"{PREFIX}om", f"{PREFIX}os"
+    e = r.exp
+    lines = [
         f"for (int {o} = 16; {o} > 0; {o} >>= 1) {{",
         f"    {r.type} {om} = __shfl_xor_sync({_FULL}, {pm}, {o});",
         f"    {r.index_type} {os_} = __shfl_xor_sync({_FULL}, {ps}, {o});",
-        f"    if ({om} > {pm}) {{",
-        f"        {ps} = {ps} * {e}({pm} - {om}) + {os_};",
-        f"        {pm} = {om};",
-        f"    }} else if ({om} == {pm}) {{",
-        f"        {ps} += {os_};",
-        "    } else {",
-        f"        {ps} += {os_} * {e}({om} - {pm});",
-        "    }",
+        *("    " + x for x in _online_merge(r, pm, ps, om, os_)),
         "}",
+    ]
+    if block:
+        assert decls is not None
+        shm, shs, w = f"{PREFIX}red{n}_{r.acc}", f"{PREFIX}red{n}_{r.index}", f"{PREFIX}w"
+        decls.append(f"__shared__ {r.type} {shm}[32];")
+        decls.append(f"__shared__ {r.index_type} {shs}[32];")
+        lines += [
+            f"if ({PREFIX}lane == 0) {{",
+            f"    {shm}[{PREFIX}warp] = {pm};",
+            f"    {shs}[{PREFIX}warp] = {ps};",
+            "}",
+            "__syncthreads();",
+            f"{pm} = {shm}[0];",
+            f"{ps} = {shs}[0];",
+            f"for (int {w} = 1; {w} < {PREFIX}nwarps; ++{w}) {{",
+            f"    {r.type} {om} = {shm}[{w}];",
+            f"    {r.index_type} {os_} = {shs}[{w}];",
+            *("    " + x for x in _online_merge(r, pm, ps, om, os_)),
+            "}",
+        ]
+    return [
+        *lines,
         f"if ({pm} > {r.acc}) {{",
         f"    {r.index} = {r.index} * {e}({r.acc} - {pm});",
         f"    {r.acc} = {pm};",
