@@ -166,11 +166,36 @@ def test_column_reduction_gets_a_split_over_block_rows() -> None:
 }
 """
     cs = [c for c in proposals(text) if c.family == "column_split"]
-    assert {c.steps[-1] for c in cs} == {"column_split:w32r8", "column_split:w8r32", "column_split:w32r32",
-                                         "column_split:w8r128"}
+    # 768 columns are too few threads for any smaller split to keep enough loads in flight: the largest R
+    assert [c.steps[-1] for c in cs] == ["column_split:w32r32x4", "column_split:w8r128x4"]
     src = cs[0].source
-    assert "for (int b = (1) + threadIdx.y; b < B; b += blockDim.y)" in src
+    assert "int wfc_j0 = (1) + threadIdx.y;" in src
+    # four rows per iteration into four partials (their loads independent), then a remainder loop
+    assert "for (; wfc_j0 + 3 * wfc_st0 < B; wfc_j0 += 4 * wfc_st0) {" in src
+    assert "const int b = wfc_j0 + 3 * wfc_st0;" in src and "x[b * C + c] < wfc_p0_lo_3" in src
+    assert "for (; wfc_j0 < B; wfc_j0 += wfc_st0) {" in src
+    assert "wfc_p0_lo = (fminf((fminf(wfc_p0_lo, wfc_p0_lo_1)), (fminf(wfc_p0_lo_2, wfc_p0_lo_3))));" in src
     assert "if (wfc_on && threadIdx.y == 0)" in src and "return;" in src.split("wfc_i")[0]
+
+
+def test_column_split_derives_rows_in_flight_from_the_sizes() -> None:
+    # 8192 columns: 16 rows per column already keep ~16 KiB of loads in flight per SM; 64 rows cap R so that
+    # every one of a thread's four partials gets a row
+    body = """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int b = 0; b < B; ++b) t += x[b * C + c];
+    s[c] = t;
+}
+"""
+    wide = COL_SPEC.replace("size B = 4096", "size B = 2048").replace("size C = 768", "size C = 8192") + body
+    got = [c.steps[-1] for c in proposals(wide) if c.family == "column_split"]
+    assert got == ["column_split:w32r16x4", "column_split:w8r16x4", "column_split:w32r32x4",
+                   "column_split:w8r128x4"]
+    short = COL_SPEC.replace("size B = 4096", "size B = 64") + body
+    got = [c.steps[-1] for c in proposals(short) if c.family == "column_split"]
+    assert got == ["column_split:w32r16x4", "column_split:w8r16x4"]
 
 
 def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None:
