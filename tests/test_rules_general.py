@@ -219,6 +219,30 @@ def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None
     assert "column_split" not in fams and "warp_per_row" in fams
 
 
+def test_column_split_declines_order_dependent_and_cross_column_loops() -> None:
+    """Splitting a column's rows among threads reorders the loop: it needs a reduction that may be
+    reordered (sum, min, max), and no value one column reads that another column writes."""
+    head = """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+"""
+    near = {
+        # a recurrence, not a reduction: t depends on the order the rows come in
+        "decay": "    for (int b = 0; b < B; ++b) t = 0.5f * t + x[b * C + c];\n    s[c] = t;\n}\n",
+        # reads the output another column writes (a dependence across columns)
+        "neighbour": "    for (int b = 0; b < B; ++b) t += x[b * C + c] * s[(c + 1) % C];\n    s[c] = t;\n}\n",
+        # reads, through a local view, the buffer it writes (aliasing)
+        "view": "    const float* v = y;\n    for (int b = 0; b < B; ++b) t += v[b * C + c];\n    y[c] = t;\n}\n",
+        # the running value picks the element: each row depends on the ones before it
+        "chase": "    for (int b = 0; b < B; ++b) t += x[b * C + ((c + (int)t) % C)];\n    s[c] = t;\n}\n",
+    }
+    for name, rest in near.items():
+        assert "column_split" not in families(COL_SPEC + head + rest), name
+    ok = "    for (int b = 0; b < B; ++b) t += x[b * C + c];\n    s[c] = t;\n}\n"
+    assert "column_split" in families(COL_SPEC + head + ok)
+
+
 def test_nested_loops_split_the_inner_contiguous_loop() -> None:
     # a mean per (batch, channel-group) over planes: the outer loop is run whole by every lane
     text = row_kernel("""{
