@@ -71,7 +71,7 @@ from ._structural import (
 from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
 from .base import RuleContext
-from .warp_per_row import atomic_target
+from .warp_per_row import _canon_text, atomic_target
 
 PREFIX = "wfs_"
 ACCUMULATORS = 4
@@ -160,7 +160,9 @@ class _Reader:
 
 
 def _same(a: str, b: str) -> bool:
-    return re.sub(r"[\s()]", "", a) == re.sub(r"[\s()]", "", b)
+    """The same expression text up to whitespace and parentheses around single names (``(n)`` is ``n``;
+    ``(a + b) * c`` stays apart from ``a + b * c``)."""
+    return _canon_text(a) == _canon_text(b)
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
@@ -318,8 +320,10 @@ def _loop(rd: _Reader, loop: Node, acc: str, acc_type: str, atomic: Node, readab
         return _Shape(loop, i, d.type, acc, acc_type, term, atomic, "chunk", kk, n, False)
     if step.type == "assignment_expression" and node_text(step.child_by_field_name("operator") or step, data) == "+=":
         sl, sr = step.child_by_field_name("left"), step.child_by_field_name("right")
+        mult = global_index(rd.resolve(d.value), data)
         if sl is not None and sr is not None and node_text(unparen(sl), data) == i and rd.is_tid(d.value) \
-                and is_grid_stride(rd.resolve(sr), data, "blockDim.x") and rd.uniform(hi) and guard is None:
+                and mult is not None and is_grid_stride(rd.resolve(sr), data, mult) and rd.uniform(hi) \
+                and guard is None:
             return _Shape(loop, i, d.type, acc, acc_type, term, atomic, "stride", None, hi, inclusive)
     raise _No
 
