@@ -166,11 +166,36 @@ def test_column_reduction_gets_a_split_over_block_rows() -> None:
 }
 """
     cs = [c for c in proposals(text) if c.family == "column_split"]
-    assert {c.steps[-1] for c in cs} == {"column_split:w32r8", "column_split:w8r32", "column_split:w32r32",
-                                         "column_split:w8r128"}
+    # 768 columns are too few threads for any smaller split to keep enough loads in flight: the largest R
+    assert [c.steps[-1] for c in cs] == ["column_split:w32r32x4", "column_split:w8r128x4"]
     src = cs[0].source
-    assert "for (int b = (1) + threadIdx.y; b < B; b += blockDim.y)" in src
+    assert "int wfc_j0 = (1) + threadIdx.y;" in src
+    # four rows per iteration into four partials (their loads independent), then a remainder loop
+    assert "for (; wfc_j0 + 3 * wfc_st0 < B; wfc_j0 += 4 * wfc_st0) {" in src
+    assert "const int b = wfc_j0 + 3 * wfc_st0;" in src and "x[b * C + c] < wfc_p0_lo_3" in src
+    assert "for (; wfc_j0 < B; wfc_j0 += wfc_st0) {" in src
+    assert "wfc_p0_lo = (fminf((fminf(wfc_p0_lo, wfc_p0_lo_1)), (fminf(wfc_p0_lo_2, wfc_p0_lo_3))));" in src
     assert "if (wfc_on && threadIdx.y == 0)" in src and "return;" in src.split("wfc_i")[0]
+
+
+def test_column_split_derives_rows_in_flight_from_the_sizes() -> None:
+    # 8192 columns: 16 rows per column already keep ~16 KiB of loads in flight per SM; 64 rows cap R so that
+    # every one of a thread's four partials gets a row
+    body = """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int b = 0; b < B; ++b) t += x[b * C + c];
+    s[c] = t;
+}
+"""
+    wide = COL_SPEC.replace("size B = 4096", "size B = 2048").replace("size C = 768", "size C = 8192") + body
+    got = [c.steps[-1] for c in proposals(wide) if c.family == "column_split"]
+    assert got == ["column_split:w32r16x4", "column_split:w8r16x4", "column_split:w32r32x4",
+                   "column_split:w8r128x4"]
+    short = COL_SPEC.replace("size B = 4096", "size B = 64") + body
+    got = [c.steps[-1] for c in proposals(short) if c.family == "column_split"]
+    assert got == ["column_split:w32r16x4", "column_split:w8r16x4"]
 
 
 def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None:
@@ -192,6 +217,30 @@ def test_column_split_declines_element_writes_and_row_contiguous_loops() -> None
 """
     fams = families(rows)
     assert "column_split" not in fams and "warp_per_row" in fams
+
+
+def test_column_split_declines_order_dependent_and_cross_column_loops() -> None:
+    """Splitting a column's rows among threads reorders the loop: it needs a reduction that may be
+    reordered (sum, min, max), and no value one column reads that another column writes."""
+    head = """{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+"""
+    near = {
+        # a recurrence, not a reduction: t depends on the order the rows come in
+        "decay": "    for (int b = 0; b < B; ++b) t = 0.5f * t + x[b * C + c];\n    s[c] = t;\n}\n",
+        # reads the output another column writes (a dependence across columns)
+        "neighbour": "    for (int b = 0; b < B; ++b) t += x[b * C + c] * s[(c + 1) % C];\n    s[c] = t;\n}\n",
+        # reads, through a local view, the buffer it writes (aliasing)
+        "view": "    const float* v = y;\n    for (int b = 0; b < B; ++b) t += v[b * C + c];\n    y[c] = t;\n}\n",
+        # the running value picks the element: each row depends on the ones before it
+        "chase": "    for (int b = 0; b < B; ++b) t += x[b * C + ((c + (int)t) % C)];\n    s[c] = t;\n}\n",
+    }
+    for name, rest in near.items():
+        assert "column_split" not in families(COL_SPEC + head + rest), name
+    ok = "    for (int b = 0; b < B; ++b) t += x[b * C + c];\n    s[c] = t;\n}\n"
+    assert "column_split" in families(COL_SPEC + head + ok)
 
 
 def test_nested_loops_split_the_inner_contiguous_loop() -> None:

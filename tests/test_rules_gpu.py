@@ -42,7 +42,8 @@ from warpforge.spec.resolve import load_spec
 pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
-                  "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo", "single_pass"})
+                  "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo", "single_pass",
+                  "column_split", "stride_reduce"})
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
@@ -63,7 +64,10 @@ GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (
     "channel_mean_nchw", "softmax_fp16_macro", "rmsnorm_sizet",
     # matmul form: index macros, batches on blockIdx.z with strides, a template with a transposed operand and
     # an epilogue, a causal mask skipped per tile
-    "sgemm_macro_2d", "batched_gemm_strided", "gemm_bias_relu_template", "causal_attn_scores")),
+    "sgemm_macro_2d", "batched_gemm_strided", "gemm_bias_relu_template", "causal_attn_scores",
+    # column reductions (column_split: a sum, a compare-and-assign max on a batched 2-D grid) and full sums
+    # into one address (stride_reduce: chunks per thread re-dealt, a grid-stride dot product)
+    "bias_grad_colsum", "col_max_2d", "full_sum_atomic", "dot_product_gridstride")),
     ROOT / "tests" / "fixtures" / "unseen_rowloss.cu"]
 KERNELS = {p.stem: p for p in [*KERNEL_FILES, *GENERAL]}
 NP: dict[str, Any] = {

@@ -19,6 +19,10 @@ The rewrite: in form 2 the guarded value becomes the operation's identity (0) fo
 false, so all threads take part; the warp's values are combined with shuffles and lane 0 issues the one
 atomic (``block``: lane 0 of each warp writes to shared memory, warp 0 combines them, thread 0 issues it).
 Integer sums, or and xor are exact; float sums are reassociated (tolerances apply), as any atomic order is.
+
+The loop that computes the value is left as written: a chunk per thread stays uncoalesced and one partial
+per thread leaves one load in flight. Re-dealing the elements of a per-thread sum as a grid stride with
+several partials is ``stride_reduce``'s job (it then combines per block too).
 """
 
 from __future__ import annotations

@@ -24,16 +24,34 @@ every thread reads the total, so code after the loop sees the value the serial l
 (``threadIdx.y == 0``) of each active column stores the per-column scalars. Floating-point sums are
 reassociated (tolerances apply); min/max are exact.
 
+Memory-level parallelism: splitting rows among R threads is not enough by itself. The split loop's stride
+is ``blockDim.y``, unknown to the compiler, so it is not unrolled and each thread waits on one load at a time
+(one accumulator, one load in flight: 32x32 blocks over a 4096-wide bias keep ~4 KiB in flight per SM and
+read at ~40 % of copy bandwidth). Each thread therefore keeps ``ACCUMULATORS`` independent partials of
+every reduction and walks rows ``j, j + R, j + 2R, j + 3R`` in one iteration, the copies of the body
+independent of each other, so their loads are issued together; a remainder loop takes the last rows and
+the partials are combined (sums reassociated, min/max exact) before the block's shared-memory tree.
+
 Launch: block ``(W, R)`` with W ∈ {8, 32} columns (8 floats = one 32-byte sector per row) and R rows in
-flight, grid ``cdiv(COLS, W)``, COLS the guard's bound in spec terms (or the original launch's extent).
+flight, grid ``cdiv(COLS, W)`` (times the original grid's y/z when the kernel reads them), COLS the
+guard's bound in spec terms (or the original launch's extent). R is derived from the spec's sizes and the
+GPU: the smallest R whose resident threads, each with ``ACCUMULATORS`` loads in flight, cover the bytes a
+memory-bound kernel needs in flight per SM (Little's law), capped by the block size and by the rows (each
+accumulator gets at least one row); the largest R for the width is proposed too (more threads, more partials
+to combine), and verification decides. Variant names read ``w{W}r{R}x{accumulators}``.
 """
 
 from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
 
 from ...cuda.tree import node_text
 from . import register
 from ._structural import (
     MINMAX_FUNCS,
+    envs,
     flush,
     for_parts,
     indent,
@@ -41,14 +59,26 @@ from ._structural import (
     launch_ok,
     scalar_value_expr,
     single_decl,
+    upper_bound,
 )
 from ._structural_rule import Launch, StructuralRule
+from ._util import eval_expr
 from .base import RuleContext
 from .warp_per_row import _ids, _Loop, _rename_body, _Shape, _varying, analysis, strided_in_loop
 
 PREFIX = "wfc_"
-#: param -> (columns per block, rows in flight per column)
-VARIANTS = {"w32r8": (32, 8), "w8r32": (8, 32), "w32r32": (32, 32), "w8r128": (8, 128)}
+#: columns per block: a warp reads one 128-byte row segment (32) or four 32-byte sectors of 4 rows (8)
+WIDTHS = (32, 8)
+#: independent partials per reduction and thread: the loads a thread has in flight in the split loop
+ACCUMULATORS = 4
+#: threads an SM keeps resident (sm_80 and sm_90)
+RESIDENT_PER_SM = 2048
+#: bytes a streaming kernel keeps in flight per SM to read at full DRAM bandwidth: ~3 TB/s times a loaded
+#: latency of ~0.6 us, shared by 132 SMs, is ~14 KiB. The H100 corpus run agrees: one 4-byte load per thread
+#: in flight read at 41 % of copy bandwidth with 1024 threads per SM (4 KiB, bias_grad_colsum) and 67 % with
+#: 2048 (8 KiB, col_max_2d); the expert's four per thread at 1024 threads (16 KiB) at 96 %
+INFLIGHT_PER_SM = 14 * 1024
+_PARAM = re.compile(r"w(\d+)r(\d+)x(\d+)")
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
@@ -107,22 +137,95 @@ class ColumnSplit(StructuralRule[_Shape]):
         cols = self._cols(ctx, shape, data)
         if cols is None:
             return {}
+        yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
         out: dict[str, Launch] = {}
-        for param, (w, r) in VARIANTS.items():
-            yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
+        for w, r in _splits(ctx, shape, data, cols, yz):
             grid, block = (f"cdiv({cols}, {w})", *yz), (str(w), str(r))
             if launch_ok(ctx, grid, block):
-                out[param] = Launch(grid, block)
+                out[f"w{w}r{r}x{ACCUMULATORS}"] = Launch(grid, block)
         return out
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
         return _generate(shape, data)
 
     def rationale(self, shape: _Shape, param: str) -> str:
-        w, r = VARIANTS[param]
+        w, r, u = _param(param)
         accs = sorted({x.acc for lp in shape.loops for x in lp.reductions.values()})
         return (f"{r} threads per column split the serial loop (block {w}x{r}, coalesced {w}-wide rows), "
-                f"partials of {', '.join(accs) or 'the loop'} combined in shared memory")
+                f"{u} independent partials per thread keep {u} loads in flight, partials of "
+                f"{', '.join(accs) or 'the loop'} combined in shared memory")
+
+
+def _param(param: str) -> tuple[int, int, int]:
+    m = _PARAM.fullmatch(param)
+    assert m is not None, param
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def _elem_bytes(shape: _Shape) -> int:
+    """Bytes per element the split loops read, judged by their accumulators' type (the reads feed them)."""
+    sizes = {"double": 8, "long": 8, "long long": 8, "unsigned long long": 8, "size_t": 8, "half": 2,
+             "__half": 2, "__nv_bfloat16": 2}
+    return min((sizes.get(r.type, 4) for lp in shape.loops for r in lp.reductions.values()), default=4)
+
+
+def _rows(ctx: RuleContext, shape: _Shape, data: bytes, env: dict[str, float | int]) -> int | None:
+    """The longest split loop's trip count at the spec size (None: not expressible in spec terms)."""
+    most: int | None = None
+    for lp in shape.loops:
+        fp = for_parts(lp.node, data)
+        b = upper_bound(fp.cond, data, lp.var) if fp is not None else None
+        lim = scalar_value_expr(ctx, b.limit, data) if b is not None else None
+        start = "0" if lp.start == "0" else scalar_value_expr(ctx, _start_node(lp, data), data)
+        if b is None or lim is None or start is None:
+            return None
+        n = eval_expr(f"({lim}) - ({start})" + (" + 1" if b.inclusive else ""), env)
+        if not isinstance(n, int):
+            return None
+        most = n if most is None else max(most, n)
+    return most
+
+
+def _start_node(lp: _Loop, data: bytes) -> Node:
+    fp = for_parts(lp.node, data)
+    assert fp is not None and fp.var.value is not None
+    return fp.var.value
+
+
+def _splits(ctx: RuleContext, shape: _Shape, data: bytes, cols: str,
+            yz: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(W, R) pairs, most promising first: per width, the smallest power-of-two R whose resident threads,
+    each with ``ACCUMULATORS`` loads of ``_elem_bytes`` in flight, cover ``INFLIGHT_PER_SM`` on every SM,
+    then the largest R the block and the rows allow. Derived at the spec size; the launch is checked at
+    every size by the caller."""
+    es = envs(ctx)
+    env = es[0] if es else None
+    ncols = eval_expr(cols, env) if env is not None else None
+    extent = 1
+    for e in yz:
+        v = eval_expr(e, env) if env is not None else None
+        extent = extent * v if isinstance(v, int) and isinstance(extent, int) else 0
+    rows = _rows(ctx, shape, data, env) if env is not None else None
+    need = ctx.sm_count * INFLIGHT_PER_SM
+    per_thread = ACCUMULATORS * _elem_bytes(shape)  # bytes a thread has in flight
+    fits: list[tuple[int, int]] = []
+    tops: list[tuple[int, int]] = []
+    for w in WIDTHS:
+        top = 1024 // w
+        while rows is not None and top > 8 and top * ACCUMULATORS > rows:
+            top //= 2  # every partial of every thread gets a row
+        fit = top
+        if isinstance(ncols, int) and ncols > 0 and extent > 0:
+            r = 8
+            while r < top:
+                threads = -(-ncols // w) * w * r * extent
+                if min(threads, ctx.sm_count * RESIDENT_PER_SM) * per_thread >= need:
+                    break
+                r *= 2
+            fit = min(r, top)
+        fits.append((w, fit))
+        tops.append((w, top))
+    return list(dict.fromkeys(fits + tops))
 
 
 def _generate(shape: _Shape, data: bytes) -> str | None:
@@ -165,20 +268,45 @@ def _combine(kind: str, a: str, b: str) -> str:
 
 def _loop_code(lp: _Loop, k: int, data: bytes, decls: list[str]) -> list[str] | None:
     fp = for_parts(lp.node, data)
-    if fp is None:
+    b = upper_bound(fp.cond, data, lp.var) if fp is not None else None
+    if fp is None or b is None:
         return None
-    d, cond, body = fp.var, fp.cond, fp.body
-    parts = {r.acc: f"{PREFIX}p{k}_{r.acc}" for r in lp.reductions.values()}
+    t, body = fp.var.type, fp.body
+    op, limit = ("<=" if b.inclusive else "<"), node_text(b.limit, data)
+    reds = list(lp.reductions.values())
+    parts = [{r.acc: f"{PREFIX}p{k}_{r.acc}{'' if u == 0 else f'_{u}'}" for r in reds} for u in range(ACCUMULATORS)]
     lines: list[str] = []
-    for r in lp.reductions.values():
-        lines.append(f"{r.type} {parts[r.acc]} = {'0' if r.kind == 'sum' else r.acc};")
+    for r in reds:
+        init = "0" if r.kind == "sum" else r.acc  # min/max: the start value is idempotent, every partial takes it
+        lines.append(f"{r.type} " + ", ".join(f"{m[r.acc]} = {init}" for m in parts) + ";")
+    j, st = f"{PREFIX}j{k}", f"{PREFIX}st{k}"
     start = "threadIdx.y" if lp.start == "0" else f"({lp.start}) + threadIdx.y"
-    text = flush(_rename_body(body, data, parts, {}), body, data)
-    lines.append(f"for ({d.type} {lp.var} = {start}; {node_text(cond, data)}; {lp.var} += blockDim.y) {text}")
+
+    def copy(u: int) -> str:
+        at = j if u == 0 else f"{j} + {u} * {st}"
+        text = flush(_rename_body(body, data, parts[u], {}), body, data)
+        return f"{{\n    const {t} {lp.var} = {at};\n" + indent(text, "    ") + "\n}"
+
+    lines += [
+        f"const {t} {st} = ({t})blockDim.y;",
+        f"{t} {j} = {start};",
+        f"// {ACCUMULATORS} rows per iteration into independent partials: their loads are in flight together",
+        f"for (; {j} + {ACCUMULATORS - 1} * {st} {op} {limit}; {j} += {ACCUMULATORS} * {st}) {{",
+        *(indent(copy(u), "    ") for u in range(ACCUMULATORS)),
+        "}",
+        f"for (; {j} {op} {limit}; {j} += {st}) {copy(0)}",
+    ]
+    for r in reds:
+        p = parts[0][r.acc]
+        terms = [m[r.acc] for m in parts]
+        while len(terms) > 1:  # a balanced tree over the partials
+            terms = [f"({_combine(r.kind, terms[i], terms[i + 1])})" if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        lines.append(f"{p} = {terms[0]};")
     me = "threadIdx.y * blockDim.x + threadIdx.x"
     up = f"({PREFIX}s + threadIdx.y) * blockDim.x + threadIdx.x"
-    for r in lp.reductions.values():
-        p, sh = parts[r.acc], f"{PREFIX}red{k}_{r.acc}"
+    for r in reds:
+        p, sh = parts[0][r.acc], f"{PREFIX}red{k}_{r.acc}"
         decls.append(f"__shared__ {r.type} {sh}[1024];")
         lines += [
             f"{sh}[{me}] = {p};",
