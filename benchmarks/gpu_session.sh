@@ -46,8 +46,9 @@ if [ -n "$TESTS" ]; then
   for g in $(seq 0 $((NG-1))); do
     awk -v g=$g -v n=$NG '(NR-1) % n == g' $L/ids.txt > $L/ids$g.txt
     [ -s $L/ids$g.txt ] || continue
-    (CUDA_VISIBLE_DEVICES=$g timeout ${PT:-200} python3 -m pytest -m gpu -q -p no:cacheprovider \
-       $(cat $L/ids$g.txt) > $L/gpu_tests$g.txt 2>&1) &
+    # one id per line, read as an array: parametrized ids hold spaces ("int x"), which word splitting broke
+    (mapfile -t ids < $L/ids$g.txt; CUDA_VISIBLE_DEVICES=$g timeout ${PT:-200} python3 -m pytest -m gpu -q \
+       -p no:cacheprovider -rf "${ids[@]}" > $L/gpu_tests$g.txt 2>&1) &
   done
   wait
   echo "tests: $(( $(date +%s) - t1 )) s"

@@ -76,18 +76,18 @@ def test_device_comparison_says_the_original_never_writes_the_element(
         loop.run_until_complete(ev.close())
 
 
-TWO_OUT = """// @warpforge size N = 1 << 16
-// @warpforge arg x: in float[N]
-// @warpforge arg y: out float[N]
-// @warpforge arg dw: out float[N] tol atol=2e-3
-// @warpforge arg n = N
-// @warpforge launch grid=cdiv(N, 256), block=256
-#ifndef DY
+TWO_OUT = """#ifndef DY
 #define DY 0.0f
 #endif
 #ifndef DW
 #define DW 0.0f
 #endif
+// @warpforge size N = 1 << 16
+// @warpforge arg x: in float[N]
+// @warpforge arg y: out float[N]
+// @warpforge arg dw: out float[N] tol atol=2e-3
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
 __global__ void two(const float* x, float* y, float* dw, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { y[i] = x[i] + DY; dw[i] = x[i] + DW; }

@@ -180,7 +180,7 @@ def test_a_per_argument_tolerance_applies_to_that_output_only() -> None:
 
 def test_a_per_argument_tolerance_round_trips_and_changes_the_spec_hash() -> None:
     spec = spec_of(TWO_OUT.format(TOL=""))
-    assert "// @warpforge arg dw: inout float[C] zeros tol atol=0.002" in spec.to_annotation()
+    assert "// @warpforge arg dw: inout float[C] zeros tol atol=2e-3" in spec.to_annotation()
     body = TWO_OUT.format(TOL="").split("__global__", 1)[1]
     again = spec_of(spec.to_annotation() + "__global__" + body)
     assert again.spec_hash() == spec.spec_hash()

@@ -429,7 +429,7 @@ class KernelSpec:
                 align = f" align={a.align}" if a.align != 16 else ""
                 ctype = C_SPELLING.get(a.dtype, a.dtype)
                 tol = "" if a.tol is None else " tol" + "".join(
-                    f" {k}={v:g}" for k, v in zip(("rtol", "atol"), a.tol, strict=True) if v is not None)
+                    f" {k}={number_text(v)}" for k, v in zip(("rtol", "atol"), a.tol, strict=True) if v is not None)
                 lines.append(f"{p}arg {a.name}: {a.role.value} {ctype}[{a.count}]{dist}{align}{tol}")
             else:
                 lines.append(f"{p}arg {a.name} = {a.value}")
