@@ -57,9 +57,12 @@ def test_a_large_win_whose_size_ncu_measures_smaller_is_offered_at_ncus_size() -
     # below CLEAR_WIN, a shortfall still means no win is offered
     small = judge(Speedup(1.30, 1.28, 1.32, 300), [100_000.0] * 7, [93_000.0] * 7, "warm", timed_baseline_ms=0.1)
     assert small.agrees is False and not small.reduced and "not significant" in small.text()
-    # a win ncu sees as larger than timed is simply confirmed, not reduced
+    # a win ncu sees as larger than timed is simply confirmed, not reduced (saving and ratio rules alike)
     more = judge(Speedup(2.0, 1.9, 2.1, 300), [100_000.0] * 7, [40_000.0] * 7, "warm", timed_baseline_ms=0.1)
     assert more.agrees is True and not more.reduced
+    more_ratio = judge(Speedup(2.0, 1.9, 2.1, 300), [100_000.0] * 7, [40_000.0] * 7, "warm")
+    assert more_ratio.agrees is True and not more_ratio.reduced
+    assert "more than the timed 2.000x (the timed figure is offered)" in more_ratio.text()
 
 
 def test_per_launch_savings_are_compared_so_ncus_fixed_launch_cost_does_not_hide_a_real_win() -> None:
