@@ -19,13 +19,12 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..compiler.nsight import ncu_path
 from ..compiler.toolchain import ToolMissing, toolchain
 from ..gpu.backends import visible_devices
 from ..gpu.sanitizer import sanitizer_path
-from ..gpu.supervisor import INSTALL_HINT
+from ..gpu.supervisor import INSTALL_HINT, driver_missing
 
 #: what a user without a local GPU can do instead, in the order they are offered
 ALTERNATIVES = ("open the folder on a machine with an NVIDIA GPU through VS Code Remote-SSH (the extension and "
@@ -89,7 +88,7 @@ def _nvcc(override: str | None) -> str:
 
 def _local_gpus() -> tuple[tuple[str, ...], str, str]:
     """(names, driver, why none) of the GPUs CUDA would see here."""
-    if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
+    if driver_missing():
         return (), "", "no NVIDIA GPU or driver was found on this machine"
     gpus = visible_devices()
     if not gpus:

@@ -45,11 +45,16 @@ class WorkerStartError(RuntimeError):
     """A worker could not be started (no GPU, no driver, no pycuda); the message says why."""
 
 
+def driver_missing() -> bool:
+    """No sign of an NVIDIA driver here (neither nvidia-smi nor a device node), without touching it."""
+    return shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists()
+
+
 def gpu_unavailable_reason() -> str | None:
     """Why GPU work cannot run here, without importing pycuda or touching the driver; None if it may."""
     if importlib.util.find_spec("pycuda") is None:
         return "pycuda is not installed"
-    if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
+    if driver_missing():
         return "no NVIDIA GPU or driver was found"
     return None
 
