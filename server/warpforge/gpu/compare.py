@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import generator
 from .inputs import is_float, poison_scalar, storage_dtype, to_float64
 
 #: kind codes shared with DEVICE_SOURCE
@@ -238,7 +239,8 @@ def device_kernel_name(dtype: str) -> str:
     return f"wf_compare_{storage_dtype(dtype).itemsize}"
 
 
-#: The device version of ``compare``; compiled once per toolchain and shipped to workers as a cubin.
+#: The device version of ``compare`` (and the input generator, ``generator.device_source``, and the L2 flush);
+#: compiled once per toolchain and shipped to workers as a cubin.
 #: ``res`` receives: mismatches, unwritten, NaN mismatches, first mismatching index (initialise to ~0),
 #: max abs error and max rel error as the bits of non-negative doubles (so integer atomicMax orders them),
 #: and mismatches at elements the oracle never wrote (still poison there).
@@ -352,4 +354,4 @@ extern "C" __global__ void wf_compare_8(const unsigned long long* got, const uns
                                         unsigned long long n, int kind, double rtol, double atol,
                                         unsigned long long poison, unsigned long long* res)
 { wf_compare<unsigned long long>(got, want, n, kind, rtol, atol, poison, res); }
-"""
+""" + generator.device_source()

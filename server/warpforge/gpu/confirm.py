@@ -62,6 +62,7 @@ from ..compiler.nsight import (
     run_ncu,
 )
 from .inputs import Layout
+from .oneshot import generator_cubin
 from .timing import Speedup
 
 METRIC = "gpu__time_duration.sum"
@@ -255,7 +256,8 @@ def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, d
         job = Path(tmp) / "job.pkl"
         with open(job, "wb") as f:
             pickle.dump({"sides": [_side_job(baseline), _side_job(candidate)], "layout": layout, "seed": seed,
-                         "device": device, "launches": launches, "warmup": warmup_seconds}, f)
+                         "device": device, "launches": launches, "warmup": warmup_seconds,
+                         "generator": generator_cubin()}, f)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         cmd = confirm_command(exe, str(job), flush=flush, python=python)
@@ -285,7 +287,8 @@ def harness(path: str) -> int:
 
     import numpy as np
 
-    from .inputs import initial_buffers, scalar_format, scalar_value
+    from . import device_inputs
+    from .inputs import scalar_format, scalar_value
 
     with open(path, "rb") as f:
         job: dict[str, Any] = pickle.load(f)
@@ -296,11 +299,10 @@ def harness(path: str) -> int:
     try:
         layout: Layout = job["layout"]
         fmt = "".join(np.dtype(np.uintp).char if a.is_buffer else scalar_format(a.dtype) for a in layout.args)
-        host = initial_buffers(layout, int(job.get("seed", 0)))
         allocs = {a.name: cuda.mem_alloc(max(1, a.nbytes)) for a in layout.buffers}
-        for a in layout.buffers:
-            if a.nbytes:
-                cuda.memcpy_htod(allocs[a.name], host[a.name])
+        sms = int(ctx.get_device().get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
+        gen, _ = device_inputs.load(cuda, job.get("generator"), sms)
+        device_inputs.fill_buffers(cuda, layout, int(job.get("seed", 0)), allocs, gen)
         args = [int(allocs[a.name]) if a.is_buffer else scalar_value(a) for a in layout.args]
         kernels = []
         for side in job["sides"]:

@@ -9,19 +9,21 @@ means one device memset poisons a buffer, and "unwritten" is simply "still bitwi
 which a NaN computed by the kernel (canonically ``0x7FC00000``/``0x7FFFFFFF``) is not.
 
 Inputs are drawn per (seed, argument name), so adding an argument does not change the others' data, and a
-seed always gives the same data on every machine (numpy's PCG64 is platform independent).
+seed always gives the same data on every machine, host or GPU (``generator``: counter-based Philox,
+computed bit-identically by numpy here and by a CUDA kernel in the worker).
 
 This module only needs numpy: the GPU worker imports it, and so do CPU-side tests.
 """
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from . import generator
 
 #: the 16-bit poison word; see the module docstring
 POISON_WORD16 = 0x7FF8
@@ -129,15 +131,9 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- random inputs
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(name.encode("utf-8"))])
-
-
 def _bfloat16_bits(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
     """Round-to-nearest-even float32 -> bfloat16 bits."""
-    bits = x.astype(np.float32).view(np.uint32)
-    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    return ((bits + rounding) >> 16).astype(np.uint16)
+    return generator.bf16_bits(x)
 
 
 def bfloat16_to_float32(bits: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -148,50 +144,35 @@ def default_dist(dtype: str) -> tuple[str, float, float]:
     return ("uniform", -1.0, 1.0) if is_float(dtype) else ("int", 0.0, 100.0)
 
 
-def generate(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
-    """Fresh input data for one ``in``/``inout`` buffer (storage dtype, C order)."""
-    n = int(arg.count or 0)
+def draw(arg: ArgLayout) -> generator.Draw:
+    """How ``arg``'s data is drawn (``generator.Draw``), after checking the spec asks for something possible."""
     kind, a, b = arg.dist or default_dist(arg.dtype)
-    store = storage_dtype(arg.dtype)
-    rng = _rng(seed, arg.name)
-    if kind == "zeros":
-        return np.zeros(n, dtype=store)
-    if is_float(arg.dtype):
-        work = np.float64 if arg.dtype == "float64" else np.float32
-        x: npt.NDArray[Any]
-        if kind == "uniform":
-            x = rng.random(n, dtype=work)
-            x *= work(b - a)
-            x += work(a)
-        elif kind == "normal":
-            x = rng.standard_normal(n, dtype=work)
-            x *= work(b)
-            x += work(a)
-        elif kind == "const":
-            x = np.full(n, a, dtype=work)
-        elif kind == "int":
-            x = rng.integers(int(np.ceil(a)), int(np.ceil(b)), n).astype(work)
-        else:
-            raise InputError(f"`{arg.name}`: unknown distribution `{kind}`")
-        if arg.dtype == "bfloat16":
-            return _bfloat16_bits(x.astype(np.float32))
-        return x.astype(store, copy=False)
-    info = np.iinfo(store)
-    if kind == "int":
-        lo, hi = int(np.ceil(a)), int(np.ceil(b))
-        if lo < info.min or hi - 1 > info.max:
-            raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) does not fit in {arg.dtype} "
-                             f"[{info.min}, {info.max}]")
-        return rng.integers(lo, hi, n, dtype=store)
-    if kind == "const":
-        return np.full(n, int(a), dtype=store)
-    if kind == "uniform":
-        y = np.floor(rng.random(n) * (b - a) + a)
-    elif kind == "normal":
-        y = np.rint(rng.standard_normal(n) * b + a)
-    else:
+    if kind not in generator.DIST_CODES:
         raise InputError(f"`{arg.name}`: unknown distribution `{kind}`")
-    return np.clip(y, info.min, info.max).astype(store)
+    store = storage_dtype(arg.dtype)
+    cmin = cmax = 0.0
+    if not is_float(arg.dtype):
+        info = np.iinfo(store)
+        if kind == "int":
+            lo, hi = int(np.ceil(a)), int(np.ceil(b))
+            if lo < info.min or hi - 1 > info.max:
+                raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) does not fit in {arg.dtype} "
+                                 f"[{info.min}, {info.max}]")
+        limit = float(1 << 53)
+        cmin, cmax = max(float(info.min), -limit), min(float(info.max), limit)
+    if kind == "int" and int(np.ceil(b)) <= int(np.ceil(a)):
+        raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) is an empty range")
+    return generator.draw_of(arg.dtype, (kind, a, b), cmin, cmax)
+
+
+def generate(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
+    """Fresh input data for one ``in``/``inout`` buffer (storage dtype, C order), computed on the host.
+
+    The same bits as the GPU worker's device generator (``generator``): that one is checked against this.
+    """
+    n = int(arg.count or 0)
+    return generator.host_generate(draw(arg), arg.dtype, storage_dtype(arg.dtype), int(seed) & 0xFFFFFFFF,
+                                   generator.stream_of(arg.name), n)
 
 
 def make_inputs(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
@@ -231,20 +212,29 @@ def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     valid values are unknown: a perturbed index could make the original itself read out of bounds).
     """
     n = int(arg.count or 0)
-    k = min(TAIL, n)
     out = np.array(data, copy=True)
-    if k == 0:
+    k = min(TAIL, n)
+    if k:
+        out[n - k:] = perturb_last(arg, out[n - k:])
+    return out
+
+
+def perturb_last(arg: ArgLayout, last: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``perturb_tail`` applied to the buffer's last ``min(TAIL, count)`` elements alone (a new array): what
+    the worker needs when the rest of the buffer was made on the device and never comes to the host."""
+    out = np.array(last, copy=True)
+    if out.size == 0:
         return out
     dist = arg.dist or default_dist(arg.dtype)
     if is_float(arg.dtype):
         move = TAIL_SCALE * _scale(dist)
         if arg.dtype == "float16":
             move = min(move, TAIL_MAX_FLOAT16)
-        tail = to_float64(out[n - k:], arg.dtype) + move
+        tail = to_float64(out, arg.dtype) + move
         if arg.dtype == "bfloat16":
-            out[n - k:] = _bfloat16_bits(tail.astype(np.float32))
+            out[:] = _bfloat16_bits(tail.astype(np.float32))
         else:
-            out[n - k:] = tail.astype(out.dtype)
+            out[:] = tail.astype(out.dtype)
         return out
     kind, a, b = dist
     if kind != "int":
@@ -252,8 +242,7 @@ def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     lo, hi = int(np.ceil(a)), int(np.ceil(b))
     if hi - lo < 2:
         return out
-    tail_i = out[n - k:].astype(np.int64)
-    out[n - k:] = (lo + hi - 1 - tail_i).astype(out.dtype)
+    out[:] = (lo + hi - 1 - out.astype(np.int64)).astype(out.dtype)
     return out
 
 

@@ -7,11 +7,27 @@ The kernel's name and data travel in the file, never on a command line.
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..compiler.build import compile_cubin
+from ..compiler.toolchain import ToolMissing, default_arch
+from .compare import DEVICE_SOURCE
 from .inputs import Layout
+
+
+@functools.lru_cache(maxsize=4)
+def generator_cubin(arch: str | None = None) -> bytes | None:
+    """The device module with the input generator, for a one-shot process to draw its inputs on the GPU
+    (``device_inputs``); None when it cannot be built (the process then draws them on the host). Built once
+    per process and cached on disk by the compiler like every cubin."""
+    try:
+        res = compile_cubin(DEVICE_SOURCE, arch=default_arch(arch), filename="warpforge_compare.cu")
+    except ToolMissing:
+        return None
+    return res.cubin if res.ok and res.cubin else None
 
 
 def write_job(path: Path, cubin: bytes, symbol: str, layout: Layout,
@@ -22,4 +38,4 @@ def write_job(path: Path, cubin: bytes, symbol: str, layout: Layout,
     grid, block, smem = launch
     with open(path, "wb") as f:
         pickle.dump({"cubin": cubin, "symbol": symbol, "layout": layout, "seed": seed, "device": device,
-                     "launch": (list(grid), list(block), int(smem)), **extra}, f)
+                     "launch": (list(grid), list(block), int(smem)), "generator": generator_cubin(), **extra}, f)

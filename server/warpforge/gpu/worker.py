@@ -54,15 +54,17 @@ from typing import Any
 import numpy as np
 
 from . import compare as cmp
+from . import device_inputs
 from .compare import sensitivity_tolerance
+from .device_inputs import DeviceGenerator, perturb_tail_on_device
 from .energy import NvmlDevice, NvmlUnavailable
 from .energy import measure as measure_energy
 from .input_cache import inputs_for
 from .inputs import (
     ArgLayout,
+    InputError,
     Layout,
     generate,
-    initial_buffers,
     is_poison,
     itemsize,
     perturb_tail,
@@ -219,6 +221,9 @@ class Engine:
         self.cmp_res: _Buf | None = None
         self.device_compare = False
         self.compare_note = "device comparison not set up"
+        #: the device input generator, once checked against the host's (``device_inputs``)
+        self.gen: DeviceGenerator | None = None
+        self.gen_note = "inputs generated on the host (no device module yet)"
         self.flush: _Buf | None = None
         self.flush_fn: Any = None
         self.last_busy = 0.0
@@ -484,13 +489,21 @@ class Engine:
         for a in layout.buffers:
             if not a.readable:
                 continue
-            host = inputs_for(a, int(seed))  # generated once per machine, shared by its workers
-            if tail:
-                host = perturb_tail(a, host)
-            b = self._alloc(host.nbytes, guarded=False)
-            b.owned = True
-            if host.nbytes:
-                self.cuda.memcpy_htod(b.ptr, host)
+            if self.gen is not None:  # drawn where it is used: nothing crosses the bus
+                b = self._alloc(a.nbytes, guarded=False)
+                b.owned = True
+                self.gen.fill(b.ptr, a, int(seed))
+                if tail and a.nbytes:
+                    self.stream.synchronize()
+                    perturb_tail_on_device(self.cuda, b.ptr, a)
+            else:
+                host = inputs_for(a, int(seed))  # generated once per machine, shared by its workers
+                if tail:
+                    host = perturb_tail(a, host)
+                b = self._alloc(host.nbytes, guarded=False)
+                b.owned = True
+                if host.nbytes:
+                    self.cuda.memcpy_htod(b.ptr, host)
             bufs[a.name] = b
             prob.nbytes += b.total
         prob.pristine[key] = bufs
@@ -622,6 +635,27 @@ class Engine:
             self.compare_note = f"device comparison disabled, using the host: {problem}"
         else:
             self.compare_note = "device comparison checked against the host implementation"
+        self._setup_generator(module)
+
+    def _setup_generator(self, module: Any) -> None:
+        """Load the device input generator and prove it draws the host's bits; else keep the host's."""
+        held: dict[int, _Buf] = {}
+
+        def alloc(nbytes: int) -> int:
+            b = self._alloc(nbytes, guarded=False)
+            held[b.ptr] = b
+            return b.ptr
+
+        try:
+            gen = DeviceGenerator(self.cuda, module, int(self.info["sm_count"] or 1), self.stream)
+            problem = gen.selftest(alloc, lambda p: self._retire([held.pop(p)]))
+        except (self.cuda.Error, InputError) as e:
+            self.gen, self.gen_note = None, f"device input generator unavailable ({e}): inputs made on the host"
+            return
+        if problem:
+            self.gen, self.gen_note = None, f"device input generator disabled, using the host: {problem}"
+        else:
+            self.gen, self.gen_note = gen, "inputs generated on the GPU (checked against the host generator)"
 
     def _selftest(self) -> str | None:
         rng = np.random.default_rng(1234)
@@ -675,14 +709,15 @@ class Engine:
 
     # ----------------------------------------------------------------- ops
     def op_info(self, msg: Msg) -> Msg:
-        return {"status": "ok", "info": self.info, "compare": self.compare_note,
+        return {"status": "ok", "info": self.info, "compare": self.compare_note, "inputs": self.gen_note,
                 "memory": {"allocations": self.allocations, "reuses": self.reuses, "pooled_bytes": self.pool_bytes,
                            "live": len(self.live)}}
 
     def op_setup(self, msg: Msg) -> Msg:
         if msg.get("compare"):
             self._setup_compare(msg["compare"])
-        return {"status": "ok", "device_compare": self.device_compare, "note": self.compare_note}
+        return {"status": "ok", "device_compare": self.device_compare, "note": self.compare_note,
+                "device_inputs": self.gen is not None, "inputs_note": self.gen_note}
 
     def op_peak(self, msg: Msg) -> Msg:
         if self.peak_gbps is None:
@@ -1158,6 +1193,14 @@ def serve(fd: int, device: int) -> int:
             os._exit(3)
 
 
+def _sm_count(cuda: Any, ctx: Any) -> int:
+    """The current context's multiprocessor count (sizes the input generator's grid)."""
+    try:
+        return int(ctx.get_device().get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
+    except Exception:
+        return 1
+
+
 def oneshot(path: str) -> int:
     """Run the kernel described by a pickled job once (or ``repeat`` times) in a fresh context and exit.
 
@@ -1176,12 +1219,9 @@ def oneshot(path: str) -> int:
         grid, block, smem = _launch_of(job["launch"])
         if smem > DEFAULT_SMEM:
             fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        host = initial_buffers(layout, int(job.get("seed", 0)))
-        allocs = {}
-        for a in layout.buffers:
-            allocs[a.name] = cuda.mem_alloc(max(1, a.nbytes))
-            if a.nbytes:
-                cuda.memcpy_htod(allocs[a.name], host[a.name])
+        allocs = {a.name: cuda.mem_alloc(max(1, a.nbytes)) for a in layout.buffers}
+        gen, _ = device_inputs.load(cuda, job.get("generator"), _sm_count(cuda, ctx))
+        device_inputs.fill_buffers(cuda, layout, int(job.get("seed", 0)), allocs, gen)
         fn.prepare("".join(np.dtype(np.uintp).char if a.is_buffer else scalar_format(a.dtype) for a in layout.args))
         args = [int(allocs[a.name]) if a.is_buffer else scalar_value(a) for a in layout.args]
         for _ in range(int(job.get("repeat", 1))):

@@ -293,7 +293,8 @@ def harness(path: str) -> int:
     """Run under ``ncu``: warm the clocks up with the kernel itself, then launch it once, marked."""
     import numpy as np
 
-    from ..gpu.inputs import initial_buffers, scalar_format, scalar_value
+    from ..gpu import device_inputs
+    from ..gpu.inputs import scalar_format, scalar_value
 
     with open(path, "rb") as f:
         job: dict[str, Any] = pickle.load(f)
@@ -310,13 +311,12 @@ def harness(path: str) -> int:
         block = tuple(int(x) for x in [*block_l, 1, 1][:3])
         if smem > 48 * 1024:
             fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        host = initial_buffers(layout, int(job.get("seed", 0)))
         allocs = {a.name: cuda.mem_alloc(max(1, a.nbytes)) for a in layout.buffers}
+        gen, _ = device_inputs.load(cuda, job.get("generator"),
+                                    int(dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)))
 
         def fill() -> None:
-            for a in layout.buffers:
-                if a.nbytes:
-                    cuda.memcpy_htod(allocs[a.name], host[a.name])
+            device_inputs.fill_buffers(cuda, layout, int(job.get("seed", 0)), allocs, gen)
 
         fill()
         fn.prepare("".join(np.dtype(np.uintp).char if a.is_buffer else scalar_format(a.dtype) for a in layout.args))

@@ -318,7 +318,20 @@ def _flush(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tu
     _tick(int(n16) * 16)
 
 
-_KERNELS = {"saxpy": _saxpy, "wf_flush": _flush, "wf_compare_1": _compare, "wf_compare_2": _compare,
+def _generate(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    """``wf_generate``: the host generator's values for elements [first, first + n) (what the device computes)."""
+    from warpforge.gpu import generator as gen
+
+    out, n, first, seed, stream, dtype_code, dist, a, b, lo, span, cmin, cmax = args
+    dtype = {v: k for k, v in gen.DTYPE_CODES.items()}[dtype_code]
+    store = np.dtype({"bfloat16": "uint16"}.get(dtype, dtype))
+    d = gen.Draw(dtype_code, dist, a, b, lo, span, cmin, cmax)
+    _view(out, int(n), store)[:] = gen.to_storage(gen.values(d, seed, stream, int(first), int(n)), dtype, store)
+    _tick(int(n) * store.itemsize)
+
+
+_KERNELS = {"saxpy": _saxpy, "wf_flush": _flush, "wf_generate": _generate,
+            "wf_compare_1": _compare, "wf_compare_2": _compare,
             "wf_compare_4": _compare, "wf_compare_8": _compare}
 
 
