@@ -64,7 +64,7 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "3"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "4"  # 4: inputs from the counter-based generator (gpu/generator.py); 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
