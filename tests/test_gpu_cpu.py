@@ -513,6 +513,32 @@ def test_engine_end_to_end_on_the_cpu_stand_in(fake_backend: Backend, loop: asyn
 
 
 @needs_nvcc
+def test_timing_stops_early_for_a_candidate_that_cannot_win(fake_backend: Backend, loop: asyncio.AbstractEventLoop,
+                                                             tmp_path: Path) -> None:
+    path = tmp_path / "saxpy.cu"
+    path.write_text(SMALL_SAXPY)
+    # a target tighter than the stand-in's 0.1 % jitter: the stopping rule alone would sample to max_reps
+    timing = TimingSettings(max_seconds=5.0, target=1e-5, min_reps=10, max_reps=400)
+    for abandon in (True, False):
+        ev = Evaluator(path, "saxpy", backend=fake_backend,
+                       settings=EngineSettings(kernel_timeout=2.0, timing=timing, abandon_slower=abandon))
+        assert loop.run_until_complete(ev.baseline()).status == "ok"
+        fast = loop.run_until_complete(ev.evaluate(_tagged(ev, "wf_fake_fast")))
+        assert fast.status == "ok" and fast.speedup is not None and fast.speedup > 1.1, fast.reason
+        assert ev.best_ratio == pytest.approx(fast.speedup)
+        slow = loop.run_until_complete(ev.evaluate(_tagged(ev, "wf_fake_slow")))
+        assert slow.status == "ok" and slow.timing is not None and slow.timing.speedup is not None
+        assert slow.timing.speedup.ratio < 0.9
+        if abandon:
+            assert slow.timing.abandoned and slow.timing.candidate is not None
+            assert slow.timing.candidate.n < 100 and slow.timing.speedup.high < fast.speedup
+            assert any("timing stopped after" in n and "clearly slower" in n for n in slow.notes), slow.notes
+        else:
+            assert not slow.timing.abandoned and slow.timing.candidate is not None
+            assert slow.timing.candidate.n >= 400
+
+
+@needs_nvcc
 def test_compile_bomb_is_killed_at_the_compile_timeout(fake_backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
     ev = Evaluator(ROOT / "kernels" / "gelu.cu", "gelu_forward", backend=fake_backend,
                    settings=EngineSettings(compile_timeout=3.0))

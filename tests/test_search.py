@@ -160,6 +160,62 @@ def test_wall_time_budget_holds() -> None:
     assert result.seconds < 1.0
 
 
+def test_the_time_budget_counts_from_the_users_start_and_keeps_the_reserve() -> None:
+    import time
+
+    land = Landscape({f"F{i}": [1.0 + i / 100] for i in range(50)}, delay=0.05)
+    # the job began 0.3 s ago (its baseline profile, say); 1.0 s in all, 0.4 s kept for the winner's checks
+    budget = Budget(max_candidates=None, wall_seconds=1.0, started=time.monotonic() - 0.3, reserve_seconds=0.4)
+    assert budget.search_seconds() == pytest.approx(0.6)
+    assert budget.deadline() == pytest.approx(budget.started + 1.0)  # type: ignore[operator]
+    t0 = time.monotonic()
+    result = asyncio.run(MCTS(LandscapePolicy(land), land, budget=budget, config=MCTSConfig(parallel=2)).run(ROOT))
+    assert result.stopped == "time budget spent"
+    assert time.monotonic() - t0 < 0.3 + 0.15  # 0.6 s after the start, not 1.0 s after the search began
+    assert 0.55 < result.seconds < 0.8  # counted from the user's start
+
+
+def test_the_reserve_is_a_quarter_of_the_budget_at_most_20_s() -> None:
+    from warpforge.search.engine import reserve_for
+
+    assert reserve_for(None) == 0.0
+    assert reserve_for(20.0) == pytest.approx(5.0)
+    assert reserve_for(300.0) == pytest.approx(20.0)
+
+
+def test_the_winners_checks_get_the_deadline_and_stop_at_it() -> None:
+    import time
+
+    from warpforge.search.optimize import confirm_winner
+
+    class Checked:
+        def __init__(self, status: str) -> None:
+            self.status, self.reason, self.speedup, self.timing = status, "", 2.0, None
+            self.significant = True
+
+    class Sanitizing(Landscape):
+        def __init__(self) -> None:
+            super().__init__({"A": [2.0, 1.5, 1.3]})
+            self.checked: list[tuple[tuple[str, ...], float | None]] = []
+
+        async def sanitize(self, c: Candidate, deadline: float | None = None) -> Checked:
+            self.checked.append((c.steps, deadline))
+            await asyncio.sleep(0.2)
+            return Checked("racy")  # every winner fails: the next one is tried while time is left
+
+    land = Sanitizing()
+    result = asyncio.run(MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=4),
+                              config=MCTSConfig(parallel=1)).run(ROOT))
+    assert sum(1 for n in result.nodes if n.ok and (n.speedup or 0) > 1.01) == 3
+    deadline = time.monotonic() + 0.1
+    asyncio.run(confirm_winner(result, land, deadline=deadline))
+    assert len(land.checked) == 1 and land.checked[0][1] == deadline  # the first, with the deadline; then none
+    assert result.best is result.root  # nothing passed: nothing is offered
+    land.checked.clear()
+    asyncio.run(confirm_winner(result, land, deadline=time.monotonic() + 10))
+    assert [c[0] for c in land.checked] == [("A#1",), ("A#2",)]  # with time left, the two still unchecked
+
+
 def test_target_speedup_stops() -> None:
     land = Landscape({"A": [3.0], "B": [1.1], "C": [1.05]})
     search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=100, target_speedup=2.0),

@@ -59,6 +59,22 @@ def test_a_derived_size_is_the_product_of_the_perturbed_base_sizes() -> None:
     assert spec.perturbation() == {"B": "perturbed", "T": "perturbed", "N": "derived from B, T"}
 
 
+def test_the_sanitizer_size_is_small_odd_and_keeps_what_the_user_fixed() -> None:
+    from warpforge.spec.model import SMALL_BYTES
+
+    spec = spec_of(annotated("B = 8192;C = 50257;N = B*C", count="N"))
+    small = spec.small_sizes()
+    assert small is not None and set(small) == {"B", "C"}
+    r = spec.resolve(base=small)
+    assert r.sizes["N"] == small["B"] * small["C"]  # derived sizes follow
+    assert sum(int(a.count or 0) * 4 for a in r.args if a.count is not None) <= SMALL_BYTES
+    assert small["B"] % 2 == 1 and small["C"] % 2 == 1 and min(small.values()) >= 33  # tails stay
+    assert r.grid[0] == -(-r.sizes["N"] // 256)  # the launch is the spec's at that size
+    fixed = spec_of(annotated("B = 8192 fixed;C = 50257;N = B*C", count="N")).small_sizes()
+    assert fixed is not None and "B" not in fixed  # a fixed size is never shrunk
+    assert spec_of(annotated("N = 4096")).small_sizes() is None  # small already: the perturbed size is used
+
+
 def test_a_fixed_derived_size_keeps_its_value_and_holds_what_it_is_computed_from() -> None:
     spec = spec_of(annotated("B = 8;T = 1024;N = B*T fixed;M = 100"))
     odd = spec.resolve(perturbed=True).sizes

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import defaults
@@ -23,7 +24,7 @@ from ..profile.findings import Finding
 from ..profile.limit import Limit, SpecWork, limit_reader, spec_work
 from ..profile.profiler import ProfileReport, profile_kernel
 from ..profile.roofline import Ceilings, cached_ceilings
-from ..search.engine import Budget, SearchEngine, SearchEvent
+from ..search.engine import Budget, SearchEngine, SearchEvent, reserve_for
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize
 from ..search.tree import EvaluatorLike, Node
@@ -113,8 +114,14 @@ class OptimizeJob:
         policy: Any = None
         final: JobEvent
         error: BaseException | None = None
+        # The user's wait starts now: the time budget covers the baseline's profile and verification, the
+        # search, and the winner's checks (a part of it is kept for those where the evaluator makes them).
+        b = self.request.budget
+        self.request.budget = replace(b, started=time.monotonic(), reserve_seconds=0.0)
         try:
             evaluator = self.start_evaluator()
+            if getattr(evaluator, "sanitize", None) is not None:
+                self.request.budget = replace(self.request.budget, reserve_seconds=reserve_for(b.wall_seconds))
             await backend.ready(evaluator)
             if self.settings.profile_baseline:
                 await self._profile_baseline()
@@ -191,8 +198,11 @@ class OptimizeJob:
         self._emit(Progress("profiling the original kernel (Nsight Compute)"))
         s, p = self.settings, self.prepared
         try:
+            # at most a third of the time budget: the search is what the user asked for
+            cap = max(10.0, min(300.0, s.seconds / 3)) if s.seconds else 300.0
             report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
-                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts()))
+                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
+                timeout=cap))
         except Exception:
             log.exception("profiling %s before optimizing", self.kernel)
             return

@@ -28,6 +28,7 @@ candidate becomes a translation unit and a launch in ``surgery.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import json
@@ -42,7 +43,7 @@ from ..compiler.toolchain import default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
 from ..cuda.types import type_aliases
-from ..spec import KernelSpec, build_spec
+from ..spec import KernelSpec, SpecError, build_spec
 from ..store import EvalKey, Store
 from . import guards, surgery
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
@@ -64,9 +65,12 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "4"  # 4: inputs from the counter-based generator (gpu/generator.py); 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "4"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
-# original never writes counted apart
+# original never writes counted apart; 4: inputs from the counter-based
+# generator (gpu/generator.py)
+#: the least time left (s) in which a winner's Nsight Compute confirmation is started
+CONFIRM_MIN_SECONDS = 12.0
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
 RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
 T = TypeVar("T")
@@ -94,6 +98,9 @@ class EngineSettings:
     sensitivity: bool = True
     #: confirm a winner's speedup with Nsight Compute's gpu__time_duration where ncu is available
     confirm: bool = True
+    #: stop timing a candidate once its whole speedup interval is below the best verified so far (it cannot
+    #: win; its interval is kept, wider): GPU time goes to candidates that can
+    abandon_slower: bool = True
 
     def verdict_key(self) -> str:
         """The settings that can change a verdict (part of the cache key)."""
@@ -172,6 +179,16 @@ class Evaluator:
         self.arch = default_arch(self.settings.arch)
         self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
+        # compute-sanitizer's size: a smaller problem of the same kernel (``KernelSpec.small_sizes``), where the
+        # perturbed size is large; never a verification run
+        try:
+            self.small_sizes = self.spec.small_sizes()
+        except SpecError:
+            self.small_sizes = None
+        if self.small_sizes is not None:
+            self.layouts["small"] = Layout.from_resolved(self.spec.resolve(base=self.small_sizes), "small")
+        #: when the user's wait ends (monotonic), set by ``sanitize(deadline=...)``: the winner's checks fit in it
+        self.deadline: float | None = None
         self.tolerances = {a.name: self.spec.tolerance_for(a) for a in self.spec.args if a.is_buffer}
         self.spec_key = self._spec_key()
         self.problem: Msg = {"id": self.spec_key, "layouts": self.layouts, "tolerances": self.tolerances}
@@ -181,6 +198,8 @@ class Evaluator:
         self._inflight: dict[str, asyncio.Future[Evaluation]] = {}
         self._done: dict[str, Evaluation] = {}
         self._identity: tuple[str, str] | None = None
+        #: the best verified speedup of this evaluator's candidates so far (what "clearly slower" means)
+        self.best_ratio = 1.0
 
     # ----------------------------------------------------------------- keys
     def _spec_key(self) -> str:
@@ -219,12 +238,16 @@ class Evaluator:
 
     def _launch(self, cand: Candidate, variant: str) -> tuple[list[int], list[int], int]:
         try:
-            return surgery.launch(self.spec, self.layouts[variant], cand, variant)
+            return surgery.launch(self.spec, self.layouts[variant], cand, variant,
+                                  self.small_sizes if variant == "small" else None)
         except surgery.Rejected as e:
             raise _Fail("rejected", e.reason) from e
 
     async def _build(self, cand: Candidate) -> _Built:
         launches = {v: self._launch(cand, v) for v in self.variants}
+        if "small" in self.layouts:
+            with contextlib.suppress(_Fail):  # no small launch: the sanitizer runs at the verified size
+                launches["small"] = self._launch(cand, "small")
         tu = self._translation_unit(cand)
         self._say(cand, "compiling")
         out = await self.backend.cpu(build_job, tu, self.kernel.name, self._defines(cand), list(cand.flags),
@@ -280,8 +303,11 @@ class Evaluator:
             fut.add_done_callback(forget)
         return await asyncio.shield(fut)
 
-    async def sanitize(self, candidate: Candidate) -> Evaluation:
-        """``evaluate`` plus compute-sanitizer memcheck and racecheck (for a winner)."""
+    async def sanitize(self, candidate: Candidate, deadline: float | None = None) -> Evaluation:
+        """``evaluate`` plus compute-sanitizer memcheck and racecheck (for a winner); ``deadline`` (monotonic)
+        is when the user's wait ends: the sanitizer is capped to it and the Nsight Compute confirmation skipped
+        when too little time is left, each saying so."""
+        self.deadline = deadline
         return await self.evaluate(candidate, sanitize=True)
 
     async def close(self) -> None:
@@ -330,6 +356,8 @@ class Evaluator:
             except _Fail as f:
                 ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
             ev.seconds = time.perf_counter() - t0
+        if ev.ok and ev.timing is not None and ev.timing.speedup is not None and not baseline:
+            self.best_ratio = max(self.best_ratio, ev.timing.speedup.ratio)
         self._say(cand, ev.status)
         if ev.cacheable:
             self._done[cand.hash] = ev
@@ -501,7 +529,8 @@ class Evaluator:
         ts = self.settings.timing
         sides = [base.ref()] if baseline else [base.ref(), built.ref()]
         tmsg: Msg = {"op": "time", "problem": self.problem, "sides": sides, "variant": "spec", "seed": seeds[0],
-                     "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref()}
+                     "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref(),
+                     "abandon_below": self.best_ratio if self.settings.abandon_slower and not baseline else None}
         budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
         t = await self._request(dev, tmsg, budget, "timing", ev)
         ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
@@ -519,6 +548,11 @@ class Evaluator:
         )
         if timing.bytes and peak:
             timing.floor_ms = guards.floor_ms(timing.bytes, peak)
+        gave_up = t.get("abandoned")
+        if gave_up:
+            timing.abandoned = True
+            ev.notes.append(f"timing stopped after {gave_up['samples']} repetitions: clearly slower than the best "
+                            f"verified so far (at most {gave_up['high']:.3f}x, best {gave_up['below']:.3f}x)")
         ev.timing = timing
         outs = t.get("outputs") or []
         side_out = outs[-1] if outs else []
@@ -583,6 +617,11 @@ class Evaluator:
         if not isinstance(self.backend, LocalBackend):
             ev.notes.append("speedup not confirmed by Nsight Compute: it runs with local GPUs only")
             return
+        left = self._left()
+        if left is not None and left < CONFIRM_MIN_SECONDS:
+            ev.notes.append(f"speedup not confirmed by Nsight Compute: {max(0.0, left):.0f} s of the time budget "
+                            f"left (it needs about {CONFIRM_MIN_SECONDS:.0f} s)")
+            return
         self._say_id(ev.candidate_id, "Nsight Compute confirmation")
         claimed = t.speedup
         flush = self.settings.timing.flush_l2 and "graph" not in t.mode
@@ -594,9 +633,10 @@ class Evaluator:
         layout, seed, device = self.layouts["spec"], self._seeds()[0], dev.device
         loop = asyncio.get_running_loop()
         per_launch = t.baseline.median if t.baseline is not None else None
+        cap = 300.0 if left is None else max(5.0, left)
         conf = await loop.run_in_executor(None, lambda: ncu_confirm(side(base), side(built), layout, claimed,
                                                                     seed=seed, device=device, flush=flush,
-                                                                    timed_baseline_ms=per_launch))
+                                                                    timed_baseline_ms=per_launch, timeout=cap))
         t.confirmation = conf
         ev.notes.append(conf.text())
         if conf.agrees is False and conf.ncu_ratio is not None:
@@ -641,12 +681,46 @@ class Evaluator:
                             float(base_r["joules_per_launch"]) if base_r else None, float(cand_r["seconds"]),
                             int(cand_r["launches"]), float(cand_r["mean_power_w"]), CAVEAT)
 
+    def _left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
     async def _sanitize(self, built: _Built, dev: Device) -> SanitizerReport:
+        """memcheck and racecheck on one launch: at the small size where there is one (a 1.65 GB problem runs
+        for minutes under the sanitizer), else at the perturbed size; capped by the deadline.
+
+        A kernel may assume more than the small size gives it. So when the candidate fails there, the original
+        runs under the same tool at the same size: if it fails too, the small size is not one the kernel
+        supports, and the candidate is checked at the verified (perturbed) size instead."""
         # On the device's own machine: with Ray, that is the node of the actor holding the GPU.
-        variant = "odd" if "odd" in self.variants else "spec"
-        grid, block, smem = built.launches[variant]
-        return await dev.sanitize(built.cubin, built.symbol, self.layouts[variant], (grid, block, smem),
-                                  seed=self._seeds()[0], timeout=self.settings.sanitize_timeout)
+        verified = "odd" if "odd" in self.variants else "spec"
+        seed = self._seeds()[0]
+
+        def timeout() -> float:
+            left = self._left()
+            return self.settings.sanitize_timeout if left is None else \
+                max(1.0, min(self.settings.sanitize_timeout, left / 2))
+
+        async def run(b: _Built, variant: str) -> SanitizerReport:
+            return await dev.sanitize(b.cubin, b.symbol, self.layouts[variant], tuple(b.launches[variant]),  # type: ignore[arg-type]
+                                      seed=seed, timeout=timeout())
+
+        if "small" not in built.launches:
+            return await run(built, verified)
+        report = await run(built, "small")
+        if report.failed is None:
+            report.size = f"small size ({self.layouts['small'].describe()})"
+            return report
+        base = await self._baseline_built()
+        if "small" in base.launches:
+            orig = await run(base, "small")
+            if orig.failed is None:
+                report.size = f"small size ({self.layouts['small'].describe()}), where the original passes"
+                return report
+        again = await run(built, verified)
+        again.size = f"{verified} size ({self.layouts[verified].describe()}): the original fails the sanitizer at " \
+                     "the small size too"
+        return again
 
 
 def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:

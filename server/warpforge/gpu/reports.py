@@ -129,6 +129,9 @@ class TimingReport:
     floor_ms: float | None = None
     #: Nsight Compute's check of a winner's speedup (``confirm``), when one was made
     confirmation: Confirmation | None = None
+    #: timing stopped early: the candidate's whole interval was below the best verified speedup so far (its
+    #: interval is then wider than the target, and it says so)
+    abandoned: bool = False
 
     @property
     def significant(self) -> bool:
@@ -156,7 +159,8 @@ class TimingReport:
                 "driver": self.driver, "sm_clock_mhz": self.sm_clock_mhz, "max_clock_mhz": self.max_clock_mhz,
                 "peak_gbps": self.peak_gbps, "bytes": self.bytes, "flops": self.flops, "floor_ms": self.floor_ms,
                 "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops,
-                "confirmation": self.confirmation.to_json() if self.confirmation else None}
+                "confirmation": self.confirmation.to_json() if self.confirmation else None,
+                "abandoned": self.abandoned}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TimingReport:
@@ -165,7 +169,8 @@ class TimingReport:
                    Speedup.from_json(d["speedup"]) if d.get("speedup") else None,
                    d.get("mode", ""), d.get("gpu", ""), d.get("driver", ""), d.get("sm_clock_mhz"),
                    d.get("max_clock_mhz"), float(d.get("peak_gbps") or 0.0), d.get("bytes"), d.get("flops"),
-                   d.get("floor_ms"), Confirmation.from_json(d["confirmation"]) if d.get("confirmation") else None)
+                   d.get("floor_ms"), Confirmation.from_json(d["confirmation"]) if d.get("confirmation") else None,
+                   bool(d.get("abandoned", False)))
 
 
 @dataclass

@@ -47,10 +47,12 @@ class ToolReport:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass
 class SanitizerReport:
     tools: list[ToolReport] = field(default_factory=list)
     skipped: str = ""
+    #: the problem size the tools ran at, in words (the evaluator's choice: small, or the verified size)
+    size: str = ""
 
     @property
     def ok(self) -> bool:
@@ -63,16 +65,19 @@ class SanitizerReport:
 
     def notes(self) -> list[str]:
         out = [self.skipped] if self.skipped else []
+        if self.size and self.tools:
+            out.append(f"compute-sanitizer ran at the {self.size}")
         out += [f"{t.tool}: {t.note}" for t in self.tools if t.note]
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"tools": [t.to_json() for t in self.tools], "skipped": self.skipped, "ok": self.ok}
+        return {"tools": [t.to_json() for t in self.tools], "skipped": self.skipped, "ok": self.ok,
+                "size": self.size}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SanitizerReport:
         return cls([ToolReport(**{k: t[k] for k in ToolReport.__dataclass_fields__ if k in t})
-                    for t in d.get("tools", [])], d.get("skipped", ""))
+                    for t in d.get("tools", [])], d.get("skipped", ""), d.get("size", ""))
 
 
 def sanitizer_path() -> str | None:

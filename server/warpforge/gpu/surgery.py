@@ -63,15 +63,17 @@ def defines(spec: KernelSpec, cand: Candidate) -> dict[str, str]:
     return base
 
 
-def launch(spec: KernelSpec, want: Layout, cand: Candidate, variant: str) -> tuple[list[int], list[int], int]:
-    """Grid, block and dynamic shared memory of ``cand`` at the size ``variant`` ("spec" or "odd").
+def launch(spec: KernelSpec, want: Layout, cand: Candidate, variant: str,
+           base: dict[str, int] | None = None) -> tuple[list[int], list[int], int]:
+    """Grid, block and dynamic shared memory of ``cand`` at the size ``variant`` ("spec", "odd", or "small"
+    with ``base``, the spec's ``small_sizes``).
 
     ``want`` is the original's buffer layout at that size: a candidate whose defines change the buffer sizes
     computes another problem and is rejected."""
-    perturbed = variant == "odd"
+    perturbed = variant in ("odd", "small")
     tun = {t.name: cand.defines.get(t.name, t.values[0]) for t in spec.tunables}
     try:
-        resolved = spec.resolve(perturbed=perturbed, tunables=tun)
+        resolved = spec.resolve(perturbed=perturbed, tunables=tun, base=base if variant == "small" else None)
     except SpecError as e:
         raise Rejected(f"the candidate's defines make the spec unusable: {e}") from e
     got = Layout.from_resolved(resolved, variant)

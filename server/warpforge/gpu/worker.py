@@ -47,7 +47,7 @@ import time
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -75,7 +75,7 @@ from .inputs import (
     storage_dtype,
     to_float64,
 )
-from .timing import TimingSettings, converged, interleave, launches_per_replay, use_graphs
+from .timing import TimingSettings, converged, interleave, launches_per_replay, speedup, use_graphs
 
 Msg = dict[str, Any]
 Launch = tuple[tuple[int, int, int], tuple[int, int, int], int]
@@ -90,6 +90,15 @@ CACHE_FRACTION = 0.4
 MAX_MODULES = 64
 #: buffer sets the timed sides rotate through (see ``Engine.op_time``)
 TIMING_SETS = 2
+#: a launch this long (s) needs no CUDA graph: its per-launch time comes from the warm-up
+LONG_LAUNCH_S = 0.002
+#: kernels this long (s) may stop after LONG_KERNEL_MIN_REPS repetitions (when stable to the target)
+LONG_KERNEL_S = 0.02
+LONG_KERNEL_MIN_REPS = 5
+#: aim for this much GPU time (s) per batch of repetitions between checks of the stopping rule
+BATCH_TARGET_S = 0.1
+#: the GPU counts as warm when its SM clock is at least this fraction of the maximum
+WARM_CLOCK_FRACTION = 0.85
 #: retired buffers kept for reuse, as a fraction of device memory (see ``Engine._alloc``)
 POOL_FRACTION = 0.2
 #: buffers retired in the last this-many batches are not handed out again, so a run never gets the
@@ -890,9 +899,10 @@ class Engine:
         def launch(i: int, si: int) -> None:
             self._launch(mods[i], launches[i], layout, ptrs[si])
 
-        # Warm-up by time: clocks ramp up from idle; also loads code and fills TLBs.
-        idle = time.monotonic() - self.last_busy
-        warm = settings.warmup_seconds if idle > settings.idle_rewarm_seconds else min(0.05, settings.warmup_seconds)
+        # Warm-up by state: from idle, clocks need time to ramp up (warm up by time); right after other work at
+        # full clock (the check runs that precede timing, the previous candidate), one pass over each buffer set
+        # loads the code and fills the TLBs, and more would only spend the GPU.
+        warm, min_reps = self._warmup_plan(settings)
         t0 = time.monotonic()
         reps = 0
         while True:
@@ -901,13 +911,19 @@ class Engine:
                 launch(i, reps % TIMING_SETS)
             reps += 1
             self._sync(timeout * len(refs))
-            if time.monotonic() - t0 >= warm and reps >= 2 * TIMING_SETS:
+            if time.monotonic() - t0 >= warm and reps >= min_reps:
                 break
         warmed = time.monotonic() - t0
+        # What a launch costs, from the warm-up itself when that shows a long kernel (no CUDA graph needed, and
+        # five more launches of a 90 ms kernel would cost half a second); else measured back to back.
+        rough = warmed / (reps * len(refs))
         graph_info: Msg | None = None
         per_launch = [1] * len(refs)
         execs: list[list[tuple[Any, Any]]] = []
-        estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
+        if rough >= LONG_LAUNCH_S:
+            estimates = [rough * 1e3] * len(refs)
+        else:
+            estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
         if use_graphs(settings, estimates):
             k = launches_per_replay(settings, estimates)
             try:
@@ -919,14 +935,22 @@ class Engine:
                 if settings.graph:
                     raise
                 graph_info = {"unavailable": str(err), "per_launch_ms": estimates}
+        # Long kernels: fewer repetitions per batch (a batch of 8 of a 90 ms kernel is 0.7 s between checks of
+        # the stopping rule) and fewer before the rule may stop (their run-to-run spread is tiny).
+        slowest = max(estimates) * max(per_launch) / 1e3
+        batch = max(1, min(settings.batch, math.ceil(BATCH_TARGET_S / max(slowest * len(refs), 1e-6))))
+        if slowest >= LONG_KERNEL_S:
+            settings = replace(settings, min_reps=min(settings.min_reps, LONG_KERNEL_MIN_REPS))
+        abandon = msg.get("abandon_below")
+        abandoned: Msg | None = None
         samples: list[list[float]] = [[] for _ in refs]
-        events = [[(cuda.Event(), cuda.Event()) for _ in range(settings.batch)] for _ in refs]
+        events = [[(cuda.Event(), cuda.Event()) for _ in range(batch)] for _ in refs]
         start = time.monotonic()
         rep = 0
         handle = int(self.stream.handle) if execs else 0
         try:
             while True:
-                for b in range(settings.batch):
+                for b in range(batch):
                     si = rep % TIMING_SETS
                     for i in interleave(rep, len(refs)):
                         prep(si)
@@ -939,12 +963,19 @@ class Engine:
                             launch(i, si)
                         e.record(self.stream)
                     rep += 1
-                self._sync(timeout * settings.batch * len(refs) * max(per_launch))
+                self._sync(timeout * batch * len(refs) * max(per_launch))
                 for i in range(len(refs)):
                     for s, e in events[i]:
                         samples[i].append(float(e.time_since(s)) / per_launch[i])
                 if converged(samples, settings, time.monotonic() - start):
                     break
+                if abandon is not None and len(refs) == 2 and len(samples[1]) >= settings.min_reps:
+                    # Clearly slower than the best verified so far: it cannot win, so its exact time is not
+                    # worth the GPU. Stopped with its interval (wider), which the report keeps.
+                    sp = speedup(samples[0], samples[1])
+                    if sp.high < float(abandon):
+                        abandoned = {"below": float(abandon), "high": sp.high, "samples": len(samples[1])}
+                        break
         finally:
             if self.graphs is not None:
                 for per_set in execs:
@@ -969,7 +1000,18 @@ class Engine:
             self._retire(list(bufs.values()))
         clock = self.nvml.sm_clock_mhz() if self.nvml else None
         return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info,
-                "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warmed}
+                "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warmed,
+                "abandoned": abandoned}
+
+    def _warmup_plan(self, settings: TimingSettings) -> tuple[float, int]:
+        """(seconds to warm up for at least, repetitions at least): see ``op_time``."""
+        idle = time.monotonic() - self.last_busy
+        clock = self.nvml.sm_clock_mhz() if self.nvml is not None else None
+        top = int(self.info.get("clock_mhz") or 0)
+        at_speed = clock is None or top <= 0 or clock >= WARM_CLOCK_FRACTION * top
+        if idle <= settings.idle_rewarm_seconds and at_speed:
+            return 0.0, TIMING_SETS
+        return settings.warmup_seconds, 2 * TIMING_SETS
 
     def _per_launch_ms(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
                        timeout: float) -> list[float]:

@@ -55,6 +55,26 @@ class Budget:
     target_speedup: float | None = None
     #: stop once the best verified variant reaches this % of the physical limit (None: never; needs ``limit_of``)
     limit_pct: float | None = LIMIT_STOP_PCT
+    #: when the user's wait began (``time.monotonic()``; None: when the search starts). ``wall_seconds`` covers
+    #: everything from then: the baseline's profile and verification, the search, the winner's checks
+    started: float | None = None
+    #: of ``wall_seconds``, the part kept for the winner's checks after the search (compute-sanitizer, Nsight
+    #: Compute confirmation): the search stops this much earlier
+    reserve_seconds: float = 0.0
+
+    def search_seconds(self) -> float | None:
+        """How long after ``started`` the search itself must stop (None: no time limit)."""
+        return None if self.wall_seconds is None else max(0.0, self.wall_seconds - self.reserve_seconds)
+
+    def deadline(self) -> float | None:
+        """When the whole wait ends (monotonic), once ``started`` is known."""
+        return None if self.wall_seconds is None or self.started is None else self.started + self.wall_seconds
+
+
+def reserve_for(wall_seconds: float | None) -> float:
+    """The time kept for a winner's checks out of a wall-clock budget: a quarter of it, at most 20 s (two
+    sanitizer runs at the small size and one Nsight Compute confirmation take 10-20 s)."""
+    return 0.0 if wall_seconds is None else min(20.0, 0.25 * wall_seconds)
 
 
 @dataclass
@@ -188,7 +208,8 @@ class SearchEngine:
             raise StopSearch("cancelled")
         if self.at_limit is not None:
             raise StopSearch(self._limit_reason())
-        if self.budget.wall_seconds is not None and time.monotonic() - self._t0 > self.budget.wall_seconds:
+        limit = self.budget.search_seconds()
+        if limit is not None and time.monotonic() - self._t0 > limit:
             raise StopSearch("time budget spent")
         rem = self.remaining()
         if rem is not None and rem <= 0:
@@ -250,9 +271,8 @@ class SearchEngine:
         tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.evaluator.evaluate(n.candidate))
                                             for n in todo]
         cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.cancel.wait())
-        deadline = None
-        if self.budget.wall_seconds is not None:
-            deadline = max(0.0, self.budget.wall_seconds - (time.monotonic() - self._t0))
+        limit = self.budget.search_seconds()
+        deadline = None if limit is None else max(0.0, limit - (time.monotonic() - self._t0))
         done_nodes: list[Node] = []
         pending: dict[asyncio.Future[Any], Node] = dict(zip(tasks, todo, strict=True))
         try:
@@ -271,8 +291,8 @@ class SearchEngine:
                     done_nodes.append(n)
                 if self.at_limit is not None:
                     break  # the rest of the batch cannot matter: stop spending the GPU on it
-                if deadline is not None:
-                    deadline = max(0.0, self.budget.wall_seconds - (time.monotonic() - self._t0))  # type: ignore[operator]
+                if limit is not None:
+                    deadline = max(0.0, limit - (time.monotonic() - self._t0))
         finally:
             cancel_wait.cancel()
             for t, n in pending.items():
@@ -309,7 +329,7 @@ class SearchEngine:
 
     # ----------------------------------------------------------------- entry point
     async def run(self, root_candidate: Candidate, context: SearchContext | None = None) -> SearchResult:
-        self._t0 = time.monotonic()
+        self._t0 = self.budget.started if self.budget.started is not None else time.monotonic()
         self.context = context or self.context or SearchContext(root=root_candidate)
         root = self.new_node(root_candidate, None)
         self.root = root

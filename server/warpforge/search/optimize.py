@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import difflib
 import re
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import defaults
@@ -317,28 +318,34 @@ async def optimize(
         on_search(search)
     result = await search.run(root, context)
     if not (cancel is not None and cancel.is_set()):
-        await confirm_winner(result, evaluator)
+        started = req.budget.started if req.budget.started is not None else time.monotonic() - result.seconds
+        await confirm_winner(result, evaluator, deadline=replace(req.budget, started=started).deadline())
     if memory is not None:
         memory.record_result(key, result)
     return OptimizeOutcome(req, spec, kernel, result, root.definition)
 
 
-async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: int = 3) -> None:
+async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: int = 3,
+                         deadline: float | None = None) -> None:
     """Run the best variants under compute-sanitizer (memcheck, racecheck) before one is offered.
 
     A winner that fails (an out-of-bounds access the output comparison could not see, a race) is marked
     with the sanitizer's verdict in the tree and the next best verified variant is tried. So is a winner
     whose speedup Nsight Compute's kernel durations contradict (``gpu.confirm``: its evaluation keeps the
     measurement and says it is not significant). Evaluators without a sanitizer (plug-ins, the CI fixture)
-    are taken as they are.
+    are taken as they are. ``deadline`` (monotonic) is when the user's wait ends: the checks fit in it (the
+    sanitizer capped, the confirmation skipped with a note), and no further winner is tried after it.
     """
     sanitize = getattr(evaluator, "sanitize", None)
     if sanitize is None:
         return
     ranked = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
                      and SearchEngine._significant(n)), key=lambda n: -(n.speedup or 0))
-    for node in ranked[:tries]:
-        checked = await sanitize(node.candidate)
+    for i, node in enumerate(ranked[:tries]):
+        if i and deadline is not None and time.monotonic() >= deadline:
+            break  # the first winner is always checked (capped); further ones only while time is left
+        checked = await sanitize(node.candidate, deadline=deadline) if deadline is not None else \
+            await sanitize(node.candidate)
         if checked.status == "ok" and not _contradicted(checked):
             result.best = node
             return

@@ -220,6 +220,17 @@ class ResolvedSpec:
         return self.block[0] * self.block[1] * self.block[2]
 
 
+#: what ``KernelSpec.small_sizes`` aims for (bytes over all buffers) and the smallest base size it makes
+SMALL_BYTES = 16 << 20
+SMALL_MIN = 33
+
+
+def _elem_bytes(dtype: str) -> int:
+    """Bytes of a canonical element type (``float32`` 4, ``bfloat16`` 2, ``uint8`` 1)."""
+    m = re.search(r"(\d+)$", dtype)
+    return max(1, int(m.group(1)) // 8) if m else 4
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     file: str
@@ -311,7 +322,8 @@ class KernelSpec:
                 out[s.name] = "perturbed"
         return out
 
-    def size_values(self, perturbed: bool = False, tunables: dict[str, str] | None = None) -> dict[str, Number]:
+    def size_values(self, perturbed: bool = False, tunables: dict[str, str] | None = None,
+                    base: dict[str, int] | None = None) -> dict[str, Number]:
         """The sizes of one run. At the perturbed size, base sizes (whose expression names no other size) are
         perturbed once and derived sizes are computed from them: ``N = B*T`` is the product of the perturbed
         ``B`` and ``T``, not that product perturbed again. ``odd=`` wins over both; ``fixed`` sizes, and every
@@ -338,12 +350,15 @@ class KernelSpec:
                         raise SpecError(self.file, s.line, f"odd size of `{s.name}`: {expr_message(e)}",
                                         expr_fix(s.odd, {**env, s.name: v})) from e
                 elif isinstance(v, int) and not deps[s.name]:
-                    v = perturb(v)
+                    v = base[s.name] if base and s.name in base else perturb(v)
             env[s.name] = v
         return env
 
-    def resolve(self, perturbed: bool = False, tunables: dict[str, str] | None = None) -> ResolvedSpec:
-        env = self.size_values(perturbed, tunables)
+    def resolve(self, perturbed: bool = False, tunables: dict[str, str] | None = None,
+                base: dict[str, int] | None = None) -> ResolvedSpec:
+        """Concrete numbers for one run: the spec size, or the perturbed size (``perturbed``); ``base`` sets
+        perturbable base sizes to given values at the perturbed size (``small_sizes``: a smaller problem)."""
+        env = self.size_values(perturbed or bool(base), tunables, base)
         args: list[ResolvedArg] = []
         for a in self.args:
             count: int | None = None
@@ -374,6 +389,41 @@ class KernelSpec:
         flops = float(self._eval(self.flops, env, None, "flops")) if self.flops else None
         nbytes = float(self._eval(self.bytes, env, None, "bytes")) if self.bytes else None
         return ResolvedSpec(env, tuple(args), grid, block, smem, defines, perturbed, flops, nbytes)
+
+    def small_sizes(self, max_bytes: int = SMALL_BYTES) -> dict[str, int] | None:
+        """Base sizes for a small run of the same kernel (what compute-sanitizer checks: it runs a kernel ~40x
+        slower, so a 1.65 GB problem would take minutes), or None when the perturbed size is small already.
+
+        Starting from the perturbed size, the largest base size that the perturbation may change (not fixed,
+        not held by a fixed size, no ``odd=``) is divided by 4 and made odd again, until the buffers hold at
+        most ``max_bytes`` or no size can shrink below ``SMALL_MIN``: tails and odd remainders stay, as at the
+        perturbed size. Derived sizes follow; a shrink that makes the spec unusable is not taken.
+        """
+        deps, held = self.size_deps(), self.held_sizes()
+        env = self.size_values(perturbed=True)
+        cur = {s.name: int(env[s.name]) for s in self.sizes
+               if s.name not in held and s.odd is None and not deps[s.name] and isinstance(env[s.name], int)}
+
+        def total(sizes: dict[str, int]) -> int:
+            r = self.resolve(perturbed=True, base=sizes)
+            return sum(int(a.count or 0) * _elem_bytes(a.dtype) for a in r.args if a.count is not None)
+
+        try:
+            now = total(cur)
+        except SpecError:
+            return None
+        changed = False
+        while now > max_bytes:
+            name = max((n for n, v in cur.items() if v > SMALL_MIN), key=lambda n: cur[n], default=None)
+            if name is None:
+                break
+            trial = {**cur, name: perturb(max(SMALL_MIN, cur[name] // 4))}
+            try:
+                now = total(trial)
+            except SpecError:
+                break
+            cur, changed = trial, True
+        return cur if changed else None
 
     def _eval(self, text: str, env: dict[str, Number], line: int | None, what: str) -> Number:
         try:

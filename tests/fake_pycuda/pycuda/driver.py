@@ -4,7 +4,7 @@ It implements the subset of pycuda the worker uses, with pycuda's signatures: de
 at fake addresses (an access outside every allocation is a sticky "illegal address" error, as on a GPU),
 every operation completes at once and advances a simulated clock that events read, and kernels are
 Python functions chosen by the cubin's entry symbol. Tags compiled into a cubin as ``__device__``
-variables (``wf_fake_hang``, ``wf_fake_crash``, ``wf_fake_skip_repeat``, ``wf_fake_oob``, ``wf_fake_nan``)
+variables (``wf_fake_hang``, ``wf_fake_crash``, ``wf_fake_skip_repeat``, ``wf_fake_oob``, ``wf_fake_nan``, ``wf_fake_fast``/``wf_fake_slow``: 10x faster/slower)
 select misbehaviours, so a test can plant faults in a real nvcc-built candidate. Launch arguments are
 packed with ``struct`` from the prepared format, exactly as pycuda packs them, so a wrong format or
 argument type fails here as it would there.
@@ -286,7 +286,8 @@ def _saxpy(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tu
         yv[::97] = np.nan
     if "wf_fake_oob" in fn.tags:
         _view(y + 4 * int(n), 1, np.float32)[0] = 0.0
-    _tick(12 * covered, 3.0e12 if "wf_fake_fast" not in fn.tags else 30e12)
+    rate = 30e12 if "wf_fake_fast" in fn.tags else 0.3e12 if "wf_fake_slow" in fn.tags else 3.0e12
+    _tick(12 * covered, rate)
 
 
 def _compare(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
