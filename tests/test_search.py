@@ -164,15 +164,15 @@ def test_the_time_budget_counts_from_the_users_start_and_keeps_the_reserve() -> 
     import time
 
     land = Landscape({f"F{i}": [1.0 + i / 100] for i in range(50)}, delay=0.05)
-    # the job began 0.3 s ago (its baseline profile, say); 1.0 s in all, 0.4 s kept for the winner's checks
-    budget = Budget(max_candidates=None, wall_seconds=1.0, started=time.monotonic() - 0.3, reserve_seconds=0.4)
-    assert budget.search_seconds() == pytest.approx(0.6)
-    assert budget.deadline() == pytest.approx(budget.started + 1.0)  # type: ignore[operator]
+    # the job began 2 s ago (its baseline profile, say); 2.5 s in all, 0.4 s kept for the winner's checks
+    budget = Budget(max_candidates=None, wall_seconds=2.5, started=time.monotonic() - 2.0, reserve_seconds=0.4)
+    assert budget.search_seconds() == pytest.approx(2.1)
+    assert budget.deadline() == pytest.approx(budget.started + 2.5)  # type: ignore[operator]
     t0 = time.monotonic()
     result = asyncio.run(MCTS(LandscapePolicy(land), land, budget=budget, config=MCTSConfig(parallel=2)).run(ROOT))
     assert result.stopped == "time budget spent"
-    assert time.monotonic() - t0 < 0.3 + 0.15  # 0.6 s after the start, not 1.0 s after the search began
-    assert 0.55 < result.seconds < 0.8  # counted from the user's start
+    assert time.monotonic() - t0 < 1.0  # ~0.1 s: 2.1 s after the user's start, not after the search's
+    assert result.seconds > 2.0  # counted from the user's start
 
 
 def test_the_reserve_is_a_quarter_of_the_budget_at_most_20_s() -> None:

@@ -4,7 +4,8 @@ It implements the subset of pycuda the worker uses, with pycuda's signatures: de
 at fake addresses (an access outside every allocation is a sticky "illegal address" error, as on a GPU),
 every operation completes at once and advances a simulated clock that events read, and kernels are
 Python functions chosen by the cubin's entry symbol. Tags compiled into a cubin as ``__device__``
-variables (``wf_fake_hang``, ``wf_fake_crash``, ``wf_fake_skip_repeat``, ``wf_fake_oob``, ``wf_fake_nan``, ``wf_fake_fast``/``wf_fake_slow``: 10x faster/slower)
+variables (``wf_fake_hang``, ``wf_fake_crash``, ``wf_fake_skip_repeat``, ``wf_fake_oob``, ``wf_fake_nan``,
+``wf_fake_fast``/``wf_fake_slow``: 10x faster/slower)
 select misbehaviours, so a test can plant faults in a real nvcc-built candidate. Launch arguments are
 packed with ``struct`` from the prepared format, exactly as pycuda packs them, so a wrong format or
 argument type fails here as it would there.
