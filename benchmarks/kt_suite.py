@@ -149,10 +149,13 @@ def main() -> None:
     rows = []
     for f in sorted((ROOT / "kernels").glob("*.cu")):
         try:
+            t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, __file__, "--one", str(f)], capture_output=True, text=True,
                                   timeout=240)
+            process_s = time.perf_counter() - t0  # Kernel Tuner's whole run, start-up (imports, data) included
             line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
             row = json.loads(line) if line.startswith("{") else {"file": f.name, "error": proc.stderr[-500:]}
+            row["process_s"] = round(process_s, 2)
         except subprocess.TimeoutExpired:
             row = {"file": f.name, "error": "timeout"}
         rows.append(row)
