@@ -100,6 +100,11 @@ def optimize_run(path: Path, kernel: str, seconds: float) -> dict[str, Any]:
     out["stopped"] = data.get("stopped")
     out["job_seconds"] = data.get("seconds")
     out["notices"] = data.get("notices")
+    hist = (data.get("search") or {}).get("history") or []
+    # seconds from the job's start: the first entry is the baseline verified (after the baseline's profile)
+    out["history"] = [[h.get("evaluations"), round(float(h.get("best_speedup") or 0), 3), h.get("seconds")]
+                      for h in hist]
+    out["node_seconds"] = [round(float((n.get("evaluation") or {}).get("seconds") or 0), 2) for n in nodes]
     return out
 
 

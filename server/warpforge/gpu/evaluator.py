@@ -200,6 +200,7 @@ class Evaluator:
         self._identity: tuple[str, str] | None = None
         #: the best verified speedup of this evaluator's candidates so far (what "clearly slower" means)
         self.best_ratio = 1.0
+        self._prestart_task: asyncio.Future[None] | None = None
 
     # ----------------------------------------------------------------- keys
     def _spec_key(self) -> str:
@@ -374,7 +375,8 @@ class Evaluator:
             if found:
                 ev.guards = [f.text() for f in found]
                 raise _Fail("rejected", "; ".join(ev.guards))
-        # 2. builds (the original's and this one's, concurrently)
+        # 2. builds (the original's and this one's, concurrently), while the GPU workers start
+        self._prestart()
         t_build = time.perf_counter()
         base_task = asyncio.ensure_future(self._baseline_built())
         if baseline:
@@ -680,6 +682,18 @@ class Evaluator:
         return EnergyReport(float(cand_r["joules_per_launch"]),
                             float(base_r["joules_per_launch"]) if base_r else None, float(cand_r["seconds"]),
                             int(cand_r["launches"]), float(cand_r["mean_power_w"]), CAVEAT)
+
+    def _prestart(self) -> None:
+        """Start the GPU workers (after the comparison module they load) while the first builds run: a worker
+        takes ~2 s to start (interpreter, CUDA context, checks of its device kernels), as long as nvcc."""
+        if self._prestart_task is None:
+            async def start() -> None:
+                await self.backend.ensure_compare(self.arch)
+                await self.backend.warm_up()
+
+            self._prestart_task = asyncio.ensure_future(start())
+            # a failure here is the first candidate's to report, when it asks for a device
+            self._prestart_task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline)."""

@@ -126,7 +126,10 @@ class SearchResult:
             "rounds": self.rounds,
             "best": self.best.id,
             "best_speedup": self.best_speedup,
-            "history": [{"evaluations": n, "best_speedup": s} for n, s in self.history],
+            "history": [{"evaluations": n, "best_speedup": s, **({"seconds": round(t, 3)} if t is not None else {})}
+                        for (n, s), t in zip(self.history, [*self.history_seconds,
+                                                             *[None] * (len(self.history) - len(self.history_seconds))],
+                                             strict=True)],
             "nodes": [n.to_json() for n in self.root.walk()],
         }
 
