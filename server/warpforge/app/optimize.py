@@ -34,6 +34,9 @@ from .events import ignore as _ignore
 from .prepared import PreparedKernel, log_failure
 from .profile import measured_findings
 
+#: the baseline's profile before a search runs at most this much data (``profile_kernel(max_bytes=...)``)
+PROFILE_MAX_BYTES = 512 << 20
+
 log = logging.getLogger(__name__)
 
 
@@ -202,7 +205,7 @@ class OptimizeJob:
             cap = max(10.0, min(300.0, s.seconds / 3)) if s.seconds else 300.0
             report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
                 p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
-                timeout=cap))
+                timeout=cap, max_bytes=PROFILE_MAX_BYTES))
         except Exception:
             log.exception("profiling %s before optimizing", self.kernel)
             return

@@ -900,8 +900,9 @@ class Engine:
             self._launch(mods[i], launches[i], layout, ptrs[si])
 
         # Warm-up by state: from idle, clocks need time to ramp up (warm up by time); right after other work at
-        # full clock (the check runs that precede timing, the previous candidate), one pass over each buffer set
-        # loads the code and fills the TLBs, and more would only spend the GPU.
+        # full clock (the check runs that precede timing, the previous candidate), one repetition loads what
+        # the timing sets need, and more would only spend the GPU (a cold first sample of the other set moves
+        # the median of ten by nothing).
         warm, min_reps = self._warmup_plan(settings)
         t0 = time.monotonic()
         reps = 0
@@ -1010,7 +1011,7 @@ class Engine:
         top = int(self.info.get("clock_mhz") or 0)
         at_speed = clock is None or top <= 0 or clock >= WARM_CLOCK_FRACTION * top
         if idle <= settings.idle_rewarm_seconds and at_speed:
-            return 0.0, TIMING_SETS
+            return 0.0, 1
         return settings.warmup_seconds, 2 * TIMING_SETS
 
     def _per_launch_ms(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
