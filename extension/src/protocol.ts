@@ -165,6 +165,8 @@ export interface SearchTree {
 export interface HistoryPoint {
   evaluations: number;
   best_speedup: number;
+  /** seconds from the job's start */
+  seconds?: number | null;
 }
 
 /** What GPU work the server can run (asked at start and after a settings change; no params). */

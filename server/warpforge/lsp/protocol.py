@@ -190,6 +190,8 @@ class TreeNode:
 class HistoryPoint:
     evaluations: int
     best_speedup: float
+    #: seconds from the job's start (absent from older results)
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
