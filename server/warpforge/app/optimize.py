@@ -56,6 +56,8 @@ class OptimizeSettings:
     profile_baseline: bool = True
     #: the CUDA device the baseline is profiled on
     device: int = 0
+    #: search only variants that keep the launch contract (``--keep-launch``, ``warpforge.keepLaunch``)
+    keep_launch: bool = False
 
 
 @dataclass
@@ -92,7 +94,10 @@ class OptimizeJob:
         self.request = OptimizeRequest(
             self.prepared.file, self.prepared.text, self.prepared.kernel.name, s.strategy,
             Budget(max_candidates=s.budget, wall_seconds=s.seconds, target_speedup=s.target),
-            findings=list(self.findings), arch=s.arch or "sm_90", prepared=self.prepared.parts())
+            findings=list(self.findings), arch=s.arch or "sm_90", prepared=self.prepared.parts(),
+            keep_launch=s.keep_launch,
+            # with host launches to keep correct, a winner whose launch cannot be written there is not preferred
+            launch_writable=self.prepared.launch_writable if self.prepared.has_launch_sites else None)
 
     @property
     def kernel(self) -> str:
@@ -225,14 +230,16 @@ class OptimizeJob:
         if node.parent is None or node.speedup is None:
             return
         try:
-            diff = self.prepared.diff(node.candidate)
+            change = self.prepared.workspace_change(node.candidate)
+            diff = change.diff(self.prepared.file)
         except HostCodeRefused as e:  # it could not be written into the file: not a variant to offer
             log.info("not announcing %s: %s", node.candidate.hash, e)
             return
         evidence = Evidence.of(node.evaluation)
         self.gpu = evidence.gpu or self.gpu or str(getattr(self.evaluator, "gpu_name", "") or "")
         self.announced[node.candidate.hash] = node
-        self._emit(CandidateFound(node, node.speedup, diff, evidence, self.limit(node)))
+        self._emit(CandidateFound(node, node.speedup, diff, evidence, self.limit(node),
+                                  tuple(change.messages()), change.needs_launch_change))
 
     def _finished(self, outcome: OptimizeOutcome) -> JobFinished:
         r = outcome.result

@@ -86,18 +86,23 @@ def source_files(root: Path, max_files: int = MAX_FILES) -> tuple[list[Path], li
 
 
 def find_launches(root: str | Path, kernel: str, *, overlay: Mapping[Path, str] | None = None,
-                  max_files: int = MAX_FILES, max_file_bytes: int = MAX_FILE_BYTES,
-                  max_total_bytes: int = MAX_TOTAL_BYTES) -> WorkspaceLaunches:
+                  exclude: str | Path | None = None, max_files: int = MAX_FILES,
+                  max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> WorkspaceLaunches:
     """Every launch of ``kernel`` in the sources under ``root`` (see the module docstring). ``overlay`` maps
-    resolved paths to the text the editor holds for them; those texts are read instead of the files."""
+    paths to the text the editor holds for them; those texts are read instead of the files. ``exclude`` is
+    the kernel's own file (its launches are read from the job's snapshot). A file that defines a kernel of
+    the same name is another kernel's: its launches are left out, and said so in ``skipped``."""
     base = Path(root).resolve()
     found = WorkspaceLaunches(base, kernel)
     texts = {Path(p).resolve(): t for p, t in (overlay or {}).items()}
+    own = Path(exclude).resolve() if exclude is not None else None
     paths, found.skipped = source_files(base, max_files)
     total = 0
     needle = kernel.encode()
     for p in paths:
         rp = p.resolve()
+        if rp == own:
+            continue
         if rp in texts:
             data = texts[rp].encode("utf-8")
         else:
@@ -122,6 +127,8 @@ def find_launches(root: str | Path, kernel: str, *, overlay: Mapping[Path, str] 
             text = data.decode("utf-8", errors="replace")
         model = parse(text)
         sites = model.launches_of(kernel)
-        if sites:
+        if sites and model.kernel(kernel) is not None:
+            found.skipped.append(f"{p}: defines its own `{kernel}`; its launches are of that kernel")
+        elif sites:
             found.files.append(SiteFile(rp, text, model, sites))
     return found
