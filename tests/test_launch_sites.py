@@ -325,3 +325,31 @@ def test_launch_keeping_policy_forwards_everything_else() -> None:
     k = model.require("row_sum")
     wrapped = LaunchKeeping(Inner(), build_spec(src, model, k, "rows.cu"))
     assert wrapped.name == "inner" and wrapped.report() == "inner report"
+
+
+# ----------------------------------------------------------------- the editor setting and the CLI's options
+def test_keep_launch_setting_takes_true_or_false_only() -> None:
+    from warpforge.lsp.settings import Settings
+
+    s = Settings()
+    assert s.update({"warpforge": {"keepLaunch": True}}) == ["keep_launch"] and s.keep_launch is True
+    assert s.update({"keepLaunch": "yes"}) == [] and s.keep_launch is True
+    assert "expected true or false" in s.take_rejected()[0]
+
+
+def test_cli_workspace_must_be_a_folder_and_defaults_to_the_files_folder_outside_the_current_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from warpforge.cli import main
+    from warpforge.commands.optimize import workspace_root
+
+    kernel = PROJECT / "src" / "rows.cu"
+    monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
+    assert main(["optimize", str(kernel), "--keep-launch", "--workspace", str(tmp_path / "nope")]) == 2
+    assert "--workspace" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(workspace=None, file=str(kernel))
+    assert workspace_root(args) == kernel.parent.resolve()
+    monkeypatch.chdir(PROJECT)
+    assert workspace_root(args) == PROJECT.resolve()

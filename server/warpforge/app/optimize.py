@@ -132,6 +132,9 @@ class OptimizeJob:
                                           on_event=self._on_search_event, memory=self.memory,
                                           on_search=self._on_search, limit_of=self._limit_of())
             await policy.reflect(self.outcome.result)
+            best = self.outcome.result.best
+            if self.outcome.result.improved and best.candidate.hash not in self.announced:
+                self._announce(best)  # chosen after the search (the sanitizer, the launch preference): say it
             final = self._finished(self.outcome)
         except asyncio.CancelledError as e:
             final, error = JobFinished("cancelled", "cancelled"), e

@@ -289,6 +289,8 @@ class WorkspaceChange:
         """A unified diff of every file that changes, then, under a ``needs a launch change`` header, the
         exact change each manual site needs (shown as a diff of its file, not written)."""
         name = label or self.file
+        if Path(name).is_absolute():
+            name = self.name(Path(name))
         out = [_unified(self.old_text, self.new_text, name)]
         for path, (old, new) in sorted(self.files.items()):
             out.append(_unified(old, new, self.name(path)))
@@ -478,12 +480,13 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
     measurement and says it is not significant). Evaluators without a sanitizer (plug-ins, the CI fixture)
     are taken as they are.
     """
-    ranked = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
-                     and SearchEngine._significant(n)), key=lambda n: -(n.speedup or 0))
-    ranked = prefer_writable(ranked, writable)
+    # fastest first; among equals the first evaluated, as the search itself chose
+    by_speed = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
+                       and SearchEngine._significant(n)), key=lambda n: (-(n.speedup or 0), n.eval_index or 0))
+    ranked = prefer_writable(by_speed, writable)
     sanitize = getattr(evaluator, "sanitize", None)
     if sanitize is None:
-        if ranked and writable is not None:
+        if ranked and ranked[0] is not by_speed[0]:
             result.best = ranked[0]
         return
     for node in ranked[:tries]:
