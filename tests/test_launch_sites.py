@@ -353,3 +353,46 @@ def test_cli_workspace_must_be_a_folder_and_defaults_to_the_files_folder_outside
     assert workspace_root(args) == kernel.parent.resolve()
     monkeypatch.chdir(PROJECT)
     assert workspace_root(args) == PROJECT.resolve()
+
+
+# ----------------------------------------------------------------- the project's own build after accept
+def warp_per_row_variant(p: PreparedKernel) -> Candidate:
+    """The warp-per-row rule's own variant of the fixture kernel (what a search would offer)."""
+    from warpforge.policy.offline import offline_policy
+
+    req = OptimizeRequest(p.file, p.text, "row_sum", prepared=p.parts())
+    root = p.original()
+    proposed = asyncio.run(offline_policy(req).propose(Node(0, root, None), SearchContext(root=root)))
+    return next(c for c in proposed if c.steps == ("warp_per_row:warp8",))
+
+
+def accept_into(root: Path) -> list[str]:
+    """Accept the warp-per-row variant into the project at ``root`` the way --apply does; the manual sites."""
+    p = _prepared(root)
+    change = p.workspace_change(warp_per_row_variant(p))
+    Path(p.file).write_text(change.new_text)
+    for path, (_old, new) in change.files.items():
+        path.write_text(new)
+    return [c.message(change.root) for c in change.manual]
+
+
+def build_check(root: Path, out: Path) -> None:
+    """The project's own build: every source compiled as CUDA and linked into its check program."""
+    nvcc = shutil.which("nvcc")
+    assert nvcc is not None
+    import subprocess
+
+    r = subprocess.run([nvcc, "-arch=sm_90", "-x", "cu", "-o", str(out), "src/rows.cu", "src/launch.cpp",
+                        "src/check.cu"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_project_builds_with_its_own_build_after_accepting_a_warp_per_row_variant(project: Path) -> None:
+    manual = accept_into(project)
+    assert len(manual) == 1 and manual[0].startswith("src/launch.cpp:26: ")
+    kernel_file = (project / "src" / "rows.cu").read_text()
+    assert "// @warpforge launch grid=cdiv(rows, 8), block=256" in kernel_file and "__shfl_xor_sync" in kernel_file
+    assert "row_sum<<<(rows_here + 7) / 8, 256, 0, stream>>>" in (project / "src" / "rows.cuh").read_text()
+    build_check(project, project / "check")
+    assert (project / "check").stat().st_size > 0
