@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from test_launch_sites import PROJECT, accept_into, build_check
 
 pytestmark = pytest.mark.gpu
