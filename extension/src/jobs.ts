@@ -330,7 +330,16 @@ export class Jobs implements vscode.Disposable {
       parts.push(runs);
     }
     const limit = this.limitText(job, c);
-    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}`;
+    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}${Jobs.launchText(c)}`;
+  }
+
+  /** Labels a variant whose launch cannot be written at every host launch site ('' otherwise). */
+  private static launchText(c: CandidateParams): string {
+    if (!c.needs_launch_change) {
+      return '';
+    }
+    const manual = (c.launch_changes ?? []).filter((line) => line.includes('needs a launch change'));
+    return ` — NEEDS A LAUNCH CHANGE by hand: ${manual.join('; ') || 'see the diff'}`;
   }
 
   /** The variant's time against the physical limit, in words ('' when the spec gives no bytes or flops). */
