@@ -142,7 +142,8 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
 
     A variant verified with a different launch (block size, warp per row, a vectorized grid) is only
     correct with that launch, so accepting it updates where the launch is defined: the annotation's
-    ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
+    ``launch`` line when the spec is annotated, and the host launch sites in this file where their new
+    launch can be written mechanically (``launch_changes``; the other files' are ``apply_workspace``'s).
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
     ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
     Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``). ``model`` is
@@ -240,8 +241,9 @@ def launch_changes(src: SourceText, model: FileModel, kernel: Kernel, candidate:
     new = variant_launch(candidate, spec)
     params = [p.name for p in kernel.params]
     defines = candidate.define_map()
+    # a launch inside the kernel's own definition (dynamic parallelism) is the variant's business, not the host's
     out = [site_change(spec, params, original, new, defines, src, model, site)
-           for site in model.launches_of(kernel.name)]
+           for site in model.launches_of(kernel.name) if not (kernel.span.start <= site.span.start < kernel.span.end)]
     for f in others:
         fsrc = f.source
         out.extend(site_change(spec, params, original, new, defines, fsrc, f.model, site, f.path) for site in f.sites)
