@@ -396,3 +396,28 @@ def test_the_project_builds_with_its_own_build_after_accepting_a_warp_per_row_va
     assert "row_sum<<<(rows_here + 7) / 8, 256, 0, stream>>>" in (project / "src" / "rows.cuh").read_text()
     build_check(project, project / "check")
     assert (project / "check").stat().st_size > 0
+
+
+def test_a_tunable_block_size_is_a_launch_change_written_as_its_value(tmp_path: Path) -> None:
+    """The spec's launch uses the tunable BLOCK; a variant tuned to BLOCK=128 changes the launch of a host
+    site that writes 256, and the site gets the value (its file cannot see the kernel file's #define)."""
+    (tmp_path / "k.cu").write_text(
+        "#ifndef BLOCK\n#define BLOCK 256\n#endif\n"
+        "// @warpforge size n = 4096\n// @warpforge arg x: inout float[n]\n// @warpforge arg len = n\n"
+        "// @warpforge tune BLOCK = 256, 128\n// @warpforge launch grid=cdiv(n, BLOCK), block=BLOCK\n"
+        "__global__ void twice(float* x, int len) { int i = blockIdx.x * BLOCK + threadIdx.x; "
+        "if (i < len) x[i] *= 2.0f; }\n")
+    (tmp_path / "host.cpp").write_text("void go(float* x, int m) { twice<<<(m + 255) / 256, 256>>>(x, m); }\n")
+    path = tmp_path / "k.cu"
+    src = SourceText(path.read_text())
+    model = parse(src.data)
+    k = model.require("twice")
+    p = PreparedKernel(str(path), src, model, k, build_spec(src, model, k, str(path))).with_workspace(tmp_path)
+    tuned = Candidate("twice", p.kernel_text, defines={"BLOCK": "128"})
+    assert not keeps_launch(tuned, p.spec) and keeps_launch(Candidate("twice", p.kernel_text), p.spec)
+    change = p.workspace_change(tuned)
+    [site] = change.changes
+    assert site.mechanical, site.reason
+    assert change.files[(tmp_path / "host.cpp").resolve()][1] == \
+        "void go(float* x, int m) { twice<<<(m + 127) / 128, 128>>>(x, m); }\n"
+    assert "#define BLOCK 128" in change.new_text

@@ -169,11 +169,12 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
             edits.append(make_edit(src, Span(start, start + len(old.encode())), new))
         elif not model.launches_of(kernel.name):
             notes.append(f"launch with grid {_dims_c(grid)} and block {_dims_c(block)}")
-        # The host launches in this file, each rewritten in its own names where that is mechanical
-        # (``spec.sites``); the others are left as they are and reported by ``launch_changes``.
-        for change in launch_changes(src, model, kernel, candidate, spec):
-            if change.mechanical:
-                edits.extend(change.edits)
+    # The host launches in this file (a launch override, or a tunable the launch is written with), each
+    # rewritten in its own names where that is mechanical (``spec.sites``); the others are left as they are
+    # and reported by ``launch_changes``.
+    for change in launch_changes(src, model, kernel, candidate, spec):
+        if change.mechanical:
+            edits.extend(change.edits)
     for name, value in candidate.defines.items():
         done = False
         for d in model.declarations:
@@ -204,8 +205,14 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
 
 
 def keeps_launch(candidate: Candidate, spec: KernelSpec) -> bool:
-    """Does the candidate launch the kernel as the spec does (no override, or one equal to the spec's)?
-    Such a variant keeps the launch contract: no host launch site has to change for it."""
+    """Does the candidate launch the kernel as the spec does (no override, or one equal to the spec's, and
+    every tunable the spec's launch is written with at its default)? Such a variant keeps the launch
+    contract: no host launch site has to change for it."""
+    launch_names = set(re.findall(r"[A-Za-z_]\w*", " ".join(
+        (*spec.launch.grid, *spec.launch.block, spec.launch.smem or "0"))))
+    for t in spec.tunables:
+        if t.name in launch_names and str(candidate.defines.get(t.name, t.values[0])) != str(t.values[0]):
+            return False  # a tunable the launch is written with takes another value: the launch changes
     lo = candidate.launch
     if lo is None:
         return True

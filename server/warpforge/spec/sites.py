@@ -190,20 +190,27 @@ def _tunable_names(spec: KernelSpec) -> set[str]:
     return {t.name for t in spec.tunables}
 
 
-def bind(spec: KernelSpec, params: Sequence[str], site: LaunchSite, src: SourceText, model: FileModel,
-         defines: Mapping[str, str]) -> Binding:
-    """Bind the spec's sizes and tunables at ``site`` (the rules of the module docstring)."""
-    flow = HostFlow(src, model)
-    env = launch_env(flow, site)
-    names: dict[str, str] = {}
-    sizes = {s.name for s in spec.sizes}
+def tunable_values(spec: KernelSpec, defines: Mapping[str, str]) -> dict[str, str]:
+    """Each numeric tunable's value: the variant's define, else the spec's default (its first value)."""
+    out: dict[str, str] = {}
     for t in spec.tunables:
         value = str(defines.get(t.name, t.values[0]))
         try:
             parse(value).evaluate({})
-            names[t.name] = value
+            out[t.name] = value
         except ExprError:
             pass
+    return out
+
+
+def bind(spec: KernelSpec, params: Sequence[str], site: LaunchSite, src: SourceText, model: FileModel,
+         defines: Mapping[str, str]) -> Binding:
+    """Bind the spec's sizes and tunables at ``site`` (the rules of the module docstring); tunables take the
+    values of ``defines`` (a variant's), else their defaults."""
+    flow = HostFlow(src, model)
+    env = launch_env(flow, site)
+    names: dict[str, str] = tunable_values(spec, defines)
+    sizes = {s.name for s in spec.sizes}
     if site.args_known and len(site.args) == len(params):
         for pname, arg in zip(params, site.args, strict=True):
             a = spec.arg(pname)
@@ -312,6 +319,8 @@ def site_change(spec: KernelSpec, params: Sequence[str], original: Launch, new: 
                 path: Path | None = None) -> SiteChange:
     """The change ``new`` (a variant's launch, spec names) makes to ``site`` (see the module docstring)."""
     binding = bind(spec, params, site, src, model, defines)
+    # the site today launches with the spec's default tunables; the variant with its own
+    as_is = Binding({**binding.names, **tunable_values(spec, {})}, binding.env, binding.flow)
     grid = [binding.expression(x, spec) for x in new.grid]
     block = [binding.expression(x, spec) for x in new.block]
     smem = binding.expression(new.smem or "0", spec)
@@ -322,7 +331,7 @@ def site_change(spec: KernelSpec, params: Sequence[str], original: Launch, new: 
     if unbound:
         return SiteChange(path, site.line + 1, old, text, edits, reason=(
             f"{', '.join(sorted(unbound))} cannot be written in the names at this launch"))
-    why = same_launch(binding, spec, site, original)
+    why = same_launch(as_is, spec, site, original)
     return SiteChange(path, site.line + 1, old, text, edits, reason=why)
 
 
