@@ -491,7 +491,8 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
     """
     # fastest first; among equals the first evaluated, as the search itself chose
     by_speed = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
-                       and SearchEngine._significant(n)), key=lambda n: (-(n.speedup or 0), n.eval_index or 0))
+                       and SearchEngine._significant(n)),
+                      key=lambda n: (-(n.speedup or 0), getattr(n, "eval_index", None) or 0))
     ranked = prefer_writable(by_speed, writable)
     sanitize = getattr(evaluator, "sanitize", None)
     if sanitize is None:
