@@ -57,7 +57,7 @@ def test_the_editors_defaults_sent_to_the_server_change_nothing() -> None:
     # ... and not because it ignored them: every setting the extension declares (bar its own) is one the
     # server reads, so another value of it changes that setting.
     for key, value in sent.items():
-        other = value + "x" if isinstance(value, str) else value + 1
+        other = value + "x" if isinstance(value, str) else (not value) if isinstance(value, bool) else value + 1
         assert len(Settings().update({key: other})) == 1, f"the server does not read warpforge.{key}"
 
 
@@ -65,9 +65,9 @@ def test_the_extensions_fallbacks_are_its_declared_defaults() -> None:
     """``settings.ts`` reads each setting with a fallback; it must be the default ``package.json`` declares."""
     ts = (ROOT / "extension" / "src" / "settings.ts").read_text(encoding="utf-8")
     fallbacks = {m[1]: json.loads(m[2].replace("'", '"'))
-                 for m in re.finditer(r"c\.get<\w+>\('(\w+)', ('[^']*'|[\d.]+)\)", ts)}
+                 for m in re.finditer(r"c\.get<\w+>\('(\w+)', ('[^']*'|[\d.]+|true|false)\)", ts)}
     props = _properties()
-    assert {"strategy", "budget", "timeBudget", "evaluationBackend"} <= fallbacks.keys()
+    assert {"strategy", "budget", "timeBudget", "evaluationBackend", "keepLaunch"} <= fallbacks.keys()
     assert {k: props[k]["default"] for k in fallbacks} == fallbacks
 
 

@@ -52,6 +52,7 @@ class State:
         self.done: list[Any] = []
         self.docs: dict[str, tuple[int, str]] = {}
         self.lens_refreshes = 0
+        self.edits: list[lsp.ApplyWorkspaceEditParams] = []
 
 
 def attach(lsp_client: LanguageClient, work: Path) -> State:
@@ -76,9 +77,17 @@ def attach(lsp_client: LanguageClient, work: Path) -> State:
 
     @lsp_client.feature(lsp.WORKSPACE_APPLY_EDIT)
     def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+        state.edits.append(params)
         for change in params.edit.document_changes or []:
             assert isinstance(change, lsp.TextDocumentEdit)
             uri = change.text_document.uri
+            if uri not in state.docs:
+                # a file the editor does not have open: an unversioned edit of its text on disk, as VS Code does
+                assert change.text_document.version is None
+                path = Path(uri.removeprefix("file://"))
+                path.write_text(apply_text_edits(path.read_text(), [
+                    e for e in change.edits if isinstance(e, lsp.TextEdit)]))
+                continue
             version, text = state.docs[uri]
             if change.text_document.version is not None and change.text_document.version != version:
                 return lsp.ApplyWorkspaceEditResult(applied=False, failure_reason="version mismatch")
@@ -451,3 +460,69 @@ async def test_a_broken_spec_disables_only_the_spec_action(client: LanguageClien
     assert any("Optimize kernel `saxpy`" in a.title for a in result)
     spec = next(a for a in result if isinstance(a, lsp.CodeAction) and "benchmark spec" in a.title)
     assert spec.edit is None and spec.disabled is not None and "empty range" in spec.disabled.reason
+
+
+LAUNCH_PROJECT = ROOT / "tests" / "fixtures" / "launch_project"
+
+
+@needs_nvcc
+async def test_accept_updates_every_launch_site_of_the_workspace_in_one_edit(client: LanguageClient) -> None:
+    """A variant verified with another launch (warp per row) is accepted as ONE WorkspaceEdit: the kernel's
+    file (annotation), the open header launcher (versioned) and the .cpp launchers on disk (unversioned);
+    the launcher whose block size is chosen at run time is not written and is named in the reply."""
+    state = client.state  # type: ignore[attr-defined]
+    proj = WORK / "launch_project"
+    shutil.rmtree(proj, ignore_errors=True)
+    shutil.copytree(LAUNCH_PROJECT, proj)
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"warpforge": {"budget": 40}}))
+    uri = open_doc(client, "launch_project/src/rows.cu", (proj / "src" / "rows.cu").read_text())
+    header_uri = open_doc(client, "launch_project/src/rows.cuh", (proj / "src" / "rows.cuh").read_text())
+    await wait_diagnostics(client, uri)
+    job, done = await _run_job(client, uri, "row_sum")
+    assert done.outcome == "improved"
+    best = next(c for c in state.candidates if c.job == job and c.candidate == done.candidate)
+    assert "warp_per_row" in (best.families or []) and best.needs_launch_change is True
+    assert any(line.startswith("launch_project/src/launch.cpp:26: ") and "needs a launch change" in line
+               for line in best.launch_changes)
+    assert "+++ b/launch_project/src/launch.cpp (needs a launch change: not applied)" in best.diff
+    assert "+++ b/launch_project/src/rows.cuh\n" in best.diff and "+++ b/launch_project/src/rows.cu\n" in best.diff
+
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.accept", arguments=[job, done.candidate]))
+    res = res if isinstance(res, dict) else vars(res)
+    assert res["applied"]
+    edit = state.edits[-1].edit
+    files = {c.text_document.uri: c for c in edit.document_changes}
+    cpp_uri = (proj / "src" / "launch.cpp").as_uri()
+    assert set(files) == {uri, header_uri, cpp_uri}
+    assert files[uri].text_document.version is not None and files[header_uri].text_document.version is not None
+    assert files[cpp_uri].text_document.version is None  # not open: read from disk
+    assert "// @warpforge launch grid=cdiv(rows, 256), block=256" not in state.docs[uri][1]
+    header = state.docs[header_uri][1]
+    assert "row_sum<<<(rows_here + 255) / 256, 256, 0, stream>>>" not in header  # the header's own names
+    assert "row_sum<<<" in header and ", stream>>>(in, out, rows_here, cols_here);" in header
+    cpp = (proj / "src" / "launch.cpp").read_text()
+    assert "cfg.gridDim = dim3(" in cpp and "cfg.gridDim = dim3((n_rows + 255) / 256);" not in cpp
+    assert "row_sum<<<(n_rows + threads - 1) / threads, threads>>>" in cpp  # left for the user
+    assert res["needs_launch_change"] and res["needs_launch_change"][0].startswith("launch_project/src/launch.cpp:26")
+    assert len(res["launch_changes"]) == 4
+
+
+@needs_nvcc
+async def test_keep_launch_setting_offers_only_variants_that_keep_the_launch(client: LanguageClient) -> None:
+    state = client.state  # type: ignore[attr-defined]
+    proj = WORK / "launch_project_keep"
+    shutil.rmtree(proj, ignore_errors=True)
+    shutil.copytree(LAUNCH_PROJECT, proj)
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"warpforge": {"budget": 40, "keepLaunch": True}}))
+    uri = open_doc(client, "launch_project_keep/src/rows.cu", (proj / "src" / "rows.cu").read_text())
+    await wait_diagnostics(client, uri)
+    job, done = await _run_job(client, uri, "row_sum")
+    cands = [c for c in state.candidates if c.job == job]
+    assert done.outcome == "improved" and cands
+    # optional fields are sent only when set: none of them carries a launch change
+    assert all(getattr(c, "launch_changes", None) is None and getattr(c, "needs_launch_change", None) is None
+               for c in cands)
+    assert all(f not in ("warp_per_row", "block_size", "grid_stride") for c in cands for f in c.families or [])

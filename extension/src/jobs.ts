@@ -330,7 +330,16 @@ export class Jobs implements vscode.Disposable {
       parts.push(runs);
     }
     const limit = this.limitText(job, c);
-    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}`;
+    return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}${Jobs.launchText(c)}`;
+  }
+
+  /** Labels a variant whose launch cannot be written at every host launch site ('' otherwise). */
+  private static launchText(c: CandidateParams): string {
+    if (!c.needs_launch_change) {
+      return '';
+    }
+    const manual = (c.launch_changes ?? []).filter((line) => line.includes('needs a launch change'));
+    return ` — NEEDS A LAUNCH CHANGE by hand: ${manual.join('; ') || 'see the diff'}`;
   }
 
   /** The variant's time against the physical limit, in words ('' when the spec gives no bytes or flops). */
@@ -430,9 +439,24 @@ export class Jobs implements vscode.Disposable {
       await vscode.window.showTextDocument(doc, { preview: false });
     }
     this.updateUi(job);
+    const sites = res.launch_changes?.length
+      ? ` and its launch at ${res.launch_changes.length} host launch site${res.launch_changes.length === 1 ? '' : 's'}`
+      : '';
     void vscode.window.showInformationMessage(
-      `WarpForge: applied the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'} to the buffer (not saved; Undo reverts it).`,
+      `WarpForge: applied the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'}${sites} (not saved; Undo reverts it).`,
     );
+    for (const line of res.launch_changes ?? []) {
+      this.log.appendLine(`[client] ${jobId}: launch updated: ${line}`);
+    }
+    if (res.needs_launch_change?.length) {
+      // launches WarpForge could not rewrite: the program is only correct once they are changed by hand
+      for (const line of res.needs_launch_change) {
+        this.log.appendLine(`[client] ${jobId}: ${line}`);
+      }
+      void vscode.window.showWarningMessage(
+        `WarpForge: ${res.needs_launch_change.length} launch site${res.needs_launch_change.length === 1 ? '' : 's'} of ${job?.kernel ?? '?'} need a launch change by hand: ${res.needs_launch_change.join('; ')}`,
+      );
+    }
     return true;
   }
 

@@ -40,6 +40,10 @@ export interface CancelResult {
 export interface AcceptResult {
   applied: boolean;
   reason?: string | null;
+  /** the host launch sites the accepted variant changes (`file:line: old -> new`) */
+  launch_changes?: string[];
+  /** the launch sites that still need a change by hand (each says what to write), not applied */
+  needs_launch_change?: string[];
 }
 
 export interface RejectResult {
@@ -106,6 +110,10 @@ export interface CandidateParams {
   evidence?: Evidence;
   /** the variant's time against the kernel's physical limit */
   limit?: PhysicalLimit;
+  /** each host launch site the variant's launch changes (`file:line: old -> new`) */
+  launch_changes?: string[];
+  /** a launch site cannot be rewritten for it: accepting it needs a launch change by hand */
+  needs_launch_change?: boolean;
 }
 
 export interface JobDoneParams {

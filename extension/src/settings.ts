@@ -12,6 +12,8 @@ export interface ServerSettings {
   rayAddress: string;
   /** the workspace store's file or folder; '' keeps it in the user's cache, keyed by the workspace */
   storePath: string;
+  /** search only variants that keep the kernel's launch contract (no host launch site changes) */
+  keepLaunch: boolean;
   /** bytes; larger documents get a notice instead of analysis */
   maxDocumentSize: number;
   /** the workspace is trusted: false keeps the server from compiling or running anything (Restricted Mode) */
@@ -33,6 +35,7 @@ export function serverSettings(): ServerSettings {
     evaluationBackend: c.get<string>('evaluationBackend', 'local') || 'local',
     rayAddress: c.get<string>('rayAddress', ''),
     storePath: expand(c.get<string>('storePath', '')),
+    keepLaunch: c.get<boolean>('keepLaunch', false),
     maxDocumentSize: c.get<number>('maxDocumentSize', 1_000_000),
     trusted: vscode.workspace.isTrusted,
   };

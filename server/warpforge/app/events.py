@@ -95,6 +95,11 @@ class CandidateFound:
     evidence: Evidence
     #: its measured time against the kernel's physical limit (None: no spec bytes/flops, or no time)
     limit: Limit | None = None
+    #: each host launch site its launch changes (``file:line: old -> new``), those needing a change by hand
+    #: first and saying so (``search.optimize.WorkspaceChange.messages``)
+    launch_changes: tuple[str, ...] = ()
+    #: some launch site cannot be rewritten for it: accepting it needs a launch change by hand
+    needs_launch_change: bool = False
 
 
 @dataclass(frozen=True)

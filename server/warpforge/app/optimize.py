@@ -60,6 +60,8 @@ class OptimizeSettings:
     profile_baseline: bool = True
     #: the CUDA device the baseline is profiled on
     device: int = 0
+    #: search only variants that keep the launch contract (``--keep-launch``, ``warpforge.keepLaunch``)
+    keep_launch: bool = False
 
 
 @dataclass
@@ -96,7 +98,10 @@ class OptimizeJob:
         self.request = OptimizeRequest(
             self.prepared.file, self.prepared.text, self.prepared.kernel.name, s.strategy,
             Budget(max_candidates=s.budget, wall_seconds=s.seconds, target_speedup=s.target),
-            findings=list(self.findings), arch=s.arch or "sm_90", prepared=self.prepared.parts())
+            findings=list(self.findings), arch=s.arch or "sm_90", prepared=self.prepared.parts(),
+            keep_launch=s.keep_launch,
+            # with host launches to keep correct, a winner whose launch cannot be written there is not preferred
+            launch_writable=self.prepared.launch_writable if self.prepared.has_launch_sites else None)
 
     @property
     def kernel(self) -> str:
@@ -137,6 +142,9 @@ class OptimizeJob:
                                           on_event=self._on_search_event, memory=self.memory,
                                           on_search=self._on_search, limit_of=self._limit_of())
             await policy.reflect(self.outcome.result)
+            best = self.outcome.result.best
+            if self.outcome.result.improved and best.candidate.hash not in self.announced:
+                self._announce(best)  # chosen after the search (the sanitizer, the launch preference): say it
             final = self._finished(self.outcome)
         except asyncio.CancelledError as e:
             final, error = JobFinished("cancelled", "cancelled"), e
@@ -238,14 +246,16 @@ class OptimizeJob:
         if node.parent is None or node.speedup is None:
             return
         try:
-            diff = self.prepared.diff(node.candidate)
+            change = self.prepared.workspace_change(node.candidate)
+            diff = change.diff(self.prepared.file)
         except HostCodeRefused as e:  # it could not be written into the file: not a variant to offer
             log.info("not announcing %s: %s", node.candidate.hash, e)
             return
         evidence = Evidence.of(node.evaluation)
         self.gpu = evidence.gpu or self.gpu or str(getattr(self.evaluator, "gpu_name", "") or "")
         self.announced[node.candidate.hash] = node
-        self._emit(CandidateFound(node, node.speedup, diff, evidence, self.limit(node)))
+        self._emit(CandidateFound(node, node.speedup, diff, evidence, self.limit(node),
+                                  tuple(change.messages()), change.needs_launch_change))
 
     def _finished(self, outcome: OptimizeOutcome) -> JobFinished:
         r = outcome.result

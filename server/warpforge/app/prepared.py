@@ -9,13 +9,16 @@ sees when that fails is ``JobError`` with a message naming the file and the kern
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel, KernelNotFound
 from ..cuda.parser import file_tree, parse
 from ..cuda.text import SourceText
-from ..search.optimize import apply_candidate, kernel_diff
+from ..cuda.workspace import SiteFile, find_launches
+from ..search.optimize import WorkspaceChange, apply_candidate, apply_workspace, launch_changes
 from ..spec.limits import LaunchLimits
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec
@@ -47,6 +50,11 @@ class PreparedKernel:
     model: FileModel
     kernel: Kernel
     spec: KernelSpec
+    #: the other files of the workspace that launch the kernel (``with_workspace``), and the workspace folder
+    others: tuple[SiteFile, ...] = ()
+    root: Path | None = None
+    #: what the workspace scan left out (too large, another kernel of the same name), for the front end's log
+    skipped: tuple[str, ...] = ()
 
     @classmethod
     def from_text(cls, file: str, text: str, kernel: str, limits: LaunchLimits | None = None) -> PreparedKernel:
@@ -81,13 +89,40 @@ class PreparedKernel:
         """The kernel as written: the oracle and the baseline of every search."""
         return Candidate(self.kernel.name, self.kernel_text, family="original", rationale="the kernel as written")
 
+    def with_workspace(self, root: str | Path | None, overlay: Mapping[Path, str] | None = None) -> PreparedKernel:
+        """This snapshot with the kernel's launch sites in the other files under ``root`` (``cuda.workspace``:
+        bounded, build folders skipped; ``overlay`` holds the editor's unsaved texts). Accepting a variant then
+        updates them too, and a variant whose launch cannot be written there is labelled."""
+        if root is None:
+            return self
+        found = find_launches(root, self.kernel.name, overlay=overlay, exclude=self.file)
+        return replace(self, others=tuple(found.files), root=found.root, skipped=tuple(found.skipped))
+
+    @property
+    def has_launch_sites(self) -> bool:
+        """Does any host code (this file's or the workspace's) launch the kernel?"""
+        return bool(self.others) or bool(self.model.launches_of(self.kernel.name))
+
     def variant(self, candidate: Candidate) -> str:
         """The whole file with ``candidate`` in place of the kernel (``HostCodeRefused`` when it may not be)."""
         return apply_candidate(self.text, self.kernel, candidate, self.spec, self.model)
 
+    def workspace_change(self, candidate: Candidate) -> WorkspaceChange:
+        """``candidate`` accepted across the workspace: this file, every other file whose launches change,
+        and the launch sites that need a change by hand (``search.optimize.apply_workspace``)."""
+        return apply_workspace(self.file, self.text, self.kernel, candidate, self.spec, self.model, self.others,
+                               self.root)
+
+    def launch_writable(self, candidate: Candidate) -> bool:
+        """True when accepting ``candidate`` leaves no launch site to change by hand (it keeps the launch, or
+        every site's new launch can be written mechanically)."""
+        return all(c.mechanical for c in launch_changes(self.source, self.model, self.kernel, candidate, self.spec,
+                                                         self.others))
+
     def diff(self, candidate: Candidate, name: str | None = None) -> str:
-        """A unified diff of the file against the candidate's variant, labelled with ``name`` (default: file)."""
-        return kernel_diff(name or self.file, self.text, self.kernel, candidate, self.spec, self.model)
+        """A unified diff of the file against the candidate's variant, labelled with ``name`` (default: file),
+        then of every other file whose launches it changes, then the launch changes to make by hand."""
+        return self.workspace_change(candidate).diff(name or self.file)
 
     def rebased(self, text: str) -> PreparedKernel:
         """This kernel in a newer ``text`` of the same file, provided the kernel itself is unchanged (a variant
@@ -104,4 +139,4 @@ class PreparedKernel:
             spec = build_spec(src, model, k, self.file)
         except SpecError:
             spec = self.spec  # the kernel is unchanged; a host edit broke inference, the job's spec still holds
-        return PreparedKernel(self.file, src, model, k, spec)
+        return PreparedKernel(self.file, src, model, k, spec, self.others, self.root, self.skipped)

@@ -1,5 +1,6 @@
 """``warpforge optimize FILE [--kernel K] [--strategy beam|mcts] [--budget N] [--gpus all|N|0,1]
-[--ray-address ADDR] [--store PATH] [--json] [--report out.html] [--apply]``: the main job, headless.
+[--ray-address ADDR] [--store PATH] [--json] [--report out.html] [--apply] [--keep-launch] [--workspace DIR]``:
+the main job, headless.
 
 Candidates are spread over every visible GPU of this machine (``--gpus``, default all, honouring
 ``CUDA_VISIBLE_DEVICES``), or over the GPUs of a Ray cluster (``--ray-address``); each speedup is still a
@@ -13,7 +14,13 @@ With a GPU it runs ``app.OptimizeJob``, the job the editor runs: the baseline is
 Compute where it is available; its measured findings order the rules, and say so in a note), then a rich
 progress bar (round, candidates, best verified speedup), then the best
 verified variant as a unified diff with its speedup and interval, what was checked, and the findings that
-motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise. Exit 0 when the search
+motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise.
+
+The kernel's launches elsewhere in the workspace (``--workspace``, default the current folder when it holds
+FILE, else FILE's folder; ``cuda.workspace``) are part of the result: a variant verified with another launch
+rewrites each launch site in its own names, in the diff and with ``--apply`` (each file backed up); a site
+where that is not mechanical is printed as ``file:line: old -> new (needs a launch change: why)`` and shown
+in the diff without being written. ``--keep-launch`` searches only variants that keep the launch. Exit 0 when the search
 ran (finding no faster variant is an answer), 1 when it could not: the original kernel could not be
 evaluated, or the report or ``--apply`` could not be written (the result is printed all the same).
 
@@ -47,7 +54,7 @@ from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory
-from ..search.optimize import HostCodeRefused, OptimizeRequest, candidate_notes
+from ..search.optimize import HostCodeRefused, OptimizeRequest, WorkspaceChange, candidate_notes
 from ..search.report import ReportInfo, render
 from ..search.tree import EvaluatorLike
 from ..store import Store, StoreError, workspace_db
@@ -80,8 +87,27 @@ def register(sub: Any) -> None:
     p.add_argument("--store", metavar="PATH",
                    help="the evaluation cache and search memory: a SQLite file, or a folder for warpforge.db "
                         "(default: in the user cache, keyed by the current folder; never in the workspace)")
+    p.add_argument("--keep-launch", action="store_true",
+                   help="search only variants that launch the kernel as now (same grid, block, shared memory): "
+                        "no host launch site changes")
+    p.add_argument("--workspace", metavar="DIR",
+                   help="where the kernel's other launch sites are looked for (default: the current folder when "
+                        "it holds FILE, else FILE's folder); build folders, node_modules and .git are skipped")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+def workspace_root(args: argparse.Namespace) -> Path:
+    """Where the kernel's launch sites are looked for: ``--workspace``, else the current folder when it holds
+    FILE, else FILE's own folder (never a home directory the file merely sits below)."""
+    if args.workspace:
+        root = Path(args.workspace)
+        if not root.is_dir():
+            raise CliError(f"--workspace {args.workspace}: not a folder")
+        return root
+    cwd = Path.cwd().resolve()
+    file = Path(args.file).resolve()
+    return cwd if file.is_relative_to(cwd) else file.parent
 
 
 def _static(path: str, text: str, kernel: str, arch: str | None) -> list[Finding]:
@@ -146,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     limits = inputs.launch_limits(args.arch, _device(args), local=not args.ray_address)
     spec = build_spec(src, model, kernel, args.file, limits)  # a bad spec is reported before anything runs
     prepared = PreparedKernel(args.file, src, model, kernel, spec)  # the job's one parse
+    prepared = prepared.with_workspace(workspace_root(args))  # the kernel's launches in other files
     findings = _static(args.file, src.text, kernel.name, args.arch)
     why = _why_not_here(args)
     if why is not None:
@@ -213,7 +240,8 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             notes.append(_baseline_note(ev))
 
     job = OptimizeJob(prepared, OptimizeSettings(args.strategy, args.budget, args.time, args.target, args.arch,
-                                                 api_key=args.api_key, device=_device(args)),
+                                                 api_key=args.api_key, device=_device(args),
+                                                 keep_launch=args.keep_launch),
                       lambda req: _evaluator(args, req, workspace), findings=findings,
                       memory=SearchMemory(Store(args.store_file)), on_event=on_event)
     try:
@@ -249,9 +277,11 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
     ev = best.evaluation
     headline = ev.headline() if ev is not None and hasattr(ev, "headline") else ""
     try:
-        diff = outcome.diff() if result.improved else ""
+        change = prepared.workspace_change(best.candidate) if result.improved else None
     except HostCodeRefused as e:  # Accept's check: the variant would add host code to the file
         raise CliError(f"{args.file}: {e}") from e
+    diff = change.diff(args.file) if change is not None else ""
+    launch_lines = change.messages() if change is not None else []
     # the result against the kernel's physical limit: the best variant's time, and the original's
     limit = job.limit(best if best.ok else None)
     base_limit = job.limit(result.root if result.root.ok else None)
@@ -271,14 +301,15 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         except OSError as e:
             write_errors.append(f"--report {args.report}: cannot write: {e.strerror or e}")
     applied = None
-    if args.apply and result.improved:
+    if args.apply and change is not None:
         backup = Path(args.file + ".orig")
         try:
             shutil.copyfile(args.file, backup)
-            Path(args.file).write_text(outcome.new_text(), encoding="utf-8")
+            Path(args.file).write_text(change.new_text, encoding="utf-8")
             applied = str(backup)
         except OSError as e:
             write_errors.append(f"--apply {args.file}: cannot write: {e.strerror or e}")
+        write_errors.extend(_write_launchers(change) if applied else [])
     # The original kernel is the oracle and the baseline: without it nothing was searched.
     code = ExitCode.OK if result.root.ok and not write_errors else ExitCode.FAILED
     if args.json:
@@ -294,6 +325,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "limit": limit.to_json() if limit is not None else None,
             "baseline_limit": base_limit.to_json() if base_limit is not None else None,
             "store": str(args.store_file), "cached_evaluations": _cached(result),
+            "launch_changes": launch_lines,
+            "needs_launch_change": [c.message(change.root) for c in change.manual] if change is not None else [],
+            "launch_files": [str(p) for p in change.files] if change is not None else [],
         }, indent=2))
         return _finish(write_errors, code)
     out = Console(highlight=False, soft_wrap=True)
@@ -318,6 +352,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         if limit_line:
             out.print(limit_line)
         out.print(diff, markup=False)
+        for line in launch_lines:
+            style = "yellow" if "needs a launch change" in line else "dim"
+            out.print(f"[{style}]launch: {escape(line)}[/]")
         motivating = [f for f in findings if f.action and f.action in best.families]
         for f in motivating:
             out.print(f"[dim]motivated by {f.code} (line {f.line}): {f.message}[/]")
@@ -334,6 +371,19 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
               f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report and not write_errors
                                               else "") + "[/]")
     return _finish(write_errors, code)
+
+
+def _write_launchers(change: WorkspaceChange) -> list[str]:
+    """``--apply``'s writes of the other files whose launches change (each backed up as ``FILE.orig``);
+    the errors, said after the result like the others."""
+    errors: list[str] = []
+    for path, (_old, new) in sorted(change.files.items()):
+        try:
+            shutil.copyfile(path, str(path) + ".orig")
+            path.write_text(new, encoding="utf-8")
+        except OSError as e:
+            errors.append(f"--apply {path}: cannot write its launch: {e.strerror or e}")
+    return errors
 
 
 def _limit_line(limit: Limit | None, base: Limit | None, improved: bool) -> str:

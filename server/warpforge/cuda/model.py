@@ -153,7 +153,14 @@ class Include:
 
 @dataclass(frozen=True)
 class LaunchSite:
-    """A host-side launch ``k<<<grid, block, smem, stream>>>(args)``."""
+    """A host-side launch: ``k<<<grid, block, smem, stream>>>(args)``, ``cudaLaunchKernel((void*)k, grid,
+    block, args, smem, stream)`` or ``cudaLaunchKernelEx(&cfg, k, args...)`` with ``cfg``'s fields set in the
+    same function (``style`` says which).
+
+    Accepting a variant that needs another launch rewrites grid, block and shared memory where each is
+    written, so each has its own span; ``config_span`` is the ``<<<...>>>`` of a chevron launch (the call's
+    argument list otherwise).
+    """
 
     kernel: str
     template_args: tuple[str, ...]
@@ -167,6 +174,29 @@ class LaunchSite:
     #: the host function the launch is in ("" at top level)
     function: str
     line: int
+    #: "chevron" (``<<<>>>``), "launch_kernel" (``cudaLaunchKernel``), "launch_kernel_ex" (``cudaLaunchKernelEx``)
+    style: str = "chevron"
+    #: where grid, block and dynamic shared memory are written (None: not written, or not read)
+    grid_span: Span | None = None
+    block_span: Span | None = None
+    smem_span: Span | None = None
+    #: where a shared-memory size the launch does not write yet would go (``cudaLaunchKernel``: after the
+    #: argument array; ``cudaLaunchKernelEx``: before the statement holding the call); None for ``<<<>>>``
+    smem_insert: int | None = None
+    #: the ``cudaLaunchConfig_t`` variable of a ``cudaLaunchKernelEx`` launch (``cfg`` of ``&cfg``)
+    config_var: str | None = None
+    #: False when the kernel's arguments could not be read (an argument array built elsewhere)
+    args_known: bool = True
+    #: False when grid or block could not be found (a config struct filled in another function)
+    config_known: bool = True
+
+    def config_text(self) -> str:
+        """The launch configuration as written, for messages (``<<<n, 256>>>``, ``grid n, block 256``)."""
+        if self.style == "chevron":
+            parts = [self.grid, self.block, *([self.smem] if self.smem is not None else []),
+                     *([self.stream] if self.stream is not None else [])]
+            return "<<<" + ", ".join(parts) + ">>>"
+        return f"grid {self.grid}, block {self.block}, smem {self.smem or '0'}"
 
 
 @dataclass(frozen=True)
@@ -218,7 +248,13 @@ class FileModel:
         return k
 
     def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
+        """Every launch of ``kernel`` in the file, whatever its style (see ``LaunchSite``)."""
         return tuple(s for s in self.launch_sites if s.kernel == kernel)
+
+    def readable_launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
+        """The launches of ``kernel`` whose configuration and arguments could both be read (what inference
+        may start from)."""
+        return tuple(s for s in self.launches_of(kernel) if s.args_known and s.config_known)
 
     def kernel_at(self, offset: int) -> Kernel | None:
         """The kernel whose definition, or the comment block directly above it, contains byte ``offset``.

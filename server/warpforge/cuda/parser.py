@@ -558,10 +558,70 @@ class _Collector:
     def scan_launches(self, node: Node, function: str) -> None:
         for n in walk(node, ("call_expression",)):
             cfg = next((c for c in n.children if c.type == "kernel_call_syntax"), None)
+            site: LaunchSite | None = None
             if cfg is not None:
                 site = self._launch(n, cfg, function)
-                if site is not None:
-                    self.launches.append(site)
+            else:
+                callee = n.child_by_field_name("function")
+                name = node_text(callee, self.data).replace(" ", "").removeprefix("::") if callee is not None else ""
+                if name in _API_LAUNCHES:
+                    site = self._api_launch(n, node, function, name)
+            if site is not None:
+                self.launches.append(site)
+
+    def _api_launch(self, call: Node, scope: Node, function: str, api: str) -> LaunchSite | None:
+        """``cudaLaunchKernel(func, grid, block, args, smem, stream)`` or ``cudaLaunchKernelEx(&cfg, func,
+        args...)``: the kernel from ``func`` (through casts and ``&``), the kernel's arguments from the
+        ``void* args[] = {&a, &b}`` array of the same function, or from the call; ``cfg``'s grid, block and
+        shared memory from its last assignments (or aggregate initializer) before the call in ``scope``."""
+        data, base = self.data, self.base
+        al = call.child_by_field_name("arguments")
+        a = [c for c in al.named_children if c.type != "comment"] if al is not None else []
+        ex = api == "cudaLaunchKernelEx"
+        if len(a) < (2 if ex else 3):
+            return None
+        named = _launched_kernel(a[1] if ex else a[0], data)
+        if named is None:
+            return None
+        kname, targs = named
+        head = LaunchSite(kernel=kname.split("::")[-1], template_args=targs, grid="?", block="?", smem=None,
+                          stream=None, args=(), span=_span(call, base),
+                          config_span=_span(al, base) if al is not None else _span(call, base), function=function,
+                          line=self.src.line_of(call.start_byte + base))
+        if not ex:
+            args: tuple[str, ...] = ()
+            known = False
+            if len(a) > 3 and a[3].type == "identifier":
+                found = _argument_array(scope, node_text(a[3], data), call.start_byte, data)
+                if found is not None:
+                    args, known = found, True
+            return replace(
+                head, grid=node_text(a[1], data), block=node_text(a[2], data),
+                smem=node_text(a[4], data) if len(a) > 4 else None,
+                stream=node_text(a[5], data) if len(a) > 5 else None,
+                args=args, style="launch_kernel", grid_span=_span(a[1], base), block_span=_span(a[2], base),
+                smem_span=_span(a[4], base) if len(a) > 4 else None,
+                smem_insert=a[3].end_byte + base if len(a) == 4 else None, args_known=known)
+        target = a[0]
+        if target.type == "pointer_expression" and node_text(target, data).startswith("&"):
+            target = target.child_by_field_name("argument") or target
+        var = node_text(target, data) if target.type == "identifier" else None
+        fields = _config_fields(scope, var, call.start_byte, data) if var is not None else {}
+        stmt = call
+        while stmt.parent is not None and stmt.type != "expression_statement":
+            stmt = stmt.parent
+        grid, block, smem = fields.get("gridDim"), fields.get("blockDim"), fields.get("dynamicSmemBytes")
+        return replace(
+            head, grid=node_text(grid, data) if grid is not None else "?",
+            block=node_text(block, data) if block is not None else "?",
+            smem=node_text(smem, data) if smem is not None else None,
+            stream=node_text(fields["stream"], data) if "stream" in fields else None,
+            args=tuple(node_text(x, data) for x in a[2:]), style="launch_kernel_ex",
+            grid_span=_span(grid, base) if grid is not None else None,
+            block_span=_span(block, base) if block is not None else None,
+            smem_span=_span(smem, base) if smem is not None else None,
+            smem_insert=stmt.start_byte + base if smem is None and stmt.type == "expression_statement" else None,
+            config_var=var, config_known=grid is not None and block is not None)
 
     def _launch(self, call: Node, cfg: Node, function: str) -> LaunchSite | None:
         data = self.data
@@ -582,8 +642,8 @@ class _Collector:
             name = node_text(nm, data) if nm is not None else node_text(fn, data)
         else:
             name = node_text(fn, data)
-        config = [node_text(c, data) for c in cfg.children
-                  if c.type not in _PUNCT and c.is_named and c.type != "comment"]
+        parts = [c for c in cfg.children if c.type not in _PUNCT and c.is_named and c.type != "comment"]
+        config = [node_text(c, data) for c in parts]
         if len(config) < 2:
             return None
         args_node = call.child_by_field_name("arguments")
@@ -601,7 +661,104 @@ class _Collector:
             config_span=_span(cfg, self.base),
             function=function,
             line=self.src.line_of(call.start_byte + self.base),
+            grid_span=_span(parts[0], self.base),
+            block_span=_span(parts[1], self.base),
+            smem_span=_span(parts[2], self.base) if len(parts) > 2 else None,
         )
+
+
+#: the runtime API's launch calls (the driver API's cuLaunchKernel takes a CUfunction, not a kernel name)
+_API_LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel"})
+#: the fields of ``cudaLaunchConfig_t`` in declaration order (what a positional aggregate initializer sets)
+_CONFIG_FIELDS = ("gridDim", "blockDim", "dynamicSmemBytes", "stream")
+
+
+def _launched_kernel(node: Node, data: bytes) -> tuple[str, tuple[str, ...]] | None:
+    """The kernel a launch API call names: ``k``, ``&k``, ``(void*)k``, ``(const void*)&ns::k<float>``,
+    ``reinterpret_cast<void*>(k)``; its name and template arguments (None: not a kernel name)."""
+    n = node
+    while True:
+        if n.type in ("cast_expression", "parenthesized_expression"):
+            n = n.child_by_field_name("value") or n.named_children[-1]
+        elif n.type == "pointer_expression" and node_text(n, data).startswith("&"):
+            n = n.child_by_field_name("argument") or n
+            if n.type == "pointer_expression":
+                return None
+        elif n.type == "call_expression" and node_text(n.child_by_field_name("function") or n, data).startswith(
+                ("reinterpret_cast", "static_cast", "const_cast")):
+            args = n.child_by_field_name("arguments")
+            if args is None or len(args.named_children) != 1:
+                return None
+            n = args.named_children[0]
+        else:
+            break
+    while n.type == "qualified_identifier" and n.child_by_field_name("name") is not None:
+        n = n.child_by_field_name("name")  # type: ignore[assignment]
+    if n.type == "template_function":
+        nm, al = n.child_by_field_name("name"), n.child_by_field_name("arguments")
+        if nm is None:
+            return None
+        return node_text(nm, data), tuple(node_text(x, data) for x in al.named_children) if al is not None else ()
+    return (node_text(n, data), ()) if n.type == "identifier" else None
+
+
+def _argument_array(scope: Node, name: str, before: int, data: bytes) -> tuple[str, ...] | None:
+    """The kernel arguments of ``void* name[] = {&x, (void*)&n}`` declared in ``scope`` before byte ``before``
+    (the last such declaration), as the expressions whose addresses are taken."""
+    found: tuple[str, ...] | None = None
+    for d in walk(scope, ("init_declarator",)):
+        if d.start_byte >= before:
+            break
+        decl, val = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+        if decl is None or val is None or val.type != "initializer_list":
+            continue
+        ident = next((x for x in walk(decl) if x.type == "identifier"), None)
+        if ident is None or node_text(ident, data) != name:
+            continue
+        out: list[str] = []
+        for el in val.named_children:
+            e = el
+            while e.type in ("cast_expression", "parenthesized_expression"):
+                e = e.child_by_field_name("value") or e.named_children[-1]
+            if e.type == "pointer_expression" and node_text(e, data).startswith("&"):
+                inner = e.child_by_field_name("argument")
+                out.append(node_text(inner, data) if inner is not None else node_text(e, data))
+            else:
+                out.append(f"*{node_text(e, data)}")  # a pointer to the argument: its value is what it points at
+        found = tuple(out)
+    return found
+
+
+def _config_fields(scope: Node, var: str, before: int, data: bytes) -> dict[str, Node]:
+    """What ``var`` (a ``cudaLaunchConfig_t``) holds at byte ``before`` of ``scope``: the expression last
+    assigned to each field (``cfg.gridDim = ...``, ``cfgp->blockDim = ...``), after its initializer
+    (``{grid, block, smem, stream}`` or ``{.gridDim = grid, ...}``)."""
+    out: dict[str, Node] = {}
+    for n in walk(scope, ("init_declarator", "assignment_expression")):
+        if n.start_byte >= before:
+            break
+        if n.type == "init_declarator":
+            decl, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
+            if decl is None or val is None or node_text(decl, data) != var or val.type != "initializer_list":
+                continue
+            out.clear()
+            for i, el in enumerate(val.named_children):
+                if el.type == "initializer_pair":
+                    designator = node_text(el.child_by_field_name("designator") or el, data).lstrip(".").strip()
+                    value = el.child_by_field_name("value")
+                    if designator in _CONFIG_FIELDS and value is not None:
+                        out[designator] = value
+                elif i < len(_CONFIG_FIELDS):
+                    out[_CONFIG_FIELDS[i]] = el
+            continue
+        left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+        if left is None or right is None or left.type != "field_expression":
+            continue
+        obj, fld = left.child_by_field_name("argument"), left.child_by_field_name("field")
+        if obj is not None and fld is not None and node_text(obj, data) == var \
+                and node_text(fld, data) in _CONFIG_FIELDS:
+            out[node_text(fld, data)] = right
+    return out
 
 
 def _contains_error(node: Node | None) -> bool:

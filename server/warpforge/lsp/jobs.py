@@ -19,9 +19,11 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 
 from ..app import (
     CandidateFound,
@@ -41,6 +43,7 @@ from ..app.backend import evaluator_factory as _evaluator_factory
 from ..profile.findings import Finding
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory, kernel_key
+from ..search.optimize import WorkspaceChange
 from ..search.tree import Node
 from ..store import Store, StoreError
 from . import protocol as wire_types
@@ -173,7 +176,39 @@ class JobManager(Generic[W]):
         prepared = PreparedKernel.from_text(doc.path or uri, text, kernel)
         if (running := self.running_for(uri, kernel)) is not None:
             raise JobError(self._busy(kernel, running))
-        return prepared, doc.version
+        return self.with_launch_sites(prepared, doc.path), doc.version
+
+    def workspace_root(self, path: str | None) -> Path | None:
+        """The workspace folder holding ``path`` (the first folder, else the root, when none holds it): where
+        the kernel's launch sites are looked for."""
+        ws = self.server.workspace
+        if ws is None:
+            return None
+        folders = [Path(p) for f in getattr(ws, "folders", {}).values() if (p := to_fs_path(f.uri))]
+        if path:
+            for f in folders:
+                if Path(path).resolve().is_relative_to(f.resolve()):
+                    return f
+        if folders:
+            return folders[0]
+        return Path(ws.root_path) if ws.root_path else None
+
+    def with_launch_sites(self, prepared: PreparedKernel, path: str | None) -> PreparedKernel:
+        """``prepared`` with the kernel's launches in the other files of its workspace folder, read from the
+        editor's buffers where they are open (``cuda.workspace``)."""
+        root = self.workspace_root(path)
+        if root is None or not path:
+            return prepared
+        overlay = {Path(d.path): d.source for d in self.server.workspace.text_documents.values()
+                   if d.path and d.uri.startswith("file://")}
+        try:
+            found = prepared.with_workspace(root, overlay)
+        except OSError as e:
+            log.info("launch sites of %s not searched: %s", prepared.kernel.name, e)
+            return prepared
+        for why in found.skipped:
+            log.info("launch sites of %s: %s", prepared.kernel.name, why)
+        return found
 
     def _busy(self, kernel: str, running: EditorJob[W]) -> str:
         return f"`{kernel}` is already being {self.doing} ({running.id})"
@@ -285,7 +320,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             work = OptimizeJob(
                 prepared, OptimizeSettings(strategy, s.budget, s.time_budget, arch=s.arch or None,
                                            api_key=s.api_key or None, model=s.model or None,
-                                           nvcc=s.nvcc_path or None, profile_baseline=not choice.plugin),
+                                           nvcc=s.nvcc_path or None, profile_baseline=not choice.plugin,
+                                           keep_launch=s.keep_launch),
                 lambda req: make_evaluator(choice, req),
                 findings=[f for f in self.server.diagnostics.findings(uri) if f.kernel == kernel],
                 memory=self._memory(), on_event=on_event, pool=self.server.thread_pool, cancel=cancel)
@@ -318,7 +354,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             rationale=node.candidate.rationale, diff=event.diff, evidence=wire_types.Evidence(
                 headline=ev.headline, checked=ev.checked, seeds=ev.seeds, sizes=list(ev.sizes) or None,
                 interval=list(ev.interval) if ev.interval is not None else None),
-            limit=wire_limit(event.limit))))
+            limit=wire_limit(event.limit), launch_changes=list(event.launch_changes) or None,
+            needs_launch_change=event.needs_launch_change or None)))
 
     def _done_params(self, job: EditorJob[OptimizeJob], event: JobFinished | JobFailed) -> JobDoneParams:
         base = super()._done_params(job, event)
@@ -371,18 +408,41 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         except Exception as e:
             raise JobError(f"{job.uri} is not open") from e
         now = job.prepared.rebased(current)  # JobError when the kernel changed meanwhile
-        new_text = now.variant(node.candidate)
+        # The launch sites as they are now (the user may have edited a launcher since the job started).
+        now = await self.server.off_loop(lambda: self.with_launch_sites(now, doc.path))
+        change = await self.server.off_loop(lambda: now.workspace_change(node.candidate))
         result = await self.server.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
             label=f"WarpForge: {node.speedup:.2f}× faster {job.kernel}",
-            edit=lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(
-                text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=doc.version),
-                edits=list(line_edits(current, new_text)))])))
+            edit=lsp.WorkspaceEdit(document_changes=self.document_changes(job.uri, doc.version, change))))
         applied = bool(result.applied) if result is not None else False
         if applied:
             # the job's variants describe the old text now: nothing is "ready" any more
             job.work.announced.clear()
             self.server.lenses_changed()
-        return wire(AcceptResult(applied, getattr(result, "failure_reason", None)))  # type: ignore[no-any-return]
+        manual = [c.message(change.root) for c in change.manual]
+        done = [c.message(change.root) for c in change.changes if c.mechanical]
+        for line in manual:
+            log.warning("%s: %s", job.id, line)
+        return wire(AcceptResult(applied, getattr(result, "failure_reason", None),  # type: ignore[no-any-return]
+                                 launch_changes=done or None, needs_launch_change=manual or None))
+
+    def document_changes(self, uri: str, version: int | None, change: WorkspaceChange) -> list[
+            lsp.TextDocumentEdit | lsp.CreateFile | lsp.RenameFile | lsp.DeleteFile]:
+        """One ``TextDocumentEdit`` per file the accepted variant changes: the kernel's document (at the
+        version the edit was computed on), then every other file whose launches are rewritten (versioned
+        when open in the editor, else unversioned: its text was read from disk)."""
+        out: list[lsp.TextDocumentEdit | lsp.CreateFile | lsp.RenameFile | lsp.DeleteFile] = [
+            lsp.TextDocumentEdit(text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+                                 edits=list(line_edits(change.old_text, change.new_text)))]
+        open_docs = {Path(d.path).resolve(): d for d in self.server.workspace.text_documents.values() if d.path}
+        for path, (old, new) in sorted(change.files.items()):
+            doc = open_docs.get(path.resolve())
+            out.append(lsp.TextDocumentEdit(
+                text_document=lsp.OptionalVersionedTextDocumentIdentifier(
+                    uri=doc.uri if doc is not None else path.as_uri(),
+                    version=doc.version if doc is not None else None),
+                edits=list(line_edits(old, new))))
+        return out
 
     def reject(self, job_id: str, candidate: str) -> dict[str, Any]:
         job, node = self.node(job_id, candidate)

@@ -69,6 +69,10 @@ class CancelResult:
 class AcceptResult:
     applied: bool
     reason: str | None = None
+    #: the host launch sites the accepted variant changes (``file:line: old -> new``)
+    launch_changes: list[str] | None = None
+    #: the launch sites that still need a change by hand (each says what to write), not applied
+    needs_launch_change: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,10 @@ class CandidateParams:
     evidence: Evidence | None = None
     #: the variant's time against the kernel's physical limit
     limit: PhysicalLimit | None = None
+    #: each host launch site the variant's launch changes (``file:line: old -> new``)
+    launch_changes: list[str] | None = None
+    #: a launch site cannot be rewritten for it: accepting it needs a launch change by hand
+    needs_launch_change: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
     "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes", "storePath": "store_path",
+    "keepLaunch": "keep_launch",
 }
 _EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
 #: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
@@ -40,6 +41,8 @@ class Settings:
     ray_address: str = ""
     #: the workspace store's file or folder; "" keeps it in the user's cache, keyed by the workspace
     store_path: str = ""
+    #: search only variants that keep the kernel's launch contract (no host launch site changes)
+    keep_launch: bool = False
     #: seconds to wait after an edit before re-analyzing
     debounce: float = 0.6
     #: documents larger than this (bytes of UTF-8) get a notice instead of analysis (see lsp/limits.py)
@@ -93,6 +96,8 @@ def _check(name: str, value: Any, current: Any) -> str | None:
     kind = type(current)
     if kind is str:
         return None if isinstance(value, str) else "expected text"
+    if kind is bool:
+        return None if isinstance(value, bool) else "expected true or false"
     # JSON numbers only: "48" or true are not a budget, whatever Python's int() would make of them.
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"expected a {'whole ' if kind is int else ''}number"

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .. import defaults
@@ -23,10 +24,12 @@ from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
 from ..cuda.rewrite import TextEdit, apply_edits, make_edit
 from ..cuda.text import SourceText, Span
+from ..cuda.workspace import SiteFile
 from ..spec.expr import ExprError
 from ..spec.expr import parse as parse_expr
 from ..spec.model import KernelSpec
 from ..spec.resolve import build_spec
+from ..spec.sites import Launch, SiteChange, dims_c, site_change
 from .beam import BeamConfig, BeamSearch
 from .engine import Budget, LimitOf, SearchEngine, SearchEvent, SearchResult
 from .mcts import MCTS, MCTSConfig
@@ -50,6 +53,12 @@ class OptimizeRequest:
     families: set[str] | None = None
     #: the snapshot already parsed, with its spec (``app.PreparedKernel.parts``): a job parses its file once
     prepared: tuple[SourceText, FileModel, Kernel, KernelSpec] | None = None
+    #: search only variants that keep the launch contract (``keeps_launch``): ``--keep-launch``,
+    #: ``warpforge.keepLaunch``
+    keep_launch: bool = False
+    #: whether accepting a candidate leaves no launch site to change by hand (None: every one does); the
+    #: winner is chosen with it (``prefer_writable``)
+    launch_writable: Callable[[Candidate], bool] | None = None
 
 
 @dataclass
@@ -75,49 +84,8 @@ class OptimizeOutcome:
         return apply_candidate(self.request.text, self.kernel, node.candidate, self.spec)
 
 
-def _call_args(text: str, start: int) -> tuple[list[str], int]:
-    """Split the balanced argument list starting at ``text[start] == '('``; returns (args, end index)."""
-    depth = 0
-    args: list[str] = []
-    cur = start + 1
-    for i in range(start, len(text)):
-        ch = text[i]
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                args.append(text[cur:i].strip())
-                return args, i + 1
-        elif ch == "," and depth == 1:
-            args.append(text[cur:i].strip())
-            cur = i + 1
-    raise ValueError(f"unbalanced parentheses in `{text}`")
-
-
-def to_c(expr: str) -> str:
-    """A spec expression as plain C for host code: ``cdiv``/``min``/``max`` become arithmetic."""
-    out = expr
-    for fn in ("cdiv", "ceil_div", "min", "max"):
-        while True:
-            m = re.search(rf"\b{fn}\s*\(", out)
-            if m is None:
-                break
-            args, end = _call_args(out, m.end() - 1)
-            args = [to_c(a) for a in args]
-            if fn in ("cdiv", "ceil_div") and len(args) == 2:
-                rep = f"(({args[0]}) + ({args[1]}) - 1) / ({args[1]})"
-            elif len(args) == 2:
-                op = "<" if fn == "min" else ">"
-                rep = f"(({args[0]}) {op} ({args[1]}) ? ({args[0]}) : ({args[1]}))"
-            else:
-                raise ValueError(f"cannot translate `{expr}` to C")
-            out = out[: m.start()] + rep + out[end:]
-    return out
-
-
 def _dims_c(d: tuple[str, ...]) -> str:
-    return to_c(d[0]) if len(d) == 1 else "dim3(" + ", ".join(to_c(x) for x in d) + ")"
+    return dims_c(d)
 
 
 def _dims_spec(d: tuple[str, ...]) -> str:
@@ -175,7 +143,8 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
 
     A variant verified with a different launch (block size, warp per row, a vectorized grid) is only
     correct with that launch, so accepting it updates where the launch is defined: the annotation's
-    ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
+    ``launch`` line when the spec is annotated, and the host launch sites in this file where their new
+    launch can be written mechanically (``launch_changes``; the other files' are ``apply_workspace``'s).
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
     ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
     Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``). ``model`` is
@@ -199,17 +168,14 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
                 f", smem={smem}" if smem not in ("0", "") else "")
             start = src.line_starts[line]
             edits.append(make_edit(src, Span(start, start + len(old.encode())), new))
-        else:
-            sites = model.launches_of(kernel.name)
-            if not sites:
-                notes.append(f"launch with grid {_dims_c(grid)} and block {_dims_c(block)}")
-            for site in sites:
-                cfg = f"<<<{_dims_c(grid)}, {_dims_c(block)}"
-                if smem not in ("0", "") or site.stream:
-                    cfg += f", {to_c(smem)}"
-                if site.stream:
-                    cfg += f", {site.stream}"
-                edits.append(make_edit(src, site.config_span, cfg + ">>>"))
+        elif not model.launches_of(kernel.name):
+            notes.append(f"launch with grid {_dims_c(grid)} and block {_dims_c(block)}")
+    # The host launches in this file (a launch override, or a tunable the launch is written with), each
+    # rewritten in its own names where that is mechanical (``spec.sites``); the others are left as they are
+    # and reported by ``launch_changes``.
+    for change in launch_changes(src, model, kernel, candidate, spec):
+        if change.mechanical:
+            edits.extend(change.edits)
     for name, value in candidate.defines.items():
         done = False
         for d in model.declarations:
@@ -237,6 +203,148 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     if notes:
         edits[0] = make_edit(src, kernel.span, "\n".join(f"// warpforge: {n}" for n in notes) + "\n" + definition)
     return apply_edits(src, edits)
+
+
+def keeps_launch(candidate: Candidate, spec: KernelSpec) -> bool:
+    """Does the candidate launch the kernel as the spec does (no override, or one equal to the spec's, and
+    every tunable the spec's launch is written with at its default)? Such a variant keeps the launch
+    contract: no host launch site has to change for it."""
+    launch_names = set(re.findall(r"[A-Za-z_]\w*", " ".join(
+        (*spec.launch.grid, *spec.launch.block, spec.launch.smem or "0"))))
+    for t in spec.tunables:
+        if t.name in launch_names and str(candidate.defines.get(t.name, t.values[0])) != str(t.values[0]):
+            return False  # a tunable the launch is written with takes another value: the launch changes
+    lo = candidate.launch
+    if lo is None:
+        return True
+
+    def norm(x: tuple[str, ...] | str) -> tuple[str, ...]:
+        return tuple("".join(d.split()) for d in ((x,) if isinstance(x, str) else x))
+
+    def same(a: tuple[str, ...] | str | None, b: tuple[str, ...] | str) -> bool:
+        return a is None or norm(a) == norm(b)
+
+    return same(lo.grid, spec.launch.grid) and same(lo.block, spec.launch.block) and same(
+        lo.smem if lo.smem is not None else None, spec.launch.smem or "0")
+
+
+def variant_launch(candidate: Candidate, spec: KernelSpec) -> Launch:
+    """The launch a candidate was verified with, in the spec's names (its overrides over the spec's)."""
+    lo = candidate.launch
+    grid = (lo.grid if lo is not None and lo.grid else None) or spec.launch.grid
+    block = (lo.block if lo is not None and lo.block else None) or spec.launch.block
+    smem = lo.smem if lo is not None and lo.smem is not None else spec.launch.smem
+    return Launch(tuple(grid), tuple(block), smem or "0")
+
+
+def launch_changes(src: SourceText, model: FileModel, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None,
+                   others: Sequence[SiteFile] = ()) -> list[SiteChange]:
+    """What accepting ``candidate`` does to every host launch of ``kernel``: the sites in its own file
+    (``src``/``model``, path None) and in ``others`` (the workspace's, ``cuda.workspace``). Empty when the
+    variant keeps the launch contract. Each change is mechanical (its edits are written on accept) or
+    says why not and what to write (``spec.sites``)."""
+    if spec is None or keeps_launch(candidate, spec):
+        return []
+    original = Launch(tuple(spec.launch.grid), tuple(spec.launch.block), spec.launch.smem or "0")
+    new = variant_launch(candidate, spec)
+    params = [p.name for p in kernel.params]
+    defines = candidate.define_map()
+    # a launch inside the kernel's own definition (dynamic parallelism) is the variant's business, not the host's
+    out = [site_change(spec, params, original, new, defines, src, model, site)
+           for site in model.launches_of(kernel.name) if not (kernel.span.start <= site.span.start < kernel.span.end)]
+    for f in others:
+        fsrc = f.source
+        out.extend(site_change(spec, params, original, new, defines, fsrc, f.model, site, f.path) for site in f.sites)
+    return out
+
+
+@dataclass
+class WorkspaceChange:
+    """Accepting a variant across the workspace: the kernel's file, every other file whose launches are
+    rewritten (path -> (old text, new text)), and every launch site's change (``SiteChange``)."""
+
+    file: str
+    old_text: str
+    new_text: str
+    files: dict[Path, tuple[str, str]]
+    changes: list[SiteChange]
+    root: Path | None = None
+    #: the text of every other file with a launch site, as it was read (what the sites' edits apply to)
+    originals: dict[Path, str] = field(default_factory=dict)
+
+    @property
+    def manual(self) -> list[SiteChange]:
+        """The sites that need a launch change the user must make (not written)."""
+        return [c for c in self.changes if not c.mechanical]
+
+    @property
+    def needs_launch_change(self) -> bool:
+        return bool(self.manual)
+
+    def messages(self) -> list[str]:
+        """One line per launch site whose configuration changes (``file:line: old -> new``, and why not
+        written for the manual ones), the manual ones first."""
+        ordered = sorted(self.changes, key=lambda c: c.mechanical)
+        return [c.message(self.root) for c in ordered]
+
+    def name(self, path: Path) -> str:
+        if self.root is not None:
+            try:
+                return str(path.resolve().relative_to(self.root.resolve()))
+            except ValueError:
+                pass
+        return str(path)
+
+    def diff(self, label: str | None = None) -> str:
+        """A unified diff of every file that changes, then, under a ``needs a launch change`` header, the
+        exact change each manual site needs (shown as a diff of its file, not written)."""
+        name = label or self.file
+        if Path(name).is_absolute():
+            name = self.name(Path(name))
+        out = [_unified(self.old_text, self.new_text, name)]
+        for path, (old, new) in sorted(self.files.items()):
+            out.append(_unified(old, new, self.name(path)))
+        by_file: dict[Path | None, list[SiteChange]] = {}
+        for c in self.manual:
+            by_file.setdefault(c.path, []).append(c)
+        for where, changes in by_file.items():
+            before = self.old_text if where is None else self.originals.get(where)
+            if before is None:
+                continue
+            edits = [e for c in changes for e in c.edits]
+            try:
+                proposed = apply_edits(SourceText(before), edits) if edits else before
+            except ValueError:
+                proposed = before
+            shown = name if where is None else self.name(where)
+            header = "".join(f"# needs a launch change (not applied): {c.message(self.root)}\n" for c in changes)
+            out.append(header + _unified(before, proposed, shown, " (needs a launch change: not applied)"))
+        return "".join(out)
+
+
+def _unified(old: str, new: str, name: str, note: str = "") -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}{note}", n=3))
+
+
+def apply_workspace(file: str, text: str, kernel: Kernel, candidate: Candidate, spec: KernelSpec | None,
+                    model: FileModel | None = None, others: Sequence[SiteFile] = (),
+                    root: Path | None = None) -> WorkspaceChange:
+    """``apply_candidate`` across the workspace: the kernel's file with the variant in place (and its own
+    launches), and each other file in ``others`` with its launches rewritten where that is mechanical.
+    A site that cannot be rewritten is left as it is and listed (``WorkspaceChange.manual``)."""
+    src = SourceText(text)
+    model = model if model is not None else parse(src.data)
+    new_text = apply_candidate(text, kernel, candidate, spec, model)
+    changes = launch_changes(src, model, kernel, candidate, spec, others)
+    files: dict[Path, tuple[str, str]] = {}
+    by_path = {f.path: f for f in others}
+    for path in dict.fromkeys(c.path for c in changes if c.path is not None and c.mechanical):
+        f = by_path[path]
+        edits = [e for c in changes if c.path == path and c.mechanical for e in c.edits]
+        if edits:
+            files[path] = (f.text, apply_edits(f.source, edits))
+    return WorkspaceChange(file, text, new_text, files, changes, root, {f.path: f.text for f in others})
 
 
 def candidate_notes(candidate: Candidate) -> list[str]:
@@ -313,19 +421,69 @@ async def optimize(
     root = Candidate(kernel.name, src.slice(kernel.span), family="original", rationale="the kernel as written")
     key = kernel_key(root.definition, spec.spec_hash())
     context = SearchContext(root=root, findings=req.findings, memory=memory.summary(key) if memory else {})
+    if req.keep_launch:
+        policy = LaunchKeeping(policy, spec)
     search = make_search(req, policy, evaluator, cancel=cancel, on_event=on_event, limit_of=limit_of)
     if on_search is not None:
         on_search(search)
     result = await search.run(root, context)
     if not (cancel is not None and cancel.is_set()):
         started = req.budget.started if req.budget.started is not None else time.monotonic() - result.seconds
-        await confirm_winner(result, evaluator, deadline=replace(req.budget, started=started).deadline())
+        await confirm_winner(result, evaluator, writable=req.launch_writable,
+                             deadline=replace(req.budget, started=started).deadline())
     if memory is not None:
         memory.record_result(key, result)
     return OptimizeOutcome(req, spec, kernel, result, root.definition)
 
 
+class LaunchKeeping:
+    """A policy restricted to variants that keep the launch contract (``keeps_launch``): what
+    ``--keep-launch`` and ``warpforge.keepLaunch`` search, for programs whose launches must not change.
+    Children of a dropped proposal are never proposed, so the whole search stays inside the contract."""
+
+    def __init__(self, inner: Policy, spec: KernelSpec) -> None:
+        self.inner = inner
+        self.spec = spec
+        self.name = getattr(inner, "name", "policy")
+        #: proposals dropped because they change the launch (for the result's notes)
+        self.dropped = 0
+
+    async def propose(self, node: Node, context: SearchContext) -> list[Candidate]:
+        out = []
+        for c in await self.inner.propose(node, context):
+            if keeps_launch(c, self.spec):
+                out.append(c)
+            else:
+                self.dropped += 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+#: a winner whose launch can be written at every site is preferred over a faster one that needs a launch change
+#: by hand while its speedup is at least this fraction of the faster one's
+PREFER_WRITABLE_RATIO = 0.9
+
+
+def prefer_writable(ranked: list[Node], writable: Callable[[Candidate], bool] | None) -> list[Node]:
+    """``ranked`` (verified winners, fastest first) reordered so that a variant that needs a launch change the
+    user must make by hand does not win over one that does not, unless it is clearly faster: the first
+    writable winner within ``PREFER_WRITABLE_RATIO`` of the fastest moves to the front. A winner kept in
+    front that still needs a launch change is labelled where it is shown (``WorkspaceChange``)."""
+    if writable is None or not ranked or writable(ranked[0].candidate):
+        return ranked
+    top = ranked[0].speedup or 0.0
+    for i, n in enumerate(ranked[1:], start=1):
+        if (n.speedup or 0.0) < PREFER_WRITABLE_RATIO * top:
+            break
+        if writable(n.candidate):
+            return [n, *ranked[:i], *ranked[i + 1:]]
+    return ranked
+
+
 async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: int = 3,
+                         writable: Callable[[Candidate], bool] | None = None,
                          deadline: float | None = None) -> None:
     """Run the best variants under compute-sanitizer (memcheck, racecheck) before one is offered.
 
@@ -336,11 +494,16 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
     are taken as they are. ``deadline`` (monotonic) is when the user's wait ends: the checks fit in it (the
     sanitizer capped, the confirmation skipped with a note), and no further winner is tried after it.
     """
+    # fastest first; among equals the first evaluated, as the search itself chose
+    by_speed = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
+                       and SearchEngine._significant(n)),
+                      key=lambda n: (-(n.speedup or 0), getattr(n, "eval_index", None) or 0))
+    ranked = prefer_writable(by_speed, writable)
     sanitize = getattr(evaluator, "sanitize", None)
     if sanitize is None:
+        if ranked and ranked[0] is not by_speed[0]:
+            result.best = ranked[0]
         return
-    ranked = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
-                     and SearchEngine._significant(n)), key=lambda n: -(n.speedup or 0))
     for i, node in enumerate(ranked[:tries]):
         if i and deadline is not None and time.monotonic() >= deadline:
             break  # the first winner is always checked (capped); further ones only while time is left

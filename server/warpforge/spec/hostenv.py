@@ -221,6 +221,12 @@ def _collect(node: Node, data: bytes, env: HostEnv, src: SourceText, base: int) 
             dtype = n.child_by_field_name("type")
             tname = " ".join(node_text(dtype, data).split()) if dtype is not None else ""
             for d in n.children_by_field_name("declarator"):
+                if tname == "dim3" and d.type == "function_declarator":
+                    # `dim3 block(THREADS);` reads as a function declaration (C++'s most vexing parse)
+                    nm, plist = d.child_by_field_name("declarator"), d.child_by_field_name("parameters")
+                    if nm is not None and plist is not None:
+                        env.dims[node_text(nm, data)] = tuple(node_text(c, data) for c in plist.named_children)
+                        env.lines[node_text(nm, data)] = src.line_of(n.start_byte + base) + 1
                 if d.type == "identifier" and _INT_TYPE.match(tname) and node_text(d, data) not in env.in_scope:
                     env.in_scope.append(node_text(d, data))
         elif n.type == "assignment_expression":

@@ -78,7 +78,7 @@ def infer(
     """
     inf = Inference()
     access = param_access(src, kernel)
-    sites = model.launches_of(kernel.name)
+    sites = model.readable_launches_of(kernel.name)
     site = sites[0] if sites else None
     inf.site = site
     tsubst: dict[str, str] = {}
