@@ -433,6 +433,9 @@ export class Jobs implements vscode.Disposable {
     void vscode.window.showInformationMessage(
       `WarpForge: applied the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'} to the buffer (not saved; Undo reverts it).`,
     );
+    if (res.notice) {
+      void vscode.window.showWarningMessage(`WarpForge: ${res.notice}`);
+    }
     return true;
   }
 

@@ -40,6 +40,8 @@ export interface CancelResult {
 export interface AcceptResult {
   applied: boolean;
   reason?: string | null;
+  /** set when the applied variant is a build change: the project's build must add a flag */
+  notice?: string | null;
 }
 
 export interface RejectResult {

@@ -41,6 +41,7 @@ from ..app.backend import evaluator_factory as _evaluator_factory
 from ..profile.findings import Finding
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory, kernel_key
+from ..search.optimize import build_change
 from ..search.tree import Node
 from ..store import Store, StoreError
 from . import protocol as wire_types
@@ -372,8 +373,9 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             raise JobError(f"{job.uri} is not open") from e
         now = job.prepared.rebased(current)  # JobError when the kernel changed meanwhile
         new_text = now.variant(node.candidate)
+        change = build_change(node.candidate)
         result = await self.server.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
-            label=f"WarpForge: {node.speedup:.2f}× faster {job.kernel}",
+            label=f"WarpForge: {node.speedup:.2f}× faster {job.kernel}" + (f" — {change}" if change else ""),
             edit=lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(
                 text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=doc.version),
                 edits=list(line_edits(current, new_text)))])))
@@ -382,7 +384,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             # the job's variants describe the old text now: nothing is "ready" any more
             job.work.announced.clear()
             self.server.lenses_changed()
-        return wire(AcceptResult(applied, getattr(result, "failure_reason", None)))  # type: ignore[no-any-return]
+        return wire(AcceptResult(applied, getattr(result, "failure_reason", None),  # type: ignore[no-any-return]
+                                 change if applied else None))
 
     def reject(self, job_id: str, candidate: str) -> dict[str, Any]:
         job, node = self.node(job_id, candidate)

@@ -69,6 +69,8 @@ class CancelResult:
 class AcceptResult:
     applied: bool
     reason: str | None = None
+    #: what the user must still do after an applied variant: a build change (``search.optimize.build_change``)
+    notice: str | None = None
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,9 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     correct with that launch, so accepting it updates where the launch is defined: the annotation's
     ``launch`` line when the spec is annotated, else the host launch sites the spec was inferred from.
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
-    ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
+    ``tune`` line; a define the file does not guard becomes an ``#ifndef NAME``/``#define NAME V``/``#endif``
+    default above the kernel. Compile flags cannot live in the source: they are stated in a comment above
+    the kernel, and the variant is a build change (``build_change``), which front ends say.
     Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``). ``model`` is
     ``text``'s parse when the caller has it (a job's ``PreparedKernel``), so the file is not parsed again.
     """
@@ -185,6 +187,7 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     model = model if model is not None else parse(src.data)
     edits: list[TextEdit] = [make_edit(src, kernel.span, definition)]
     notes: list[str] = []
+    guards: list[str] = []
     lo = candidate.launch
     if lo is not None and spec is not None:
         grid = lo.grid or spec.launch.grid
@@ -230,7 +233,10 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
                                            m.group(1) + ", ".join([value, *vals])))
                     done = True
         if not done:
-            notes.append(f"compile with -D{name}={value}")
+            guards.append(_ifndef_default(name, value))
+    if guards:
+        start = kernel.comment_span.start if kernel.comment_span is not None else kernel.span.start
+        edits.append(make_edit(src, Span(start, start), "".join(guards)))
     if candidate.flags:
         notes.append(f"compile with {' '.join(candidate.flags)}")
     if notes:
@@ -238,8 +244,26 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     return apply_edits(src, edits)
 
 
+def _ifndef_default(name: str, value: str) -> str:
+    """A define the file does not guard, as a default above the kernel: the build may still override it.
+
+    Why not a ``-D`` note: the project's build never reads a note, so the accepted code would run with
+    another value than the one measured (issue 18, item 2). ``checked_definition`` has already held the
+    name to an identifier and the value to a one-line expression."""
+    return f"#ifndef {name}\n#define {name} {value}\n#endif\n"
+
+
+def build_change(candidate: Candidate) -> str | None:
+    """The line that says a variant changes the project's build (None when its source carries everything)."""
+    if not candidate.build_flags:
+        return None
+    return f"build change: compile with {' '.join(candidate.build_flags)} (the project's build must add it)"
+
+
 def candidate_notes(candidate: Candidate) -> list[str]:
-    """What a variant needs besides its source text: its launch configuration, defines and flags."""
+    """What a variant needs besides its source text: its launch configuration, defines and flags.
+
+    Flags come last, each marked as a build change (``Candidate.build_flags``)."""
     notes = []
     if candidate.grid is not None:
         notes.append(f"grid ({', '.join(candidate.grid)})")
@@ -248,7 +272,7 @@ def candidate_notes(candidate: Candidate) -> list[str]:
     if candidate.smem is not None:
         notes.append(f"{candidate.smem} bytes of dynamic shared memory")
     notes.extend(f"-D{k}={v}" for k, v in candidate.defines.items())
-    notes.extend(candidate.flags)
+    notes.extend(f"build change: {f}" for f in candidate.build_flags)
     return notes
 
 
