@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import defaults
 from ..cuda.candidate import Candidate
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import DeclKind, FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
 from ..cuda.rewrite import TextEdit, apply_edits, make_edit
@@ -213,7 +213,10 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
                     cfg += f", {site.stream}"
                 edits.append(make_edit(src, site.config_span, cfg + ">>>"))
     for name, value in candidate.defines.items():
-        done = False
+        # A name the file defines outside any conditional wins over -D in every build, the evaluator's
+        # included: the value measured was the file's own, and the file keeps it.
+        done = any(name in d.names and d.conditional is None and d.kind is DeclKind.MACRO
+                   for d in model.declarations)
         for d in model.declarations:
             if name in d.names and d.conditional is not None:
                 old = src.slice(d.span)
@@ -231,7 +234,8 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
                     start = src.line_starts[ln]
                     edits.append(make_edit(src, Span(start, start + len(t.encode())),
                                            m.group(1) + ", ".join([value, *vals])))
-                    done = True
+        # A tunable only a ``tune`` line names has no default in the file: it gets one too, so the
+        # accepted file builds with the value measured unless the build passes its own -D (as it did before).
         if not done:
             guards.append(_ifndef_default(name, value))
     if guards:

@@ -278,7 +278,8 @@ def fast_math_source(ctx: RuleContext) -> tuple[str, int, list[str]] | None:
 
 class FastMath(Rule):
     family = "fast_math"
-    motivated_by = ("fast_math",)
+    #: ncu's FPInstructions advice (action ``compile_flags``) motivated ``-use_fast_math`` before it became source
+    motivated_by = ("fast_math", "compile_flags")
 
     def variants(self, ctx: RuleContext) -> list[str]:
         if self.already_applied(ctx) or any(f in ("-use_fast_math", "--use_fast_math") for f in ctx.candidate.flags):
