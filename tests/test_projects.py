@@ -319,3 +319,26 @@ def test_optimize_accept_then_the_projects_own_build_and_check_pass(tmp_path: Pa
         subprocess.run(["make", "-C", str(root)], check=True, capture_output=True, timeout=600)
         check = subprocess.run([str(root / "norm_check")], capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and "CHECK PASSED" in check.stdout, check.stdout + check.stderr
+
+
+@needs_nvcc
+def test_the_evaluation_key_follows_the_projects_defines_and_headers(tmp_path: Path) -> None:
+    """A changed -D in the project's build or an edited header is measured again, not replayed from the store."""
+    from warpforge.compiler.build import project_key
+
+    root = make_copy(tmp_path)
+    ops = root / "kernels" / "norm_ops.cu"
+    src, model, k, _ = spec_of(ops, "scale_rows")
+    tu = standalone(src, model, k, filename=str(ops))
+    first = project_key(tu, str(ops))
+    assert first and project_key(tu, str(ops)) == first
+    toml = root / "warpforge.toml"
+    toml.write_text(toml.read_text().replace('"1e-5f"', '"1e-6f"'), encoding="utf-8")
+    second = project_key(tu, str(ops))
+    assert second != first
+    header = root / "common" / "vec_ops.cuh"
+    header.write_text(header.read_text() + "\n// edited\n", encoding="utf-8")
+    assert project_key(tu, str(ops)) not in (first, second)
+    # a file outside any project that includes nothing of its own keeps the key it had
+    (tmp_path / "lone.cu").write_text("__global__ void k(float* y) { y[0] = 1.0f; }\n", encoding="utf-8")
+    assert project_key("__global__ void k(float* y) { y[0] = 1.0f; }\n", str(tmp_path / "lone.cu")) == ""

@@ -325,6 +325,20 @@ def _local_headers(source: str, dirs: list[str], limit: int = 200) -> str:
     return h.hexdigest()[:16] if seen else ""
 
 
+def project_key(source: str, filename: str) -> str:
+    """What a build of ``source`` as ``filename`` takes from outside the unit: the project's settings and the
+    headers its quoted includes reach. Part of the evaluator's cache key, so a changed ``-D`` in the project's
+    build or an edited header is measured again instead of replayed."""
+    proj = project_build(filename)
+    dirs = [str(Path(filename).resolve().parent)] if Path(filename).is_file() else []
+    if proj is not None:
+        dirs += [*proj.include_dirs, *proj.system_dirs]
+    headers = _local_headers(source, dirs)
+    if proj is None and not headers:
+        return ""
+    return hashlib.sha256(f"{proj!r}\0{headers}".encode()).hexdigest()[:16]
+
+
 def _link_includes(tmp: Path, include_dirs: list[str], start: int = 0) -> dict[str, str]:
     """Expose each include folder inside ``tmp`` under a fixed name; returns {link path: the user's folder}."""
     links: dict[str, str] = {}
