@@ -47,7 +47,7 @@ from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory
-from ..search.optimize import HostCodeRefused, OptimizeRequest, candidate_notes
+from ..search.optimize import HostCodeRefused, OptimizeRequest, build_change, candidate_notes
 from ..search.report import ReportInfo, render
 from ..search.tree import EvaluatorLike
 from ..store import Store, StoreError, workspace_db
@@ -286,6 +286,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "file": args.file, "kernel": kernel, "improved": result.improved, "speedup": result.best_speedup,
             "headline": headline, "evaluation": ev.to_json() if ev is not None and hasattr(ev, "to_json") else None,
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
+            "build_change": build_change(best.candidate) if result.improved else None,
             "families": list(best.families), "search": result.to_json(), "seconds": round(seconds, 1),
             "applied_backup": applied, "notices": notices, "report": args.report,
             "backend": backend.summary() if backend is not None else None, "errors": write_errors,
@@ -318,6 +319,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         if limit_line:
             out.print(limit_line)
         out.print(diff, markup=False)
+        change = build_change(best.candidate)
+        if change is not None:
+            out.print(f"[yellow]{escape(change)}[/]")
         motivating = [f for f in findings if f.action and f.action in best.families]
         for f in motivating:
             out.print(f"[dim]motivated by {f.code} (line {f.line}): {f.message}[/]")
