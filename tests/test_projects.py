@@ -342,3 +342,17 @@ def test_the_evaluation_key_follows_the_projects_defines_and_headers(tmp_path: P
     # a file outside any project that includes nothing of its own keeps the key it had
     (tmp_path / "lone.cu").write_text("__global__ void k(float* y) { y[0] = 1.0f; }\n", encoding="utf-8")
     assert project_key("__global__ void k(float* y) { y[0] = 1.0f; }\n", str(tmp_path / "lone.cu")) == ""
+
+
+def test_calls_are_typed_by_what_the_function_returns_not_by_its_name() -> None:
+    """A user's `leaf()` returning an int keeps its integer division; the file's float helper is a float."""
+    text = FM.replace("typedef float real_t;", "typedef float real_t;\n__device__ int leaf(int v) {{ return v + 1; }}")
+    c = fast_math_child(text.format(body="y[i] = sig(x[i]) / 3.0f + (float)(leaf(n) / 2);"), "k")
+    assert c is not None and "(float)(leaf(n) / 2)" in c.source
+    assert "__fdividef(sig_fastmath(x[i]), 3.0f)" in c.source
+
+
+def test_a_name_with_two_types_in_two_scopes_is_left_exact() -> None:
+    body = "if (n > 2) { int v = n; y[i] = (float)(v / 2); } else { float v = x[i]; y[i] = v / 2.0f + expf(v); }"
+    c = fast_math_child(FM.format(body=body), "k")
+    assert c is not None and "(float)(v / 2)" in c.source and "v / 2.0f + __expf(v)" in c.source

@@ -50,9 +50,18 @@ INTRINSIC = {"expf": "__expf", "exp10f": "__exp10f", "logf": "__logf", "log2f": 
 #: C++ overloads that resolve to the float function when every argument is a float
 OVERLOAD = {"exp": "__expf", "exp10": "__exp10f", "log": "__logf", "log2": "__log2f", "log10": "__log10f",
             "sin": "__sinf", "cos": "__cosf", "tan": "__tanf", "pow": "__powf", "tanh": "__tanhf"}
-#: functions known to return float (math library, intrinsics), for typing expressions
-_FLOAT_RESULT = re.compile(r"^(__)?[a-z0-9_]+f(_r[nzud])?$|^__fdividef$|^__saturatef$|^__int2float_r[nzud]$|"
-                           r"^__half2float$|^__bfloat162float$")
+#: CUDA math functions and intrinsics that return float, for typing expressions (a name merely ending in
+#: ``f`` proves nothing: a user's ``leaf()`` may return an int, and its division must stay an integer one)
+_FLOAT_FUNCS = frozenset(
+    f"{b}f" for b in ("exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "logb", "pow", "sqrt",
+                      "rsqrt", "cbrt", "rcbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan",
+                      "atan2", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "erfcinv", "erfcx", "lgamma",
+                      "tgamma", "fabs", "fmin", "fmax", "fmod", "floor", "ceil", "round", "trunc", "rint",
+                      "nearbyint", "hypot", "copysign", "fma", "fdim", "normcdf", "normcdfinv", "sinpi", "cospi",
+                      "ldexp", "scalbn", "remainder", "norm3d", "rnorm3d", "rhypot")
+) | frozenset({"__fdividef", "__saturatef", "__half2float", "__low2float", "__high2float", "__bfloat162float"})
+_FLOAT_INTRINSIC = re.compile(r"^__(f(add|sub|mul|div|rcp|sqrt|rsqrt|maf)_r[nzud]|u?int2float_r[nzud]|"
+                              r"u?ll2float_r[nzud])$")
 _INT_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "unsigned long", "long long",
                         "unsigned long long", "short", "unsigned short", "char", "unsigned char", "signed char",
                         "size_t", "int64_t", "int32_t", "uint32_t", "uint64_t", "bool", "ptrdiff_t"})
@@ -79,8 +88,10 @@ def _kind(type_text: str, aliases: Aliases) -> str | None:
 class _Function:
     """One function's text, tree, and the types of its names (parameters and locals)."""
 
-    def __init__(self, text: str, aliases: Aliases) -> None:
+    def __init__(self, text: str, aliases: Aliases, returns: dict[str, str | None] | None = None) -> None:
         self.text = text
+        #: what the file's own device functions return ("float", "double", "int", None)
+        self.returns = returns or {}
         self.data = text.encode("utf-8")
         self.root = parse_tree(self.data).root_node
         self.aliases = aliases
@@ -104,7 +115,10 @@ class _Function:
                 if cur is None or cur.type != "identifier":
                     continue
                 k = _kind(ty, aliases)
-                self.names[node_text(cur, self.data)] = (None, k) if ptr else (k, None)
+                name = node_text(cur, self.data)
+                got = (None, k) if ptr else (k, None)
+                # One name declared with two types (two scopes): its type here is not known.
+                self.names[name] = got if self.names.get(name, got) == got else (None, None)
 
     def kind(self, n: Node) -> str | None:
         """The arithmetic type of an expression: "float", "double", "int", or None when not known."""
@@ -152,8 +166,10 @@ class _Function:
         if t == "call_expression":
             fn = n.child_by_field_name("function")
             name = node_text(fn, self.data) if fn is not None else ""
-            if name in INTRINSIC or name in INTRINSIC.values() or _FLOAT_RESULT.match(name):
+            if name in INTRINSIC or name in INTRINSIC.values() or name in _FLOAT_FUNCS or _FLOAT_INTRINSIC.match(name):
                 return "float"
+            if name in self.returns:
+                return self.returns[name]
             if name in OVERLOAD:
                 return "float" if self._args_float(n) else None
             return None
@@ -210,6 +226,19 @@ class _Function:
         return text, count
 
 
+def _returns(text: str, aliases: Aliases) -> str | None:
+    """What a device function's definition returns, as ``_kind`` says (None for a template or a non-scalar)."""
+    if text.lstrip().startswith("template"):
+        return None
+    data = text.encode("utf-8")
+    fn = next(iter(walk(parse_tree(data).root_node, ("function_definition",))), None)
+    tnode = fn.child_by_field_name("type") if fn is not None else None
+    decl = fn.child_by_field_name("declarator") if fn is not None else None
+    if tnode is None or decl is None or decl.type != "function_declarator":
+        return None  # a pointer or reference return
+    return _kind(node_text(tnode, data), aliases)
+
+
 def _called(fn: _Function) -> set[str]:
     names: set[str] = set()
     for n in walk(fn.root, ("call_expression",)):
@@ -230,8 +259,10 @@ def fast_math_source(ctx: RuleContext) -> tuple[str, int, list[str]] | None:
     taken = {n for d in ctx.model.declarations for n in d.names} | set(own) | {k.name}
     # Device functions of the file the kernel reaches (not templates: their types depend on arguments).
     helpers: dict[str, str] = {}
-    todo = list(_called(_Function(ctx.cand_src.slice(k.span), aliases)))
     file_fns = {d.names[0]: d for d in ctx.model.declarations if d.kind is DeclKind.DEVICE_FUNCTION and d.names}
+    returns = {**{n: _returns(ctx.source.slice(d.span), aliases) for n, d in file_fns.items()},
+               **{n: _returns(ctx.cand_src.slice(d.span), aliases) for n, d in own.items()}}
+    todo = list(_called(_Function(ctx.cand_src.slice(k.span), aliases, returns)))
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -242,7 +273,7 @@ def fast_math_source(ctx: RuleContext) -> tuple[str, int, list[str]] | None:
         if text.lstrip().startswith("template") or not text.rstrip().endswith("}"):
             continue
         helpers[name] = text
-        todo.extend(_called(_Function(text, aliases)))
+        todo.extend(_called(_Function(text, aliases, returns)))
     # Copy a helper only when its copy differs: a rewrite in it, or a call of a copied helper.
     copies: dict[str, str] = {}
     changed = True
@@ -252,7 +283,7 @@ def fast_math_source(ctx: RuleContext) -> tuple[str, int, list[str]] | None:
         for name, text in helpers.items():
             if name in copies:
                 continue
-            new, n = _Function(text, aliases).rewritten(rename)
+            new, n = _Function(text, aliases, returns).rewritten(rename)
             if n or new != text:
                 copy = name + SUFFIX
                 while copy in taken:
@@ -264,10 +295,10 @@ def fast_math_source(ctx: RuleContext) -> tuple[str, int, list[str]] | None:
     parts: list[str] = []
     for name in helpers:
         if name in copies:
-            new, n = _Function(helpers[name], aliases).rewritten(rename)
+            new, n = _Function(helpers[name], aliases, returns).rewritten(rename)
             total += n
             parts.append(re.sub(rf"\b{re.escape(name)}\b(?=\s*\()", rename[name], new, count=1))
-    cand, n = _Function(ctx.candidate.source, aliases).rewritten(rename)
+    cand, n = _Function(ctx.candidate.source, aliases, returns).rewritten(rename)
     total += n
     if total == 0:
         return None
