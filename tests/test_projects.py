@@ -356,3 +356,14 @@ def test_a_name_with_two_types_in_two_scopes_is_left_exact() -> None:
     body = "if (n > 2) { int v = n; y[i] = (float)(v / 2); } else { float v = x[i]; y[i] = v / 2.0f + expf(v); }"
     c = fast_math_child(FM.format(body=body), "k")
     assert c is not None and "(float)(v / 2)" in c.source and "v / 2.0f + __expf(v)" in c.source
+
+
+@needs_nvcc
+def test_fast_math_is_not_proposed_where_the_project_builds_with_the_flag(tmp_path: Path) -> None:
+    root = make_copy(tmp_path)
+    ops = root / "kernels" / "norm_ops.cu"
+    assert fast_math_child(ops.read_text(encoding="utf-8"), "scale_rows", str(ops)) is not None
+    toml = root / "warpforge.toml"
+    toml.write_text(toml.read_text().replace('flags = ["--expt-relaxed-constexpr"]',
+                                             'flags = ["--expt-relaxed-constexpr", "-use_fast_math"]'))
+    assert fast_math_child(ops.read_text(encoding="utf-8"), "scale_rows", str(ops)) is None

@@ -165,7 +165,7 @@ def read_arguments(args: list[str], directory: Path, origin: str, entry: str = "
                 src_name and Path(a).name == src_name and not a.startswith("-")):
             i += 1
             continue
-        if a.startswith(("-o", "-x")) and len(a) > 2 and a[2] != "-" and a[:2] in ("-o", "-x") and len(a) <= 6:
+        if a[:2] in ("-o", "-x") and len(a) > 2 and not a.startswith("--"):
             i += 1  # -ofile / -xcu
             continue
         if a.startswith(tuple(f"{o}=" for o in _IGNORE_WITH_VALUE)):

@@ -35,6 +35,7 @@ import re
 
 from tree_sitter import Node
 
+from ...compiler.project import project_build
 from ...cuda.candidate import Candidate
 from ...cuda.model import DeclKind
 from ...cuda.parser import parse_tree
@@ -315,6 +316,9 @@ class FastMath(Rule):
     def variants(self, ctx: RuleContext) -> list[str]:
         if self.already_applied(ctx) or any(f in ("-use_fast_math", "--use_fast_math") for f in ctx.candidate.flags):
             return []
+        proj = project_build(ctx.file)
+        if proj is not None and "-use_fast_math" in proj.flags:
+            return []  # the project builds with the flag already: the intrinsics compile to the same code
         return ["intrinsics"] if fast_math_source(ctx) is not None else []
 
     def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
