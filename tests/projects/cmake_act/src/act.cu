@@ -24,14 +24,14 @@ __global__ void gelu_leaky_kernel(real_t* out, const real_t* x, real_t scale, in
     }
 }
 
-template <int ROWS_PER_BLOCK>
-__global__ void row_expsum_kernel(float* out, const float* x, int rows, int cols)
+template <typename T>
+__global__ void row_expsum_kernel(T* out, const T* x, int rows, int cols)
 {
-    int r = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x;
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
-    float s = 0.0f;
+    T s = 0;
     for (int c = 0; c < cols; ++c)
-        s += expf(x[(size_t)r * cols + c] - 1.0f);
+        s += expf(x[(size_t)r * cols + c] - T(1));
     out[r] = s;
 }
 
@@ -80,7 +80,7 @@ std::vector<float> act::row_expsum()
     check(cudaMalloc(&d_out, rows * sizeof(float)), "cudaMalloc");
     check(cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice), "copy in");
     constexpr int kRowsPerBlock = 128;
-    row_expsum_kernel<kRowsPerBlock><<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kRowsPerBlock>>>(d_out, d_x, rows, cols);
+    row_expsum_kernel<float><<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kRowsPerBlock>>>(d_out, d_x, rows, cols);
     check(cudaGetLastError(), "row_expsum_kernel");
     std::vector<float> out(rows);
     check(cudaMemcpy(out.data(), d_out, rows * sizeof(float), cudaMemcpyDeviceToHost), "copy out");
