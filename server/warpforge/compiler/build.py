@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..defaults import user_cache_dir
 from .mangle import base_name
-from .project import ProjectBuild, project_build
+from .project import ProjectBuild, project_build, source_file
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
 
 
@@ -330,7 +330,8 @@ def project_key(source: str, filename: str) -> str:
     headers its quoted includes reach. Part of the evaluator's cache key, so a changed ``-D`` in the project's
     build or an edited header is measured again instead of replayed."""
     proj = project_build(filename)
-    dirs = [str(Path(filename).resolve().parent)] if Path(filename).is_file() else []
+    own = source_file(filename)
+    dirs = [str(own.parent)] if own is not None else []
     if proj is not None:
         dirs += [*proj.include_dirs, *proj.system_dirs]
     headers = _local_headers(source, dirs)
@@ -406,10 +407,9 @@ def compile_cubin(
     arch = default_arch(arch or (proj.arch if proj is not None else None))
     include_dirs = list(include_dirs or [])
     system_dirs: list[str] = []
-    if project is not False and Path(filename).is_file():
-        own = str(Path(filename).resolve().parent)
-        if own not in include_dirs:
-            include_dirs.insert(0, own)
+    own = source_file(filename) if project is not False else None
+    if own is not None and str(own.parent) not in include_dirs:
+        include_dirs.insert(0, str(own.parent))
     if proj is not None:
         include_dirs += [d for d in proj.include_dirs if d not in include_dirs]
         system_dirs = list(proj.system_dirs)

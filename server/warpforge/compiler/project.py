@@ -358,13 +358,22 @@ def config_for(file: str | Path) -> Path | None:
     return None
 
 
+def source_file(file: str | Path) -> Path | None:
+    """``file`` resolved when it names a file on disk; None for a made-up name (``kernel.cu``, a name with a NUL)."""
+    try:
+        p = Path(file)
+        return p.resolve() if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def project_build(file: str | Path) -> ProjectBuild | None:
     """The project's settings for ``file`` (None when the file is not on disk or no build description governs it).
 
     Cached by (file, description, its modification time): every build of a search asks, and a rebuilt
     database is read again."""
-    p = Path(file)
-    if not p.is_file():
+    p = source_file(file)
+    if p is None:
         return None
     cfg = config_for(p)
     if cfg is None:
