@@ -318,7 +318,7 @@ def _own_build_and_check(root: Path, project: str) -> subprocess.CompletedProces
 @pytest.mark.parametrize(("project", "file", "kernel"), [
     ("cmake_act", "src/act.cu", "row_expsum_kernel"),
     ("make_norm", "kernels/norm_ops.cu", "scale_rows"),
-])
+], ids=["cmake_act", "make_norm"])
 def test_optimize_accept_then_the_projects_own_build_and_check_pass(tmp_path: Path, project: str, file: str,
                                                                      kernel: str) -> None:
     from warpforge.gpu.supervisor import gpu_unavailable_reason
@@ -397,7 +397,7 @@ def test_fast_math_is_not_proposed_where_the_project_builds_with_the_flag(tmp_pa
 @pytest.mark.parametrize(("project", "file", "kernel"), [
     ("cmake_act", "src/act.cu", "row_expsum_kernel"),
     ("make_norm", "kernels/norm_ops.cu", "scale_rows"),
-])
+], ids=["cmake_act", "make_norm"])
 def test_accepted_variants_build_with_the_projects_own_build(tmp_path: Path, project: str, file: str,
                                                               kernel: str) -> None:
     """Accept (on CPU, unverified) a warp-per-row child, which changes the launch, stacked on the fast-math
