@@ -27,8 +27,8 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from conftest import ROOT, needs_nvcc
-from warpforge.compiler.build import compile_cubin, define_problem, flag_problem
-from warpforge.compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
+from warpforge.compiler.build import compile_cubin, flag_problem
+from warpforge.compiler.toolchain import ToolMissing, UnsafeArgument, define_problem, find_tool, guard_argv
 from warpforge.cuda import parse
 from warpforge.cuda.text import SourceText
 from warpforge.gpu import guards, sanitizer

@@ -27,7 +27,7 @@ from warpforge.policy.rules import REGISTRY, RuleContext, load
 from warpforge.policy.rules.block_size import derive_grid, work_extent
 from warpforge.spec.resolve import load_spec
 
-MINE = frozenset({"block_size", "grid_stride", "launch_bounds", "unroll", "compile_flags", "tunables",
+MINE = frozenset({"block_size", "grid_stride", "launch_bounds", "unroll", "compile_flags", "fast_math", "tunables",
                   "readonly_cache"})
 KERNELS = {p.stem: p for p in KERNEL_FILES}
 
@@ -92,27 +92,26 @@ GS = ["2", "4", "8"]
 LB = ["1", "2", "4"]
 UN = ["2", "4", "8"]
 TUNE = ["BLOCK_SIZE=128", "BLOCK_SIZE=512", "BLOCK_SIZE=1024"]
-FAST = ["fast_math"]
+FAST = ["intrinsics"]
 ALL = ["all"]
 
 EXPECTED: dict[str, dict[str, list[str]]] = {
-    "conv1d": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "unroll": UN,
-               "compile_flags": FAST, "readonly_cache": ALL},
-    "gelu": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "compile_flags": FAST,
+    # fast_math: only where an intrinsic changes something (conv1d's multiply-adds compile the same)
+    "conv1d": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "unroll": UN, "readonly_cache": ALL},
+    "gelu": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "fast_math": FAST,
              "readonly_cache": ALL},
     # integer-only: fast math would compile to the same code
     "histogram": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "readonly_cache": ALL},
     # block size is a tunable (so no block_size); __shared__ tree: no grid-stride; the reduction loop's
     # trip count is a compile-time constant (no unroll); 1024 x 4 blocks exceed an SM (no MINBLOCKS 4)
-    "reduce_sum": {"launch_bounds": ["1", "2"], "tunables": TUNE, "compile_flags": FAST, "readonly_cache": ALL},
-    "rmsnorm": {"launch_bounds": ["1", "2"], "tunables": TUNE, "unroll": UN, "compile_flags": FAST,
+    "reduce_sum": {"launch_bounds": ["1", "2"], "tunables": TUNE, "readonly_cache": ALL},
+    "rmsnorm": {"launch_bounds": ["1", "2"], "tunables": TUNE, "unroll": UN, "fast_math": FAST,
                 "readonly_cache": ALL},
-    "saxpy": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "compile_flags": FAST,
-              "readonly_cache": ALL},
+    "saxpy": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "readonly_cache": ALL},
     # 2D launches: 2D shapes; no grid-stride (not a 1D element-per-thread kernel)
-    "sgemm": {"block_size": ["32x8", "32x16", "64x4"], "launch_bounds": LB, "unroll": UN, "compile_flags": FAST,
+    "sgemm": {"block_size": ["32x8", "32x16", "64x4"], "launch_bounds": LB, "unroll": UN,
               "readonly_cache": ALL},
-    "softmax": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "unroll": UN, "compile_flags": FAST,
+    "softmax": {"block_size": B1D, "grid_stride": GS, "launch_bounds": LB, "unroll": UN, "fast_math": FAST,
                 "readonly_cache": ALL},
     # a pure copy: no floating-point arithmetic for fast math to change
     "transpose": {"block_size": ["32x16", "16x16", "64x4"], "launch_bounds": LB, "readonly_cache": ALL},
@@ -350,22 +349,21 @@ class FakeFinding:
     action: str = "launch_bounds"
 
 
-def test_compile_flags_registers_from_findings() -> None:
+def test_register_caps_are_launch_bounds_in_the_source() -> None:
+    """What -maxrregcount=N did, written on the kernel: __launch_bounds__(T, 65536 / (T x N)), no flag."""
     f = FakeFinding("WF010", "k", {"registers": 80, "block_threads": 256})
     pol = text_policy(saxpy_like(), "k", findings=(f,))
-    assert variants(pol, "compile_flags") == ["fast_math", "maxrregcount=32", "maxrregcount=64"]
-    capped = child(pol, "compile_flags", "maxrregcount=64")
-    assert capped.flags == ("-maxrregcount=64",)
-    # one cap per path; fast math still possible, once
-    assert variants(pol, "compile_flags", capped) == ["fast_math"]
-    fast = child(pol, "compile_flags", "fast_math", capped)
-    assert fast.flags == ("-maxrregcount=64", "-use_fast_math")
-    assert variants(pol, "compile_flags", fast) == []
-    # __launch_bounds__ takes precedence over -maxrregcount: the flag would be ignored
+    assert variants(pol, "compile_flags") == ["regcap=32", "regcap=64"]
+    capped = child(pol, "compile_flags", "regcap=64")
+    assert capped.flags == () and capped.build_flags == ()
+    assert "__launch_bounds__(256, 4)" in capped.source
+    assert "__launch_bounds__(256, 8)" in child(pol, "compile_flags", "regcap=32").source
+    # one bound per kernel: a capped kernel (or one with its own __launch_bounds__) gets no second cap
+    assert variants(pol, "compile_flags", capped) == []
     with_lb = text_policy(saxpy_like(lb="__launch_bounds__(256) "), "k", findings=(f,))
-    assert variants(with_lb, "compile_flags") == ["fast_math"]
+    assert variants(with_lb, "compile_flags") == []
     assert variants(text_policy(saxpy_like(), "k", findings=(replace(f, evidence={"registers": 40}),)),
-                    "compile_flags") == ["fast_math", "maxrregcount=32"]
+                    "compile_flags") == ["regcap=32"]
 
 
 def test_ptxas_O3_only_when_the_level_was_lowered() -> None:
@@ -374,6 +372,8 @@ def test_ptxas_O3_only_when_the_level_was_lowered() -> None:
     lowered = replace(pol.root_candidate(), flags=("-Xptxas", "-O1"))
     c = child(pol, "compile_flags", "ptxas_O3", lowered)
     assert c.flags == ("-Xptxas", "-O1", "-Xptxas", "-O3")
+    # the one flag left is a build change, and says so
+    assert c.build_flags == c.flags and c.rationale.startswith("build change:")
 
 
 # ------------------------------------------------------------------ tunables

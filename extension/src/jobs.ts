@@ -457,6 +457,9 @@ export class Jobs implements vscode.Disposable {
         `WarpForge: ${res.needs_launch_change.length} launch site${res.needs_launch_change.length === 1 ? '' : 's'} of ${job?.kernel ?? '?'} need a launch change by hand: ${res.needs_launch_change.join('; ')}`,
       );
     }
+    if (res.notice) {
+      void vscode.window.showWarningMessage(`WarpForge: ${res.notice}`);
+    }
     return true;
   }
 

@@ -44,6 +44,8 @@ export interface AcceptResult {
   launch_changes?: string[];
   /** the launch sites that still need a change by hand (each says what to write), not applied */
   needs_launch_change?: string[];
+  /** set when the applied variant is a build change: the project's build must add a flag */
+  notice?: string | null;
 }
 
 export interface RejectResult {

@@ -54,7 +54,7 @@ from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory
-from ..search.optimize import HostCodeRefused, OptimizeRequest, WorkspaceChange, candidate_notes
+from ..search.optimize import HostCodeRefused, OptimizeRequest, WorkspaceChange, build_change, candidate_notes
 from ..search.report import ReportInfo, render
 from ..search.tree import EvaluatorLike
 from ..store import Store, StoreError, workspace_db
@@ -317,6 +317,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "file": args.file, "kernel": kernel, "improved": result.improved, "speedup": result.best_speedup,
             "headline": headline, "evaluation": ev.to_json() if ev is not None and hasattr(ev, "to_json") else None,
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
+            "build_change": build_change(best.candidate) if result.improved else None,
             "families": list(best.families), "search": result.to_json(), "seconds": round(seconds, 1),
             "applied_backup": applied, "notices": notices, "report": args.report,
             "backend": backend.summary() if backend is not None else None, "errors": write_errors,
@@ -355,6 +356,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         for line in launch_lines:
             style = "yellow" if "needs a launch change" in line else "dim"
             out.print(f"[{style}]launch: {escape(line)}[/]")
+        build = build_change(best.candidate)
+        if build is not None:
+            out.print(f"[yellow]{escape(build)}[/]")
         motivating = [f for f in findings if f.action and f.action in best.families]
         for f in motivating:
             out.print(f"[dim]motivated by {f.code} (line {f.line}): {f.message}[/]")

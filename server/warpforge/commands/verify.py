@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..compiler.build import define_problem, flag_problem
+from ..compiler.build import flag_problem
+from ..compiler.toolchain import define_problem
 from ..cuda import KernelNotFound
 from ..cuda.candidate import Candidate, candidate_from_variant
 from ..exitcodes import CliError, ExitCode

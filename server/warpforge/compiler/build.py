@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..defaults import user_cache_dir
 from .mangle import base_name
-from .toolchain import ToolMissing, UnsafeArgument, default_arch, describe_char, guard_argv, shell_special, toolchain
+from .project import ProjectBuild, project_build, source_file
+from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,6 @@ SOURCE_NAME = "kernel.cu"
 CUBIN_NAME = "kernel.cubin"
 INCLUDE_LINK = "include{}"
 
-_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: options a caller or a candidate may add, beyond the fixed ones. An allow-list, because other options
 #: can name a program for nvcc to run (``-ccbin``, ``-Xcompiler -wrapper,...``, ``--options-file``) or
 #: reach a sub-command's shell without quotes (``-Xptxas`` values are pasted into ptxas's command as is).
@@ -266,23 +266,6 @@ _PTXAS_FLAG = re.compile(
     r"register-usage-level=\d{1,2})"
 )
 _PTXAS_OPTION = ("-Xptxas", "--ptxas-options")
-
-
-def define_problem(name: str, value: str) -> str | None:
-    """Why ``-Dname=value`` may not go to nvcc (None when it may).
-
-    The value reaches a shell inside double quotes, so `$`, backticks, quotes, backslashes and line breaks
-    are refused; a comma too, because nvcc splits ``-D`` values at commas (``-DX=max(1,2)`` would define
-    ``X=max(1`` and a macro ``2)``).
-    """
-    if not _MACRO.fullmatch(name):
-        return f"the macro name `{name}` is not a C identifier"
-    ch = shell_special(value)
-    if ch is not None:
-        return f"the value of -D{name} contains {describe_char(ch)}"
-    if "," in value:
-        return f"the value of -D{name} (`{value}`) contains a comma, which nvcc splits -D values at"
-    return None
 
 
 def flag_problem(flags: list[str]) -> str | None:
@@ -312,10 +295,55 @@ def _refused(arch: str, filename: str, why: str) -> BuildResult:
                        log=text)
 
 
-def _link_includes(tmp: Path, include_dirs: list[str]) -> dict[str, str]:
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"\n]+)"', re.MULTILINE)
+
+
+def _local_headers(source: str, dirs: list[str], limit: int = 200) -> str:
+    """A digest of the headers the unit's quoted includes reach in ``dirs`` (followed through their own
+    quoted includes, at most ``limit`` files): part of the cache key, so an edited project header rebuilds."""
+    h = hashlib.sha256()
+    seen: set[Path] = set()
+    todo = [(source, dirs)]
+    while todo and len(seen) < limit:
+        text, where = todo.pop()
+        for name in _QUOTED_INCLUDE.findall(text):
+            for d in where:
+                p = Path(d) / name
+                try:
+                    if not p.is_file():
+                        continue
+                    p = p.resolve()
+                    if p in seen:
+                        break
+                    seen.add(p)
+                    body = p.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    break
+                h.update(str(p).encode() + b"\0" + body.encode() + b"\1")
+                todo.append((body, [str(p.parent), *dirs]))
+                break
+    return h.hexdigest()[:16] if seen else ""
+
+
+def project_key(source: str, filename: str) -> str:
+    """What a build of ``source`` as ``filename`` takes from outside the unit: the project's settings and the
+    headers its quoted includes reach. Part of the evaluator's cache key, so a changed ``-D`` in the project's
+    build or an edited header is measured again instead of replayed."""
+    proj = project_build(filename)
+    own = source_file(filename)
+    dirs = [str(own.parent)] if own is not None else []
+    if proj is not None:
+        dirs += [*proj.include_dirs, *proj.system_dirs]
+    headers = _local_headers(source, dirs)
+    if proj is None and not headers:
+        return ""
+    return hashlib.sha256(f"{proj!r}\0{headers}".encode()).hexdigest()[:16]
+
+
+def _link_includes(tmp: Path, include_dirs: list[str], start: int = 0) -> dict[str, str]:
     """Expose each include folder inside ``tmp`` under a fixed name; returns {link path: the user's folder}."""
     links: dict[str, str] = {}
-    for i, inc in enumerate(include_dirs):
+    for i, inc in enumerate(include_dirs, start=start):
         link = tmp / INCLUDE_LINK.format(i)
         link.symlink_to(Path(inc).resolve(), target_is_directory=True)
         links[str(link)] = inc
@@ -358,6 +386,7 @@ def compile_cubin(
     timeout: float = 120.0,
     nvcc: str | None = None,
     use_cache: bool = True,
+    project: ProjectBuild | bool | None = True,
 ) -> BuildResult:
     """Compile device code to a cubin. Never raises for bad source: ``ok`` is False and messages say why.
 
@@ -365,9 +394,26 @@ def compile_cubin(
     temporary folder, include folders are linked there under fixed names, and a define, option or path
     that a shell could interpret gives a not-ok result without running anything. Raises ``ToolMissing``
     when there is no nvcc at all (the caller reports it once).
+
+    ``project`` is the project's own build for the file (``compiler.project``): True (the default) reads it
+    for ``filename`` when that is a file on disk, False builds without it. Its include folders (and the
+    file's own folder, where nvcc looks for quoted includes first), defines, ``-std`` and allowed flags go
+    into every compile, so a kernel that includes a project header compiles as it does in the project; its
+    ``-arch`` is used only when the caller names none (a cubin must run on the GPU it is evaluated on). The
+    caller's defines (tunables, a candidate's) override the project's.
     """
     tc = toolchain(nvcc)
-    arch = default_arch(arch)
+    proj = project_build(filename) if project is True else (project or None)
+    arch = default_arch(arch or (proj.arch if proj is not None else None))
+    include_dirs = list(include_dirs or [])
+    system_dirs: list[str] = []
+    own = source_file(filename) if project is not False else None
+    if own is not None and str(own.parent) not in include_dirs:
+        include_dirs.insert(0, str(own.parent))
+    if proj is not None:
+        include_dirs += [d for d in proj.include_dirs if d not in include_dirs]
+        system_dirs = list(proj.system_dirs)
+        defines = {**proj.define_map(), **(defines or {})}
     for k, v in sorted((defines or {}).items()):
         why = define_problem(k, str(v))
         if why is not None:
@@ -375,13 +421,20 @@ def compile_cubin(
     why = flag_problem(list(flags or []))
     if why is not None:
         return _refused(arch, filename, why)
+    std = proj.std if proj is not None and proj.std else "c++17"
     all_flags = ["-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
-                 "-std=c++17"]
+                 f"-std={std}"]
     for k, v in sorted((defines or {}).items()):
         all_flags.append(f"-D{k}={v}")
+    if proj is not None:
+        all_flags.extend(f"-U{u}" for u in proj.undefines if u not in (defines or {}))
+        all_flags.extend(f for f in proj.flags if f not in (flags or []))
     all_flags.extend(flags or [])
-    # The cache key names the user's include folders; the command names their links.
-    key = _cache_key(source, [*all_flags, *(f"-I{inc}" for inc in include_dirs or [])], arch, tc.key)
+    # The cache key names the user's include folders and what the unit's quoted includes hold (a header
+    # edited since the last build must not replay the old cubin); the command names their links.
+    headers = _local_headers(source, [*include_dirs, *system_dirs])
+    key = _cache_key(source, [*all_flags, *(f"-I{inc}" for inc in include_dirs),
+                              *(f"-isystem{inc}" for inc in system_dirs), headers], arch, tc.key)
     if use_cache:
         with _memory_lock:
             hit = _memory.get(key)
@@ -398,12 +451,14 @@ def compile_cubin(
         src_path.write_text(_alias_line_names(source, filename, str(src_path)), encoding="utf-8")
         out_path = Path(tmp) / CUBIN_NAME
         try:
-            links = _link_includes(Path(tmp), list(include_dirs or []))
+            links = _link_includes(Path(tmp), include_dirs)
+            sys_links = _link_includes(Path(tmp), system_dirs, start=len(include_dirs))
         except OSError as e:
             return _refused(arch, filename, f"an include folder could not be linked ({e.strerror})")
-        names = {**links, str(src_path): filename}
+        names = {**links, **sys_links, str(src_path): filename}
         try:
             cmd = guard_argv("nvcc", [str(tc.nvcc), *all_flags, *(f"-I{link}" for link in links),
+                                      *(a for link in sys_links for a in ("-isystem", link)),
                                       "-o", str(out_path), str(src_path)])
         except UnsafeArgument as e:
             fix = "set TMPDIR to a plain folder" if tmp in e.argument else "install nvcc under a plain path"

@@ -178,3 +178,23 @@ def normalize_arch(arch: str) -> str:
     if not re.fullmatch(r"sm_\d{2,3}[af]?", a):
         raise ValueError(f"unknown GPU architecture `{arch}`: write it like sm_90, sm_80 or 9.0")
     return a
+
+
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def define_problem(name: str, value: str) -> str | None:
+    """Why ``-Dname=value`` may not go to nvcc (None when it may).
+
+    The value reaches a shell inside double quotes, so `$`, backticks, quotes, backslashes and line breaks
+    are refused; a comma too, because nvcc splits ``-D`` values at commas (``-DX=max(1,2)`` would define
+    ``X=max(1`` and a macro ``2)``).
+    """
+    if not _MACRO.fullmatch(name):
+        return f"the macro name `{name}` is not a C identifier"
+    ch = shell_special(value)
+    if ch is not None:
+        return f"the value of -D{name} contains {describe_char(ch)}"
+    if "," in value:
+        return f"the value of -D{name} (`{value}`) contains a comma, which nvcc splits -D values at"
+    return None

@@ -95,6 +95,16 @@ class Candidate:
         """The kernel definition text (``source``), under the name the source model uses."""
         return self.source
 
+    @property
+    def build_flags(self) -> tuple[str, ...]:
+        """Compile flags the variant needs that its source cannot carry (``-Xptxas -O3``): a build change.
+
+        Fast math, register caps and defines all become source when a variant is accepted
+        (``search.optimize.apply_candidate``); a flag cannot, so the project's own build (CMake, a Makefile)
+        must add it, or the accepted code is not the code that was measured. Front ends label such a variant
+        a build change and never apply it without saying so (issue 18, item 2)."""
+        return self.flags
+
     def define_map(self) -> dict[str, str]:
         return dict(self.defines)
 

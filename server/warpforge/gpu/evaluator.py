@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from ..compiler.build import project_key
 from ..compiler.toolchain import default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
@@ -206,7 +207,9 @@ class Evaluator:
     def _spec_key(self) -> str:
         tu = self._translation_unit(self.original)
         h = hashlib.sha256()
-        for part in (self.spec.spec_hash(), tu, self.arch, ENGINE_VERSION, self.settings.verdict_key()):
+        # the project's build (defines, headers) decides what the unit compiles to, so it is part of the key
+        for part in (self.spec.spec_hash(), tu, self.arch, ENGINE_VERSION, self.settings.verdict_key(),
+                     project_key(tu, self.file)):
             h.update(part.encode("utf-8"))
             h.update(b"\0")
         return h.hexdigest()[:24]

@@ -43,7 +43,7 @@ from ..app.backend import evaluator_factory as _evaluator_factory
 from ..profile.findings import Finding
 from ..profile.limit import Limit
 from ..search.memory import SearchMemory, kernel_key
-from ..search.optimize import WorkspaceChange
+from ..search.optimize import WorkspaceChange, build_change
 from ..search.tree import Node
 from ..store import Store, StoreError
 from . import protocol as wire_types
@@ -411,8 +411,9 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         # The launch sites as they are now (the user may have edited a launcher since the job started).
         now = await self.server.off_loop(lambda: self.with_launch_sites(now, doc.path))
         change = await self.server.off_loop(lambda: now.workspace_change(node.candidate))
+        build = build_change(node.candidate)
         result = await self.server.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
-            label=f"WarpForge: {node.speedup:.2f}× faster {job.kernel}",
+            label=f"WarpForge: {node.speedup:.2f}× faster {job.kernel}" + (f" — {build}" if build else ""),
             edit=lsp.WorkspaceEdit(document_changes=self.document_changes(job.uri, doc.version, change))))
         applied = bool(result.applied) if result is not None else False
         if applied:
@@ -424,7 +425,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         for line in manual:
             log.warning("%s: %s", job.id, line)
         return wire(AcceptResult(applied, getattr(result, "failure_reason", None),  # type: ignore[no-any-return]
-                                 launch_changes=done or None, needs_launch_change=manual or None))
+                                 launch_changes=done or None, needs_launch_change=manual or None,
+                                 notice=build if applied else None))
 
     def document_changes(self, uri: str, version: int | None, change: WorkspaceChange) -> list[
             lsp.TextDocumentEdit | lsp.CreateFile | lsp.RenameFile | lsp.DeleteFile]:

@@ -73,6 +73,8 @@ class AcceptResult:
     launch_changes: list[str] | None = None
     #: the launch sites that still need a change by hand (each says what to write), not applied
     needs_launch_change: list[str] | None = None
+    #: what the user must still do after an applied variant: a build change (``search.optimize.build_change``)
+    notice: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import defaults
 from ..cuda.candidate import Candidate
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import DeclKind, FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.reduce import reduce_device
 from ..cuda.rewrite import TextEdit, apply_edits, make_edit
@@ -146,7 +146,9 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     ``launch`` line when the spec is annotated, and the host launch sites in this file where their new
     launch can be written mechanically (``launch_changes``; the other files' are ``apply_workspace``'s).
     A tunable's chosen value becomes the default of its ``#ifndef``/``#define`` and comes first in the
-    ``tune`` line. Compile flags cannot live in the source: they are stated in a comment above the kernel.
+    ``tune`` line; a define the file does not guard becomes an ``#ifndef NAME``/``#define NAME V``/``#endif``
+    default above the kernel. Compile flags cannot live in the source: they are stated in a comment above
+    the kernel, and the variant is a build change (``build_change``), which front ends say.
     Raises ``HostCodeRefused`` when the variant would add host code (``checked_definition``). ``model`` is
     ``text``'s parse when the caller has it (a job's ``PreparedKernel``), so the file is not parsed again.
     """
@@ -155,6 +157,7 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
     model = model if model is not None else parse(src.data)
     edits: list[TextEdit] = [make_edit(src, kernel.span, definition)]
     notes: list[str] = []
+    guards: list[str] = []
     lo = candidate.launch
     if lo is not None and spec is not None:
         grid = lo.grid or spec.launch.grid
@@ -177,7 +180,10 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
         if change.mechanical:
             edits.extend(change.edits)
     for name, value in candidate.defines.items():
-        done = False
+        # A name the file defines outside any conditional wins over -D in every build, the evaluator's
+        # included: the value measured was the file's own, and the file keeps it.
+        done = any(name in d.names and d.conditional is None and d.kind is DeclKind.MACRO
+                   for d in model.declarations)
         for d in model.declarations:
             if name in d.names and d.conditional is not None:
                 old = src.slice(d.span)
@@ -195,9 +201,13 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
                     start = src.line_starts[ln]
                     edits.append(make_edit(src, Span(start, start + len(t.encode())),
                                            m.group(1) + ", ".join([value, *vals])))
-                    done = True
+        # A tunable only a ``tune`` line names has no default in the file: it gets one too, so the
+        # accepted file builds with the value measured unless the build passes its own -D (as it did before).
         if not done:
-            notes.append(f"compile with -D{name}={value}")
+            guards.append(_ifndef_default(name, value))
+    if guards:
+        start = kernel.comment_span.start if kernel.comment_span is not None else kernel.span.start
+        edits.append(make_edit(src, Span(start, start), "".join(guards)))
     if candidate.flags:
         notes.append(f"compile with {' '.join(candidate.flags)}")
     if notes:
@@ -347,8 +357,26 @@ def apply_workspace(file: str, text: str, kernel: Kernel, candidate: Candidate, 
     return WorkspaceChange(file, text, new_text, files, changes, root, {f.path: f.text for f in others})
 
 
+def _ifndef_default(name: str, value: str) -> str:
+    """A define the file does not guard, as a default above the kernel: the build may still override it.
+
+    Why not a ``-D`` note: the project's build never reads a note, so the accepted code would run with
+    another value than the one measured (issue 18, item 2). ``checked_definition`` has already held the
+    name to an identifier and the value to a one-line expression."""
+    return f"#ifndef {name}\n#define {name} {value}\n#endif\n"
+
+
+def build_change(candidate: Candidate) -> str | None:
+    """The line that says a variant changes the project's build (None when its source carries everything)."""
+    if not candidate.build_flags:
+        return None
+    return f"build change: compile with {' '.join(candidate.build_flags)} (the project's build must add it)"
+
+
 def candidate_notes(candidate: Candidate) -> list[str]:
-    """What a variant needs besides its source text: its launch configuration, defines and flags."""
+    """What a variant needs besides its source text: its launch configuration, defines and flags.
+
+    Flags come last, each marked as a build change (``Candidate.build_flags``)."""
     notes = []
     if candidate.grid is not None:
         notes.append(f"grid ({', '.join(candidate.grid)})")
@@ -357,7 +385,7 @@ def candidate_notes(candidate: Candidate) -> list[str]:
     if candidate.smem is not None:
         notes.append(f"{candidate.smem} bytes of dynamic shared memory")
     notes.extend(f"-D{k}={v}" for k, v in candidate.defines.items())
-    notes.extend(candidate.flags)
+    notes.extend(f"build change: {f}" for f in candidate.build_flags)
     return notes
 
 

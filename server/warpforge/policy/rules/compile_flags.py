@@ -1,25 +1,25 @@
-"""compile_flags: nvcc/ptxas options — ``-use_fast_math``, ``-maxrregcount=N``, ``-Xptxas -O3``.
+"""compile_flags: register caps as source (``__launch_bounds__``), and ``-Xptxas -O3`` as the one build change.
 
 Why they help:
 
-* ``-use_fast_math`` maps ``expf``/``tanhf``/``sinf``/division/``sqrtf`` to the hardware's approximate
-  instructions (``__expf``, ``MUFU``), flushes denormals to zero and drops IEEE-exact division. It can be a
-  large win for transcendental-heavy kernels (GELU, softmax). It CHANGES NUMERICS: it is proposed anyway,
-  because verification against the original kernel within the spec's tolerance decides whether the
-  difference is acceptable — that is what verification is for. It is proposed only when the kernel does
-  floating-point scalar work (float literals, math calls, float variables); for integer or pure copy
-  kernels it would compile to the same code.
-* ``-maxrregcount=N`` (N ∈ {32, 64}) caps registers per thread so more warps fit on an SM (65,536
-  registers: 32 per thread allows full occupancy, 64 half). Proposed only when the kernel uses more than N
-  registers — read from the findings' ptxas evidence (WF010/WF011) when present, otherwise from a (cached)
-  compile of the candidate — and when the kernel has no ``__launch_bounds__``, which takes precedence over
-  the flag. Spills it may cause are measured, not assumed.
+* A register cap (what ``-maxrregcount=N``, N in {32, 64}, did) lets more warps fit on an SM (65,536
+  registers: 32 per thread allows full occupancy, 64 half). A flag lives in the project's build, which an
+  accepted variant never changes (issue 18, item 2), and it caps every kernel of the unit; so the cap is
+  written on the kernel: ``__launch_bounds__(T, MINBLOCKS)`` with T the launch's constant block and
+  MINBLOCKS = 65536 / (T x N), which makes ptxas keep at most 65536 / (T x MINBLOCKS) registers, the tightest
+  cap a launch bound can state at or above N. (``__maxnreg__(N)`` states N itself, but the source model's
+  grammar does not read it, and nvcc refuses it next to a ``__launch_bounds__``.) Proposed only when the kernel
+  uses more than N registers (the findings' ptxas evidence WF010/WF011, else a cached compile), has no
+  ``__launch_bounds__`` yet, and its block is a constant whose MINBLOCKS blocks fit an SM's thread slots.
 * ``-Xptxas -O3`` is ptxas's default level, so it only changes code when something lowered it (``-G``,
   ``-Xptxas -O0..2`` in the candidate's flags); proposing it otherwise compiles to the identical SASS
-  (checked with nvcc 13) and would waste an evaluation.
+  (checked with nvcc 13) and would waste an evaluation. It is a flag and stays one: a variant carrying it is
+  a build change (``Candidate.build_flags``), labelled so wherever it is shown and never applied silently.
 
-When it is safe: flags never change the source. ``-maxrregcount`` is semantics-preserving;
-``-use_fast_math`` is gated by verification as said above. Each flag is added at most once per path.
+``-use_fast_math`` moved to its own rule, ``fast_math``, which writes the intrinsics into the source.
+
+When it is safe: a register cap is semantics-preserving (spills it may cause are measured, not assumed);
+a bound equal to the launch's block cannot make the launch fail.
 """
 
 from __future__ import annotations
@@ -30,16 +30,14 @@ from ...compiler.build import compile_cubin
 from ...compiler.toolchain import ToolMissing
 from ...cuda.candidate import Candidate
 from ...cuda.extract import standalone
-from ...cuda.tree import node_text, walk
+from ...cuda.rewrite import apply_edits, set_launch_bounds
+from ...profile.analyzers.resources import max_threads_per_sm
 from . import register
-from ._util import kernel_body
+from ._util import MAX_BLOCK_THREADS, constant_block
 from .base import Rule, RuleContext
 
 REG_CAPS = (32, 64)
-_MATH = re.compile(r"^(__)?(exp|exp2|exp10|expm1|log|log2|log10|log1p|pow|sqrt|rsqrt|cbrt|sin|cos|tan|sincos|"
-                   r"tanh|sinh|cosh|asin|acos|atan|atan2|erf|erfc|fdividef|fdiv_r[nzud])f?(_r[nzud])?$")
-_FLOAT_LITERAL = re.compile(r"^(\d+\.\d*|\.\d+|\d+\.?\d*[eE][-+]?\d+)[fF]?$|^\d+[fF]$")
-_FLOAT_TYPES = frozenset({"float", "double", "half", "__half", "float2", "float4", "double2", "__nv_bfloat16"})
+REGISTERS_PER_SM = 65536
 _LOW_OPT = re.compile(r"^-O[012]$|^-G$|^--device-debug$")
 
 
@@ -50,34 +48,6 @@ def _flag_list(flags: tuple[str, ...]) -> list[str]:
     for f in it:
         out.append(f"{f} {next(it, '')}".strip() if f in ("-Xptxas", "--ptxas-options") else f)
     return out
-
-
-def floating_point_work(ctx: RuleContext) -> bool:
-    """Whether the kernel does scalar floating-point arithmetic that fast math could change."""
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None:
-        return False
-    if any(not p.is_pointer and p.type in _FLOAT_TYPES for p in k.params):
-        return True
-    body, data = got
-    for n in walk(body):
-        t = n.type
-        if t == "number_literal" and _FLOAT_LITERAL.match(node_text(n, data)):
-            return True
-        if t == "call_expression":
-            fn = n.child_by_field_name("function")
-            if fn is not None and _MATH.match(node_text(fn, data)):
-                return True
-        if t == "declaration":
-            ty = n.child_by_field_name("type")
-            if ty is not None and node_text(ty, data) in _FLOAT_TYPES and not any(
-                    c.type in ("pointer_declarator", "array_declarator") or (
-                        c.type == "init_declarator" and (c.child_by_field_name("declarator") or c).type
-                        in ("pointer_declarator", "array_declarator"))
-                    for c in n.named_children):
-                return True
-    return False
 
 
 def registers(ctx: RuleContext) -> int | None:
@@ -118,26 +88,50 @@ class CompileFlags(Rule):
             return {}
         flags = _flag_list(ctx.candidate.flags)
         out: dict[str, tuple[str, ...]] = {}
-        if "-use_fast_math" not in flags and "--use_fast_math" not in flags and floating_point_work(ctx):
-            out["fast_math"] = ("-use_fast_math",)
-        if not any(f.startswith(("-maxrregcount", "--maxrregcount")) for f in flags) and k.launch_bounds is None:
-            regs = registers(ctx)
-            for cap in REG_CAPS:
-                if regs is not None and regs > cap:
-                    out[f"maxrregcount={cap}"] = (f"-maxrregcount={cap}",)
         lowered = any(_LOW_OPT.match(f) or re.match(r"^(-Xptxas|--ptxas-options) -O[012]$", f) for f in flags)
         if lowered and "-Xptxas -O3" not in flags:
             out["ptxas_O3"] = ("-Xptxas", "-O3")
         return out
 
+    def register_caps(self, ctx: RuleContext) -> dict[str, tuple[int, int]]:
+        """``regcap=N`` -> (block threads, MINBLOCKS) of the ``__launch_bounds__`` that caps registers near N."""
+        k = ctx.cand_kernel
+        if k is None or k.launch_bounds is not None or any(
+                f.startswith(("-maxrregcount", "--maxrregcount")) for f in ctx.candidate.flags):
+            return {}
+        dims = constant_block(ctx)
+        if dims is None:
+            return {}
+        threads = dims[0] * dims[1] * dims[2]
+        if not 0 < threads <= MAX_BLOCK_THREADS:
+            return {}
+        regs = registers(ctx)
+        out: dict[str, tuple[int, int]] = {}
+        for cap in REG_CAPS:
+            blocks = max(1, REGISTERS_PER_SM // (threads * cap))
+            if regs is not None and regs > cap and threads * blocks <= max_threads_per_sm(ctx.arch):
+                out[f"regcap={cap}"] = (threads, blocks)
+        return out
+
     def variants(self, ctx: RuleContext) -> list[str]:
-        return list(self._options(ctx))
+        return [*self.register_caps(ctx), *self._options(ctx)]
 
     def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        cap = self.register_caps(ctx).get(param)
+        k = ctx.cand_kernel
+        if cap is not None and k is not None:
+            threads, blocks = cap
+            edit = set_launch_bounds(ctx.cand_src, k, threads, blocks if blocks > 1 else None)
+            return ctx.derive(self.family, param,
+                              f"cap registers at {REGISTERS_PER_SM // (threads * blocks)} per thread with "
+                              f"__launch_bounds__({threads}{f', {blocks}' if blocks > 1 else ''}) (what "
+                              f"-maxrregcount={param.split('=')[1]} did, in the source)",
+                              definition=apply_edits(ctx.cand_src, [edit]))
         add = self._options(ctx).get(param)
         if add is None:
             return None
-        return ctx.derive(self.family, param, f"compile with {' '.join(add)}", flags=(*ctx.candidate.flags, *add))
+        return ctx.derive(self.family, param, f"build change: compile with {' '.join(add)}",
+                          flags=(*ctx.candidate.flags, *add))
 
 
 register(CompileFlags())
