@@ -10,6 +10,7 @@
 #   S=60 B=32 NS=8 SO=0 CT=540 bash benchmarks/gpu_session.sh            # corpus shards 0..NG-1 of 8
 #   KSUITE=1 (KS=30): also the reference kernels (optimize_suite.py, kernels/ split over the GPUs)
 #   NOCORPUS=1 TESTS="tests/test_rules_gpu.py tests/test_gpu_engine.py" PT=300 bash benchmarks/gpu_session.sh
+#   SCALE=1 (SCALE_CASES=a,b SCALE_TIME=60 ST=240): scale_bench.py on GPU 0 first (time to a big baseline)
 # S/B: search seconds / candidates per case; CT: a shard's time limit; PT: the tests' time limit. A shard
 # stopped by CT keeps the cases it finished (the report is rewritten after each one).
 source .gpu/env.sh
@@ -39,6 +40,12 @@ if [ -n "$KSUITE" ]; then  # the reference kernels (kernels/), split over the GP
   done
   wait
   echo "kernels: $(( $(date +%s) - t2 )) s"
+fi
+if [ -n "$SCALE" ]; then  # problem scale (scale_bench.py) on GPU 0 alone, before the tests share the GPUs
+  t3=$(date +%s)
+  CUDA_VISIBLE_DEVICES=0 timeout ${ST:-240} python3 benchmarks/scale_bench.py --time ${SCALE_TIME:-60} \
+     ${SCALE_CASES:+--cases $SCALE_CASES} --out $L/scale > $L/scale.log 2>&1
+  echo "scale: $(( $(date +%s) - t3 )) s"; tail -4 $L/scale.log
 fi
 t1=$(date +%s)
 if [ -n "$TESTS" ]; then
