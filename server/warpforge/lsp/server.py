@@ -28,7 +28,7 @@ from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
-from . import actions, diagnostics, framing, lenses, limits
+from . import actions, diagnostics, framing, hover, lenses, limits
 from .diagnostics import Diagnostics
 from .jobs import JobError, OptimizeJobs, backend_name
 from .profiling import ProfileJobs
@@ -193,6 +193,7 @@ def create_server() -> WarpForgeServer:
     diagnostics.register(server)
     lenses.register(server)
     actions.register(server)
+    hover.register(server)
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: WarpForgeServer, params: lsp.InitializeParams) -> None:
@@ -211,6 +212,11 @@ def create_server() -> WarpForgeServer:
         if {"arch", "nvcc_path", "max_document_bytes", "trusted"} & set(changed):
             for uri in list(ls.diagnostics.docs):
                 ls.diagnostics.schedule(uri, 0.0)
+        elif {"hints_exclude", "hints_min_severity"} & set(changed):
+            for uri in list(ls.diagnostics.docs):  # the same findings, filtered anew: no analysis needed
+                ls.diagnostics.publish(uri)
+        if "code_lens_enabled" in changed:
+            ls.lenses_changed()
 
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def progress_cancel(ls: WarpForgeServer, params: lsp.WorkDoneProgressCancelParams) -> None:
@@ -249,6 +255,13 @@ def create_server() -> WarpForgeServer:
     @guarded
     async def accept(ls: WarpForgeServer, job: str, candidate: str) -> dict[str, Any]:
         return await ls.jobs.accept(job, candidate)
+
+    @server.command("warpforge.acceptHunks")
+    @guarded
+    async def accept_hunks(ls: WarpForgeServer, job: str, candidate: str, hunks: list[int]) -> dict[str, Any]:
+        if not isinstance(hunks, list):
+            raise JobError("warpforge.acceptHunks needs [job, candidate, [hunk index, ...]]")
+        return await ls.jobs.accept_hunks(job, candidate, hunks)
 
     @server.command("warpforge.reject")
     @guarded
