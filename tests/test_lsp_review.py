@@ -132,7 +132,7 @@ def test_hint_filter_settings_are_checked_and_applied() -> None:
     s.update({"warpforge": {"hintsExclude": "WF104", "hintsMinSeverity": "loud", "codeLensEnabled": "no"}})
     rejected = s.take_rejected()
     assert len(rejected) == 3 and s.hints_exclude == ["WF104", "WF2*"] and s.code_lens_enabled is False
-    assert any("warpforge.hintsMinSeverity = 'loud' ignored: expected one of error, warning, info, hint" in r
+    assert any("warpforge.hints.minSeverity = 'loud' ignored: expected one of error, warning, info, hint" in r
                for r in rejected)
 
 
@@ -272,3 +272,38 @@ async def test_filters_and_the_lens_switch_are_honoured_by_the_server(client: La
     finally:
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
             settings={"warpforge": {"hintsExclude": [], "hintsMinSeverity": "hint", "codeLensEnabled": True}}))
+
+
+async def test_a_spec_error_is_one_line_that_names_its_fix(client: LanguageClient) -> None:
+    """Optimize on a kernel whose spec is wrong: the error is the spec's own one line, and it tells the editor
+    which action fixes it (the editor shows an Add Benchmark Spec button)."""
+    text = SAXPY.replace("@warpforge arg x: in float[N]", "@warpforge arg x: in float[M]")
+    uri = open_doc(client, "saxpy_badspec.cu", text)
+    with pytest.raises(Exception) as info:
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "saxpy", "beam"]))
+    err = info.value
+    assert getattr(err, "data", None) == {"fix": "addSpec"}, (type(err), err)
+    assert "\n" not in str(getattr(err, "message", err)) and "Traceback" not in str(err)
+    # a mistake that is not the spec's names no fix
+    with pytest.raises(Exception) as info:
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "no_such_kernel", "beam"]))
+    assert getattr(info.value, "data", None) is None
+
+
+def test_tracebacks_of_users_mistakes_reach_the_log_only_with_a_verbose_trace() -> None:
+    import logging
+
+    from warpforge.lsp.server import trace_logging
+    logger = logging.getLogger("warpforge")
+    before = logger.level
+    try:
+        trace_logging("verbose")
+        assert logger.isEnabledFor(logging.DEBUG)
+        trace_logging(lsp.TraceValue.Messages)
+        assert not logger.isEnabledFor(logging.DEBUG) and logger.isEnabledFor(logging.INFO)
+        trace_logging(None)
+        assert not logger.isEnabledFor(logging.DEBUG)
+    finally:
+        logger.setLevel(before)

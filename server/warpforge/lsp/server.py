@@ -163,6 +163,13 @@ class WarpForgeServer(LanguageServer):
             self.workspace_code_lens_refresh(None)
 
 
+def trace_logging(value: Any) -> None:
+    """Debug records (the tracebacks of users' mistakes, see ``app.prepared.log_failure``) go to the editor's
+    log only while its trace is verbose (``warpforge.trace.server``); otherwise one line says what failed."""
+    verbose = str(getattr(value, "value", value)) == "verbose"
+    logging.getLogger("warpforge").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Turn user-facing errors into InvalidParams and bugs into logged InternalErrors."""
 
@@ -172,7 +179,9 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             return await fn(*args, **kwargs)
         except (JobError, SpecError, KernelNotFound, KeyError, ValueError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            raise JsonRpcInvalidParams(str(msg)) from e
+            # A spec mistake has one fix the editor can offer as a button: Add/Edit benchmark spec.
+            spec = isinstance(e, SpecError) or isinstance(e.__cause__, SpecError)
+            raise JsonRpcInvalidParams(str(msg), data={"fix": "addSpec"} if spec else None) from e
         except JsonRpcInvalidParams:
             raise
         except Exception as e:
@@ -197,6 +206,7 @@ def create_server() -> WarpForgeServer:
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: WarpForgeServer, params: lsp.InitializeParams) -> None:
+        trace_logging(params.trace)
         ls.settings.update(params.initialization_options)
         _say_rejected(ls)
         ls.trust.update(params.initialization_options)
@@ -217,6 +227,10 @@ def create_server() -> WarpForgeServer:
                 ls.diagnostics.publish(uri)
         if "code_lens_enabled" in changed:
             ls.lenses_changed()
+
+    @server.feature(lsp.SET_TRACE)
+    def set_trace(ls: WarpForgeServer, params: lsp.SetTraceParams) -> None:
+        trace_logging(params.value)
 
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def progress_cancel(ls: WarpForgeServer, params: lsp.WorkDoneProgressCancelParams) -> None:

@@ -19,11 +19,16 @@ log = logging.getLogger(__name__)
 _ALIASES = {
     "nvccPath": "nvcc_path", "apiKey": "api_key", "rayAddress": "ray_address", "evaluationBackend": "backend",
     "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes", "storePath": "store_path",
-    "codeLensEnabled": "code_lens_enabled", "hintsExclude": "hints_exclude", "hintsMinSeverity": "hints_min_severity",
 }
+#: the editor's dotted settings, by the name the extension sends and by their own name
+_DOTTED = {"codeLens.enabled": "code_lens_enabled", "hints.exclude": "hints_exclude",
+           "hints.minSeverity": "hints_min_severity"}
+_ALIASES.update(_DOTTED)
+_ALIASES.update({"codeLensEnabled": "code_lens_enabled", "hintsExclude": "hints_exclude",
+                 "hintsMinSeverity": "hints_min_severity"})
 #: the severities a hint may have, most severe first (``hints_min_severity`` names one)
 SEVERITIES = ("error", "warning", "info", "hint")
-_EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
+_EDITOR_NAMES = {v: k for k, v in _ALIASES.items()} | {v: k for k, v in _DOTTED.items()}
 #: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
 _MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, True), "max_document_bytes": (1, True)}
 
