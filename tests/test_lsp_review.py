@@ -82,6 +82,23 @@ def test_a_hunk_set_that_breaks_the_kernel_is_refused_with_the_reason() -> None:
         assert why is not None and "would not compile" in why and "twice" in why
 
 
+def test_a_variant_that_changes_its_launch_is_taken_whole_or_not_at_all() -> None:
+    """Four elements per thread with a quarter of the grid: the launch line alone would leave three quarters of
+    the output unwritten, the body alone would idle three quarters of the threads; neither fails to compile."""
+    before = "// @warpforge launch grid=cdiv(N, 256), block=256\n" + KERNEL
+    after = (before.replace("cdiv(N, 256)", "cdiv(N, 1024)")
+             .replace("    if (i < n) {\n        y[i] = 2.0f * y[i];\n    }\n",
+                      "    for (int k = 0; k < 4; ++k) {\n        if (4 * i + k < n) y[4 * i + k] *= 2.0f;\n    }\n"))
+    hs = hunks.hunks(before, after)
+    assert len(hs) == 2
+    for alone in ([0], [1]):
+        why = hunks.coupled(hs, alone)
+        assert why is not None and "changes its launch (`// @warpforge` line 1)" in why
+    assert hunks.coupled(hs, [0, 1]) is None
+    # without a launch change, any subset may be taken
+    assert hunks.coupled(hunks.hunks(KERNEL, VARIANT), [1]) is None
+
+
 def test_a_syntax_error_already_in_the_file_is_not_held_against_the_hunks() -> None:
     before = KERNEL + "void host( {\n"  # the user's own unfinished host code
     after = before.replace("2.0f * y[i]", "y[i] + y[i]")
@@ -184,13 +201,22 @@ async def test_accept_one_hunk_applies_only_it_and_a_bad_set_is_refused(client: 
             command="warpforge.acceptHunks", arguments=[job, done.candidate, [len(hs) + 3]]))
     assert state.docs[uri][1] == text
 
-    # the first hunk alone: exactly that hunk lands in the buffer
-    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
-        command="warpforge.acceptHunks", arguments=[job, done.candidate, [0]]))
-    assert _get(res, "applied")
-    assert state.docs[uri][1] == hunks.apply(text, [whole[0]])
-    if len(whole) > 1:
-        assert state.docs[uri][1] != _get(shown, "variant")
+    # a hunk that can stand alone lands in the buffer, exactly; where the variant changes its launch, one
+    # change alone is refused with the reason, and all of them make the variant
+    if hunks.coupled(whole, [0]) is None:
+        res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.acceptHunks", arguments=[job, done.candidate, [0]]))
+        assert _get(res, "applied")
+        assert state.docs[uri][1] == hunks.apply(text, [whole[0]])
+    else:
+        with pytest.raises(Exception, match="changes its launch"):
+            await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+                command="warpforge.acceptHunks", arguments=[job, done.candidate, [0]]))
+        assert state.docs[uri][1] == text
+        res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.acceptHunks", arguments=[job, done.candidate, list(range(len(hs)))]))
+        assert _get(res, "applied")
+        assert state.docs[uri][1] == _get(shown, "variant")
     # acted on: no "Review" lens and no result lens any more
     titles = await _lenses(client, uri)
     assert not any("faster" in t or "Show Search" in t for t in titles), titles

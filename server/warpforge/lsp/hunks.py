@@ -7,6 +7,11 @@ refused when the document no longer holds what the diff showed) and it checks th
 sent. A subset of a verified variant is *not* verified: ``check`` refuses what cannot be a kernel any more
 (the kernel gone or unparseable, or, with nvcc, a kernel that no longer compiles, e.g. a call taken without
 the helper it calls) and says which; what it lets through is for the user to measure (Optimize again).
+
+A variant that changes its launch (``// @warpforge launch``/``tune`` lines: a grid of N/4 for four elements per
+thread, a block per row) is taken whole or not at all (``coupled``): its kernel is written for that launch and
+the launch for that kernel, so half of the pair computes part of the output, or wrong values, without a
+compile error to say so.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from ..compiler.toolchain import ToolMissing
 from ..cuda.extract import standalone
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
+from ..spec.annotations import is_directive_line
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,22 @@ def apply(old: str, chosen: Sequence[Hunk]) -> str:
         at = h.old_end
     out.extend(a[at:])
     return "".join(out)
+
+
+def _spec_only(h: Hunk) -> bool:
+    lines = [ln for ln in (h.old_text + h.new_text).splitlines() if ln.strip()]
+    return bool(lines) and all(is_directive_line(ln) for ln in lines)
+
+
+def coupled(all_hunks: Sequence[Hunk], chosen: Sequence[int]) -> str | None:
+    """Why the ``chosen`` hunks cannot be taken without the rest: the variant changes its ``@warpforge`` launch
+    lines, which go with its kernel (see the module docstring). None when they can."""
+    spec = [h for h in all_hunks if _spec_only(h)]
+    if not spec or set(chosen) >= {h.index for h in all_hunks}:
+        return None
+    lines = ", ".join(str(h.old_start + 1) for h in spec)
+    return (f"the variant changes its launch (`// @warpforge` line {lines}) together with the kernel, which is "
+            "written for that launch: one without the other would compute part of the output or wrong values")
 
 
 def check(text: str, kernel: str, file: str, *, before: str, nvcc: str | None = None, arch: str | None = None,

@@ -425,6 +425,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             if len(here) != len(shown) or any((a.old_text, a.new_text) != (b.old_text, b.new_text)
                                               for a, b in zip(here, shown, strict=True)):
                 raise JobError("the file changed since the diff was made; open the variant again to pick changes")
+            if (why := diff_hunks.coupled(here, indices)) is not None:
+                raise JobError(f"not applied: {why}. Accept the whole variant (or all of its changes)")
             partial = diff_hunks.apply(current, [here[i] for i in sorted(set(indices))])
             why = diff_hunks.check(partial, job.kernel, job.prepared.file, before=current, nvcc=s.nvcc_path or None,
                                    arch=s.arch or None, compile=trusted)
