@@ -333,3 +333,21 @@ def test_tracebacks_of_users_mistakes_reach_the_log_only_with_a_verbose_trace() 
         assert not logger.isEnabledFor(logging.DEBUG)
     finally:
         logger.setLevel(before)
+
+
+@needs_nvcc
+async def test_accepting_one_jobs_variant_retires_the_older_jobs_variants_of_that_kernel(
+        client: LanguageClient) -> None:
+    """Two runs on one kernel, the newer accepted: the older run's variants were made for the old text, so the
+    lens offers none of them (nor does the editor's status bar, which follows the same rule)."""
+    text = SAXPY.replace("const float* x", "float* x")
+    uri = open_doc(client, "saxpy_two_runs.cu", text)
+    await wait_diagnostics(client, uri)
+    first, _ = await _run_job(client, uri, "saxpy")
+    second, done = await _run_job(client, uri, "saxpy")
+    assert first != second and any("faster — Review" in t for t in await _lenses(client, uri))
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.accept", arguments=[second, done.candidate]))
+    assert _get(res, "applied")
+    titles = await _lenses(client, uri)
+    assert not any("Review" in t or "Show Search" in t for t in titles), titles

@@ -486,9 +486,7 @@ export class Jobs implements vscode.Disposable {
       return false;
     }
     job?.resolved.add(candidate);
-    if (job) {
-      job.accepted = true;
-    }
+    this.actedOn(job);
     const c = job?.candidates.get(candidate);
     this.log.appendLine(`[client] ${jobId}: accepted ${candidate}`);
     await this.variants.close((r) => r.job === jobId);
@@ -533,6 +531,16 @@ export class Jobs implements vscode.Disposable {
     return true;
   }
 
+  /** The user took (part of) a variant of `job`: the variants of every finished job on that kernel describe
+   *  the old text now, none is offered any more (the server drops them from the lens alike). */
+  private actedOn(job: Job | undefined): void {
+    for (const j of job ? this.jobs.values() : []) {
+      if (job && j.uri === job.uri && j.kernel === job.kernel && j.state !== 'running') {
+        j.accepted = true;
+      }
+    }
+  }
+
   /** Apply only some changes (hunks) of a variant; the server checks the result still is a kernel. */
   async acceptHunks(jobId: string, candidate: string, hunks: number[], total: number): Promise<boolean> {
     const job = this.jobs.get(jobId);
@@ -549,10 +557,8 @@ export class Jobs implements vscode.Disposable {
       );
       return false;
     }
-    if (job) {
-      job.resolved.add(candidate);
-      job.accepted = true;
-    }
+    job?.resolved.add(candidate);
+    this.actedOn(job);
     this.log.appendLine(`[client] ${jobId}: accepted changes ${hunks.map((h) => h + 1).join(', ')} of ${total} of ${candidate}`);
     await this.variants.close((r) => r.job === jobId);
     if (job) {

@@ -394,9 +394,12 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         return wire(AcceptResult(applied, getattr(result, "failure_reason", None)))  # type: ignore[no-any-return]
 
     def _acted_on(self, job: EditorJob[OptimizeJob]) -> None:
-        """The user took (part of) a variant: the job's variants describe the old text now, nothing is "ready"."""
-        job.work.announced.clear()
-        self.accepted.add(job.id)
+        """The user took (part of) a variant: the variants of every job on that kernel describe the old text now,
+        nothing is "ready" (the editor's status bar drops them too)."""
+        for j in self.jobs.values():
+            if j.uri == job.uri and j.kernel == job.kernel and j.state != "running":
+                j.work.announced.clear()
+                self.accepted.add(j.id)
         self.server.lenses_changed()
 
     async def accept_hunks(self, job_id: str, candidate: str, indices: list[int]) -> dict[str, Any]:
