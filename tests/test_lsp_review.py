@@ -99,6 +99,16 @@ def test_a_variant_that_changes_its_launch_is_taken_whole_or_not_at_all() -> Non
     assert hunks.coupled(hunks.hunks(KERNEL, VARIANT), [1]) is None
 
 
+def test_a_kernel_that_does_not_compile_here_as_it_is_is_not_held_against_the_hunks() -> None:
+    """A header this machine does not have: the kernel fails to compile before and after, so the changes are
+    judged on the parse alone."""
+    if not _have_nvcc():
+        pytest.skip("nvcc not installed")
+    before = '#include "not_here.cuh"\n' + KERNEL
+    hs = hunks.hunks(before, '#include "not_here.cuh"\n' + VARIANT)
+    assert hunks.check(hunks.apply(before, [hs[1]]), "scale", "k.cu", before=before) is None
+
+
 def test_a_syntax_error_already_in_the_file_is_not_held_against_the_hunks() -> None:
     before = KERNEL + "void host( {\n"  # the user's own unfinished host code
     after = before.replace("2.0f * y[i]", "y[i] + y[i]")

@@ -20,9 +20,10 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..compiler.build import compile_cubin
+from ..compiler.build import BuildResult, compile_cubin
 from ..compiler.toolchain import ToolMissing
 from ..cuda.extract import standalone
+from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.annotations import is_directive_line
@@ -84,28 +85,38 @@ def coupled(all_hunks: Sequence[Hunk], chosen: Sequence[int]) -> str | None:
 
 
 def check(text: str, kernel: str, file: str, *, before: str, nvcc: str | None = None, arch: str | None = None,
-          compile: bool = True) -> str | None:
+          defines: dict[str, str] | None = None, compile: bool = True) -> str | None:
     """Why ``text`` (the document with some hunks applied) cannot be taken, or None. ``before`` is the document
-    as it is: syntax problems it already has are the user's and not held against the hunks. With ``compile``
-    and an nvcc, the kernel is also compiled alone (a few hundred ms)."""
+    as it is: syntax problems it already has are the user's and not held against the hunks, and neither is a
+    kernel this machine cannot compile as it stands (a header not found, a macro the build defines). With
+    ``compile`` and an nvcc, the kernel is compiled alone (``defines``: the spec's tunables)."""
     src = SourceText(text)
     model = parse(src.data)
     k = model.kernel(kernel)
     if k is None:
-        return f"`{kernel}` would no longer be a kernel of the file (take the hunks that keep its signature)"
+        return f"`{kernel}` would no longer be a kernel of the file (take the changes that keep its signature)"
     old_src = SourceText(before)
-    had = {(p.message, old_src.slice(p.span)) for p in parse(old_src.data).problems}
+    old_model = parse(old_src.data)
+    had = [(p.message, old_src.slice(p.span)) for p in old_model.problems]
     if len(model.problems) > len(had):
         p = next((p for p in model.problems if (p.message, src.slice(p.span)) not in had), model.problems[0])
         return f"the kernel would not parse: {p.message} at line {p.line + 1}"
     if not compile:
         return None
+
+    def build(s: SourceText, m: FileModel, kern: Kernel) -> BuildResult:
+        return compile_cubin(standalone(s, m, kern, filename=file), arch=arch or "sm_90", defines=defines,
+                             filename=file, nvcc=nvcc)
+
     try:
-        build = compile_cubin(standalone(src, model, k, filename=file), arch=arch or "sm_90", filename=file, nvcc=nvcc)
+        res = build(src, model, k)
+        if res.ok:
+            return None
+        old_k = old_model.kernel(kernel)
+        if old_k is None or not build(old_src, old_model, old_k).ok:
+            return None  # the kernel does not compile here as it is: nothing to say about the changes
     except ToolMissing:
         return None  # parsed is all that can be said without nvcc
-    if not build.ok:
-        first = next((m for m in build.messages if m.severity == "error"), None)
-        where = f" at line {first.line}" if first is not None and first.line else ""
-        return f"the kernel would not compile: {first.text if first is not None else 'nvcc failed'}{where}"
-    return None
+    first = next((m for m in res.messages if m.severity == "error"), None)
+    where = f" at line {first.line}" if first is not None and first.line else ""
+    return f"the kernel would not compile: {first.text if first is not None else 'nvcc failed'}{where}"

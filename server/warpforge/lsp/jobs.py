@@ -432,7 +432,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
                 raise JobError(f"not applied: {why}. Accept the whole variant (or all of its changes)")
             partial = diff_hunks.apply(current, [here[i] for i in sorted(set(indices))])
             why = diff_hunks.check(partial, job.kernel, job.prepared.file, before=current, nvcc=s.nvcc_path or None,
-                                   arch=s.arch or None, compile=trusted)
+                                   arch=s.arch or None, compile=trusted,
+                                   defines={t.name: str(t.values[0]) for t in job.prepared.spec.tunables})
             if why is not None:
                 n = len(set(indices))
                 raise JobError(f"not applied: with {'this change' if n == 1 else f'these {n} changes'} alone {why}. "
