@@ -42,7 +42,8 @@ export class SearchView implements vscode.Disposable {
     );
   }
 
-  /** Show the search of `jobId`, else of the newest running job, else the user picks among the jobs. */
+  /** Show the search of `jobId`, else of the running job, else of the active file's newest job, else the user
+   *  picks among the jobs. */
   async show(jobId?: string): Promise<void> {
     let job = jobId ? this.jobs.jobs.get(jobId) : undefined;
     if (!job) {
@@ -52,8 +53,13 @@ export class SearchView implements vscode.Disposable {
         return;
       }
       const running = all.filter((j) => j.state === 'running');
+      // the file in front: its newest job (all() is newest first)
+      const here = vscode.window.activeTextEditor?.document.uri.toString();
+      const mine = all.filter((j) => vscode.Uri.parse(j.uri).toString() === here);
       if (all.length === 1 || running.length === 1) {
         job = running[0] ?? all[0];
+      } else if (running.length === 0 && mine.length > 0) {
+        job = mine[0];
       } else {
         const pick = await vscode.window.showQuickPick(
           all.map((j) => ({
