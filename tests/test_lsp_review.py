@@ -361,3 +361,27 @@ async def test_accepting_one_jobs_variant_retires_the_older_jobs_variants_of_tha
     assert _get(res, "applied")
     titles = await _lenses(client, uri)
     assert not any("Review" in t or "Show Search" in t for t in titles), titles
+
+
+def test_a_refused_request_is_logged_in_one_line_and_a_bug_keeps_its_traceback() -> None:
+    import logging
+
+    from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
+
+    from warpforge.lsp.server import RefusalsInOneLine
+
+    def record(exc: Exception) -> logging.LogRecord:
+        try:
+            raise exc
+        except Exception:
+            import sys
+            return logging.LogRecord("pygls.protocol.json_rpc", logging.ERROR, __file__, 1,
+                                     'Exception occurred for message "%s"', ("7",), sys.exc_info())
+
+    refused = record(JsonRpcInvalidParams("not applied: the kernel would not parse"))
+    assert RefusalsInOneLine().filter(refused)
+    assert refused.levelno == logging.INFO and refused.exc_info is None
+    assert refused.getMessage() == "request refused: not applied: the kernel would not parse"
+    bug = record(JsonRpcInternalError("WarpForge: KeyError: 'x'"))
+    assert RefusalsInOneLine().filter(bug)
+    assert bug.levelno == logging.ERROR and bug.exc_info is not None

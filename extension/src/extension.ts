@@ -215,8 +215,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const ref = await j.resolveVariant(args);
       const next = ref ? j.nextOf(ref) : undefined;
       if (ref && next) {
-        await variants.close((r) => r.job === ref.job && r.candidate === ref.candidate);
+        // open the next one first: it takes the place of this one in the same group
         await j.view(next.job, next.candidate);
+        await variants.close((r) => r.job === ref.job && r.candidate === ref.candidate);
       }
     }),
 

@@ -359,7 +359,8 @@ async function focusDiff() {
   const diff = page.locator('.monaco-diff-editor').first();
   await diff.waitFor({ state: 'visible' });
   await diff.locator('.line-insert, .char-insert').first().waitFor();
-  await diff.locator('.view-line').first().click();
+  // the variant side: shown in side-by-side and inline layouts alike (a narrow group renders the diff inline)
+  await diff.locator('.editor.modified .view-line').first().click();
   return diff;
 }
 
@@ -500,16 +501,20 @@ async function reviewChecks() {
 
   await check('settings: warpforge.codeLens.enabled off removes the lenses, on brings them back', async () => {
     await dismissToasts();
-    await lens('Optimize').waitFor();
+    await runCommand('View: Close All Editors');
+    await openFile('kernels/saxpy.cu');
+    const optimizeLens = () => page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' }).first();
+    await optimizeLens().waitFor({ timeout: 30_000 });
     await setUserSetting('warpforge.codeLens.enabled', false);
     try {
-      await page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' })
-        .first().waitFor({ state: 'detached', timeout: 30_000 });
+      await until(async () => (await page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' }).count()) === 0,
+        'the lenses to go with warpforge.codeLens.enabled = false', 30_000);
       await shot('lenses-off');
     } finally {
       await setUserSetting('warpforge.codeLens.enabled', undefined);
     }
-    await lens('Optimize').waitFor({ timeout: 30_000 });
+    await line('blockIdx.x').click();
+    await optimizeLens().waitFor({ timeout: 30_000 });
   });
 }
 

@@ -170,6 +170,21 @@ def trace_logging(value: Any) -> None:
     logging.getLogger("warpforge").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+class RefusalsInOneLine(logging.Filter):
+    """pygls logs every request answered with an error with its traceback. A request refused with
+    ``JsonRpcInvalidParams`` (``guarded``: the user's mistake, whose message the editor shows) becomes one line at
+    info; the traceback is kept at debug, for the trace log. Anything else (a bug) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, JsonRpcInvalidParams):
+            log.debug("request refused", exc_info=record.exc_info)
+            record.msg, record.args = "request refused: %s", (exc.message,)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Turn user-facing errors into InvalidParams and bugs into logged InternalErrors."""
 
@@ -325,6 +340,7 @@ def create_server() -> WarpForgeServer:
 def serve(tcp: str | None = None) -> NoReturn:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(RefusalsInOneLine())
     server = create_server()
     if tcp:
         host, _, port = tcp.rpartition(":")
