@@ -361,6 +361,9 @@ async function focusDiff() {
   await diff.locator('.line-insert, .char-insert').first().waitFor();
   // the variant side: shown in side-by-side and inline layouts alike (a narrow group renders the diff inline)
   await diff.locator('.editor.modified .view-line').first().click();
+  // the pointer off the diff: its gutter menus (inline layout: "Copy changed line") would take the keys
+  await page.mouse.move(2, 2);
+  await page.keyboard.press('Escape');
   return diff;
 }
 
