@@ -371,11 +371,14 @@ async function activeTabLabel() {
   return (await page.locator('.editor-group-container.active .tab.active').first().getAttribute('aria-label')) ?? '';
 }
 
-async function setUserSetting(key, value) {
-  const settings = JSON.parse(fs.readFileSync(current.settingsFile, 'utf8'));
+/** Set (or with undefined, remove) a setting in the remote machine's settings, which code-server watches (as the
+ *  no-GPU check does; the browser-side user settings are not re-read from disk). */
+async function setMachineSetting(key, value) {
+  const file = path.join(current.ud, 'Machine', 'settings.json');
+  const settings = JSON.parse(fs.readFileSync(file, 'utf8'));
   if (value === undefined) delete settings[key];
   else settings[key] = value;
-  fs.writeFileSync(current.settingsFile, JSON.stringify(settings, null, 2));
+  fs.writeFileSync(file, JSON.stringify(settings, null, 2));
 }
 
 async function reviewChecks() {
@@ -508,13 +511,13 @@ async function reviewChecks() {
     await openFile('kernels/saxpy.cu');
     const optimizeLens = () => page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' }).first();
     await optimizeLens().waitFor({ timeout: 30_000 });
-    await setUserSetting('warpforge.codeLens.enabled', false);
+    await setMachineSetting('warpforge.codeLens.enabled', false);
     try {
       await until(async () => (await page.locator('.editor-group-container.active .codelens-decoration', { hasText: 'Optimize' }).count()) === 0,
         'the lenses to go with warpforge.codeLens.enabled = false', 30_000);
       await shot('lenses-off');
     } finally {
-      await setUserSetting('warpforge.codeLens.enabled', undefined);
+      await setMachineSetting('warpforge.codeLens.enabled', undefined);
     }
     await line('blockIdx.x').click();
     await optimizeLens().waitFor({ timeout: 30_000 });
