@@ -144,6 +144,10 @@ def test_the_hover_is_markdown_with_an_evidence_table_the_action_gain_and_relate
     assert "**Estimated gain:** 1.30×" in md and "the bandwidth fraction" in md
     assert "- line 8: WF103: also strided" in md
     assert "](https://" in md and "#wf210)" in md
+    # names are shown as written, not as Markdown emphasis
+    wf101 = make("WF101", "k.cu", Range(Position(0, 0), Position(0, 1)), "`x` lacks `__restrict__`",
+                 evidence={"written": ["out_buf"]})
+    assert "const \\_\\_restrict\\_\\_" in markdown(wf101) and "| written | out\\_buf |" in markdown(wf101)
     # the diagnostic itself keeps what and why; the table is the hover's
     assert "width bits" not in diagnostic(_finding("WF210", 1.3), "file:///k.cu").message
 
@@ -242,13 +246,19 @@ async def test_after_reject_the_lens_offers_the_next_best_and_nothing_once_all_a
     job, done = await _run_job(client, uri, "saxpy")
     cands = sorted({c.candidate: c.speedup for c in state.candidates if c.job == job}.items(),
                    key=lambda kv: -kv[1])
-    assert cands[0][0] == done.candidate
-    for i, (cand, _) in enumerate(cands):
+    assert cands[0][0] == done.candidate and len(cands) >= 2
+    # a slower one rejected: the best is still offered, as the result (not as a "next best")
+    await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="warpforge.reject", arguments=[job, cands[1][0]]))
+    titles = await _lenses(client, uri)
+    assert f"{cands[0][1]:.2f}× faster — Review" in titles and not any("next best" in t for t in titles), titles
+    rest = [cands[0], *cands[2:]]
+    for i, (cand, _) in enumerate(rest):
         await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
             command="warpforge.reject", arguments=[job, cand]))
         titles = await _lenses(client, uri)
-        if i + 1 < len(cands):  # the next best is offered, and said to be the next best
-            assert f"next best {cands[i + 1][1]:.2f}× faster — Review" in titles, titles
+        if i + 1 < len(rest):  # the next best is offered, and said to be the next best
+            assert f"next best {rest[i + 1][1]:.2f}× faster — Review" in titles, titles
         else:  # all rejected: no variant offered, no stale result either
             assert not any("faster" in t or "Show Search" in t for t in titles), titles
     assert state.docs[uri][1] == text

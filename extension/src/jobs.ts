@@ -35,7 +35,8 @@ export interface Job {
   stopped?: string;
   /** candidates accepted or rejected */
   resolved: Set<string>;
-  /** how many of its variants the user rejected (the next best is then offered as such, as the lens does) */
+  /** the fastest of its variants the user rejected (0: none); a variant no faster is offered as the next best,
+   *  as the lens does */
   rejected: number;
   /** the user took a variant (or some of its changes): the job's variants describe the old text, none waits */
   accepted: boolean;
@@ -266,6 +267,11 @@ export class Jobs implements vscode.Disposable {
     return out;
   }
 
+  /** Whether `c` is offered because a faster variant of its job was rejected (the lens says "next best" then). */
+  static isNextBest(job: Job, c: CandidateParams): boolean {
+    return job.rejected > 0 && job.rejected >= c.speedup;
+  }
+
   /** What the job left, in words (the search view keeps it, the toast fades). */
   result(job: Job): JobResult {
     if (job.state === 'running') {
@@ -273,7 +279,7 @@ export class Jobs implements vscode.Disposable {
     }
     const next = this.open(job)[0];
     if (next) {
-      const which = job.rejected ? 'Next best: ' : 'Result: ';
+      const which = Jobs.isNextBest(job, next) ? 'Next best: ' : 'Result: ';
       return { state: 'pending', candidate: next.candidate, text: which + this.verifiedText(job, next) };
     }
     if (job.accepted) {
@@ -509,11 +515,11 @@ export class Jobs implements vscode.Disposable {
       void vscode.window.showErrorMessage(`WarpForge: cannot reject the variant: ${errorText(e)}`);
       return false;
     }
-    if (job && !job.resolved.has(candidate)) {
-      job.rejected += 1;
+    const c = job?.candidates.get(candidate);
+    if (job && c && !job.resolved.has(candidate)) {
+      job.rejected = Math.max(job.rejected, c.speedup);
     }
     job?.resolved.add(candidate);
-    const c = job?.candidates.get(candidate);
     this.log.appendLine(`[client] ${jobId}: rejected ${candidate}`);
     await this.variants.close((r) => r.job === jobId && r.candidate === candidate);
     this.updateUi(job);
@@ -523,7 +529,8 @@ export class Jobs implements vscode.Disposable {
       void vscode.window.showInformationMessage(rejected);
       return true;
     }
-    void vscode.window.showInformationMessage(`${rejected} Next best: ${next.speedup.toFixed(2)}×.`, 'View Next Best').then((choice) => {
+    const offer = job && Jobs.isNextBest(job, next) ? `Next best: ${next.speedup.toFixed(2)}×.` : `Still on offer: the ${next.speedup.toFixed(2)}× variant.`;
+    void vscode.window.showInformationMessage(`${rejected} ${offer}`, 'View It').then((choice) => {
       if (choice && job) {
         void this.view(job.id, next.candidate);
       }
@@ -644,7 +651,7 @@ export class Jobs implements vscode.Disposable {
       const p = pending[0];
       const pct = p.job.best?.candidate === p.candidate.candidate ? p.job.limit?.pct_limit : p.candidate.limit?.pct_limit;
       this.status.text =
-        `$(rocket) WarpForge: ${p.job.rejected ? 'next best ' : ''}${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready` +
+        `$(rocket) WarpForge: ${Jobs.isNextBest(p.job, p.candidate) ? 'next best ' : ''}${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready` +
         (pct != null ? ` · ${pct.toFixed(0)} % of limit` : '');
       this.status.tooltip = `${this.result(p.job).text}\nClick to review the diff.`;
       this.status.command = { title: 'View Diff', command: 'warpforge.viewVariant', arguments: [p.job.id, p.candidate.candidate] };

@@ -22,19 +22,20 @@ if TYPE_CHECKING:
 QUICK_FIXES = {"WF101": "mark the read-only pointers `const __restrict__`", "WF010": "add `__launch_bounds__`"}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _plain(text: str) -> str:
+    """Text shown as is in Markdown: ``__restrict__`` is a name, not bold."""
+    return "".join("\\" + ch if ch in "\\`*_[]<>#|" else ch for ch in text).replace("\n", " ")
 
 
 def markdown(f: Finding) -> str:
     """One finding as Markdown (see the module docstring)."""
     info = CODES.get(f.code)
     title = info.title if info is not None else f.code
-    out = [f"**{f.code}** · {title} · *{ranked_severity(f).value}*"
+    out = [f"**{f.code}** · {_plain(title)} · *{ranked_severity(f).value}*"
            + (f" · estimated gain **{f.gain:.2f}×**" if f.gain is not None else "")]
     rows = f.evidence_rows()
     if rows:
-        out.append("| evidence | |\n|---|---|\n" + "\n".join(f"| {_cell(k)} | {_cell(v)} |" for k, v in rows))
+        out.append("| evidence | |\n|---|---|\n" + "\n".join(f"| {_plain(k)} | {_plain(v)} |" for k, v in rows))
     if f.action:
         act = f"**Action:** Optimize Kernel tries `{f.action}`"
         if f.code in QUICK_FIXES:

@@ -263,8 +263,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
 
     def __init__(self, server: WarpForgeServer) -> None:
         super().__init__(server)
-        #: job id -> how many of its variants the user rejected (the lens then offers the "next best")
-        self.rejected: dict[str, int] = {}
+        #: job id -> the fastest of its variants the user rejected (a variant no faster is the "next best")
+        self.rejected: dict[str, float] = {}
         #: job id -> whether the user accepted a variant (or some of its hunks): the result is acted on
         self.accepted: set[str] = set()
 
@@ -458,7 +458,7 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             key = kernel_key(job.prepared.kernel_text, job.prepared.spec.spec_hash())
             mem.record_rejection(key, node.candidate.family)
         if job.work.announced.pop(node.candidate.hash, None) is not None:
-            self.rejected[job.id] = self.rejected.get(job.id, 0) + 1
+            self.rejected[job.id] = max(self.rejected.get(job.id, 0.0), node.speedup or 0.0)
         self.server.lenses_changed()
         return wire(RejectResult(True))  # type: ignore[no-any-return]
 

@@ -84,7 +84,7 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
         out.append(lsp.CodeLens(line, lsp.Command(spec_title, "warpforge.addSpec", arguments=[uri, k.name])))
         if k.name in ready:
             job, node = ready[k.name]
-            which = "next best " if server.jobs.rejected.get(job.id) else ""
+            which = "next best " if server.jobs.rejected.get(job.id, 0.0) >= (node.speedup or 0.0) else ""
             out.append(lsp.CodeLens(line, lsp.Command(
                 f"{which}{node.speedup:.2f}× faster — Review", "warpforge.showCandidate",
                 arguments=[job.id, node.candidate.hash])))
