@@ -57,7 +57,9 @@ def test_the_editors_defaults_sent_to_the_server_change_nothing() -> None:
     # ... and not because it ignored them: every setting the extension declares (bar its own) is one the
     # server reads, so another value of it changes that setting.
     for key, value in sent.items():
-        other = value + "x" if isinstance(value, str) else (not value) if isinstance(value, bool) else value + 1
+        enum = [v for v in _properties()[key].get("enum", []) if v != value]
+        other = (enum[0] if enum else not value if isinstance(value, bool) else [*value, "WF999"]
+                 if isinstance(value, list) else value + "x" if isinstance(value, str) else value + 1)
         assert len(Settings().update({key: other})) == 1, f"the server does not read warpforge.{key}"
 
 

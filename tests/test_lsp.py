@@ -255,7 +255,7 @@ async def test_optimize_job_progress_candidates_tree_and_accept(client: Language
 
     assert state.lens_refreshes >= 1  # the "faster variant ready" lens appears without a reload
     lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
-    assert any(lens.command and "faster variant ready" in lens.command.title for lens in lenses or [])
+    assert any(lens.command and lens.command.title.endswith("× faster — Review") for lens in lenses or [])
 
     tree = await client.protocol.send_request_async("warpforge/searchTree", {"job": job})
     nodes = tree["nodes"] if isinstance(tree, dict) else tree.nodes

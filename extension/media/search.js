@@ -152,7 +152,29 @@
     return li;
   }
 
+  // The job's result stays here until the user acts on it (the notification fades after a few seconds).
+  function result(r, job) {
+    const host = document.getElementById('result');
+    host.replaceChildren();
+    if (!r || r.state === 'running') {
+      host.className = '';
+      return;
+    }
+    host.className = 'result result-' + r.state;
+    host.appendChild(el('p', 'result-text', r.text));
+    if (r.state === 'pending' && r.candidate) {
+      const bar = el('div', 'actions');
+      for (const [type, label] of [['review', 'Review Diff'], ['accept', 'Accept'], ['reject', 'Reject'], ['next', 'Next Variant']]) {
+        const b = el('button', 'action action-' + type, label);
+        b.addEventListener('click', () => vscode.postMessage({ type, job, candidate: r.candidate }));
+        bar.appendChild(b);
+      }
+      host.appendChild(bar);
+    }
+  }
+
   function render(m) {
+    result(m.result, m.tree.job);
     summary(m.tree, m.best);
     plot(m.tree);
     tree(m.tree, m.best);

@@ -90,6 +90,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     j,
     search,
     vscode.workspace.registerTextDocumentContentProvider(VARIANT_SCHEME, variants),
+    vscode.languages.registerCodeLensProvider({ scheme: VARIANT_SCHEME }, variants),
 
     vscode.commands.registerCommand('warpforge.optimizeKernel', async () => {
       if (!vscode.workspace.isTrusted) {
@@ -168,6 +169,55 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const ref = await j.resolveVariant(args);
       if (ref) {
         await j.reject(ref.job, ref.candidate);
+      }
+    }),
+
+    // Per-change review: one change (a lens in the diff, or the change under the cursor of the variant side),
+    // or several picked from a list. The server applies them and refuses a set that breaks the kernel.
+    vscode.commands.registerCommand('warpforge.acceptChange', async (...args: unknown[]) => {
+      const [a, b, c] = args;
+      if (typeof a === 'string' && typeof b === 'string' && typeof c === 'number') {
+        const total = variants.hunksOf({ job: a, candidate: b }).length;
+        await j.acceptHunks(a, b, [c], total);
+        return;
+      }
+      const editor = vscode.window.activeTextEditor;
+      const ref = Variants.parse(editor?.document.uri);
+      const hunk = ref && editor ? variants.hunkAt(editor.document.uri, editor.selection.active.line) : undefined;
+      if (ref && hunk) {
+        await j.acceptHunks(ref.job, ref.candidate, [hunk.index], variants.hunksOf(ref).length);
+      } else {
+        await vscode.commands.executeCommand('warpforge.acceptChanges');
+      }
+    }),
+    vscode.commands.registerCommand('warpforge.acceptChanges', async (...args: unknown[]) => {
+      const ref = await j.resolveVariant(args);
+      if (!ref) {
+        return;
+      }
+      let items = variants.describe(ref);
+      if (items.length === 0) {
+        await j.view(ref.job, ref.candidate); // the changes come with the diff
+        items = variants.describe(ref);
+      }
+      if (items.length === 0) {
+        return;
+      }
+      const picked = await vscode.window.showQuickPick(
+        items.map((i) => ({ label: i.label, detail: i.detail, index: i.hunk.index })),
+        { canPickMany: true, title: 'WarpForge: accept which changes of the variant?', placeHolder: 'Pick the changes to apply (Space), then Enter' },
+      );
+      if (picked && picked.length) {
+        await j.acceptHunks(ref.job, ref.candidate, picked.map((p) => p.index), items.length);
+      }
+    }),
+    vscode.commands.registerCommand('warpforge.nextVariant', async (...args: unknown[]) => {
+      const ref = await j.resolveVariant(args);
+      const next = ref ? j.nextOf(ref) : undefined;
+      if (ref && next) {
+        // open the next one first: it takes the place of this one in the same group
+        await j.view(next.job, next.candidate);
+        await variants.close((r) => r.job === ref.job && r.candidate === ref.candidate);
       }
     }),
 

@@ -2,7 +2,7 @@
 // mirroring the server's work-done progress, the "N× faster" notification with View Diff · Accept ·
 // Reject, and accept/reject through the server (which edits the buffer with workspace/applyEdit).
 import * as vscode from 'vscode';
-import { ProgressToken } from 'vscode-languageclient/node';
+import { ProgressToken, ResponseError } from 'vscode-languageclient/node';
 import {
   AcceptResult,
   CandidateParams,
@@ -35,7 +35,21 @@ export interface Job {
   stopped?: string;
   /** candidates accepted or rejected */
   resolved: Set<string>;
+  /** the fastest of its variants the user rejected (0: none); a variant no faster is offered as the next best,
+   *  as the lens does */
+  rejected: number;
+  /** the user took a variant (or some of its changes): the job's variants describe the old text, none waits */
+  accepted: boolean;
   cancelling: boolean;
+}
+
+/** What a finished job left, in words, and what the user can still do about it (search view, status bar). */
+export interface JobResult {
+  text: string;
+  /** the variant waiting for review, when one is */
+  candidate?: string;
+  /** 'pending' | 'accepted' | 'rejected' | 'none' | 'running' */
+  state: string;
 }
 
 /** A progress notification fed by the server's work-done progress for one job. */
@@ -119,7 +133,7 @@ export class Jobs implements vscode.Disposable {
     try {
       res = await this.server.command<OptimizeResult>(Cmd.optimize, [uri, kernel, chosen]);
     } catch (e) {
-      void vscode.window.showErrorMessage(`WarpForge: cannot optimize ${kernel}: ${errorText(e)}`);
+      void this.userError(`cannot optimize ${kernel}`, e, uri, kernel);
       return undefined;
     }
     const job: Job = {
@@ -134,6 +148,8 @@ export class Jobs implements vscode.Disposable {
       evaluations: 0,
       candidates: new Map(),
       resolved: new Set(),
+      rejected: 0,
+      accepted: false,
       cancelling: false,
     };
     this.jobs.set(job.id, job);
@@ -164,8 +180,25 @@ export class Jobs implements vscode.Disposable {
       this.log.appendLine(`[client] ${res.job}: profiling ${kernel}`);
       return res.job;
     } catch (e) {
-      void vscode.window.showErrorMessage(`WarpForge: cannot profile ${kernel}: ${errorText(e)}`);
+      void this.userError(`cannot profile ${kernel}`, e, uri, kernel);
       return undefined;
+    }
+  }
+
+  /** A refusal as one line; a spec mistake (the server names its fix) gets the button that fixes it. */
+  private async userError(what: string, e: unknown, uri: string, kernel: string): Promise<void> {
+    const fix = e instanceof ResponseError && (e.data as { fix?: string } | undefined)?.fix;
+    if (fix !== 'addSpec') {
+      void vscode.window.showErrorMessage(`WarpForge: ${what}: ${errorText(e)}`);
+      return;
+    }
+    const choice = await vscode.window.showErrorMessage(`WarpForge: ${what}: ${errorText(e)}`, 'Add Benchmark Spec');
+    if (choice) {
+      try {
+        await this.server.command(Cmd.addSpec, [uri, kernel]);
+      } catch (err) {
+        void vscode.window.showErrorMessage(`WarpForge: cannot add a spec: ${errorText(err)}`);
+      }
     }
   }
 
@@ -211,15 +244,51 @@ export class Jobs implements vscode.Disposable {
     return [...this.jobs.values()].sort((a, b) => b.started - a.started);
   }
 
-  /** Best variants not yet accepted or rejected, newest job first. */
+  /** The job's verified variants still open to review, fastest first (none once one was accepted: they
+   *  describe the old text). The server's lens offers the first of these too. */
+  open(job: Job): CandidateParams[] {
+    if (job.accepted) {
+      return [];
+    }
+    return [...job.candidates.values()]
+      .filter((c) => !job.resolved.has(c.candidate))
+      .sort((a, b) => b.speedup - a.speedup);
+  }
+
+  /** The variant of each job waiting for review (the best not yet rejected), newest job first. */
   pending(): { job: Job; candidate: CandidateParams }[] {
     const out: { job: Job; candidate: CandidateParams }[] = [];
     for (const job of this.all()) {
-      if (job.best && !job.resolved.has(job.best.candidate)) {
-        out.push({ job, candidate: job.best });
+      const first = job.state === 'running' ? undefined : this.open(job)[0];
+      if (first) {
+        out.push({ job, candidate: first });
       }
     }
     return out;
+  }
+
+  /** Whether `c` is offered because a faster variant of its job was rejected (the lens says "next best" then). */
+  static isNextBest(job: Job, c: CandidateParams): boolean {
+    return job.rejected > 0 && job.rejected >= c.speedup;
+  }
+
+  /** What the job left, in words (the search view keeps it, the toast fades). */
+  result(job: Job): JobResult {
+    if (job.state === 'running') {
+      return { state: 'running', text: `Optimizing ${job.kernel}…` };
+    }
+    const next = this.open(job)[0];
+    if (next) {
+      const which = Jobs.isNextBest(job, next) ? 'Next best: ' : 'Result: ';
+      return { state: 'pending', candidate: next.candidate, text: which + this.verifiedText(job, next) };
+    }
+    if (job.accepted) {
+      return { state: 'accepted', text: `Accepted: the variant of ${job.kernel} is in the buffer (not saved; Undo reverts it).` };
+    }
+    if (job.candidates.size > 0) {
+      return { state: 'rejected', text: `All ${job.candidates.size} verified variants of ${job.kernel} rejected; the file is unchanged.` };
+    }
+    return { state: 'none', text: `No verified faster variant of ${job.kernel}${job.message ? ` (${job.message})` : ''}.` };
   }
 
   // ------------------------------------------------------------------ from the server
@@ -248,7 +317,8 @@ export class Jobs implements vscode.Disposable {
       // a job started outside this window's commands (e.g. by another client of a shared server)
       job = {
         id: p.job, token: '', uri: p.uri, kernel: p.kernel, strategy: '', state: 'running', message: '',
-        started: Date.now(), evaluations: 0, candidates: new Map(), resolved: new Set(), cancelling: false,
+        started: Date.now(), evaluations: 0, candidates: new Map(), resolved: new Set(), rejected: 0, accepted: false,
+        cancelling: false,
       };
       this.jobs.set(job.id, job);
     }
@@ -431,6 +501,7 @@ export class Jobs implements vscode.Disposable {
       return false;
     }
     job?.resolved.add(candidate);
+    this.actedOn(job);
     const c = job?.candidates.get(candidate);
     this.log.appendLine(`[client] ${jobId}: accepted ${candidate}`);
     await this.variants.close((r) => r.job === jobId);
@@ -471,15 +542,86 @@ export class Jobs implements vscode.Disposable {
       void vscode.window.showErrorMessage(`WarpForge: cannot reject the variant: ${errorText(e)}`);
       return false;
     }
-    job?.resolved.add(candidate);
     const c = job?.candidates.get(candidate);
+    if (job && c && !job.resolved.has(candidate)) {
+      job.rejected = Math.max(job.rejected, c.speedup);
+    }
+    job?.resolved.add(candidate);
     this.log.appendLine(`[client] ${jobId}: rejected ${candidate}`);
     await this.variants.close((r) => r.job === jobId && r.candidate === candidate);
     this.updateUi(job);
+    const next = job ? this.open(job)[0] : undefined;
+    const rejected = `WarpForge: rejected the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'}; the file is unchanged.`;
+    if (!next) {
+      void vscode.window.showInformationMessage(rejected);
+      return true;
+    }
+    const offer = job && Jobs.isNextBest(job, next) ? `Next best: ${next.speedup.toFixed(2)}×.` : `Still on offer: the ${next.speedup.toFixed(2)}× variant.`;
+    void vscode.window.showInformationMessage(`${rejected} ${offer}`, 'View It').then((choice) => {
+      if (choice && job) {
+        void this.view(job.id, next.candidate);
+      }
+    });
+    return true;
+  }
+
+  /** The user took (part of) a variant of `job`: the variants of every finished job on that kernel describe
+   *  the old text now, none is offered any more (the server drops them from the lens alike). */
+  private actedOn(job: Job | undefined): void {
+    for (const j of job ? this.jobs.values() : []) {
+      if (job && j.uri === job.uri && j.kernel === job.kernel && j.state !== 'running') {
+        j.accepted = true;
+      }
+    }
+  }
+
+  /** Apply only some changes (hunks) of a variant; the server checks the result still is a kernel. */
+  async acceptHunks(jobId: string, candidate: string, hunks: number[], total: number): Promise<boolean> {
+    const job = this.jobs.get(jobId);
+    let res: AcceptResult;
+    try {
+      res = await this.server.command<AcceptResult>(Cmd.acceptHunks, [jobId, candidate, hunks]);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`WarpForge: ${errorText(e)}`);
+      return false;
+    }
+    if (!res.applied) {
+      void vscode.window.showErrorMessage(
+        `WarpForge: the editor did not apply the changes${res.reason ? ` (${res.reason})` : ''}; the file may have changed meanwhile.`,
+      );
+      return false;
+    }
+    job?.resolved.add(candidate);
+    this.actedOn(job);
+    this.log.appendLine(`[client] ${jobId}: accepted changes ${hunks.map((h) => h + 1).join(', ')} of ${total} of ${candidate}`);
+    await this.variants.close((r) => r.job === jobId);
+    if (job) {
+      const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(job.uri));
+      await vscode.window.showTextDocument(doc, { preview: false });
+    }
+    this.updateUi(job);
+    const n = hunks.length;
     void vscode.window.showInformationMessage(
-      `WarpForge: rejected the ${c ? `${c.speedup.toFixed(2)}× ` : ''}variant of ${job?.kernel ?? '?'}; the file is unchanged.`,
+      `WarpForge: applied ${n} of the ${total} changes of the variant of ${job?.kernel ?? '?'} (not saved; Undo reverts it). ` +
+        'This combination was not measured: run Optimize Kernel to verify it.',
     );
     return true;
+  }
+
+  /** The next verified variant of the job after `ref` (fastest first, wrapping), or undefined with a message. */
+  nextOf(ref: VariantRef): VariantRef | undefined {
+    const job = this.jobs.get(ref.job);
+    const list = job ? this.open(job) : [];
+    const others = list.filter((c) => c.candidate !== ref.candidate);
+    if (!job || others.length === 0) {
+      void vscode.window.showInformationMessage(
+        `WarpForge: no other verified variant of ${job?.kernel ?? 'this kernel'} to review.`,
+      );
+      return undefined;
+    }
+    const at = list.findIndex((c) => c.candidate === ref.candidate);
+    const next = at < 0 ? list[0] : list[(at + 1) % list.length];
+    return { job: job.id, candidate: next.candidate };
   }
 
   /** The variant a command means: its argument (a warpforge-variant URI from the editor title bar, or
@@ -534,13 +676,11 @@ export class Jobs implements vscode.Disposable {
       this.status.show();
     } else if (pending.length > 0) {
       const p = pending[0];
-      const lim = this.limitText(p.job, p.candidate);
       const pct = p.job.best?.candidate === p.candidate.candidate ? p.job.limit?.pct_limit : p.candidate.limit?.pct_limit;
       this.status.text =
-        `$(rocket) WarpForge: ${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready` +
+        `$(rocket) WarpForge: ${Jobs.isNextBest(p.job, p.candidate) ? 'next best ' : ''}${p.candidate.speedup.toFixed(2)}× ${p.job.kernel} ready` +
         (pct != null ? ` · ${pct.toFixed(0)} % of limit` : '');
-      this.status.tooltip =
-        'A verified faster variant is waiting: click to view the diff' + (lim ? ` (now at ${lim})` : '');
+      this.status.tooltip = `${this.result(p.job).text}\nClick to review the diff.`;
       this.status.command = { title: 'View Diff', command: 'warpforge.viewVariant', arguments: [p.job.id, p.candidate.candidate] };
       this.status.show();
     } else {

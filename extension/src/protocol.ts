@@ -13,6 +13,7 @@ export const Cmd = {
   showCandidate: 'warpforge.showCandidate', // [job, candidate] -> CandidateTexts
   addSpec: 'warpforge.addSpec', // [uri, kernel] -> AddSpecResult
   profile: 'warpforge.profile', // [uri, kernel] -> ProfileResult; jobDone with kind "profile"
+  acceptHunks: 'warpforge.acceptHunks', // [job, candidate, hunk indices] -> AcceptResult (only those hunks)
 } as const;
 
 export const CandidateNotification = 'warpforge/candidate';
@@ -56,6 +57,16 @@ export interface AddSpecResult {
   applied: boolean;
 }
 
+/** One change of a variant's diff: document lines [old_start, old_end) become variant lines
+ *  [new_start, new_end), 0-based; `index` is what acceptHunks names. */
+export interface DiffHunk {
+  index: number;
+  old_start: number;
+  old_end: number;
+  new_start: number;
+  new_end: number;
+}
+
 export interface CandidateTexts {
   job: string;
   candidate: string;
@@ -68,6 +79,8 @@ export interface CandidateTexts {
   original: string;
   /** the whole file with the candidate applied */
   variant: string;
+  /** the changes from original to variant, each acceptable alone (acceptHunks) */
+  hunks?: DiffHunk[];
 }
 
 /** What was measured and checked for a verified variant. */

@@ -1,12 +1,18 @@
-// The search view: a webview with the job's tree of tried variants (family, status, reason, speedup) and
-// the best speedup over evaluations, refreshed every second while the job runs.
+// The search view: a webview with the job's result (kept until the user acts: the variant waiting, with its
+// evidence and Review / Accept / Reject / Next buttons, or what happened to it), the tree of tried variants
+// (family, status, reason, speedup) and the best speedup over evaluations, refreshed every second while the
+// job runs and whenever the job's state changes (a variant accepted or rejected elsewhere).
 import * as crypto from 'node:crypto';
 import * as vscode from 'vscode';
 import { Job, Jobs } from './jobs';
 import { SearchTree, SearchTreeRequest } from './protocol';
 import { Server, errorText } from './server';
 
-type FromWebview = { type: 'ready' } | { type: 'open'; job: string; node: number } | { type: 'refresh' };
+type FromWebview =
+  | { type: 'ready' }
+  | { type: 'open'; job: string; node: number }
+  | { type: 'refresh' }
+  | { type: 'review' | 'accept' | 'reject' | 'next'; job: string; candidate: string };
 
 export class SearchView implements vscode.Disposable {
   private panel: vscode.WebviewPanel | undefined;
@@ -36,7 +42,8 @@ export class SearchView implements vscode.Disposable {
     );
   }
 
-  /** Show the search of `jobId`, else of the newest running job, else the user picks among the jobs. */
+  /** Show the search of `jobId`, else of the running job, else of the active file's newest job, else the user
+   *  picks among the jobs. */
   async show(jobId?: string): Promise<void> {
     let job = jobId ? this.jobs.jobs.get(jobId) : undefined;
     if (!job) {
@@ -46,8 +53,13 @@ export class SearchView implements vscode.Disposable {
         return;
       }
       const running = all.filter((j) => j.state === 'running');
+      // the file in front: its newest job (all() is newest first)
+      const here = vscode.window.activeTextEditor?.document.uri.toString();
+      const mine = all.filter((j) => vscode.Uri.parse(j.uri).toString() === here);
       if (all.length === 1 || running.length === 1) {
         job = running[0] ?? all[0];
+      } else if (running.length === 0 && mine.length > 0) {
+        job = mine[0];
       } else {
         const pick = await vscode.window.showQuickPick(
           all.map((j) => ({
@@ -119,6 +131,7 @@ export class SearchView implements vscode.Disposable {
         type: 'tree',
         tree,
         best: job?.best ? { candidate: job.best.candidate, speedup: job.best.speedup, gpu: job.best.gpu } : null,
+        result: job ? this.jobs.result(job) : null,
       });
       if (tree.state !== 'running') {
         this.stopPolling();
@@ -136,6 +149,17 @@ export class SearchView implements vscode.Disposable {
       void this.refresh();
     } else if (m.type === 'open' && typeof m.node === 'number' && typeof m.job === 'string') {
       void this.jobs.view(m.job, String(m.node), true);
+    } else if (typeof m.job === 'string' && 'candidate' in m && typeof m.candidate === 'string') {
+      const ref = { job: m.job, candidate: m.candidate };
+      if (m.type === 'review') {
+        void this.jobs.view(ref.job, ref.candidate, true);
+      } else if (m.type === 'accept') {
+        void this.jobs.accept(ref.job, ref.candidate);
+      } else if (m.type === 'reject') {
+        void this.jobs.reject(ref.job, ref.candidate);
+      } else if (m.type === 'next') {
+        void vscode.commands.executeCommand('warpforge.nextVariant', ref.job, ref.candidate);
+      }
     }
   }
 
@@ -162,6 +186,7 @@ export class SearchView implements vscode.Disposable {
 </head>
 <body>
 <header id="head"><h1 id="title">WarpForge search</h1><p id="summary" class="muted">Loading…</p></header>
+<section id="result" aria-label="Result" role="status" aria-live="polite"></section>
 <section aria-label="Best speedup over evaluations"><h2>Best verified speedup over evaluations</h2><div id="plot"></div></section>
 <section aria-label="Search tree"><h2>Tree of tried variants <span class="muted small">(click a variant to open its diff)</span></h2><div id="tree"></div></section>
 <script nonce="${nonce}" src="${script}"></script>

@@ -18,6 +18,12 @@ export interface ServerSettings {
   maxDocumentSize: number;
   /** the workspace is trusted: false keeps the server from compiling or running anything (Restricted Mode) */
   trusted: boolean;
+  /** code lenses above kernels (the server sends none when off) */
+  codeLensEnabled: boolean;
+  /** hint codes the server does not publish ("WF104", "WF2*") */
+  hintsExclude: string[];
+  /** the least severe hint the server publishes: error | warning | info | hint */
+  hintsMinSeverity: string;
   apiKey?: string;
 }
 
@@ -38,6 +44,9 @@ export function serverSettings(): ServerSettings {
     keepLaunch: c.get<boolean>('keepLaunch', false),
     maxDocumentSize: c.get<number>('maxDocumentSize', 1_000_000),
     trusted: vscode.workspace.isTrusted,
+    codeLensEnabled: c.get<boolean>('codeLens.enabled', true),
+    hintsExclude: c.get<string[]>('hints.exclude', []),
+    hintsMinSeverity: c.get<string>('hints.minSeverity', 'hint'),
   };
 }
 

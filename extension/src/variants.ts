@@ -1,6 +1,8 @@
-// Variants as read-only virtual documents (scheme warpforge-variant) and the diff editor that shows them.
+// Variants as read-only virtual documents (scheme warpforge-variant) and the diff editor that shows them, with
+// the diff's changes (hunks, from the server) for per-change accept: a lens above each change of the variant
+// side (where the diff editor shows lenses: setting diffEditor.codeLens) and the change under the cursor.
 import * as vscode from 'vscode';
-import { CandidateTexts } from './protocol';
+import { CandidateTexts, DiffHunk } from './protocol';
 
 export const VARIANT_SCHEME = 'warpforge-variant';
 
@@ -9,10 +11,70 @@ export interface VariantRef {
   candidate: string;
 }
 
-export class Variants implements vscode.TextDocumentContentProvider, vscode.Disposable {
+export class Variants implements vscode.TextDocumentContentProvider, vscode.CodeLensProvider, vscode.Disposable {
   private readonly texts = new Map<string, string>();
+  /** variant URI -> the changes from the text the job started from */
+  private readonly hunks = new Map<string, DiffHunk[]>();
   private readonly changed = new vscode.EventEmitter<vscode.Uri>();
   readonly onDidChange = this.changed.event;
+  private readonly lensesChanged = new vscode.EventEmitter<void>();
+  readonly onDidChangeCodeLenses = this.lensesChanged.event;
+
+  /** The changes of the variant `ref` (empty when its diff was never opened here). */
+  hunksOf(ref: VariantRef): DiffHunk[] {
+    for (const [uri, hs] of this.hunks) {
+      const r = Variants.parse(vscode.Uri.parse(uri));
+      if (r && r.job === ref.job && r.candidate === ref.candidate) {
+        return hs;
+      }
+    }
+    return [];
+  }
+
+  /** Each change of the variant `ref` in words, for a pick list: where it lands and its first changed line. */
+  describe(ref: VariantRef): { hunk: DiffHunk; label: string; detail: string }[] {
+    for (const [uri, hs] of this.hunks) {
+      const r = Variants.parse(vscode.Uri.parse(uri));
+      if (!r || r.job !== ref.job || r.candidate !== ref.candidate) {
+        continue;
+      }
+      const lines = (this.texts.get(uri) ?? '').split('\n');
+      return hs.map((h) => {
+        const added = h.new_end - h.new_start;
+        const removed = h.old_end - h.old_start;
+        const where = added > 0 ? `variant lines ${h.new_start + 1}–${h.new_end}` : `removes lines ${h.old_start + 1}–${h.old_end}`;
+        const first = lines.slice(h.new_start, h.new_end).find((l) => l.trim()) ?? '';
+        return {
+          hunk: h,
+          label: `Change ${h.index + 1} of ${hs.length}: ${where}`,
+          detail: `${first.trim().slice(0, 100)}${added || removed ? `  (+${added} −${removed})` : ''}`,
+        };
+      });
+    }
+    return [];
+  }
+
+  /** The change of the variant document `uri` at `line` (0-based, variant side), if any. */
+  hunkAt(uri: vscode.Uri, line: number): DiffHunk | undefined {
+    const hs = this.hunks.get(uri.toString()) ?? [];
+    return hs.find((h) => line >= h.new_start && line < Math.max(h.new_end, h.new_start + 1));
+  }
+
+  provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
+    const ref = Variants.parse(document.uri);
+    const hs = this.hunks.get(document.uri.toString());
+    if (!ref || !hs || hs.length < 2) {
+      return []; // one change: Accept Variant is the same thing
+    }
+    return hs.map((h) => {
+      const line = Math.min(h.new_start, Math.max(0, document.lineCount - 1));
+      return new vscode.CodeLens(new vscode.Range(line, 0, line, 0), {
+        title: `Accept this change (${h.index + 1} of ${hs.length})`,
+        command: 'warpforge.acceptChange',
+        arguments: [ref.job, ref.candidate, h.index],
+      });
+    });
+  }
 
   provideTextDocumentContent(uri: vscode.Uri): string {
     return (
@@ -52,7 +114,9 @@ export class Variants implements vscode.TextDocumentContentProvider, vscode.Disp
     const ref = { job: t.job, candidate: t.candidate };
     const right = Variants.uri(file, ref, 'variant');
     this.texts.set(right.toString(), t.variant);
+    this.hunks.set(right.toString(), t.hunks ?? []);
     this.changed.fire(right);
+    this.lensesChanged.fire();
     let left: vscode.Uri = file;
     try {
       const doc = await vscode.workspace.openTextDocument(file);
@@ -95,6 +159,7 @@ export class Variants implements vscode.TextDocumentContentProvider, vscode.Disp
   clear(): void {
     const uris = [...this.texts.keys()];
     this.texts.clear();
+    this.hunks.clear();
     for (const u of uris) {
       this.changed.fire(vscode.Uri.parse(u));
     }
@@ -102,5 +167,6 @@ export class Variants implements vscode.TextDocumentContentProvider, vscode.Disp
 
   dispose(): void {
     this.changed.dispose();
+    this.lensesChanged.dispose();
   }
 }

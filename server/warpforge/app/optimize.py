@@ -214,8 +214,8 @@ class OptimizeJob:
             report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
                 p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
                 timeout=cap, max_bytes=PROFILE_MAX_BYTES))
-        except Exception:
-            log.exception("profiling %s before optimizing", self.kernel)
+        except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
+            log_failure(log, f"profiling {self.kernel} before optimizing", e)
             return
         kp = report.profile
         if kp is not None and kp.ceilings is not None:

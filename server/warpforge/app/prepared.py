@@ -30,11 +30,13 @@ class JobError(Exception):
 
 def log_failure(log: logging.Logger, what: str, e: BaseException) -> None:
     """Log a job's failure: one line for what the user can fix (a spec mistake, a kernel that is not there, no
-    GPU: its message says what to do), the traceback only at debug level (the editor's trace log). A bug
-    keeps its traceback at info, where it is seen and reported."""
+    GPU, no nvcc or ncu: its message says what to do), the traceback only at debug level (the editor's trace
+    log: ``warpforge.trace.server`` = verbose). A bug keeps its traceback at info, where it is seen and reported."""
+    from ..compiler.nsight import ProfilerUnavailable
+    from ..compiler.toolchain import ToolMissing
     from ..gpu.backends import GpuUnavailable  # the gpu package is heavier than the rest of prepared's imports
 
-    if isinstance(e, JobError | SpecError | KernelNotFound | GpuUnavailable):
+    if isinstance(e, JobError | SpecError | KernelNotFound | GpuUnavailable | ProfilerUnavailable | ToolMissing):
         log.info("%s failed: %s", what, e)
         log.debug("%s failed", what, exc_info=e)
     else:

@@ -24,15 +24,32 @@ def text_edit(e: TextEdit) -> lsp.TextEdit:
     return lsp.TextEdit(range=range_(e.range), new_text=e.new_text)
 
 
+#: an opportunity's estimated gain from which it is shown as a warning / as information; below the second, a hint
+WARN_GAIN = 1.5
+INFO_GAIN = 1.15
+
+
+def ranked_severity(f: Finding) -> Severity:
+    """The severity the editor shows: hazards (errors, warnings) as catalogued; an opportunity with an estimated
+    gain ranked by it, so the squiggle that costs most stands out (>= 1.5x: warning, >= 1.15x: information,
+    less: hint); an opportunity without an estimate keeps its catalogue severity."""
+    if f.gain is None or f.severity in (Severity.ERROR, Severity.WARNING):
+        return f.severity
+    if f.gain >= WARN_GAIN:
+        return Severity.WARNING
+    return Severity.INFO if f.gain >= INFO_GAIN else Severity.HINT
+
+
 def diagnostic(f: Finding, uri: str) -> lsp.Diagnostic:
-    evidence = f.evidence_text()
-    message = f.message + (f"\nevidence: {evidence}" if evidence else "")
+    """The finding as a diagnostic: what and why (the message) and the estimated gain; the evidence table, the
+    action and the related lines are in the Markdown hover (``hover``) and the evidence in ``data``."""
+    message = f.message
     if f.gain is not None:
         message += f"\nestimated gain: {f.gain:.2f}x" + (f" ({f.gain_basis})" if f.gain_basis else "")
     return lsp.Diagnostic(
         range=range_(f.range),
         message=message,
-        severity=_SEVERITY[f.severity],
+        severity=_SEVERITY[ranked_severity(f)],
         code=f.code,
         code_description=lsp.CodeDescription(href=doc_url(f.code)),
         source="warpforge",

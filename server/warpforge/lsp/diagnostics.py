@@ -23,7 +23,7 @@ from ..cuda.text import Position, Range
 from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
 from . import limits
-from .convert import diagnostic
+from .convert import diagnostic, ranked_severity
 
 if TYPE_CHECKING:
     from .server import WarpForgeServer
@@ -158,11 +158,17 @@ class Diagnostics:
             out = [f for f in out if f.kernel != name or f.code.startswith("WF0")] + prof
         return out
 
+    def shown(self, uri: str) -> list[Finding]:
+        """The findings the user sees: those the settings do not filter out (``warpforge.hints.exclude``,
+        ``warpforge.hints.minSeverity``, the severity ranked by estimated gain). Jobs still get every finding."""
+        s = self.server.settings
+        return [f for f in self.findings(uri) if s.shows(f.code, ranked_severity(f).value)]
+
     def publish(self, uri: str) -> None:
         st = self.docs.get(uri)
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri, version=st.version if st else None,
-            diagnostics=[diagnostic(f, uri) for f in self.findings(uri)]))
+            diagnostics=[diagnostic(f, uri) for f in self.shown(uri)]))
 
     def set_profiled(self, uri: str, kernel: str, kernel_text: str, findings: list[Finding]) -> None:
         self.state(uri).profiled[kernel] = (kernel_text, findings)

@@ -46,6 +46,7 @@ from ..search.memory import SearchMemory, kernel_key
 from ..search.optimize import WorkspaceChange, build_change
 from ..search.tree import Node
 from ..store import Store, StoreError
+from . import hunks as diff_hunks
 from . import protocol as wire_types
 from .protocol import (
     AcceptResult,
@@ -295,6 +296,13 @@ class OptimizeJobs(JobManager[OptimizeJob]):
     id_prefix = "job"
     doing = "optimized"
 
+    def __init__(self, server: WarpForgeServer) -> None:
+        super().__init__(server)
+        #: job id -> the fastest of its variants the user rejected (a variant no faster is the "next best")
+        self.rejected: dict[str, float] = {}
+        #: job id -> whether the user accepted a variant (or some of its hunks): the result is acted on
+        self.accepted: set[str] = set()
+
     def _busy(self, kernel: str, running: EditorJob[OptimizeJob]) -> str:
         return f"`{kernel}` is already being optimized (job {running.id}); cancel it first"
 
@@ -391,12 +399,15 @@ class OptimizeJobs(JobManager[OptimizeJob]):
                                          message=job.message))
 
     async def show_candidate(self, job_id: str, candidate: str) -> dict[str, Any]:
-        """The whole file as the job saw it and with the candidate applied (for the diff editor)."""
+        """The whole file as the job saw it and with the candidate applied (for the diff editor), and the hunks
+        between them (each can be accepted alone)."""
         job, node = self.node(job_id, candidate)
         variant = await self.server.off_loop(lambda: job.prepared.variant(node.candidate))
         return wire(CandidateTexts(  # type: ignore[no-any-return]
             job=job.id, candidate=node.candidate.hash, uri=job.uri, kernel=job.kernel, speedup=node.speedup,
-            family=node.candidate.family, status=node.status, original=job.prepared.text, variant=variant))
+            family=node.candidate.family, status=node.status, original=job.prepared.text, variant=variant,
+            hunks=[wire_types.DiffHunk(h.index, h.old_start, h.old_end, h.new_start, h.new_end)
+                   for h in diff_hunks.hunks(job.prepared.text, variant)]))
 
     async def accept(self, job_id: str, candidate: str) -> dict[str, Any]:
         job, node = self.node(job_id, candidate)
@@ -417,9 +428,7 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             edit=lsp.WorkspaceEdit(document_changes=self.document_changes(job.uri, doc.version, change))))
         applied = bool(result.applied) if result is not None else False
         if applied:
-            # the job's variants describe the old text now: nothing is "ready" any more
-            job.work.announced.clear()
-            self.server.lenses_changed()
+            self._acted_on(job)
         manual = [c.message(change.root) for c in change.manual]
         done = [c.message(change.root) for c in change.changes if c.mechanical]
         for line in manual:
@@ -446,15 +455,79 @@ class OptimizeJobs(JobManager[OptimizeJob]):
                 edits=list(line_edits(old, new))))
         return out
 
+    def _acted_on(self, job: EditorJob[OptimizeJob]) -> None:
+        """The user took (part of) a variant: the variants of every job on that kernel describe the old text now,
+        nothing is "ready" (the editor's status bar drops them too)."""
+        for j in self.jobs.values():
+            if j.uri == job.uri and j.kernel == job.kernel and j.state != "running":
+                j.work.announced.clear()
+                self.accepted.add(j.id)
+        self.server.lenses_changed()
+
+    async def accept_hunks(self, job_id: str, candidate: str, indices: list[int]) -> dict[str, Any]:
+        """Apply only the hunks ``indices`` of the variant's diff (``show_candidate``'s ``hunks``), after checking
+        that the document still holds what the diff showed and that the result is still a kernel (``hunks``);
+        JobError saying why otherwise. The result is not verified: the editor says so."""
+        job, node = self.node(job_id, candidate)
+        if not node.ok:
+            raise JobError(f"job {job_id} has no verified candidate `{candidate}`")
+        if not indices or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+            raise JobError("warpforge.acceptHunks needs [job, candidate, [hunk index, ...]]")
+        try:
+            doc = self.server.workspace.get_text_document(job.uri)
+            current = doc.source
+        except Exception as e:
+            raise JobError(f"{job.uri} is not open") from e
+        s = self.server.settings
+        trusted = self.server.trust.trusted
+
+        def splice() -> str:
+            now = job.prepared.rebased(current)  # JobError when the kernel changed meanwhile
+            shown = diff_hunks.hunks(job.prepared.text, job.prepared.variant(node.candidate))
+            here = diff_hunks.hunks(current, now.variant(node.candidate))
+            if any(i < 0 or i >= len(shown) for i in indices):
+                raise JobError(f"the variant's diff has {len(shown)} changes; there is no change {max(indices) + 1}")
+            if len(here) != len(shown) or any((a.old_text, a.new_text) != (b.old_text, b.new_text)
+                                              for a, b in zip(here, shown, strict=True)):
+                raise JobError("the file changed since the diff was made; open the variant again to pick changes")
+            if (why := diff_hunks.coupled(here, indices)) is not None:
+                raise JobError(f"not applied: {why}. Accept the whole variant (or all of its changes)")
+            partial = diff_hunks.apply(current, [here[i] for i in sorted(set(indices))])
+            why = diff_hunks.check(partial, job.kernel, job.prepared.file, before=current, nvcc=s.nvcc_path or None,
+                                   arch=s.arch or None, compile=trusted,
+                                   defines={t.name: str(t.values[0]) for t in job.prepared.spec.tunables})
+            if why is not None:
+                n = len(set(indices))
+                raise JobError(f"not applied: with {'this change' if n == 1 else f'these {n} changes'} alone {why}. "
+                               "Accept the whole variant, or pick more of its changes")
+            return partial
+
+        partial = await self.server.off_loop(splice)
+        result = await self.server.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
+            label=f"WarpForge: part of the {node.speedup:.2f}× variant of {job.kernel}",
+            edit=lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(
+                text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=job.uri, version=doc.version),
+                edits=list(line_edits(current, partial)))])))
+        applied = bool(result.applied) if result is not None else False
+        if applied:
+            self._acted_on(job)
+        return wire(AcceptResult(applied, getattr(result, "failure_reason", None)))  # type: ignore[no-any-return]
+
     def reject(self, job_id: str, candidate: str) -> dict[str, Any]:
         job, node = self.node(job_id, candidate)
         mem = self._memory()
         if mem is not None:
             key = kernel_key(job.prepared.kernel_text, job.prepared.spec.spec_hash())
             mem.record_rejection(key, node.candidate.family)
-        job.work.announced.pop(node.candidate.hash, None)
+        if job.work.announced.pop(node.candidate.hash, None) is not None:
+            self.rejected[job.id] = max(self.rejected.get(job.id, 0.0), node.speedup or 0.0)
         self.server.lenses_changed()
         return wire(RejectResult(True))  # type: ignore[no-any-return]
+
+    def last_result(self, uri: str, kernel: str) -> EditorJob[OptimizeJob] | None:
+        """The newest finished job of ``kernel`` (its result stays on the lens until the user acts on it)."""
+        done = [j for j in self.jobs.values() if j.uri == uri and j.kernel == kernel and j.state != "running"]
+        return max(done, key=lambda j: int(j.id.rsplit("-", 1)[-1])) if done else None
 
     def ready(self, uri: str) -> dict[str, tuple[EditorJob[OptimizeJob], Node]]:
         """kernel -> (job, best announced node) for jobs with a variant still waiting."""

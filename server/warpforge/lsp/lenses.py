@@ -1,4 +1,10 @@
-"""CodeLens above each ``__global__``: Optimize · Add spec; after a run, "1.42× faster variant ready — View".
+"""CodeLens above each ``__global__``: Optimize · Profile · Add spec; after a run, its result until the user acts.
+
+The result stays where the kernel is, not only in a toast that fades: "1.42× faster — Review" while a verified
+variant waits (after a Reject, "next best 1.20× faster — Review", the same variant the status bar offers),
+"no faster variant (12 tried) — Show Search" or "optimization failed — Show Search" after a job without one,
+until the kernel is edited, a variant is accepted or a new job starts. ``warpforge.codeLens.enabled`` off
+(``Settings.code_lens_enabled``): no lenses at all.
 
 The parse runs in the interactive thread pool (a large file must not hold up other requests); the lenses are put
 together on the event loop, where the job state lives. A document the server does not analyze (too
@@ -27,16 +33,38 @@ class KernelRow:
     name: str
     line: int
     annotated: bool
+    #: the kernel's definition as written now (a job's result describes this text only)
+    text: str = ""
 
 
 def kernel_rows(text: str) -> list[KernelRow]:
-    """Each kernel's name, the line of its name and whether it has a spec (the part that parses)."""
+    """Each kernel's name, the line of its name, whether it has a spec and its text (the part that parses)."""
     src = SourceText(text)
     model = parse(src.data)
-    return [KernelRow(k.name, range_(src.range(k.name_span)).start.line, has_annotation(src, k)) for k in model.kernels]
+    return [KernelRow(k.name, range_(src.range(k.name_span)).start.line, has_annotation(src, k), src.slice(k.span))
+            for k in model.kernels]
+
+
+def result_lens(server: WarpForgeServer, uri: str, k: KernelRow, line: lsp.Range) -> lsp.CodeLens | None:
+    """The last job's result when no variant waits: said until the kernel changes or another job starts."""
+    job = server.jobs.last_result(uri, k.name)
+    if job is None or job.id in server.jobs.accepted or (k.text and k.text != job.prepared.kernel_text):
+        return None
+    outcome = job.work.outcome
+    if job.state == "failed":
+        title = "optimization failed — Show Search"
+    elif outcome is not None and outcome.result.improved:
+        return None  # its variants were all rejected: nothing left to offer (the status bar agrees)
+    elif outcome is not None:
+        title = f"no faster variant ({outcome.result.evaluations} tried) — Show Search"
+    else:
+        title = f"optimization {job.state} — Show Search"
+    return lsp.CodeLens(line, lsp.Command(title, "warpforge.showSearch", arguments=[job.id]))
 
 
 def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[lsp.CodeLens]:
+    if not server.settings.code_lens_enabled:
+        return []
     ready = server.jobs.ready(uri)
     out: list[lsp.CodeLens] = []
     for k in rows:
@@ -56,13 +84,18 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
         out.append(lsp.CodeLens(line, lsp.Command(spec_title, "warpforge.addSpec", arguments=[uri, k.name])))
         if k.name in ready:
             job, node = ready[k.name]
+            which = "next best " if server.jobs.rejected.get(job.id, 0.0) >= (node.speedup or 0.0) else ""
             out.append(lsp.CodeLens(line, lsp.Command(
-                f"{node.speedup:.2f}× faster variant ready — View", "warpforge.showCandidate",
+                f"{which}{node.speedup:.2f}× faster — Review", "warpforge.showCandidate",
                 arguments=[job.id, node.candidate.hash])))
+        elif running is None and (result := result_lens(server, uri, k, line)) is not None:
+            out.append(result)
     return out
 
 
 async def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
+    if not server.settings.code_lens_enabled:
+        return []
     text = server.workspace.get_text_document(uri).source
     if limits.skip_reason(text, server.settings.max_document_bytes) is not None:
         return []

@@ -20,6 +20,7 @@ CMD_REJECT = "warpforge.reject"
 CMD_SHOW_CANDIDATE = "warpforge.showCandidate"
 CMD_ADD_SPEC = "warpforge.addSpec"
 CMD_PROFILE = "warpforge.profile"
+CMD_ACCEPT_HUNKS = "warpforge.acceptHunks"
 CANDIDATE_NOTIFICATION = "warpforge/candidate"
 JOB_DONE_NOTIFICATION = "warpforge/jobDone"
 SEARCH_TREE_REQUEST = "warpforge/searchTree"
@@ -88,6 +89,18 @@ class AddSpecResult:
 
 
 @dataclass(frozen=True)
+class DiffHunk:
+    """One change of a variant's diff (``lsp.hunks.Hunk``): document lines [old_start, old_end) become variant
+    lines [new_start, new_end), 0-based; ``index`` is what ``warpforge.acceptHunks`` names."""
+
+    index: int
+    old_start: int
+    old_end: int
+    new_start: int
+    new_end: int
+
+
+@dataclass(frozen=True)
 class CandidateTexts:
     job: str
     candidate: str
@@ -100,6 +113,8 @@ class CandidateTexts:
     original: str
     #: the whole file with the candidate applied
     variant: str
+    #: the changes from ``original`` to ``variant``, each acceptable alone (``warpforge.acceptHunks``)
+    hunks: list[DiffHunk] | None = None
 
 
 # ------------------------------------------------------------------ notifications
@@ -254,5 +269,5 @@ class GpuStatus:
 
 #: every protocol type, by the name of its TypeScript interface (tests/test_protocol.py compares them)
 INTERFACES: dict[str, type] = {t.__name__: t for t in (
-    OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, CandidateTexts,
+    OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, DiffHunk, CandidateTexts,
     Evidence, PhysicalLimit, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree, GpuStatus)}

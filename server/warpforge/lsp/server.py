@@ -28,7 +28,7 @@ from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..spec.model import SpecError
-from . import actions, diagnostics, framing, lenses, limits
+from . import actions, diagnostics, framing, hover, lenses, limits
 from .diagnostics import Diagnostics
 from .jobs import JobError, OptimizeJobs, backend_name
 from .profiling import ProfileJobs
@@ -163,6 +163,28 @@ class WarpForgeServer(LanguageServer):
             self.workspace_code_lens_refresh(None)
 
 
+def trace_logging(value: Any) -> None:
+    """Debug records (the tracebacks of users' mistakes, see ``app.prepared.log_failure``) go to the editor's
+    log only while its trace is verbose (``warpforge.trace.server``); otherwise one line says what failed."""
+    verbose = str(getattr(value, "value", value)) == "verbose"
+    logging.getLogger("warpforge").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class RefusalsInOneLine(logging.Filter):
+    """pygls logs every request answered with an error with its traceback. A request refused with
+    ``JsonRpcInvalidParams`` (``guarded``: the user's mistake, whose message the editor shows) becomes one line at
+    info; the traceback is kept at debug, for the trace log. Anything else (a bug) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, JsonRpcInvalidParams):
+            log.debug("request refused", exc_info=record.exc_info)
+            record.msg, record.args = "request refused: %s", (exc.message,)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Turn user-facing errors into InvalidParams and bugs into logged InternalErrors."""
 
@@ -172,7 +194,9 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             return await fn(*args, **kwargs)
         except (JobError, SpecError, KernelNotFound, KeyError, ValueError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            raise JsonRpcInvalidParams(str(msg)) from e
+            # A spec mistake has one fix the editor can offer as a button: Add/Edit benchmark spec.
+            spec = isinstance(e, SpecError) or isinstance(e.__cause__, SpecError)
+            raise JsonRpcInvalidParams(str(msg), data={"fix": "addSpec"} if spec else None) from e
         except JsonRpcInvalidParams:
             raise
         except Exception as e:
@@ -193,9 +217,11 @@ def create_server() -> WarpForgeServer:
     diagnostics.register(server)
     lenses.register(server)
     actions.register(server)
+    hover.register(server)
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: WarpForgeServer, params: lsp.InitializeParams) -> None:
+        trace_logging(params.trace)
         ls.settings.update(params.initialization_options)
         _say_rejected(ls)
         ls.trust.update(params.initialization_options)
@@ -211,6 +237,15 @@ def create_server() -> WarpForgeServer:
         if {"arch", "nvcc_path", "max_document_bytes", "trusted"} & set(changed):
             for uri in list(ls.diagnostics.docs):
                 ls.diagnostics.schedule(uri, 0.0)
+        elif {"hints_exclude", "hints_min_severity"} & set(changed):
+            for uri in list(ls.diagnostics.docs):  # the same findings, filtered anew: no analysis needed
+                ls.diagnostics.publish(uri)
+        if "code_lens_enabled" in changed:
+            ls.lenses_changed()
+
+    @server.feature(lsp.SET_TRACE)
+    def set_trace(ls: WarpForgeServer, params: lsp.SetTraceParams) -> None:
+        trace_logging(params.value)
 
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def progress_cancel(ls: WarpForgeServer, params: lsp.WorkDoneProgressCancelParams) -> None:
@@ -249,6 +284,13 @@ def create_server() -> WarpForgeServer:
     @guarded
     async def accept(ls: WarpForgeServer, job: str, candidate: str) -> dict[str, Any]:
         return await ls.jobs.accept(job, candidate)
+
+    @server.command("warpforge.acceptHunks")
+    @guarded
+    async def accept_hunks(ls: WarpForgeServer, job: str, candidate: str, hunks: list[int]) -> dict[str, Any]:
+        if not isinstance(hunks, list):
+            raise JobError("warpforge.acceptHunks needs [job, candidate, [hunk index, ...]]")
+        return await ls.jobs.accept_hunks(job, candidate, hunks)
 
     @server.command("warpforge.reject")
     @guarded
@@ -298,6 +340,7 @@ def create_server() -> WarpForgeServer:
 def serve(tcp: str | None = None) -> NoReturn:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(RefusalsInOneLine())
     server = create_server()
     if tcp:
         host, _, port = tcp.rpartition(":")

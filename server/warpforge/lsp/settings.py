@@ -1,6 +1,8 @@
 """Server settings from ``initializationOptions`` and ``workspace/didChangeConfiguration``.
 
-The API key arrives from the editor's secret store; it is kept out of ``repr`` and logs.
+The API key arrives from the editor's secret store; it is kept out of ``repr`` and logs. What the editor shows
+(code lenses on or off, hint codes excluded, the least severity shown) is decided here, on the server, so
+every client gets the same filter and the CLI, which never reads these settings, is unaffected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ _ALIASES = {
     "timeBudget": "time_budget", "maxDocumentSize": "max_document_bytes", "storePath": "store_path",
     "keepLaunch": "keep_launch",
 }
-_EDITOR_NAMES = {v: k for k, v in _ALIASES.items()}
+#: the editor's dotted settings, by the name the extension sends and by their own name
+_DOTTED = {"codeLens.enabled": "code_lens_enabled", "hints.exclude": "hints_exclude",
+           "hints.minSeverity": "hints_min_severity"}
+_ALIASES.update(_DOTTED)
+_ALIASES.update({"codeLensEnabled": "code_lens_enabled", "hintsExclude": "hints_exclude",
+                 "hintsMinSeverity": "hints_min_severity"})
+#: the severities a hint may have, most severe first (``hints_min_severity`` names one)
+SEVERITIES = ("error", "warning", "info", "hint")
+_EDITOR_NAMES = {v: k for k, v in _ALIASES.items()} | {v: k for k, v in _DOTTED.items()}
 #: numeric settings and their lower bound (exclusive for the budgets: a job of 0 candidates does nothing)
 _MINIMUM = {"budget": (1, True), "time_budget": (0.0, False), "debounce": (0.0, True), "max_document_bytes": (1, True)}
 
@@ -47,6 +57,12 @@ class Settings:
     debounce: float = 0.6
     #: documents larger than this (bytes of UTF-8) get a notice instead of analysis (see lsp/limits.py)
     max_document_bytes: int = 1_000_000
+    #: code lenses above kernels (Optimize · Profile · spec · the result); off: none at all
+    code_lens_enabled: bool = True
+    #: hint codes not shown ("WF104"), or code prefixes ending in * ("WF2*": every profiler finding)
+    hints_exclude: list[str] = field(default_factory=list)
+    #: the least severe hint shown: error | warning | info | hint (all)
+    hints_min_severity: str = "hint"
     #: why each rejected value was rejected since the last ``take_rejected`` (for the editor to show)
     _rejected: list[str] = field(default_factory=list, repr=False)
 
@@ -73,11 +89,17 @@ class Settings:
                 log.warning("%s", msg)
                 self._rejected.append(msg)
                 continue
-            value = type(current)(value)
+            value = list(value) if isinstance(current, list) else type(current)(value)
             if value != current:
                 setattr(self, name, value)
                 changed.append(name)
         return changed
+
+    def shows(self, code: str, severity: str) -> bool:
+        """Whether a hint of ``code`` at ``severity`` (one of ``SEVERITIES``) is shown to the user."""
+        if SEVERITIES.index(severity) > SEVERITIES.index(self.hints_min_severity):
+            return False
+        return not any(code == x or (x.endswith("*") and code.startswith(x[:-1])) for x in self.hints_exclude)
 
     def take_rejected(self) -> list[str]:
         """The rejection messages since the last call (each said once)."""
@@ -94,6 +116,14 @@ class Settings:
 def _check(name: str, value: Any, current: Any) -> str | None:
     """Why ``value`` cannot be setting ``name`` (whose value now is ``current``); None when it can."""
     kind = type(current)
+    if kind is bool:
+        return None if isinstance(value, bool) else "expected true or false"
+    if kind is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return "expected a list of hint codes such as [\"WF104\", \"WF2*\"]"
+        return None
+    if name == "hints_min_severity":
+        return None if value in SEVERITIES else f"expected one of {', '.join(SEVERITIES)}"
     if kind is str:
         return None if isinstance(value, str) else "expected text"
     if kind is bool:

@@ -85,11 +85,12 @@ class Finding:
     related: tuple[tuple[Range, str], ...] = ()
     source: str = "source"
 
-    def evidence_text(self) -> str:
-        """The evidence for people: ``sass readonly loads 0; written y``. Nested structures (per-parameter
-        tables, per-buffer lists, folded findings) are left out: the message says what they hold and folded
-        findings come as related lines. The full evidence stays in ``evidence`` (JSON, diagnostic data)."""
-        parts = []
+    def evidence_rows(self) -> list[tuple[str, str]]:
+        """The evidence for people, one (what, value) pair per number: ``("sass readonly loads", "0")``. Nested
+        structures (per-parameter tables, per-buffer lists, folded findings) are left out: the message says
+        what they hold and folded findings come as related lines. The full evidence stays in ``evidence``
+        (JSON, diagnostic data)."""
+        rows = []
         for key, value in self.evidence.items():
             if value is None or key == "merged" or isinstance(value, dict):
                 continue
@@ -101,8 +102,12 @@ class Finding:
                 shown = "yes" if value else "no"
             else:
                 shown = str(value)
-            parts.append(f"{key.replace('_', ' ')} {shown}")
-        return "; ".join(parts)
+            rows.append((key.replace("_", " "), shown))
+        return rows
+
+    def evidence_text(self) -> str:
+        """The evidence on one line: ``sass readonly loads 0; written y`` (see ``evidence_rows``)."""
+        return "; ".join(f"{k} {v}" for k, v in self.evidence_rows())
 
     @property
     def line(self) -> int:
