@@ -6,6 +6,7 @@
 // in the secret store, and keeps optimization off in untrusted workspaces.
 import * as vscode from 'vscode';
 import { GpuStatusItem } from './gpuStatus';
+import { GpuSupport } from './gpuSupport';
 import { explainRestricted, Jobs } from './jobs';
 import { kernelAt } from './kernel';
 import { Cmd } from './protocol';
@@ -76,7 +77,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     stopped: () => jobs?.stopped(),
   };
   server = new Server(context, log, hooks);
-  const gpu = new GpuStatusItem(server, log);
+  const gpuSupport = new GpuSupport(server, log);
+  const gpu = new GpuStatusItem(server, log, gpuSupport);
   jobs = new Jobs(server, variants, log, (what, kernel) => gpu.allows(what, kernel));
   const search = new SearchView(context.extensionUri, server, jobs);
   const s = server;
@@ -215,6 +217,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
     vscode.commands.registerCommand('warpforge.showGpuStatus', () => gpu.show()),
 
+    vscode.commands.registerCommand('warpforge.installGpuSupport', () => gpuSupport.install()),
+
     // Accept/Reject keys (Ctrl+Shift+Enter / Ctrl+Shift+Backspace) apply while a WarpForge diff is the active
     // tab, whichever of its two sides has the focus.
     vscode.window.tabGroups.onDidChangeTabs(() => setVariantContext()),
@@ -224,8 +228,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (!e.affectsConfiguration('warpforge')) {
         return;
       }
-      if (e.affectsConfiguration('warpforge.pythonPath')) {
-        log.appendLine('[client] warpforge.pythonPath changed: restarting the server');
+      if (e.affectsConfiguration('warpforge.pythonPath') || e.affectsConfiguration('warpforge.importStrategy')) {
+        log.appendLine('[client] warpforge.pythonPath or warpforge.importStrategy changed: restarting the server');
         await s.restart();
       } else if (!e.affectsConfiguration('warpforge.trace')) {
         await s.pushSettings();

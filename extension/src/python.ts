@@ -1,7 +1,5 @@
 // Which Python runs the server, and whether it can import warpforge.
 import { execFile } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { probeArgs } from './launch';
 import { expand } from './settings';
@@ -90,7 +88,7 @@ export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: stri
             ok: false,
             problem: missing.startsWith('warpforge.')
               ? `the warpforge installed for ${python} has no ${missing} (an older version?)`
-              : `warpforge is installed for ${python} but its dependency ${missing} is missing`,
+              : `${python} finds warpforge but not its dependency ${missing}`,
           });
         } else {
           const last = stderr.trim().split('\n').pop() ?? err.message;
@@ -99,23 +97,4 @@ export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: stri
       },
     );
   });
-}
-
-/** The exact command that makes `python` able to import warpforge: editable install from a checkout in
- *  the workspace when there is one, else the released package. */
-export function installCommand(python: string): string {
-  const quoted = /\s/.test(python) ? `"${python}"` : python;
-  for (const folder of vscode.workspace.workspaceFolders ?? []) {
-    const pyproject = path.join(folder.uri.fsPath, 'pyproject.toml');
-    try {
-      const text = fs.readFileSync(pyproject, 'utf8');
-      if (/^\s*name\s*=\s*["']warpforge["']/m.test(text)) {
-        const dir = /\s/.test(folder.uri.fsPath) ? `"${folder.uri.fsPath}"` : folder.uri.fsPath;
-        return `${quoted} -m pip install -e ${dir}`;
-      }
-    } catch {
-      // no pyproject here
-    }
-  }
-  return `${quoted} -m pip install warpforge`;
 }
