@@ -9,6 +9,7 @@ import { GpuStatusItem } from './gpuStatus';
 import { GpuSupport } from './gpuSupport';
 import { explainRestricted, Jobs } from './jobs';
 import { kernelAt } from './kernel';
+import { onPythonInterpreterChange } from './python';
 import { Cmd } from './protocol';
 import { SearchView } from './searchView';
 import { errorText, Server, ServerHooks } from './server';
@@ -249,6 +250,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log.appendLine('[client] Restricted Mode: static hints only; Optimize Kernel is off until the workspace is trusted');
   }
   void s.start();
+  // the Python extension's selection is the default interpreter: follow it unless warpforge.pythonPath is set
+  void onPythonInterpreterChange(() => {
+    if (!vscode.workspace.getConfiguration('warpforge').get<string>('pythonPath', '').trim()) {
+      log.appendLine('[client] the Python extension selected another interpreter: restarting the server');
+      void s.restart();
+    }
+  }).then((d) => d && context.subscriptions.push(d));
 }
 
 function setVariantContext(): void {

@@ -143,7 +143,7 @@ export class Server implements vscode.Disposable {
       ...(bundle ? { WARPFORGE_BUNDLE: bundle.root } : {}),
     };
     const launch = serverLaunch(interpreter.path, cwd, env);
-    const check = await checkWarpforge(interpreter.path, launch.options.env, launch.options.cwd);
+    const check = await checkWarpforge(interpreter.path, launch.options.env, launch.options.cwd, bundle !== undefined);
     if (!check.ok) {
       const problem = bundle
         ? `the WarpForge server bundled in this extension does not start with ${interpreter.path} (Python ${versionText(info)}): ${check.problem}`

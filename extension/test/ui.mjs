@@ -365,8 +365,9 @@ try {
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
   });
-  // ---- the .vsix alone: a fresh profile, no WarpForge setting, and a clean interpreter (a venv without even
-  // pip) first on PATH, so the default `python3` is one that cannot import anything but the standard library.
+  // ---- the .vsix alone: a fresh profile and a clean interpreter (a venv without even pip) that cannot import
+  // anything but the standard library. It is named in warpforge.pythonPath: VS Code resolves the login
+  // shell's environment for the extension host, so a PATH set here would not decide which python3 runs.
   const CLEAN = path.join(TMP, 'clean-python');
   const base = process.env.WARPFORGE_UI_CLEAN_PYTHON ?? '/usr/bin/python3';
   const venv = spawnSync(base, ['-m', 'venv', '--without-pip', CLEAN], { encoding: 'utf8' });
@@ -376,9 +377,9 @@ try {
     const r = spawnSync(cleanPython, ['-P', '-c', `import ${m}`], { encoding: 'utf8', env: { PATH: process.env.PATH } });
     if (r.status === 0) throw new Error(`the clean interpreter ${cleanPython} imports ${m}`);
   }
-  const cleanEnv = { ...env, PATH: `${path.join(CLEAN, 'bin')}${path.delimiter}${process.env.PATH}`, PIP_NO_INDEX: '1' };
+  const cleanEnv = { ...env, PIP_NO_INDEX: '1' };
   delete cleanEnv.PYTHONPATH;
-  current = await startCodeServer(makeProfile('fresh', { machine: {} }), cleanEnv);
+  current = await startCodeServer(makeProfile('fresh', { machine: { 'warpforge.pythonPath': cleanPython } }), cleanEnv);
   sessions.push(current);
   step(`code-server up on 127.0.0.1:${current.port} (fresh profile, clean ${base} venv, the .vsix alone)`);
   let ctx = await openWorkbench(current);
@@ -391,7 +392,7 @@ try {
     const procs = serverProcesses();
     if (procs.length !== 1) throw new Error(`expected one warpforge serve, found ${procs.length}`);
     const [p] = procs;
-    if (fs.realpathSync(p.argv[0]) !== fs.realpathSync(cleanPython) && p.argv[0] !== 'python3') {
+    if (p.argv[0] !== cleanPython) {
       throw new Error(`the server runs ${p.argv[0]}, not the clean interpreter`);
     }
     const pythonPath = (p.env.find((e) => e.startsWith('PYTHONPATH=')) ?? '').slice('PYTHONPATH='.length).split(path.delimiter);
