@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import spec from './bundle.json';
-import { probeArgs, pythonEnv } from './launch';
+import { pythonEnv } from './launch';
 
 /** What bundle.py wrote into bundled/libs/warpforge_bundle.json. */
 export interface Bundle {
@@ -47,11 +47,14 @@ export function abiTag(info: PythonInfo): string {
   return `cp${info.version[0]}${info.version[1]}`;
 }
 
-/** Run the interpreter once (same flags and neutral directory as the server) and read its version. */
+/** Run the interpreter once, in the neutral directory, and read its version. `-I` (isolated: no script
+ *  directory, working directory or user site on sys.path, no PYTHON* variables) rather than the server's
+ *  `-P`: every Python 3 knows -I, while an interpreter older than 3.11 refuses -P, and it is exactly the
+ *  one this probe must recognise to say so. */
 export function probePython(python: string, cwd: string): Promise<PythonInfo | { problem: string }> {
   const code = 'import json, sys; print(json.dumps([list(sys.version_info[:3]), sys.implementation.name]))';
   return new Promise((resolve) => {
-    execFile(python, probeArgs(code), { timeout: 30_000, env: pythonEnv(process.env), cwd }, (err, stdout, stderr) => {
+    execFile(python, ['-I', '-c', code], { timeout: 30_000, env: pythonEnv(process.env), cwd }, (err, stdout, stderr) => {
       if (err) {
         const code = (err as NodeJS.ErrnoException).code;
         resolve({

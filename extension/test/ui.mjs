@@ -211,7 +211,8 @@ function oldPython() {
   const pyenv = path.join(os.homedir(), '.pyenv', 'versions');
   const found = [
     process.env.WARPFORGE_UI_OLD_PYTHON,
-    ...(fs.existsSync(pyenv) ? fs.readdirSync(pyenv).filter((v) => /^3\.(8|9|10)\./.test(v)).sort().reverse()
+    ...(fs.existsSync(pyenv) ? fs.readdirSync(pyenv).filter((v) => /^3\.(8|9|10)\./.test(v))
+      .sort((a, b) => Number(b.split('.')[1]) - Number(a.split('.')[1]))
       .map((v) => path.join(pyenv, v, 'bin', 'python3')) : []),
     '/usr/bin/python3.10', '/usr/bin/python3.9',
   ].filter((p) => p && fs.existsSync(p));
@@ -617,6 +618,11 @@ try {
 
   await check('Cancel from the progress notification reaches the server', async () => {
     await dismissToasts();
+    // a budget the job cannot spend before the click: with 12 candidates it sometimes finished first on a
+    // busy machine, and there was nothing left to cancel
+    const userSettings = fs.readFileSync(current.settingsFile, 'utf8');
+    fs.writeFileSync(current.settingsFile, JSON.stringify({ ...JSON.parse(userSettings), 'warpforge.budget': 400 }, null, 2));
+    await page.waitForTimeout(3000); // the settings file is watched; the client pushes the change to the server
     await rightClickOptimize();
     const progress = toast('WarpForge: optimizing saxpy');
     await progress.waitFor({ state: 'visible', timeout: 15_000 });
@@ -626,6 +632,7 @@ try {
       .first().waitFor({ timeout: 60_000 });
     await shot('cancelled');
     await until(() => /job-\d+: cancelled after/.test(outputLog()), 'the jobDone(cancelled) line in the WarpForge output', 15_000);
+    fs.writeFileSync(current.settingsFile, userSettings);
   });
 
   await check('Set API Key: secret storage, sent to the server, never in settings', async () => {
