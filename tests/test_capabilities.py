@@ -57,7 +57,7 @@ def test_gpus_are_read_from_nvidia_smi_honouring_cuda_visible_devices(tmp_path: 
     if importlib.util.find_spec("pycuda") is None:
         assert not c.can_optimize and "pycuda is not installed" in c.reason
         assert c.summary() == "2 × NVIDIA H100 80GB HBM3 (pycuda missing)"
-        assert c.advice().startswith("install the GPU extra on this machine")
+        assert c.advice() == "install pycuda on this machine: pip install -e '.[gpu]'"
     else:
         assert c.can_optimize and c.summary() == "2 × NVIDIA H100 80GB HBM3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
@@ -66,3 +66,23 @@ def test_gpus_are_read_from_nvidia_smi_honouring_cuda_visible_devices(tmp_path: 
     hidden = probe("local")
     assert hidden.gpus == () and not hidden.can_optimize
     assert hidden.reason == "CUDA_VISIBLE_DEVICES hides every GPU of this machine"
+
+
+def test_the_editors_bundled_server_advises_its_own_pinned_install(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from the VS Code extension's bundle there is no checkout to `pip install -e`: the advice names the
+    command that installs the extension's pinned pycuda, and nothing else changes."""
+    if importlib.util.find_spec("pycuda") is not None:
+        pytest.skip("pycuda is installed here")
+    _fake_smi(tmp_path, ["0, GPU-aaaa, NVIDIA H100 80GB HBM3, 580.159.04"])
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("WARPFORGE_PYCUDA", "pycuda==2026.1")
+    monkeypatch.delenv("WARPFORGE_BUNDLE", raising=False)
+    assert "pip install -e '.[gpu]'" in probe("local").advice()  # the pin alone is not the bundle
+    monkeypatch.setenv("WARPFORGE_BUNDLE", str(tmp_path))
+    c = probe("local")
+    assert not c.can_optimize
+    assert c.advice() == ('install pycuda on this machine: VS Code command "WarpForge: Install GPU Support '
+                          '(pycuda)", which installs pycuda==2026.1')
+    assert "pip install" not in c.reason and "pycuda==2026.1" in c.reason

@@ -28,8 +28,8 @@ from warpforge.rag.backends import default_index_path
 from warpforge.search.engine import Budget
 from warpforge.search.optimize import OptimizeRequest
 
-#: settings only the extension reads (the interpreter it starts the server with, the LSP trace level)
-CLIENT_ONLY = {"pythonPath", "trace.server"}
+#: settings only the extension reads (the interpreter, which warpforge it starts, the LSP trace level)
+CLIENT_ONLY = {"pythonPath", "importStrategy", "trace.server"}
 
 
 def _properties() -> dict[str, dict[str, Any]]:

@@ -6,8 +6,10 @@
 // in the secret store, and keeps optimization off in untrusted workspaces.
 import * as vscode from 'vscode';
 import { GpuStatusItem } from './gpuStatus';
+import { GpuSupport } from './gpuSupport';
 import { explainRestricted, Jobs } from './jobs';
 import { kernelAt } from './kernel';
+import { onPythonInterpreterChange } from './python';
 import { Cmd } from './protocol';
 import { SearchView } from './searchView';
 import { errorText, Server, ServerHooks } from './server';
@@ -76,7 +78,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     stopped: () => jobs?.stopped(),
   };
   server = new Server(context, log, hooks);
-  const gpu = new GpuStatusItem(server, log);
+  const gpuSupport = new GpuSupport(server, log);
+  const gpu = new GpuStatusItem(server, log, gpuSupport);
   jobs = new Jobs(server, variants, log, (what, kernel) => gpu.allows(what, kernel));
   const search = new SearchView(context.extensionUri, server, jobs);
   const s = server;
@@ -265,6 +268,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
 
     vscode.commands.registerCommand('warpforge.showGpuStatus', () => gpu.show()),
 
+    vscode.commands.registerCommand('warpforge.installGpuSupport', () => gpuSupport.install()),
+
     // Accept/Reject keys (Ctrl+Shift+Enter / Ctrl+Shift+Backspace) apply while a WarpForge diff is the active
     // tab, whichever of its two sides has the focus.
     vscode.window.tabGroups.onDidChangeTabs(() => setVariantContext()),
@@ -274,8 +279,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (!e.affectsConfiguration('warpforge')) {
         return;
       }
-      if (e.affectsConfiguration('warpforge.pythonPath')) {
-        log.appendLine('[client] warpforge.pythonPath changed: restarting the server');
+      if (e.affectsConfiguration('warpforge.pythonPath') || e.affectsConfiguration('warpforge.importStrategy')) {
+        log.appendLine('[client] warpforge.pythonPath or warpforge.importStrategy changed: restarting the server');
         await s.restart();
       } else if (!e.affectsConfiguration('warpforge.trace')) {
         await s.pushSettings();
@@ -295,6 +300,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     log.appendLine('[client] Restricted Mode: static hints only; Optimize Kernel is off until the workspace is trusted');
   }
   void s.start();
+  // the Python extension's selection is the default interpreter: follow it unless warpforge.pythonPath is set
+  void onPythonInterpreterChange(() => {
+    if (!vscode.workspace.getConfiguration('warpforge').get<string>('pythonPath', '').trim()) {
+      log.appendLine('[client] the Python extension selected another interpreter: restarting the server');
+      void s.restart();
+    }
+  }).then((d) => d && context.subscriptions.push(d));
 }
 
 function setVariantContext(): void {

@@ -2,6 +2,7 @@
 // check Optimize and Profile make before they start anything. Without it, an Optimize on a machine without
 // a GPU ran for seconds and ended as an information message about an evaluator error.
 import * as vscode from 'vscode';
+import { GpuSupport } from './gpuSupport';
 import { GpuStatus, GpuStatusRequest } from './protocol';
 import { errorText, Server } from './server';
 
@@ -15,6 +16,7 @@ export class GpuStatusItem implements vscode.Disposable {
   constructor(
     private readonly server: Server,
     private readonly log: vscode.OutputChannel,
+    private readonly installer?: GpuSupport,
   ) {
     this.item = vscode.window.createStatusBarItem('warpforge.gpu', vscode.StatusBarAlignment.Left, 49);
     this.item.name = 'WarpForge GPU';
@@ -80,6 +82,14 @@ export class GpuStatusItem implements vscode.Disposable {
       return true;
     }
     const verb = what === 'optimize' ? 'Optimizing' : 'Profiling';
+    // a GPU and no pycuda: the one thing missing is installable here (first GPU use)
+    if (this.installer && s.gpus.length > 0 && s.tools.pycuda === 'not installed') {
+      if (await this.installer.offer(`${verb} ${kernel}`, shortName(s.gpus[0]))) {
+        const now = await this.refresh();
+        return now !== undefined && (what === 'optimize' ? now.can_optimize : now.can_profile);
+      }
+      return false;
+    }
     const advice = s.can_optimize ? 'open the folder on the GPU machine through VS Code Remote-SSH' : s.advice;
     void this.explain(
       `WarpForge: ${verb} ${kernel} needs an NVIDIA GPU on this machine, and there is none to use: ${s.reason}. ` +

@@ -1,7 +1,5 @@
 // Which Python runs the server, and whether it can import warpforge.
 import { execFile } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { probeArgs } from './launch';
 import { expand } from './settings';
@@ -18,7 +16,23 @@ interface PythonExtensionApi {
     resolveEnvironment(env: { id: string; path: string } | string): Promise<
       { executable?: { uri?: vscode.Uri } } | undefined
     >;
+    onDidChangeActiveEnvironmentPath?: vscode.Event<unknown>;
   };
+}
+
+/** Calls `listener` when the Python extension's selected interpreter changes (the server then restarts with
+ *  it, as the template's extensions do); nothing when that extension is absent. */
+export async function onPythonInterpreterChange(listener: () => void): Promise<vscode.Disposable | undefined> {
+  const ext = vscode.extensions.getExtension<PythonExtensionApi>('ms-python.python');
+  if (!ext) {
+    return undefined;
+  }
+  try {
+    const api = ext.isActive ? ext.exports : await ext.activate();
+    return api?.environments?.onDidChangeActiveEnvironmentPath?.(() => listener());
+  } catch {
+    return undefined;
+  }
 }
 
 export async function resolveInterpreter(log: vscode.OutputChannel): Promise<Interpreter> {
@@ -67,13 +81,19 @@ export interface ImportCheck {
 /** Run `python -P -c "import warpforge"` the way the server runs (same flags, environment and neutral
  *  working directory: a probe from the workspace would import its modules too); resolves with the version
  *  or the reason it failed. */
-export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: string): Promise<ImportCheck> {
+export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: string, bundled = false): Promise<ImportCheck> {
+  // An interpreter's own install may lack any dependency: import what `python -m warpforge serve` imports
+  // (the package, its command line, the language server). The bundle has them all by construction; what can
+  // go wrong there is a compiled wheel that does not load (another platform or CPython), so it imports the
+  // package and its compiled dependencies only: every restart pays for this probe, and the full import of
+  // the server doubled it (tens of seconds on a busy machine).
+  const modules = bundled ? 'warpforge, numpy, tree_sitter, tree_sitter_cuda' : 'warpforge, warpforge.cli, warpforge.lsp.server';
   return new Promise((resolve) => {
     execFile(
       python,
-      // what `python -m warpforge serve` imports: the package, its command line and the language server
-      probeArgs('import sys, warpforge, warpforge.cli, warpforge.lsp.server; sys.stdout.write(warpforge.__version__)'),
-      { timeout: 30_000, env, cwd },
+      probeArgs(`import sys, ${modules}; sys.stdout.write(warpforge.__version__)`),
+      // the first start of a fresh install compiles the bundled libraries' byte code: slow on a busy machine
+      { timeout: 120_000, env, cwd },
       (err, stdout, stderr) => {
         if (!err) {
           resolve({ ok: true, version: stdout.trim() });
@@ -90,7 +110,7 @@ export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: stri
             ok: false,
             problem: missing.startsWith('warpforge.')
               ? `the warpforge installed for ${python} has no ${missing} (an older version?)`
-              : `warpforge is installed for ${python} but its dependency ${missing} is missing`,
+              : `${python} finds warpforge but not its dependency ${missing}`,
           });
         } else {
           const last = stderr.trim().split('\n').pop() ?? err.message;
@@ -99,23 +119,4 @@ export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: stri
       },
     );
   });
-}
-
-/** The exact command that makes `python` able to import warpforge: editable install from a checkout in
- *  the workspace when there is one, else the released package. */
-export function installCommand(python: string): string {
-  const quoted = /\s/.test(python) ? `"${python}"` : python;
-  for (const folder of vscode.workspace.workspaceFolders ?? []) {
-    const pyproject = path.join(folder.uri.fsPath, 'pyproject.toml');
-    try {
-      const text = fs.readFileSync(pyproject, 'utf8');
-      if (/^\s*name\s*=\s*["']warpforge["']/m.test(text)) {
-        const dir = /\s/.test(folder.uri.fsPath) ? `"${folder.uri.fsPath}"` : folder.uri.fsPath;
-        return `${quoted} -m pip install -e ${dir}`;
-      }
-    } catch {
-      // no pyproject here
-    }
-  }
-  return `${quoted} -m pip install warpforge`;
 }

@@ -1,5 +1,6 @@
 // Starts, restarts and talks to `python -P -m warpforge serve` through vscode-languageclient. The process
 // runs in a neutral directory (see launch.ts) and learns the workspace and its trust from initialize.
+import * as path from 'node:path';
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification,
@@ -16,7 +17,11 @@ import {
 } from 'vscode-languageclient/node';
 import { CandidateNotification, CandidateParams, JobDoneNotification, JobDoneParams } from './protocol';
 import { neutralDir, serverLaunch } from './launch';
-import { checkWarpforge, installCommand, resolveInterpreter } from './python';
+import {
+  Bundle, bundlePaths, findBundle, gpuLibsDir, joinPythonPath, MIN_PYTHON, probePython, PYCUDA_REQUIREMENT,
+  PythonInfo, unusable, versionText,
+} from './bundle';
+import { checkWarpforge, Interpreter, resolveInterpreter } from './python';
 import { RedactingChannel } from './redact';
 import { serverOptions } from './settings';
 
@@ -35,6 +40,15 @@ export interface ServerHooks {
   stopped(): void;
 }
 
+export interface Runtime {
+  info: PythonInfo;
+  /** undefined when the interpreter's own warpforge runs (importStrategy fromEnvironment, development build) */
+  bundle: Bundle | undefined;
+  /** where pycuda is installed on first GPU use (on the server's PYTHONPATH) */
+  gpuLibs: string;
+  env: NodeJS.ProcessEnv;
+}
+
 export const DOCUMENT_SELECTOR = [
   { scheme: 'file', language: 'cuda-cpp' },
   { scheme: 'file', language: 'cuda' },
@@ -49,6 +63,8 @@ export class Server implements vscode.Disposable {
   readonly onDidChangeState = this.stateEmitter.event;
   /** why the server is not running, when it is not */
   problem: string | undefined;
+  /** the interpreter and libraries of the running server (the GPU installer uses the same) */
+  runtime: Runtime | undefined;
   /** the output channel as the language client sees it: secrets masked (trace logs every message) */
   private readonly channel: RedactingChannel;
 
@@ -107,18 +123,46 @@ export class Server implements vscode.Disposable {
   private async doStart(): Promise<boolean> {
     const interpreter = await resolveInterpreter(this.log);
     const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
-    const launch = serverLaunch(interpreter.path, neutralDir(this.context.globalStorageUri?.fsPath, folders), process.env);
-    const check = await checkWarpforge(interpreter.path, launch.options.env, launch.options.cwd);
-    if (!check.ok) {
-      this.problem = check.problem;
-      this.log.appendLine(`[client] not starting the server: ${check.problem} (interpreter from ${interpreter.source})`);
-      this.stateEmitter.fire();
-      void this.explainMissing(interpreter.path, check.problem ?? 'warpforge is not importable');
-      return false;
+    const cwd = neutralDir(this.context.globalStorageUri?.fsPath, folders);
+    const info = await probePython(interpreter.path, cwd);
+    if ('problem' in info) {
+      return this.cannotStart(info.problem, interpreter, 'interpreter');
     }
+    const strategy = vscode.workspace.getConfiguration('warpforge').get<string>('importStrategy', 'useBundled');
+    const bundle = strategy === 'fromEnvironment' ? undefined : findBundle(this.context.extensionPath);
+    const bad = unusable(info, bundle);
+    if (bad) {
+      return this.cannotStart(bad, interpreter, 'interpreter');
+    }
+    const gpuLibs = gpuLibsDir(this.context.globalStorageUri.fsPath, info);
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      // the bundled libraries first, then pycuda when it was installed on first GPU use, then the user's own
+      PYTHONPATH: joinPythonPath([...(bundle ? bundlePaths(bundle, info) : []), gpuLibs], process.env.PYTHONPATH),
+      // what the server's own advice quotes when pycuda is missing
+      WARPFORGE_PYCUDA: PYCUDA_REQUIREMENT,
+      ...(bundle ? { WARPFORGE_BUNDLE: bundle.root } : {}),
+    };
+    if (bundle) {
+      // Byte code of the bundled libraries goes to the extension's storage: the extension folder may be
+      // read-only, and without cached byte code every start compiles every module it imports again (the server
+      // then took 14-24 s instead of 10 to import on a busy machine). PYTHONDONTWRITEBYTECODE, often set
+      // so that source trees stay clean, has nothing to protect here: nothing is written next to sources.
+      env.PYTHONPYCACHEPREFIX = path.join(this.context.globalStorageUri.fsPath, 'pycache');
+      delete env.PYTHONDONTWRITEBYTECODE;
+    }
+    const launch = serverLaunch(interpreter.path, cwd, env);
+    const check = await checkWarpforge(interpreter.path, launch.options.env, launch.options.cwd, bundle !== undefined);
+    if (!check.ok) {
+      const problem = bundle
+        ? `the WarpForge server bundled in this extension does not start with ${interpreter.path} (Python ${versionText(info)}): ${check.problem}`
+        : (check.problem ?? 'warpforge is not importable');
+      return this.cannotStart(problem, interpreter, bundle ? 'bundle' : strategy === 'fromEnvironment' ? 'environment' : 'unbundled');
+    }
+    this.runtime = { info, bundle, gpuLibs, env: launch.options.env };
     this.problem = undefined;
     this.log.appendLine(
-      `[client] starting the server: ${interpreter.path} ${launch.args.join(' ')} in ${launch.options.cwd} (warpforge ${check.version}, interpreter from ${interpreter.source}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted: nothing is compiled'})`,
+      `[client] starting the server: ${interpreter.path} ${launch.args.join(' ')} in ${launch.options.cwd} (warpforge ${check.version} ${bundle ? `bundled for ${bundle.target}` : 'from the interpreter\'s environment'}, Python ${versionText(info)} from ${interpreter.source}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'not trusted: nothing is compiled'})`,
     );
     const serverOpts: ServerOptions = {
       command: launch.command,
@@ -172,22 +216,32 @@ export class Server implements vscode.Disposable {
     return true;
   }
 
-  private async explainMissing(python: string, problem: string): Promise<void> {
-    const cmd = installCommand(python);
-    const choice = await vscode.window.showErrorMessage(
-      `WarpForge: ${problem}, so its hints and optimizations are off. Install it with: ${cmd} — then run "WarpForge: Restart Server". Or choose another interpreter in the setting warpforge.pythonPath.`,
-      'Install in Terminal',
-      'Copy Command',
-      'Open Settings',
-    );
-    if (choice === 'Install in Terminal') {
-      const term = vscode.window.createTerminal('WarpForge: install');
-      term.show();
-      term.sendText(cmd);
-    } else if (choice === 'Copy Command') {
-      await vscode.env.clipboard.writeText(cmd);
+  /** Why the server cannot start, logged and shown once, with what to do: choose another interpreter, or
+   *  read the output. Never an install command for a package name: the server comes with the extension. */
+  private cannotStart(problem: string, interpreter: Interpreter, kind: 'interpreter' | 'bundle' | 'environment' | 'unbundled'): false {
+    this.problem = problem;
+    this.runtime = undefined;
+    this.log.appendLine(`[client] not starting the server: ${problem} (interpreter from ${interpreter.source})`);
+    this.stateEmitter.fire();
+    const todo = {
+      interpreter: `Choose a Python ${MIN_PYTHON.join('.')} or newer: select it in the Python extension, or set warpforge.pythonPath; the server restarts by itself.`,
+      bundle: 'The WarpForge output has the error; choosing another interpreter (warpforge.pythonPath) or reinstalling the extension restores a working server.',
+      environment: 'warpforge.importStrategy is "fromEnvironment", so the interpreter must provide warpforge itself; set it to "useBundled" to run the copy that comes with the extension.',
+      unbundled: 'This build of the extension carries no bundled server (a development build): run `npm run package` in the checkout and install the .vsix it makes.',
+    }[kind];
+    void this.explain(`WarpForge: ${problem}, so its hints and optimizations are off. ${todo}`);
+    return false;
+  }
+
+  private async explain(message: string): Promise<void> {
+    const pythonExt = vscode.extensions.getExtension('ms-python.python') !== undefined;
+    const choice = await vscode.window.showErrorMessage(message, ...(pythonExt ? ['Select Interpreter'] : []), 'Open Settings', 'Show Output');
+    if (choice === 'Select Interpreter') {
+      await vscode.commands.executeCommand('python.setInterpreter');
     } else if (choice === 'Open Settings') {
       await vscode.commands.executeCommand('workbench.action.openSettings', 'warpforge.pythonPath');
+    } else if (choice === 'Show Output') {
+      this.log.show();
     }
   }
 

@@ -24,7 +24,7 @@ from ..compiler.nsight import ncu_path
 from ..compiler.toolchain import ToolMissing, toolchain
 from ..gpu.backends import visible_devices
 from ..gpu.sanitizer import sanitizer_path
-from ..gpu.supervisor import INSTALL_HINT, driver_missing
+from ..gpu.supervisor import driver_missing, install_hint
 
 #: what a user without a local GPU can do instead, in the order they are offered
 ALTERNATIVES = ("open the folder on a machine with an NVIDIA GPU through VS Code Remote-SSH (the extension and "
@@ -67,7 +67,7 @@ class Capabilities:
         if self.can_optimize:
             return ""
         if self.gpus and not self.pycuda:
-            return f"install the GPU extra on this machine: {INSTALL_HINT}"
+            return f"install pycuda on this machine: {install_hint()}"
         return "; or ".join(ALTERNATIVES)
 
     def tools(self) -> dict[str, str]:
@@ -105,7 +105,7 @@ def probe(backend: str = "local", nvcc_path: str | None = None) -> Capabilities:
     pycuda = importlib.util.find_spec("pycuda") is not None
     local_ok = bool(gpus) and pycuda
     if not why and not pycuda:
-        why = f"pycuda is not installed ({INSTALL_HINT})"
+        why = f"pycuda is not installed ({install_hint()})"
     remote = backend == "ray" or backend.startswith("python:")
     return Capabilities(backend=backend, gpus=gpus, driver=driver, pycuda=pycuda, nvcc=_nvcc(nvcc_path),
                         ncu=ncu_path() or "", sanitizer=sanitizer_path() or "",

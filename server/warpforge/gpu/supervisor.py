@@ -39,6 +39,18 @@ Msg = dict[str, Any]
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "warpforge.gpu.worker")
 INSTALL_HINT = "pip install -e '.[gpu]'"
+#: set by the VS Code extension when it runs its bundled server: pycuda's pinned requirement
+PYCUDA_ENV = "WARPFORGE_PYCUDA"
+
+
+def install_hint() -> str:
+    """How to get pycuda for *this* process. The editor's bundled server cannot use a checkout's extra (there
+    is no checkout, and the package name is not published): it installs the pinned pycuda into its own
+    storage, so its advice names that command and pin. A checkout or pip install keeps the GPU extra."""
+    pinned = os.environ.get(PYCUDA_ENV, "").strip()
+    if pinned and os.environ.get("WARPFORGE_BUNDLE"):
+        return f'VS Code command "WarpForge: Install GPU Support (pycuda)", which installs {pinned}'
+    return INSTALL_HINT
 
 
 class WorkerStartError(RuntimeError):

@@ -1159,7 +1159,8 @@ def _cuda_error_text(e: BaseException) -> str:
 def _start_error(e: BaseException) -> str:
     if isinstance(e, ImportError):
         if "pycuda" in str(e) and "libcuda" not in str(e):
-            return "pycuda is not installed (pip install -e '.[gpu]')"
+            from .supervisor import install_hint  # the worker runs in the server's environment
+            return f"pycuda is not installed ({install_hint()})"
         return f"no CUDA driver ({e})"
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
