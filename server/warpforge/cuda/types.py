@@ -5,18 +5,21 @@ writes qualifiers where it likes (``float const*``, ``const float* __restrict__`
 ``floatX* out`` as ``float* out`` passes the same bytes to the same kernel: the signature guard, the LLM's
 parameter check and spec inference must compare and read types through the file's aliases, not as text.
 
-``type_aliases`` reads the aliases a file (or a candidate's helpers) declares at top level;
+``type_aliases`` reads the aliases a file (or a candidate's helpers) declares at top level, ``file_aliases``
+adds those of the headers it includes;
 ``canonical_type`` resolves a written type through them to ``(base, extra pointer depth)``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from tree_sitter import Node
 
 from .model import DeclKind, FileModel, Param
+from .parser import parse as parse_model
 from .parser import parse_tree
 from .text import SourceText
 from .tree import node_text, walk
@@ -110,6 +113,79 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                 if atype is not None and cur is None:
                     out[node_text(name, data)] = (node_text(atype, data), stars)
     return out
+
+
+#: how far ``header_aliases`` follows quoted includes, and how much it reads
+HEADER_DEPTH = 4
+HEADER_MAX_FILES = 64
+HEADER_MAX_BYTES = 2 << 20
+
+
+def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> dict[
+        str, tuple[str, int]]:
+    """The type aliases of the headers a file reaches through quoted includes (``#include "llmc/common.cuh"``):
+    real code declares its element type once in a project header (llm.c's ``typedef float floatX;``), and a
+    kernel file that only includes it must read ``floatX*`` as ``float*`` like one that declares it.
+
+    A quoted include is looked up next to the including file, then in ``include_dirs`` (the project's ``-I``
+    folders where the caller knows them), as nvcc does; system includes (``<...>``) are not read. Bounded in
+    depth, files and bytes; a header that cannot be read or parsed is skipped. Read only, nothing runs.
+    Nearer declarations win: the file's own aliases (``type_aliases``) override these at the caller, and an
+    including header's override the ones it includes."""
+    if file is None:
+        return {}
+    try:
+        start = Path(file).resolve()
+    except OSError:
+        return {}
+    if not start.is_file():
+        return {}
+    dirs = [Path(d) for d in include_dirs]
+    seen: set[Path] = {start}
+    budget = [HEADER_MAX_FILES, HEADER_MAX_BYTES]
+
+    def visit(path: Path, fmodel: FileModel, depth: int) -> dict[str, tuple[str, int]]:
+        found: dict[str, tuple[str, int]] = {}
+        if depth >= HEADER_DEPTH:
+            return found
+        for inc in fmodel.includes:
+            if inc.system:
+                continue
+            for base in (path.parent, *dirs):
+                cand = base / inc.path
+                try:
+                    if not cand.is_file():
+                        continue
+                    cand = cand.resolve()
+                    if cand in seen or budget[0] <= 0:
+                        break
+                    size = cand.stat().st_size
+                    if size > budget[1]:
+                        break
+                    text = cand.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                seen.add(cand)
+                budget[0] -= 1
+                budget[1] -= size
+                try:
+                    hsrc = SourceText(text)
+                    hmodel = parse_model(hsrc.data)
+                except Exception:  # a header tree-sitter cannot read is skipped, never fatal
+                    break
+                # what this header includes first, then its own declarations over them
+                found.update(visit(cand, hmodel, depth + 1))
+                found.update(type_aliases(hsrc, hmodel))
+                break
+        return found
+
+    return visit(start, model, 0)
+
+
+def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,
+                 include_dirs: Sequence[str | Path] = ()) -> dict[str, tuple[str, int]]:
+    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``)."""
+    return {**header_aliases(file, model, include_dirs), **type_aliases(source, model)}
 
 
 def empty_struct(source: str | SourceText, model: FileModel, name: str) -> bool:

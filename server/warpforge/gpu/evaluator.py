@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ..compiler.build import project_key
+from ..compiler.project import project_build
 from ..compiler.toolchain import default_arch
 from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
-from ..cuda.types import type_aliases
+from ..cuda.types import file_aliases
 from ..spec import KernelSpec, SpecError, build_spec
 from ..store import EvalKey, Store
 from . import guards, surgery
@@ -175,8 +176,10 @@ class Evaluator:
         self.progress = progress
         self.original = Candidate(kernel=k.name, source=self.src.slice(k.span), family="original",
                                   rationale="the kernel as written")
-        #: the file's typedef/using aliases: the signature guard compares types through them
-        self.aliases = type_aliases(self.src, self.model)
+        #: the file's typedef/using aliases over its headers' (found as the project's build finds them): the
+        #: signature guard compares types through them
+        proj = project_build(self.file) if Path(self.file).is_file() else None
+        self.aliases = file_aliases(self.src, self.model, self.file, proj.include_dirs if proj is not None else ())
         self.arch = default_arch(self.settings.arch)
         self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}

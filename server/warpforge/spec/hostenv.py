@@ -322,7 +322,7 @@ class HostParam:
 class HostFlow:
     """The file's host functions, their parameters and the calls between them (parsed once per inference)."""
 
-    def __init__(self, src: SourceText, model: FileModel) -> None:
+    def __init__(self, src: SourceText, model: FileModel, aliases: dict[str, tuple[str, int]] | None = None) -> None:
         self.src = src
         self.model = model
         self.functions = [d for d in model.declarations if d.kind is DeclKind.HOST_FUNCTION and d.names
@@ -331,7 +331,8 @@ class HostFlow:
         self.params: dict[str, list[HostParam]] = {}
         self.calls: list[HostCall] = []
         self.file_env = file_env(src, model)
-        self.file_env.aliases = type_aliases(src, model)
+        # the caller's (the file's over its headers') where it read them, else the file's own
+        self.file_env.aliases = aliases if aliases is not None else type_aliases(src, model)
         for d in self.functions:
             data = src.data[d.span.start : d.span.end]
             root = parse_tree(data).root_node

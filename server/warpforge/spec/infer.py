@@ -20,7 +20,7 @@ from ..cuda.access import param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
-from ..cuda.types import Aliases, canonical_type, empty_struct, type_aliases
+from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases
 from .expr import ExprError, parse
 from .hostenv import HostEnv, HostFlow, launch_env, strip_parens
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
@@ -89,10 +89,11 @@ def infer(
     if kernel.template_params and (template_args or inf.template_args):
         tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
                                             strict=False)}
-    flow = HostFlow(src, model)
+    # the file's aliases over its headers' (``typedef float floatX;`` in a project header)
+    aliases = file_aliases(src, model, file)
+    flow = HostFlow(src, model, aliases)
     env = launch_env(flow, site) if site is not None else flow.file_env.copy()
     inf.env = env
-    aliases = type_aliases(src, model)
     if site is not None and len(site.args) != len(kernel.params):
         inf.problems["*"] = (f"the launch at line {site.line + 1} passes {len(site.args)} arguments "
                              f"but `{kernel.name}` takes {len(kernel.params)}")
