@@ -96,21 +96,23 @@ def test_a_reordered_sum_follows_the_perturbed_tail_and_a_skipped_tail_does_not(
     # Measured on an H100: a warp-per-row matvec (16384 x 4096, rtol = atol = 1e-3) was turned down by the
     # sensitivity check, one output off by 4e-3, where the perturbed terms (~1e4) cancel to an output near 1.
     # The check asks whether the candidate follows the change; its tolerance grows with the change's size.
-    m, n = 4096, 1024
+    # Built here on purpose: half the rows weigh x's perturbed tail +1, -1, ... so that its terms cancel.
+    m, n = 256, 1024
     av = ArgLayout("A", "in", "float32", m * n, dist=("uniform", -1.0, 1.0))
-    xv = ArgLayout("x", "in", "float32", n, dist=("uniform", -1.0, 1.0))
-    a, x = generate(av, 0), generate(xv, 0)
-    ta, tx = perturb_tail(av, a).reshape(m, n), perturb_tail(xv, x)
-    a = a.reshape(m, n)
-    plain, perturbed = _matvec(a, x, 1), _matvec(ta, tx, 1)
+    xv = ArgLayout("x", "in", "float32", n, dist=("uniform", -10.0, 10.0))
+    a, x = generate(av, 0).reshape(m, n), generate(xv, 0)
+    a[: m // 2, n - TAIL:] = np.where(np.arange(TAIL) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    tx = perturb_tail(xv, x)
+    plain, perturbed = _matvec(a, x, 1), _matvec(a, tx, 1)
     change = compare("y", perturbed, plain, "float32", 1e-3, 1e-3)
-    assert change.mismatches > 0.9 * m  # every output depends on x's tail
+    assert change.mismatches > 0.4 * m  # the outputs follow x's tail (where its terms do not cancel)
     tol = sensitivity_tolerance((1e-3, 1e-3), change.max_abs)
     assert tol[0] == 1e-3 and tol[1] > 1.0
-    warp = _matvec(ta, tx, 32)
-    assert not compare("y", warp, perturbed, "float32", 1e-3, 1e-3).ok  # the spec's tolerance: turned down
+    warp = _matvec(a, tx, 32)
+    summed = compare("y", warp, perturbed, "float32", 1e-3, 1e-3)
+    assert not summed.ok and summed.mismatches < m // 2  # the spec's tolerance turns down cancelling rows
     assert compare("y", warp, perturbed, "float32", *tol).ok  # follows the change
-    skipped = _matvec(ta, tx, 32, skip=1)  # drops one perturbed column
+    skipped = _matvec(a, tx, 32, skip=1)  # drops one perturbed column
     assert not compare("y", skipped, perturbed, "float32", *tol).ok
 
 
