@@ -104,7 +104,15 @@ def optimize_run(path: Path, kernel: str, seconds: float) -> dict[str, Any]:
     # seconds from the job's start: the first entry is the baseline verified (after the baseline's profile)
     out["history"] = [[h.get("evaluations"), round(float(h.get("best_speedup") or 0), 3), h.get("seconds")]
                       for h in hist]
-    out["node_seconds"] = [round(float((n.get("evaluation") or {}).get("seconds") or 0), 2) for n in nodes]
+    evs = data.get("evaluations") or []
+    out["verified"] = sum(1 for e in evs if e.get("verified"))
+    out["partly_checked"] = sum(1 for e in evs if e.get("status") == "ok" and not e.get("verified"))
+    out["abandoned"] = sum(1 for e in evs if e.get("abandoned"))
+    # per evaluation: seconds, and of them build wait / GPU held / worker busy / timing (where the budget went)
+    out["evaluations"] = [[e.get("family"), e.get("status"), e.get("verified"), e.get("speedup"), e.get("seconds"),
+                           {k: (e.get("time_split") or {}).get(k) for k in ("build", "queue", "gpu", "worker",
+                                                                              "timing")}] for e in evs]
+    out["profile_seconds"] = (data.get("baseline_profile") or {}).get("seconds")
     return out
 
 

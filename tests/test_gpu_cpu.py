@@ -539,6 +539,67 @@ def test_timing_stops_early_for_a_candidate_that_cannot_win(fake_backend: Backen
 
 
 @needs_nvcc
+def test_a_long_kernels_slower_candidates_are_checked_once_and_never_offered(loop: asyncio.AbstractEventLoop,
+                                                                            tmp_path: Path) -> None:
+    """Where the original is a long kernel (the fake device made 20000x slower: ~25 ms a launch), a candidate is
+    checked on one run, timed, and only verified in full when the timing shows it may win: a clearly slower
+    one keeps its one matched run and its timing (the search's evidence) but is neither verified, stored, nor
+    counted as the best; a faster one gets every run."""
+    path = tmp_path / "saxpy.cu"
+    path.write_text(SMALL_SAXPY)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_PYCUDA), str(ROOT / "server"), env.get("PYTHONPATH", "")])
+    env["WF_FAKE_DEVICE_SLOWDOWN"] = "0=20000"
+    backend = Backend(worker_env=env, compile_workers=2, start_timeout=60)
+    try:
+        settings = EngineSettings(kernel_timeout=60.0, timing=TimingSettings(max_seconds=2.0))
+        store = Store(tmp_path / "wf.db")
+        ev = Evaluator(path, "saxpy", backend=backend, settings=settings, store=store)
+        base = loop.run_until_complete(ev.baseline())
+        assert base.verified and base.timing is not None and base.timing.candidate is not None
+        assert base.timing.candidate.median >= 2.0  # a long kernel: the two-step checks apply
+
+        slow = loop.run_until_complete(ev.evaluate(_tagged(ev, "wf_fake_slow")))
+        assert slow.status == "ok" and slow.ok and not slow.verified, slow.reason
+        assert slow.timing is not None and slow.timing.abandoned and slow.speedup is not None and slow.speedup < 0.5
+        assert slow.timing.candidate is not None and slow.timing.candidate.n <= 3  # given up on after 2 repetitions
+        assert [(r.variant, r.purpose) for r in slow.correctness.runs] == [("spec", "verify")]
+        assert not slow.correctness.complete and "determinism" in slow.correctness.skipped
+        assert "recheck" in slow.correctness.skipped and len(slow.correctness.skipped) >= 5
+        assert any("verification stopped after its first run" in n for n in slow.notes), slow.notes
+        assert "x slower (checked on" in slow.headline() and "verified" not in slow.headline(), slow.headline()
+        assert ev.best_ratio == 1.0  # a partly checked result never sets what "the best" is
+
+        fast = loop.run_until_complete(ev.evaluate(_tagged(ev, "wf_fake_fast")))
+        assert fast.verified and fast.correctness.evidence() == "3 seeds + odd size", fast.reason
+        assert fast.correctness.determinism is not None and any(r.purpose == "recheck" for r in fast.correctness.runs)
+        assert any(r.purpose == "sensitivity" for r in fast.correctness.runs)
+        assert fast.speedup is not None and ev.best_ratio == pytest.approx(fast.speedup)
+
+        # the store keeps the verified one only: a later job verifies the slow one again
+        ev2 = Evaluator(path, "saxpy", backend=backend, settings=settings, store=store)
+        assert loop.run_until_complete(ev2.baseline()).cached
+        again_fast = loop.run_until_complete(ev2.evaluate(_tagged(ev2, "wf_fake_fast")))
+        again_slow = loop.run_until_complete(ev2.evaluate(_tagged(ev2, "wf_fake_slow")))
+        assert again_fast.cached and not again_slow.cached
+        assert ev2.best_ratio == pytest.approx(fast.speedup)  # a replayed verified result sets the best too
+        assert not again_slow.verified and again_slow.timing is not None and again_slow.timing.abandoned
+
+        # asked for a winner's checks (the sanitizer), a partly checked candidate is verified in full first
+        whole_slow = loop.run_until_complete(ev.evaluate(_tagged(ev, "wf_fake_slow"), sanitize=True))
+        assert whole_slow.correctness.complete and whole_slow.correctness.evidence() == "3 seeds + odd size"
+        assert whole_slow.correctness.determinism is not None, whole_slow.reason
+        # with early abandonment off (verify, bench) every candidate is verified in full
+        full = Evaluator(path, "saxpy", backend=backend,
+                         settings=EngineSettings(kernel_timeout=60.0, timing=TimingSettings(max_seconds=2.0),
+                                                 abandon_slower=False))
+        whole = loop.run_until_complete(full.evaluate(_tagged(full, "wf_fake_slow")))
+        assert whole.verified and whole.correctness.evidence() == "3 seeds + odd size", whole.reason
+    finally:
+        backend.close()
+
+
+@needs_nvcc
 def test_compile_bomb_is_killed_at_the_compile_timeout(fake_backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
     ev = Evaluator(ROOT / "kernels" / "gelu.cu", "gelu_forward", backend=fake_backend,
                    settings=EngineSettings(compile_timeout=3.0))

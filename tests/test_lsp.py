@@ -260,6 +260,14 @@ async def test_optimize_job_progress_candidates_tree_and_accept(client: Language
     tree = await client.protocol.send_request_async("warpforge/searchTree", {"job": job})
     nodes = tree["nodes"] if isinstance(tree, dict) else tree.nodes
     assert len(nodes) >= 2
+    # a result whose checks stopped early (the fixture's launch_bounds) is in the tree, marked, and not acceptable
+    partly = [n for n in nodes if (n["status"] if isinstance(n, dict) else n.status) == "ok"
+              and not (n["verified"] if isinstance(n, dict) else n.verified)]
+    assert partly, nodes
+    pid = str(partly[0]["id"] if isinstance(partly[0], dict) else partly[0].id)
+    with pytest.raises(Exception, match="stopped after the first run"):
+        await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.accept", arguments=[job, pid]))
 
     # View: the variant as a whole file, for the diff editor.
     shown = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(

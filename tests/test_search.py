@@ -216,6 +216,50 @@ def test_the_winners_checks_get_the_deadline_and_stop_at_it() -> None:
     assert [c[0] for c in land.checked] == [("A#1",), ("A#2",)]  # with time left, the two still unchecked
 
 
+@dataclass(frozen=True)
+class PartlyChecked:
+    """A result whose checks stopped after its first run (the evaluator's two-step checks of a long kernel)."""
+
+    status: str
+    reason: str
+    speedup: float | None
+    verified: bool = False
+
+
+class PartlyCheckedLandscape(Landscape):
+    """Family P's single steps come back ok but partly checked; any composition is verified in full."""
+
+    async def evaluate(self, c: Candidate) -> Ev | PartlyChecked:
+        ev = await super().evaluate(c)
+        if ev.status == "ok" and c.steps and all(st.startswith("P#") for st in c.steps):
+            return PartlyChecked("ok", "", ev.speedup)
+        return ev
+
+
+def test_a_partly_checked_result_guides_the_search_but_never_wins() -> None:
+    from warpforge.search.optimize import confirm_winner
+
+    land = PartlyCheckedLandscape({"P": [1.5], "A": [1.2]})
+    search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=10),
+                        config=BeamConfig(width=2, branching=4, rounds=3))
+    result = asyncio.run(search.run(ROOT))
+    p = next(n for n in result.nodes if n.candidate.steps == ("P#0",))
+    assert p.ok and not p.verified and p.speedup == pytest.approx(1.5)
+    # it was a parent: its child with A is verified and the best (1.8x); P alone (1.5x) was never "the best"
+    assert result.best.candidate.steps == ("A#0", "P#0") and result.best.verified
+    assert all(best <= 1.2 + 1e-9 or best == pytest.approx(1.8) for _, best in result.history)
+
+    checked: list[tuple[str, ...]] = []
+
+    class Sanitizing(PartlyCheckedLandscape):
+        async def sanitize(self, c: Candidate, deadline: float | None = None) -> Ev:
+            checked.append(c.steps)
+            return Ev("racy", "", 1.0)  # every winner fails: the next verified one is tried
+
+    asyncio.run(confirm_winner(result, Sanitizing({"P": [1.5], "A": [1.2]})))
+    assert ("P#0",) not in checked and checked[:2] == [("A#0", "P#0"), ("A#0",)]
+
+
 def test_target_speedup_stops() -> None:
     land = Landscape({"A": [3.0], "B": [1.1], "C": [1.05]})
     search = MCTS(LandscapePolicy(land), land, budget=Budget(max_candidates=100, target_speedup=2.0),

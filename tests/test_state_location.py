@@ -104,6 +104,11 @@ def test_optimize_keeps_its_store_out_of_the_workspace_and_labels_replayed_resul
     assert Path(data["store"]).is_relative_to(tmp_path / "user-cache" / "workspaces")
     # every second evaluation came back from the cache, and each is counted
     assert JOBS[0].evaluated >= 2 and data["cached_evaluations"] == JOBS[0].evaluated // 2
+    # each evaluation in order, with its verdict and how fully it was checked (the root is the first)
+    evs = data["evaluations"]
+    assert len(evs) == len([n for n in data["search"]["nodes"] if n["status"] != "pending"])
+    assert evs[0]["family"] == "original" and all(e["status"] == "ok" and e["verified"] for e in evs[:1])
+    assert all(isinstance(e["seconds"], float) and isinstance(e["time_split"], dict) for e in evs)
     assert _git_status(workspace) == before and not (workspace / ".warpforge").exists()
     # the text says how many were replayed and from where
     assert main(["optimize", str(path), "--budget", "4", "--time", "60"]) == ExitCode.OK

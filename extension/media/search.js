@@ -124,7 +124,10 @@
     const isRoot = n.parent === null;
     const label = el('button', 'label');
     const head = el('span', 'head');
-    head.appendChild(el('span', 'status status-' + String(n.status).replace(/[^a-z_]/gi, ''), isRoot ? 'baseline' : n.status));
+    // ok but partly checked: its checks stopped after the first run (clearly slower than the best); never offered
+    const partly = n.status === 'ok' && n.verified === false;
+    head.appendChild(el('span', 'status status-' + (partly ? 'partly' : String(n.status).replace(/[^a-z_]/gi, '')),
+      isRoot ? 'baseline' : partly ? 'ok, 1 run checked' : n.status));
     head.appendChild(el('span', 'family', isRoot ? 'original kernel' : n.family));
     if (typeof n.speedup === 'number' && !isRoot) {
       head.appendChild(el('span', 'speedup' + (n.speedup > 1 ? ' faster' : ' slower'), fmt(n.speedup)));
@@ -135,7 +138,9 @@
     const failed = n.reason && n.status !== 'ok';
     const why = failed ? n.reason : n.rationale || n.reason || '';
     if (why && !isRoot) label.appendChild(el('span', failed ? 'reason failed' : 'reason', why));
-    label.title = [n.rationale, n.reason].filter(Boolean).join('\n') + (isRoot ? '' : '\n(click to open the diff)');
+    label.title = [n.rationale, n.reason, partly ? 'checked on its first run only: the timing showed it clearly slower ' +
+      'than the best so far, so the rest of its verification was skipped (it cannot be accepted)' : '']
+      .filter(Boolean).join('\n') + (isRoot ? '' : '\n(click to open the diff)');
     if (isRoot) {
       label.disabled = true;
     } else {

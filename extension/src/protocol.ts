@@ -166,6 +166,8 @@ export interface TreeNode {
   visits: number;
   eval_index: number | null;
   children: number[];
+  /** ok with every verification run made (false: its checks stopped early, clearly slower than the best) */
+  verified?: boolean;
 }
 
 export interface SearchTree {

@@ -53,6 +53,7 @@ from ..exitcodes import CliError, ExitCode
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
+from ..search.engine import SearchResult
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeRequest, WorkspaceChange, build_change, candidate_notes
 from ..search.report import ReportInfo, render
@@ -326,6 +327,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "limit": limit.to_json() if limit is not None else None,
             "baseline_limit": base_limit.to_json() if base_limit is not None else None,
             "store": str(args.store_file), "cached_evaluations": _cached(result),
+            "evaluations": _evaluations(result),
             "launch_changes": launch_lines,
             "needs_launch_change": [c.message(change.root) for c in change.manual] if change is not None else [],
             "launch_files": [str(p) for p in change.files] if change is not None else [],
@@ -403,7 +405,22 @@ def _limit_line(limit: Limit | None, base: Limit | None, improved: bool) -> str:
 
 def _baseline_json(event: Profiled) -> dict[str, Any]:
     return {"class": event.report.cls, "notice": event.report.notice,
-            "findings": [f.to_json() for f in event.findings]}
+            "findings": [f.to_json() for f in event.findings],
+            "seconds": {k: round(v, 3) for k, v in event.report.seconds.items()}}
+
+
+def _evaluations(result: SearchResult) -> list[dict[str, Any]]:
+    """Each evaluated node in evaluation order: its verdict, how fully it was checked, and where its time went
+    (``Evaluation.time_split``): what a user reads to see why a budget bought as many candidates as it did."""
+    out: list[dict[str, Any]] = []
+    for n in sorted((n for n in result.nodes if n.evaluation is not None), key=lambda n: n.eval_index or 0):
+        ev = n.evaluation
+        timing = getattr(ev, "timing", None)
+        out.append({"node": n.id, "family": n.candidate.family, "status": n.status, "verified": n.verified,
+                    "speedup": n.speedup, "seconds": round(float(getattr(ev, "seconds", 0.0) or 0.0), 3),
+                    "abandoned": bool(getattr(timing, "abandoned", False)),
+                    "time_split": {k: round(float(v), 4) for k, v in (getattr(ev, "time_split", None) or {}).items()}})
+    return out
 
 
 def _finish(write_errors: list[str], code: int) -> int:

@@ -73,6 +73,8 @@ ENGINE_VERSION = "4"  # 2: tail-sensitivity runs, automatic graph timing, ncu co
 # generator (gpu/generator.py)
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
+#: an original this long per launch (ms) or longer has its candidates checked in two steps (``Evaluator._lazy``)
+LAZY_CHECK_MS = 2.0
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
 RECHECK_SEED_BASE, RECHECK_SEEDS = 1_000_003, 4
 T = TypeVar("T")
@@ -338,8 +340,11 @@ class Evaluator:
             if cached is not None:
                 prior = Evaluation.from_json(cached)
                 prior.cached = True
+        if prior is not None and sanitize and prior.ok and not prior.verified:
+            prior = None  # its checks stopped early (slower than the best then): a winner now, so verified in full
         if prior is not None:
             if not (sanitize and prior.ok and prior.sanitizer is None):
+                self._note_best(prior, baseline)
                 return prior
             ev = prior  # verified and timed already: only the sanitizer is missing
             try:
@@ -363,14 +368,20 @@ class Evaluator:
             except _Fail as f:
                 ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
             ev.seconds = time.perf_counter() - t0
-        if ev.ok and ev.timing is not None and ev.timing.speedup is not None and not baseline:
-            self.best_ratio = max(self.best_ratio, ev.timing.speedup.ratio)
+        self._note_best(ev, baseline)
         self._say(cand, ev.status)
         if ev.cacheable:
             self._done[cand.hash] = ev
-            if ekey is not None and self.store is not None:
+            # a result whose checks stopped early serves this job's search only: another job may need it verified
+            if ekey is not None and self.store is not None and (ev.verified or not ev.ok):
                 self.store.put_evaluation(ekey, cand.kernel, ev.status, ev.speedup, _json_safe(ev.to_json()))
         return ev
+
+    def _note_best(self, ev: Evaluation, baseline: bool) -> None:
+        """Raise ``best_ratio`` (what "clearly slower" is measured against) with a verified result, measured now
+        or replayed from the store."""
+        if ev.verified and ev.timing is not None and ev.timing.speedup is not None and not baseline:
+            self.best_ratio = max(self.best_ratio, ev.timing.speedup.ratio)
 
     async def _pipeline(self, cand: Candidate, ev: Evaluation, *, sanitize: bool, baseline: bool) -> None:
         # 1. static guards
@@ -473,23 +484,24 @@ class Evaluator:
             raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason)
         raise _Fail("crashed", f"engine error during {what}: {reason}", cacheable=False)
 
-    async def _gpu(self, dev: Device, cand: Candidate, built: _Built, base: _Built, ev: Evaluation, info: Msg,
-                   peak: float, *, baseline: bool, sanitize: bool) -> None:
+    def _lazy(self, baseline: bool, sanitize: bool) -> bool:
+        """Check a candidate in two steps, timing in between? Where the original is a long kernel: every
+        verification run then costs as much as a timing repetition, and most candidates of a search are slower
+        than the best so far (they cannot win, and their timing stops early), so their other runs would only
+        spend the GPU. A winner, and anything the sanitizer is asked for, is always verified in full."""
+        base = self._baseline_eval
+        if baseline or sanitize or not self.settings.abandon_slower or base is None or base.timing is None:
+            return False
+        stats = base.timing.candidate
+        return stats is not None and stats.median >= LAZY_CHECK_MS
+
+    async def _check(self, dev: Device, ev: Evaluation, base: _Built, built: _Built, runs: list[list[Any]],
+                     determinism: list[Any] | None, *, baseline: bool) -> None:
+        """Verification runs against the oracle; ``_Fail`` on the first that does not match."""
         kt = float(self.settings.kernel_timeout)
-        seeds = self._seeds()
-        runs: list[list[Any]] = [["spec", s] for s in seeds]
-        if "odd" in self.variants:
-            runs += [["odd", s] for s in seeds[: max(1, self.settings.odd_seeds)]]
-        if self.settings.sensitivity:
-            # Last: the ordinary runs' verdicts come first. Both sizes, as tails are where sizes differ.
-            runs += [[v, seeds[0], "tail"] for v in self.variants]
         per_request = 120.0 + kt * (len(runs) * 3 + 4)
-        # -- correctness
-        self._say(cand, "verifying")
         msg: Msg = {"op": "check", "problem": self.problem, "oracle": base.ref(),
-                    "subject": None if baseline else built.ref(),
-                    "runs": runs if not baseline else [["spec", seeds[0]]],
-                    "determinism": ["spec", seeds[0]] if self.settings.determinism else None,
+                    "subject": None if baseline else built.ref(), "runs": runs, "determinism": determinism,
                     "kernel_timeout": kt, "count_unwritten": baseline}
         r = await self._request(dev, msg, per_request, "verification", ev)
         for rr in r["runs"]:
@@ -505,10 +517,13 @@ class Evaluator:
         if ev.build is not None and r.get("attrs"):
             ev.build.registers = ev.build.registers or int(r["attrs"].get("registers", 0))
         det = r.get("determinism")
-        ev.correctness.determinism = list(det) if det is not None else None
+        if determinism is not None:
+            ev.correctness.determinism = list(det) if det is not None else None
         for name, n in ev.correctness.unwritten_by_original.items():
-            ev.notes.append(f"the original kernel leaves {n} elements of `{name}` unwritten (its spec length is "
-                            "larger than what it writes); those elements are not checked")
+            note = (f"the original kernel leaves {n} elements of `{name}` unwritten (its spec length is larger "
+                    "than what it writes); those elements are not checked")
+            if note not in ev.notes:
+                ev.notes.append(note)
         if det is not None and not all(b.ok for b in det):
             bad = next(b for b in det if not b.ok)
             who = "the original kernel" if baseline else "the candidate"
@@ -532,13 +547,38 @@ class Evaluator:
             if bad_bufs:
                 raise _Fail("incorrect", f"{run.variant} size ({run.sizes}), seed {run.seed}: "
                                          + "; ".join(b.summary() for b in bad_bufs))
+
+    async def _gpu(self, dev: Device, cand: Candidate, built: _Built, base: _Built, ev: Evaluation, info: Msg,
+                   peak: float, *, baseline: bool, sanitize: bool) -> None:
+        kt = float(self.settings.kernel_timeout)
+        seeds = self._seeds()
+        runs: list[list[Any]] = [["spec", s] for s in seeds]
+        if "odd" in self.variants:
+            runs += [["odd", s] for s in seeds[: max(1, self.settings.odd_seeds)]]
+        if self.settings.sensitivity:
+            # Last: the ordinary runs' verdicts come first. Both sizes, as tails are where sizes differ.
+            runs += [[v, seeds[0], "tail"] for v in self.variants]
+        per_request = 120.0 + kt * (len(runs) * 3 + 4)
+        determinism = ["spec", seeds[0]] if self.settings.determinism else None
+        # -- correctness: all of it first; or, for a long kernel, one run first and the rest once the timing
+        #    shows the candidate may win (``_lazy``)
+        self._say(cand, "verifying")
+        lazy = self._lazy(baseline, sanitize)
+        if baseline:
+            await self._check(dev, ev, base, built, [["spec", seeds[0]]], determinism, baseline=True)
+        elif lazy:
+            await self._check(dev, ev, base, built, runs[:1], None, baseline=False)
+        else:
+            await self._check(dev, ev, base, built, runs, determinism, baseline=False)
         # -- timing, interleaved with the original
         self._say(cand, "timing")
         ts = self.settings.timing
         sides = [base.ref()] if baseline else [base.ref(), built.ref()]
         tmsg: Msg = {"op": "time", "problem": self.problem, "sides": sides, "variant": "spec", "seed": seeds[0],
                      "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref(),
-                     "abandon_below": self.best_ratio if self.settings.abandon_slower and not baseline else None}
+                     "abandon_below": self.best_ratio if self.settings.abandon_slower and not baseline else None,
+                     # the original's repeated-call behaviour was checked with its own evaluation
+                     "recheck_sides": [0] if baseline else [1]}
         budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
         t = await self._request(dev, tmsg, budget, "timing", ev)
         ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
@@ -571,6 +611,14 @@ class Evaluator:
                                       "verification runs matched: the kernel behaves differently when called "
                                       "repeatedly on the same buffers (cached results?): "
                                       + "; ".join(b.summary() for b in bad_timed))
+        if gave_up and lazy:
+            # It cannot win: the first run matched and the timing is what the search needs. The skipped checks
+            # are listed, and the result is not offerable (``Evaluation.verified``) nor stored for later jobs.
+            ev.correctness.skipped = ([json.dumps(r) for r in runs[1:]] + (["determinism"] if determinism else [])
+                                      + (["recheck"] if self.settings.recheck else []))
+            ev.notes.append(f"verification stopped after its first run matched: {len(ev.correctness.skipped)} more "
+                            "checks skipped, as the timing showed it clearly slower than the best so far")
+            return
         floor = guards.floor_finding(cand_stats.median, timing.bytes, peak,
                                      theoretical_gbps=float(info.get("theoretical_gbps") or 0.0),
                                      l2_bytes=int(info.get("l2_bytes") or 0))
@@ -581,6 +629,11 @@ class Evaluator:
                 l2_bytes=int(info.get("l2_bytes") or 0))
             extra = " (the original is below it too: the spec's `bytes` is probably too large)" if base_floor else ""
             raise _Fail("suspicious", floor.message + extra)
+        if lazy:
+            self._say(cand, "verifying")
+            # the determinism check is a second launch on a run's inputs: the first run again, then the rest
+            rest = (runs[:1] if determinism else []) + runs[1:]
+            await self._check(dev, ev, base, built, rest, determinism, baseline=False)
         # -- re-check with fresh inputs and pointers
         if not baseline and self.settings.recheck:
             self._say(cand, "re-checking")

@@ -74,6 +74,15 @@ class CorrectnessReport:
     determinism: list[cmp.BufferReport] | None = None
     timed_outputs: list[cmp.BufferReport] = field(default_factory=list)
     unwritten_by_original: dict[str, int] = field(default_factory=dict)
+    #: verification runs not made: the candidate's first run matched, then its timing showed it clearly slower
+    #: than the best verified so far, so it cannot win and the rest of its checks would only spend the GPU
+    #: (each ``[variant, seed]`` or ``[variant, seed, "tail"]``, plus ``"determinism"`` and ``"recheck"``)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Were all the verification runs made? Only a complete verification makes a result offerable."""
+        return not self.skipped
 
     @property
     def seeds(self) -> list[int]:
@@ -95,14 +104,16 @@ class CorrectnessReport:
         """``3 seeds + odd size`` style summary of what was checked."""
         n = len(self.seeds)
         odd = " + odd size" if "odd" in self.sizes_checked else ""
-        return f"{n} seed{'s' if n != 1 else ''}{odd}"
+        partial = f"; {len(self.skipped)} more checks skipped: clearly slower than the best" if self.skipped else ""
+        return f"{n} seed{'s' if n != 1 else ''}{odd}{partial}"
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": [r.to_json() for r in self.runs],
                 "determinism": None if self.determinism is None else [b.to_json() for b in self.determinism],
                 "timed_outputs": [b.to_json() for b in self.timed_outputs],
-                "unwritten_by_original": self.unwritten_by_original,
-                "seeds": self.seeds, "evidence": self.evidence(), "max_abs": self.max_abs, "max_rel": self.max_rel}
+                "unwritten_by_original": self.unwritten_by_original, "skipped": self.skipped,
+                "complete": self.complete, "seeds": self.seeds, "evidence": self.evidence(), "max_abs": self.max_abs,
+                "max_rel": self.max_rel}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CorrectnessReport:
@@ -110,7 +121,7 @@ class CorrectnessReport:
         return cls([RunReport.from_json(r) for r in d.get("runs", [])],
                    None if det is None else [cmp.BufferReport.from_json(b) for b in det],
                    [cmp.BufferReport.from_json(b) for b in d.get("timed_outputs", [])],
-                   dict(d.get("unwritten_by_original", {})))
+                   dict(d.get("unwritten_by_original", {})), [str(x) for x in d.get("skipped") or []])
 
 
 @dataclass
@@ -228,7 +239,14 @@ class Evaluation:
 
     @property
     def ok(self) -> bool:
+        """Built, ran and matched the original on every run made, and timed. The search uses it (a slower ok
+        candidate is still a parent); what is offered to the user must also be ``verified``."""
         return self.status == "ok"
+
+    @property
+    def verified(self) -> bool:
+        """ok with every verification run made: what may be reported as a winner, offered or accepted."""
+        return self.ok and self.correctness.complete
 
     @property
     def speedup(self) -> float | None:
@@ -239,7 +257,8 @@ class Evaluation:
         if not self.ok:
             return f"{self.status}: {self.reason}"
         sp = self.speedup
-        where = f"verified on {self.gpu}, {self.correctness.evidence()}"
+        checked = "verified" if self.correctness.complete else "checked"
+        where = f"{checked} on {self.gpu}, {self.correctness.evidence()}"
         if self.cached:  # not measured now: say so wherever the line is shown (CLI, editor, JSON)
             where += "; replayed from the evaluation cache, measured by an earlier run"
         if sp is None:
@@ -260,7 +279,7 @@ class Evaluation:
             "energy": self.energy.to_json() if self.energy else None,
             "sanitizer": self.sanitizer.to_json() if self.sanitizer else None,
             "guards": self.guards, "notes": self.notes, "gpu": self.gpu, "driver": self.driver,
-            "seconds": self.seconds, "cached": self.cached, "speedup": self.speedup,
+            "seconds": self.seconds, "cached": self.cached, "speedup": self.speedup, "verified": self.verified,
             "time_split": {k: round(v, 4) for k, v in self.time_split.items()},
         }
 

@@ -95,6 +95,8 @@ LONG_LAUNCH_S = 0.002
 #: kernels this long (s) may stop after LONG_KERNEL_MIN_REPS repetitions (when stable to the target)
 LONG_KERNEL_S = 0.02
 LONG_KERNEL_MIN_REPS = 5
+#: repetitions after which such a kernel may be given up on as clearly slower than the best (``abandon_below``)
+LONG_KERNEL_ABANDON_REPS = 2
 #: aim for this much GPU time (s) per batch of repetitions between checks of the stopping rule
 BATCH_TARGET_S = 0.1
 #: the GPU counts as warm when its SM clock is at least this fraction of the maximum
@@ -940,8 +942,12 @@ class Engine:
         # the stopping rule) and fewer before the rule may stop (their run-to-run spread is tiny).
         slowest = max(estimates) * max(per_launch) / 1e3
         batch = max(1, min(settings.batch, math.ceil(BATCH_TARGET_S / max(slowest * len(refs), 1e-6))))
+        # ... and may be given up on sooner: two repetitions of a 20 ms kernel already bound its speed tightly, and
+        # the bound used (each side's whole range below six samples, ``timing.speedup``) assumes nothing
+        abandon_after = settings.min_reps
         if slowest >= LONG_KERNEL_S:
             settings = replace(settings, min_reps=min(settings.min_reps, LONG_KERNEL_MIN_REPS))
+            abandon_after = LONG_KERNEL_ABANDON_REPS
         abandon = msg.get("abandon_below")
         abandoned: Msg | None = None
         samples: list[list[float]] = [[] for _ in refs]
@@ -970,7 +976,7 @@ class Engine:
                         samples[i].append(float(e.time_since(s)) / per_launch[i])
                 if converged(samples, settings, time.monotonic() - start):
                     break
-                if abandon is not None and len(refs) == 2 and len(samples[1]) >= settings.min_reps:
+                if abandon is not None and len(refs) == 2 and len(samples[1]) >= abandon_after:
                     # Clearly slower than the best verified so far: it cannot win, so its exact time is not
                     # worth the GPU. Stopped with its interval (wider), which the report keeps.
                     sp = speedup(samples[0], samples[1])
@@ -982,15 +988,16 @@ class Engine:
                 for per_set in execs:
                     for g, x in per_set:
                         self.graphs.destroy(g, x)
-        # One more call per side on the buffers the timed launches used, checked against the oracle: a kernel
-        # that behaves differently when called again on the same buffers (cached results) shows here.
+        # One more call per side (``recheck_sides``: by default all) on the buffers the timed launches used,
+        # checked against the oracle: a kernel that behaves differently when called again on the same buffers
+        # (cached results) shows here.
         outputs: list[list[cmp.BufferReport]] = []
         if msg.get("oracle") is not None:
             oref = msg["oracle"]
             omod = self._module(oref)
             oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
             si = (rep - 1) % TIMING_SETS
-            for i in range(len(refs)):
+            for i in msg.get("recheck_sides") or range(len(refs)):
                 prep(si)
                 launch(i, si)
                 self._sync(timeout)

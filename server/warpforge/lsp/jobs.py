@@ -411,8 +411,9 @@ class OptimizeJobs(JobManager[OptimizeJob]):
 
     async def accept(self, job_id: str, candidate: str) -> dict[str, Any]:
         job, node = self.node(job_id, candidate)
-        if not node.ok:
-            raise JobError(f"job {job_id} has no verified candidate `{candidate}`")
+        if not node.verified:
+            raise JobError(f"job {job_id} has no verified candidate `{candidate}`" + (
+                " (its checks stopped after the first run: it was clearly slower than the best)" if node.ok else ""))
         try:
             doc = self.server.workspace.get_text_document(job.uri)
             current = doc.source
@@ -469,8 +470,9 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         that the document still holds what the diff showed and that the result is still a kernel (``hunks``);
         JobError saying why otherwise. The result is not verified: the editor says so."""
         job, node = self.node(job_id, candidate)
-        if not node.ok:
-            raise JobError(f"job {job_id} has no verified candidate `{candidate}`")
+        if not node.verified:
+            raise JobError(f"job {job_id} has no verified candidate `{candidate}`" + (
+                " (its checks stopped after the first run: it was clearly slower than the best)" if node.ok else ""))
         if not indices or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
             raise JobError("warpforge.acceptHunks needs [job, candidate, [hunk index, ...]]")
         try:

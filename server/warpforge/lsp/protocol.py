@@ -209,6 +209,9 @@ class TreeNode:
     visits: int
     eval_index: int | None
     children: list[int]
+    #: ok with every verification run made; False for an ok candidate whose checks stopped early (clearly slower
+    #: than the best of a long kernel): shown, never offered (absent from older results: True)
+    verified: bool = True
 
 
 @dataclass(frozen=True)

@@ -319,7 +319,7 @@ class SearchEngine:
         self.evaluations += 1
         n.eval_index = self.evaluations
         improved = False
-        if n.ok and (n.speedup or 0) > self.min_speedup and self._significant(n) and (
+        if n.verified and (n.speedup or 0) > self.min_speedup and self._significant(n) and (
                 self.best is None or (n.speedup or 0) > (self.best.speedup or 1.0)):
             self.best = n
             improved = True

@@ -523,7 +523,7 @@ async def confirm_winner(result: SearchResult, evaluator: EvaluatorLike, tries: 
     sanitizer capped, the confirmation skipped with a note), and no further winner is tried after it.
     """
     # fastest first; among equals the first evaluated, as the search itself chose
-    by_speed = sorted((n for n in result.nodes if n.ok and n is not result.root and (n.speedup or 0) > 1.01
+    by_speed = sorted((n for n in result.nodes if n.verified and n is not result.root and (n.speedup or 0) > 1.01
                        and SearchEngine._significant(n)),
                       key=lambda n: (-(n.speedup or 0), getattr(n, "eval_index", None) or 0))
     ranked = prefer_writable(by_speed, writable)

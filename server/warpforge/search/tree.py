@@ -68,6 +68,12 @@ class Node:
         return self.evaluation is not None and self.evaluation.status == "ok"
 
     @property
+    def verified(self) -> bool:
+        """ok with every verification run made (``Evaluation.verified``): what may win, be offered or accepted.
+        An ok node whose checks stopped early (slower than the best then) still guides the search."""
+        return self.ok and bool(getattr(self.evaluation, "verified", True))
+
+    @property
     def speedup(self) -> float | None:
         return self.evaluation.speedup if self.ok and self.evaluation is not None else None
 
@@ -100,6 +106,7 @@ class Node:
             "family": self.candidate.family,
             "rationale": self.candidate.rationale,
             "status": self.status,
+            "verified": self.verified,
             "reason": ev.reason if ev is not None else "",
             "speedup": self.speedup,
             "depth": self.depth,
