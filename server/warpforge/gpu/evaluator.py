@@ -206,6 +206,8 @@ class Evaluator:
         self._identity: tuple[str, str] | None = None
         #: the best verified speedup of this evaluator's candidates so far (what "clearly slower" means)
         self.best_ratio = 1.0
+        #: the original's median time per launch (ms), from the latest timing of it (any evaluation's baseline side)
+        self.original_ms: float | None = None
         self._prestart_task: asyncio.Future[None] | None = None
 
     # ----------------------------------------------------------------- keys
@@ -379,9 +381,12 @@ class Evaluator:
 
     def _note_best(self, ev: Evaluation, baseline: bool) -> None:
         """Raise ``best_ratio`` (what "clearly slower" is measured against) with a verified result, measured now
-        or replayed from the store."""
-        if ev.verified and ev.timing is not None and ev.timing.speedup is not None and not baseline:
-            self.best_ratio = max(self.best_ratio, ev.timing.speedup.ratio)
+        or replayed from the store; and keep the original's time per launch, which every timing measures too."""
+        t = ev.timing
+        if t is not None and t.baseline is not None and ev.ok:
+            self.original_ms = t.baseline.median
+        if ev.verified and t is not None and t.speedup is not None and not baseline:
+            self.best_ratio = max(self.best_ratio, t.speedup.ratio)
 
     async def _pipeline(self, cand: Candidate, ev: Evaluation, *, sanitize: bool, baseline: bool) -> None:
         # 1. static guards
@@ -489,11 +494,9 @@ class Evaluator:
         verification run then costs as much as a timing repetition, and most candidates of a search are slower
         than the best so far (they cannot win, and their timing stops early), so their other runs would only
         spend the GPU. A winner, and anything the sanitizer is asked for, is always verified in full."""
-        base = self._baseline_eval
-        if baseline or sanitize or not self.settings.abandon_slower or base is None or base.timing is None:
+        if baseline or sanitize or not self.settings.abandon_slower or self.original_ms is None:
             return False
-        stats = base.timing.candidate
-        return stats is not None and stats.median >= LAZY_CHECK_MS
+        return self.original_ms >= LAZY_CHECK_MS
 
     async def _check(self, dev: Device, ev: Evaluation, base: _Built, built: _Built, runs: list[list[Any]],
                      determinism: list[Any] | None, *, baseline: bool) -> None:
