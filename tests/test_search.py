@@ -116,8 +116,12 @@ def test_beam_early_stop_on_plateau() -> None:
     search = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=500),
                         config=BeamConfig(width=3, rounds=4, branching=3, crossover=False))
     result = asyncio.run(search.run(ROOT))
-    assert result.stopped.startswith("plateau")
-    assert result.rounds == 2
+    assert result.stopped == "plateau: rounds 2-3 improved the best by less than 3%"
+    assert result.rounds == 3  # two flat rounds in a row
+    impatient = BeamSearch(LandscapePolicy(land), land, budget=Budget(max_candidates=500),
+                           config=BeamConfig(width=3, rounds=4, branching=3, crossover=False, patience=1))
+    result = asyncio.run(impatient.run(ROOT))
+    assert result.stopped == "plateau: round 2 improved the best by less than 3%" and result.rounds == 2
 
 
 def test_beam_retires_plateaued_family() -> None:

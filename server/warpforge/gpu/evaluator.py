@@ -581,7 +581,9 @@ class Evaluator:
                      "settings": ts.to_json(), "kernel_timeout": kt, "oracle": base.ref(),
                      "abandon_below": self.best_ratio if self.settings.abandon_slower and not baseline else None,
                      # the original's repeated-call behaviour was checked with its own evaluation
-                     "recheck_sides": [0] if baseline else [1]}
+                     "recheck_sides": [0] if baseline else [1],
+                     # given up on as clearly slower, a two-step candidate's checks stop there (``_lazy``)
+                     "recheck_unless_abandoned": lazy}
         budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
         t = await self._request(dev, tmsg, budget, "timing", ev)
         ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
@@ -617,8 +619,9 @@ class Evaluator:
         if gave_up and lazy:
             # It cannot win: the first run matched and the timing is what the search needs. The skipped checks
             # are listed, and the result is not offerable (``Evaluation.verified``) nor stored for later jobs.
-            ev.correctness.skipped = ([json.dumps(r) for r in runs[1:]] + (["determinism"] if determinism else [])
-                                      + (["recheck"] if self.settings.recheck else []))
+            ev.correctness.skipped = ([_run_text(r) for r in runs[1:]] + (["determinism"] if determinism else [])
+                                      + ["repeated call on the timed buffers"]
+                                      + (["re-check with fresh inputs"] if self.settings.recheck else []))
             ev.notes.append(f"verification stopped after its first run matched: {len(ev.correctness.skipped)} more "
                             "checks skipped, as the timing showed it clearly slower than the best so far")
             return
@@ -797,6 +800,12 @@ class Evaluator:
         again.size = f"{verified} size ({self.layouts[verified].describe()}): the original fails the sanitizer at " \
                      "the small size too"
         return again
+
+
+def _run_text(run: list[Any]) -> str:
+    """A verification run for people: ``spec size, seed 1`` / ``odd size, seed 0, tail perturbed``."""
+    tail = ", tail perturbed" if len(run) > 2 and run[2] == "tail" else ""
+    return f"{run[0]} size, seed {run[1]}{tail}"
 
 
 def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:
