@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import generator
-from .inputs import TAIL, ArgLayout, InputError, Layout, draw, generate, perturb_last, poison_fill, storage_dtype
+from .inputs import TAIL, ArgLayout, InputError, Layout, draw, generate, perturb_last, poison_memset, storage_dtype
 
 #: the kernel's prepared argument format after the output pointer (see ``generator.device_source``)
 _ARGS = "QQIIiiddqQdd"
@@ -113,11 +113,7 @@ def fill_buffers(cuda: Any, layout: Layout, seed: int, allocs: dict[str, Any], g
             continue
         ptr = int(allocs[a.name])
         if a.role == "out":
-            width, value = poison_fill(a.dtype)
-            if width == 1:
-                cuda.memset_d8(ptr, value, a.nbytes)
-            else:
-                cuda.memset_d16(ptr, value, a.nbytes // 2)
+            poison_memset(cuda, ptr, a.nbytes, a.dtype)
         elif gen is not None:
             gen.fill(ptr, a, seed)
         else:

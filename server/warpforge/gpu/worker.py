@@ -68,7 +68,7 @@ from .inputs import (
     is_poison,
     itemsize,
     perturb_tail,
-    poison_fill,
+    poison_memset,
     poison_scalar,
     scalar_format,
     scalar_value,
@@ -325,13 +325,7 @@ class Engine:
         return buf
 
     def _poison(self, buf: _Buf, dtype: str) -> None:
-        if buf.nbytes == 0:
-            return
-        width, value = poison_fill(dtype)
-        if width == 1:
-            self.cuda.memset_d8_async(buf.ptr, value, buf.nbytes, self.stream)
-        else:
-            self.cuda.memset_d16_async(buf.ptr, value, buf.nbytes // 2, self.stream)
+        poison_memset(self.cuda, buf.ptr, buf.nbytes, dtype, self.stream)
 
     def _retire(self, bufs: list[_Buf]) -> None:
         """Scrub buffers now; free them after the next allocation (so pointers are never reused at once)."""

@@ -1,0 +1,56 @@
+"""Device buffers on the CPU stand-in for pycuda (``fake_pycuda``), loaded in this process (CPU, CI).
+
+- ``inputs.poison_memset``: one memset leaves exactly the host's poison (``poison_array``), queued or at once;
+
+The stand-in is loaded from its file under a private name, so no real ``pycuda`` is shadowed and each test
+gets fresh device memory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from warpforge.gpu.inputs import poison_array, poison_memset, storage_dtype
+
+FAKE_DRIVER = ROOT / "tests" / "fake_pycuda" / "pycuda" / "driver.py"
+
+
+@pytest.fixture
+def fake() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("wf_fake_driver_under_test", FAKE_DRIVER)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _read(fake: ModuleType, ptr: int, nbytes: int) -> np.ndarray:
+    out = np.empty(nbytes, dtype=np.uint8)
+    fake.memcpy_dtoh(out, ptr)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "uint64"])
+@pytest.mark.parametrize("queued", [False, True])
+def test_poison_memset_leaves_the_hosts_poison(fake: ModuleType, dtype: str, queued: bool) -> None:
+    count = 37
+    nbytes = count * storage_dtype(dtype).itemsize
+    alloc = fake.mem_alloc(nbytes + 8)
+    ptr = int(alloc)
+    fake.memset_d8(ptr, 0x11, nbytes + 8)
+    poison_memset(fake, ptr, nbytes, dtype, fake.Stream() if queued else None)
+    got = _read(fake, ptr, nbytes + 8)
+    assert got[:nbytes].tobytes() == poison_array(dtype, count).tobytes()
+    assert np.all(got[nbytes:] == 0x11)  # not a byte past the buffer
+
+
+def test_poison_memset_of_nothing_touches_nothing(fake: ModuleType) -> None:
+    alloc = fake.mem_alloc(16)
+    fake.memset_d8(int(alloc), 0x22, 16)
+    poison_memset(fake, int(alloc), 0, "float32")
+    assert np.all(_read(fake, int(alloc), 16) == 0x22)
