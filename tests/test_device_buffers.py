@@ -1,6 +1,8 @@
 """Device buffers on the CPU stand-in for pycuda (``fake_pycuda``), loaded in this process (CPU, CI).
 
 - ``inputs.poison_memset``: one memset leaves exactly the host's poison (``poison_array``), queued or at once;
+- ``device_inputs.load``: the self-test's scratch buffers come from the caller's allocator when it passes one
+  (the worker's pool) and every one is given back; a module without the generator falls back with a reason.
 
 The stand-in is loaded from its file under a private name, so no real ``pycuda`` is shadowed and each test
 gets fresh device memory.
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
+from warpforge.gpu import device_inputs
 from warpforge.gpu.inputs import poison_array, poison_memset, storage_dtype
 
 FAKE_DRIVER = ROOT / "tests" / "fake_pycuda" / "pycuda" / "driver.py"
@@ -54,3 +57,36 @@ def test_poison_memset_of_nothing_touches_nothing(fake: ModuleType) -> None:
     fake.memset_d8(int(alloc), 0x22, 16)
     poison_memset(fake, int(alloc), 0, "float32")
     assert np.all(_read(fake, int(alloc), 16) == 0x22)
+
+
+def test_generator_self_test_uses_the_callers_allocator_and_gives_every_buffer_back(fake: ModuleType) -> None:
+    made: list[int] = []
+    given_back: list[int] = []
+
+    def alloc(nbytes: int) -> int:
+        ptr = int(fake.mem_alloc(nbytes))
+        made.append(ptr)
+        return ptr
+
+    def release(ptr: int) -> None:
+        given_back.append(ptr)
+
+    gen, note = device_inputs.load(fake, b"wf_generate", 4, fake.Stream(), alloc, release)
+    assert gen is not None and "GPU" in note, note
+    assert len(made) == len(device_inputs.SELFTEST_CASES)  # one scratch buffer per case, all from `alloc`
+    assert sorted(given_back) == sorted(made)
+    assert gen.stream is not None  # the worker's stream: generation is queued behind its other work
+
+
+def test_generator_self_test_frees_its_own_buffers_without_an_allocator(fake: ModuleType) -> None:
+    before = set(fake._S.allocs)
+    gen, _ = device_inputs.load(fake, b"wf_generate", 4)
+    assert gen is not None
+    assert set(fake._S.allocs) == before
+
+
+def test_a_module_without_the_generator_falls_back_to_the_host_with_the_reason(fake: ModuleType) -> None:
+    gen, note = device_inputs.load(fake, b"wf_compare_4", 4)
+    assert gen is None and "unavailable" in note and "wf_generate" in note
+    gen, note = device_inputs.load(fake, None, 4)
+    assert gen is None and "host" in note

@@ -62,7 +62,6 @@ from .energy import measure as measure_energy
 from .input_cache import inputs_for
 from .inputs import (
     ArgLayout,
-    InputError,
     Layout,
     generate,
     is_poison,
@@ -641,7 +640,10 @@ class Engine:
         self._setup_generator(module)
 
     def _setup_generator(self, module: Any) -> None:
-        """Load the device input generator and prove it draws the host's bits; else keep the host's."""
+        """Load the device input generator and prove it draws the host's bits; else keep the host's.
+
+        ``device_inputs.load`` does it, with this engine's pooled allocator for the self-test's buffers.
+        """
         held: dict[int, _Buf] = {}
 
         def alloc(nbytes: int) -> int:
@@ -649,16 +651,8 @@ class Engine:
             held[b.ptr] = b
             return b.ptr
 
-        try:
-            gen = DeviceGenerator(self.cuda, module, int(self.info["sm_count"] or 1), self.stream)
-            problem = gen.selftest(alloc, lambda p: self._retire([held.pop(p)]))
-        except (self.cuda.Error, InputError) as e:
-            self.gen, self.gen_note = None, f"device input generator unavailable ({e}): inputs made on the host"
-            return
-        if problem:
-            self.gen, self.gen_note = None, f"device input generator disabled, using the host: {problem}"
-        else:
-            self.gen, self.gen_note = gen, "inputs generated on the GPU (checked against the host generator)"
+        self.gen, self.gen_note = device_inputs.load(self.cuda, module, int(self.info["sm_count"] or 1),
+                                                     self.stream, alloc, lambda p: self._retire([held.pop(p)]))
 
     def _selftest(self) -> str | None:
         rng = np.random.default_rng(1234)
