@@ -1,6 +1,7 @@
 """Device buffers on the CPU stand-in for pycuda (``fake_pycuda``), loaded in this process (CPU, CI).
 
 - ``inputs.poison_memset``: one memset leaves exactly the host's poison (``poison_array``), queued or at once;
+- ``device_inputs.fill_buffers`` (the one-launch harnesses) leaves what ``inputs.initial_buffers`` describes;
 - ``device_inputs.load``: the self-test's scratch buffers come from the caller's allocator when it passes one
   (the worker's pool) and every one is given back; a module without the generator falls back with a reason.
 
@@ -18,7 +19,7 @@ import pytest
 
 from conftest import ROOT
 from warpforge.gpu import device_inputs
-from warpforge.gpu.inputs import poison_array, poison_memset, storage_dtype
+from warpforge.gpu.inputs import ArgLayout, Layout, initial_buffers, poison_array, poison_memset, storage_dtype
 
 FAKE_DRIVER = ROOT / "tests" / "fake_pycuda" / "pycuda" / "driver.py"
 
@@ -90,3 +91,20 @@ def test_a_module_without_the_generator_falls_back_to_the_host_with_the_reason(f
     assert gen is None and "unavailable" in note and "wf_generate" in note
     gen, note = device_inputs.load(fake, None, 4)
     assert gen is None and "host" in note
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_fill_buffers_leaves_what_initial_buffers_describes(fake: ModuleType, on_device: bool) -> None:
+    """The one-launch harnesses' buffers (``fill_buffers``) hold the host's picture of them: inputs drawn for
+    the seed, outputs poisoned through ``poison_memset``, whether the inputs are drawn on the device or not."""
+    lay = Layout("spec", (ArgLayout("x", "in", "float32", 1001, dist=("normal", 0.0, 1.0)),
+                          ArgLayout("h", "out", "float16", 333), ArgLayout("b", "out", "uint8", 77),
+                          ArgLayout("acc", "inout", "int32", 5, dist=("zeros", 0.0, 0.0)),
+                          ArgLayout("k", "scalar", "int32", value=3)))
+    gen = device_inputs.load(fake, b"wf_generate", 4)[0] if on_device else None
+    assert on_device == (gen is not None)
+    allocs = {a.name: fake.mem_alloc(a.nbytes) for a in lay.buffers}
+    device_inputs.fill_buffers(fake, lay, 9, allocs, gen)
+    for name, want in initial_buffers(lay, 9).items():
+        got = _read(fake, int(allocs[name]), want.nbytes)
+        assert got.tobytes() == want.tobytes(), name
