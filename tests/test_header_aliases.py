@@ -6,9 +6,12 @@ code, and the signature guard that lets a variant spell the type either way.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from warpforge.cuda import SourceText, parse
+import pytest
+
+from warpforge.cuda import SourceText, parse, types
 from warpforge.cuda.types import HEADER_DEPTH, file_aliases, header_aliases
 from warpforge.gpu import guards
 from warpforge.spec import load_spec
@@ -94,3 +97,49 @@ def test_a_variant_may_spell_the_header_type_as_what_it_is(tmp_path: Path) -> No
     assert not [g for g in guards.check_candidate(k, original, variant, aliases) if "signature" in g.text()]
     changed = original.replace("floatX* out", "double* out")
     assert [g for g in guards.check_candidate(k, original, changed, aliases) if "signature" in g.text()]
+
+
+def test_headers_are_read_once_until_they_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spec inference runs after every edit of the kernel file; its headers are read again only when their
+    (mtime, size) changed."""
+    reads: list[Path] = []
+    real = types._read_header
+
+    def counting(path: Path) -> types._Header | None:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(types, "_read_header", counting)
+    f = project(tmp_path)
+    (tmp_path / "llmc" / "common.cuh").write_text('#pragma once\n#include "other.h"\ntypedef float floatX;\n')
+    other = tmp_path / "llmc" / "other.h"
+    other.write_text("typedef int idx_t;\n")
+    model = parse(f.read_text())
+    first = header_aliases(f, model)
+    assert first["floatX"] == ("float", 0) and first["idx_t"] == ("int", 0)
+    assert len(reads) == 2
+    assert header_aliases(f, model) == first and len(reads) == 2  # unchanged: nothing read
+    common = tmp_path / "llmc" / "common.cuh"
+    common.write_text('#pragma once\n#include "other.h"\ntypedef __half floatX;\n')  # a new size
+    changed = header_aliases(f, model)
+    assert changed["floatX"] == ("__half", 0) and changed["idx_t"] == ("int", 0)
+    assert [p.name for p in reads[2:]] == ["common.cuh"]  # only the changed header
+    # the same size, a new mtime: read again too
+    common.write_text('#pragma once\n#include "other.h"\ntypedef __nv_bfloat16 floatX;\n'[: len(common.read_text())])
+    st = common.stat()
+    os.utime(common, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    before = len(reads)
+    header_aliases(f, model)
+    assert [p.name for p in reads[before:]] == ["common.cuh"]
+
+
+def test_the_header_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(types, "HEADER_CACHE_MAX", 3)
+    monkeypatch.setattr(types, "_header_cache", types.OrderedDict())
+    for i in range(5):
+        h = tmp_path / f"h{i}.h"
+        h.write_text(f"typedef int T{i};\n")
+        f = tmp_path / f"k{i}.cu"
+        f.write_text(f'#include "h{i}.h"\n')
+        assert header_aliases(f, parse(f.read_text()))[f"T{i}"] == ("int", 0)
+    assert [Path(k[0]).name for k in types._header_cache] == ["h2.h", "h3.h", "h4.h"]

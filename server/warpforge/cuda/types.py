@@ -13,7 +13,10 @@ adds those of the headers it includes;
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tree_sitter import Node
@@ -119,6 +122,50 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
 HEADER_DEPTH = 4
 HEADER_MAX_FILES = 64
 HEADER_MAX_BYTES = 2 << 20
+#: headers whose reading is kept (``_header``), least recently used dropped first
+HEADER_CACHE_MAX = 256
+
+
+@dataclass(frozen=True)
+class _Header:
+    """What ``header_aliases`` needs of one header: its quoted includes, in order, and its own aliases."""
+
+    includes: tuple[str, ...]
+    aliases: tuple[tuple[str, tuple[str, int]], ...]
+
+
+#: (resolved path, mtime_ns, size) -> the header as read then (None: tree-sitter could not read it)
+_header_cache: OrderedDict[tuple[str, int, int], _Header | None] = OrderedDict()
+_header_lock = threading.Lock()
+
+
+def _read_header(path: Path) -> _Header | None:
+    """Read and parse one header (OSError when it cannot be read; None when it cannot be parsed)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        hsrc = SourceText(text)
+        hmodel = parse_model(hsrc.data)
+    except Exception:  # a header tree-sitter cannot read is skipped, never fatal
+        return None
+    return _Header(tuple(inc.path for inc in hmodel.includes if not inc.system),
+                   tuple(type_aliases(hsrc, hmodel).items()))
+
+
+def _header(path: Path, mtime_ns: int, size: int) -> _Header | None:
+    """``_read_header``, kept per (path, mtime, size): spec inference runs again after every edit of the kernel
+    file (hints, the signature guard), and its headers rarely change in between; a header that does gets a
+    new key and is read again. Bounded (LRU), like the hints cache."""
+    key = (str(path), mtime_ns, size)
+    with _header_lock:
+        if key in _header_cache:
+            _header_cache.move_to_end(key)
+            return _header_cache[key]
+    entry = _read_header(path)
+    with _header_lock:
+        _header_cache[key] = entry
+        while len(_header_cache) > HEADER_CACHE_MAX:
+            _header_cache.popitem(last=False)
+    return entry
 
 
 def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> dict[
@@ -144,42 +191,37 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
     seen: set[Path] = {start}
     budget = [HEADER_MAX_FILES, HEADER_MAX_BYTES]
 
-    def visit(path: Path, fmodel: FileModel, depth: int) -> dict[str, tuple[str, int]]:
+    def visit(path: Path, includes: Sequence[str], depth: int) -> dict[str, tuple[str, int]]:
         found: dict[str, tuple[str, int]] = {}
         if depth >= HEADER_DEPTH:
             return found
-        for inc in fmodel.includes:
-            if inc.system:
-                continue
+        for inc in includes:
             for base in (path.parent, *dirs):
-                cand = base / inc.path
+                cand = base / inc
                 try:
                     if not cand.is_file():
                         continue
                     cand = cand.resolve()
                     if cand in seen or budget[0] <= 0:
                         break
-                    size = cand.stat().st_size
-                    if size > budget[1]:
+                    st = cand.stat()
+                    if st.st_size > budget[1]:
                         break
-                    text = cand.read_text(encoding="utf-8", errors="replace")
+                    header = _header(cand, st.st_mtime_ns, st.st_size)
                 except OSError:
                     continue
                 seen.add(cand)
                 budget[0] -= 1
-                budget[1] -= size
-                try:
-                    hsrc = SourceText(text)
-                    hmodel = parse_model(hsrc.data)
-                except Exception:  # a header tree-sitter cannot read is skipped, never fatal
+                budget[1] -= st.st_size
+                if header is None:
                     break
                 # what this header includes first, then its own declarations over them
-                found.update(visit(cand, hmodel, depth + 1))
-                found.update(type_aliases(hsrc, hmodel))
+                found.update(visit(cand, header.includes, depth + 1))
+                found.update(header.aliases)
                 break
         return found
 
-    return visit(start, model, 0)
+    return visit(start, [inc.path for inc in model.includes if not inc.system], 0)
 
 
 def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,

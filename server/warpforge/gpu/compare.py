@@ -234,12 +234,58 @@ def from_device_result(
                         orig_unw, bool(bad) and first_never_written)
 
 
+#: constants of ``checksum`` (shared with ``wf_checksum`` in DEVICE_SOURCE): the word index is spread by the
+#: golden-ratio increment and an offset, then each word goes through splitmix64's finalizer
+CHECKSUM_STEP, CHECKSUM_OFFSET = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_U64 = np.uint64
+
+
+def checksum(data: bytes | npt.NDArray[Any], *, chunk: int = 1 << 22) -> int:
+    """An order-independent 64-bit checksum of a buffer's bytes (the host half of ``wf_checksum``).
+
+    Why: inputs the spec calls read-only are shared in place between runs (the worker copies them no more),
+    and a kernel that writes one must be caught: the checksum is taken when the inputs are drawn and again
+    after every run that used them. The bytes are read as little-endian 64-bit words, the last one padded
+    with zero bytes (any length works), and the result is the sum mod 2^64 of ``mix(word XOR (index * STEP +
+    OFFSET))``, ``mix`` being splitmix64's finalizer. A sum can be taken by threads in any order; ``mix`` and
+    the XOR are bijections, so a change to any one word (one bit, one element) always changes the sum, and a
+    change to several leaves it equal with probability about 2^-64. Where it stands in a word is in the sum
+    too (the index), so swapped words change it.
+    """
+    raw = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else \
+        np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    n = int(raw.size)
+    words = n // 8
+    total = _U64(0)
+    with np.errstate(over="ignore"):
+        for start in range(0, words, chunk):
+            stop = min(words, start + chunk)
+            w = raw[start * 8 : stop * 8].view("<u8").astype(_U64)
+            idx = np.arange(start, stop, dtype=_U64)
+            total = _U64(total + _mix(w ^ (idx * _U64(CHECKSUM_STEP) + _U64(CHECKSUM_OFFSET))).sum(dtype=_U64))
+        if n % 8:
+            tail = np.zeros(8, dtype=np.uint8)
+            tail[: n % 8] = raw[words * 8 :]
+            w = tail.view("<u8").astype(_U64)
+            idx = np.array([words], dtype=_U64)
+            total = _U64(total + _mix(w ^ (idx * _U64(CHECKSUM_STEP) + _U64(CHECKSUM_OFFSET)))[0])
+    return int(total)
+
+
+def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    z = (z ^ (z >> _U64(30))) * _U64(_MIX1)
+    z = (z ^ (z >> _U64(27))) * _U64(_MIX2)
+    return z ^ (z >> _U64(31))
+
+
 def device_kernel_name(dtype: str) -> str:
     """Entry point of DEVICE_SOURCE for this element width."""
     return f"wf_compare_{storage_dtype(dtype).itemsize}"
 
 
-#: The device version of ``compare`` (and the input generator, ``generator.device_source``, and the L2 flush);
+#: The device version of ``compare`` (and the input generator, ``generator.device_source``, the L2 flush and
+#: the input checksum, ``checksum``);
 #: compiled once per toolchain and shipped to workers as a cubin.
 #: ``res`` receives: mismatches, unwritten, NaN mismatches, first mismatching index (initialise to ~0),
 #: max abs error and max rel error as the bits of non-negative doubles (so integer atomicMax orders them),
@@ -333,6 +379,48 @@ extern "C" __global__ void wf_flush(const uint4* __restrict__ buf, unsigned long
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+
+// The checksum of ``checksum`` (compare.py): nbytes at p (8-byte aligned, as every allocation of the worker is)
+// read as little-endian 64-bit words, the last one zero-padded; each thread sums mix(word ^ (i * STEP + OFFSET))
+// over its words, a block sums its threads' sums (warp shuffles, then one warp over the warps' sums) and adds
+// that to *out with one atomicAdd. Sums mod 2^64 do not depend on the order.
+__device__ __forceinline__ unsigned long long wf_mix(unsigned long long w, unsigned long long i)
+{
+    unsigned long long z = w ^ (i * 0x9E3779B97F4A7C15ull + 0xD1B54A32D192ED03ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void wf_checksum(const unsigned char* __restrict__ p, unsigned long long nbytes,
+                                       unsigned long long* out)
+{
+    __shared__ unsigned long long warp_sums[32];
+    const unsigned long long words = nbytes >> 3;
+    const unsigned long long* w = reinterpret_cast<const unsigned long long*>(p);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long acc = 0;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride)
+        acc += wf_mix(w[i], i);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && (nbytes & 7ull)) {
+        unsigned long long t = 0;
+        for (unsigned int k = 0; k < (unsigned int)(nbytes & 7ull); k++)
+            t |= (unsigned long long)p[words * 8 + k] << (8 * k);
+        acc += wf_mix(t, words);
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        acc += __shfl_down_sync(0xffffffffu, acc, off);
+    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned int warps = (blockDim.x + 31) >> 5;
+        acc = lane < warps ? warp_sums[lane] : 0ull;
+        for (int off = 16; off > 0; off >>= 1)
+            acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (lane == 0 && acc) atomicAdd(out, acc);
+    }
 }
 
 extern "C" __global__ void wf_compare_1(const unsigned char* got, const unsigned char* want, unsigned long long n,

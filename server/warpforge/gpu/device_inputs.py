@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import generator
-from .inputs import TAIL, ArgLayout, InputError, Layout, draw, generate, perturb_last, poison_fill, storage_dtype
+from .inputs import TAIL, ArgLayout, InputError, Layout, draw, generate, perturb_last, poison_memset, storage_dtype
 
 #: the kernel's prepared argument format after the output pointer (see ``generator.device_source``)
 _ARGS = "QQIIiiddqQdd"
@@ -84,25 +84,37 @@ class DeviceGenerator:
         return None
 
 
-def load(cuda: Any, cubin: bytes | None, sm_count: int) -> tuple[DeviceGenerator | None, str]:
-    """A checked generator from the comparison module's cubin, or None and why (the host is used then)."""
-    if not cubin:
+def load(cuda: Any, cubin_or_module: Any, sm_count: int, stream: Any = None,
+         alloc: Callable[[int], int] | None = None,
+         release: Callable[[int], None] | None = None) -> tuple[DeviceGenerator | None, str]:
+    """A checked generator, or None and why (the host draws the inputs then).
+
+    ``cubin_or_module`` is the comparison module's cubin (bytes) or that module already loaded. The self-test
+    needs scratch buffers: ``alloc``/``release`` make and drop them (the worker passes its pooled allocator);
+    without them they come from ``cuda.mem_alloc`` and are freed at once (the one-launch harnesses).
+    """
+    if not cubin_or_module:
         return None, "no device module: inputs are generated on the host"
+    live: dict[int, Any] = {}
+
+    def own_alloc(nbytes: int) -> int:
+        a = cuda.mem_alloc(max(1, nbytes))
+        live[int(a)] = a
+        return int(a)
+
     try:
-        gen = DeviceGenerator(cuda, cuda.module_from_buffer(cubin), sm_count)
-        live: dict[int, Any] = {}
-
-        def alloc(nbytes: int) -> int:
-            a = cuda.mem_alloc(max(1, nbytes))
-            live[int(a)] = a
-            return int(a)
-
-        problem = gen.selftest(alloc, lambda p: live.pop(p).free())
+        module = (cuda.module_from_buffer(bytes(cubin_or_module))
+                  if isinstance(cubin_or_module, (bytes, bytearray)) else cubin_or_module)
+        gen = DeviceGenerator(cuda, module, sm_count, stream)
+        if alloc is None or release is None:
+            problem = gen.selftest(own_alloc, lambda p: live.pop(p).free())
+        else:
+            problem = gen.selftest(alloc, release)
     except (cuda.Error, InputError) as e:
         return None, f"device input generator unavailable ({e}): inputs are generated on the host"
     if problem:
         return None, f"device input generator disabled, using the host: {problem}"
-    return gen, "inputs generated on the GPU (checked against the host)"
+    return gen, "inputs generated on the GPU (checked against the host generator)"
 
 
 def fill_buffers(cuda: Any, layout: Layout, seed: int, allocs: dict[str, Any], gen: DeviceGenerator | None) -> None:
@@ -113,11 +125,7 @@ def fill_buffers(cuda: Any, layout: Layout, seed: int, allocs: dict[str, Any], g
             continue
         ptr = int(allocs[a.name])
         if a.role == "out":
-            width, value = poison_fill(a.dtype)
-            if width == 1:
-                cuda.memset_d8(ptr, value, a.nbytes)
-            else:
-                cuda.memset_d16(ptr, value, a.nbytes // 2)
+            poison_memset(cuda, ptr, a.nbytes, a.dtype)
         elif gen is not None:
             gen.fill(ptr, a, seed)
         else:

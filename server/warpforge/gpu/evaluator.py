@@ -67,10 +67,11 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "4"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "5"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
-# generator (gpu/generator.py)
+# generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
+# run (a candidate that writes its input is rejected now; it passed before)
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: an original this long per launch (ms) or longer has its candidates checked in two steps (``Evaluator._lazy``)
@@ -204,6 +205,8 @@ class Evaluator:
         self._inflight: dict[str, asyncio.Future[Evaluation]] = {}
         self._done: dict[str, Evaluation] = {}
         self._identity: tuple[str, str] | None = None
+        #: ``in`` buffers the original writes, already told in a note (``_note_original_writes``)
+        self._told_original_writes: set[str] = set()
         #: the best verified speedup of this evaluator's candidates so far (what "clearly slower" means)
         self.best_ratio = 1.0
         #: the original's median time per launch (ms), from the latest timing of it (any evaluation's baseline side)
@@ -507,6 +510,7 @@ class Evaluator:
                     "subject": None if baseline else built.ref(), "runs": runs, "determinism": determinism,
                     "kernel_timeout": kt, "count_unwritten": baseline}
         r = await self._request(dev, msg, per_request, "verification", ev)
+        self._note_original_writes(ev, r.get("original_writes"))
         for rr in r["runs"]:
             ev.correctness.runs.append(RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]),
                                                  list(rr["guard"]),
@@ -711,6 +715,17 @@ class Evaluator:
                                 claimed.pairs)
         elif conf.reduced and conf.ncu_ratio is not None:  # a real win, offered at the size ncu reproduces
             t.speedup = Speedup(conf.ncu_ratio, min(claimed.low, conf.ncu_ratio), claimed.high, claimed.pairs)
+
+    def _note_original_writes(self, ev: Evaluation, names: Sequence[str] | None) -> None:
+        """Once per evaluator: ``in`` buffers the original kernel writes (a worker found its checksum changed).
+
+        Not a failure (the spec calls a scratch buffer an input): the worker copies them for every run from
+        then on, as every input was copied before, and the spec should say ``inout``."""
+        for name in names or ():
+            if name not in self._told_original_writes:
+                self._told_original_writes.add(name)
+                ev.notes.append(f"the original kernel writes `{name}`, which the spec lists as an input: it is "
+                                f"copied for every run; mark it `inout` in the spec")
 
     def _bytes(self) -> float | None:
         r = self.spec.resolve()

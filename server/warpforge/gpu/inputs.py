@@ -261,6 +261,27 @@ def poison_fill(dtype: str) -> tuple[int, int]:
     return (1, POISON_BYTES[0]) if itemsize(dtype) == 1 else (2, POISON_WORD16)
 
 
+def poison_memset(cuda: Any, ptr: int, nbytes: int, dtype: str, stream: Any = None) -> None:
+    """Poison ``nbytes`` of device memory at ``ptr`` for elements of ``dtype`` with one memset (``poison_fill``).
+
+    ``cuda`` is ``pycuda.driver`` (or a stand-in); with a ``stream`` the memset is queued on it, else it runs
+    at once. The worker's outputs and the one-launch harnesses' (``device_inputs.fill_buffers``) are poisoned
+    here, so both start from the same bits.
+    """
+    if nbytes <= 0:
+        return
+    width, value = poison_fill(dtype)
+    if width == 1:
+        if stream is not None:
+            cuda.memset_d8_async(ptr, value, nbytes, stream)
+        else:
+            cuda.memset_d8(ptr, value, nbytes)
+    elif stream is not None:
+        cuda.memset_d16_async(ptr, value, nbytes // 2, stream)
+    else:
+        cuda.memset_d16(ptr, value, nbytes // 2)
+
+
 def poison_array(dtype: str, count: int) -> npt.NDArray[Any]:
     """A host array of ``count`` poisoned elements (storage dtype): what an untouched output holds."""
     store = storage_dtype(dtype)

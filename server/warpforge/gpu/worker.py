@@ -9,8 +9,12 @@ starts a fresh one. Nothing a candidate kernel does can take the server or the C
 What the worker does for the verification rules (see docs/architecture.md "Verification"):
 
 - inputs are generated here from the spec's layout (``inputs``) and kept as *pristine* device copies per
-  (size, seed); every run gets freshly allocated buffers, copied from the pristine ones, so a kernel can
-  neither see data of an earlier run nor corrupt the inputs of the next;
+  (size, seed); ``inout`` buffers are copied from them into freshly allocated buffers for every run, and
+  ``in`` buffers (read-only per the spec) are passed to verification runs in place, guarded like every
+  buffer and checksummed (``compare.checksum``) when drawn and after every run that used them: a candidate
+  that writes its input is rejected, an original that does is told (its buffer is copied from then on), and
+  a set that was written is dropped and drawn again, so no run ever sees inputs an earlier run changed;
+  timing sets and energy runs copy every input, as before;
 - outputs are poisoned before every run, including every timed repetition;
 - every buffer is surrounded by guard bytes; a write past either end of a buffer is reported;
 - a run's buffers are scrubbed (poisoned) when released, and freed only after the next run's buffers
@@ -62,13 +66,12 @@ from .energy import measure as measure_energy
 from .input_cache import inputs_for
 from .inputs import (
     ArgLayout,
-    InputError,
     Layout,
     generate,
     is_poison,
     itemsize,
     perturb_tail,
-    poison_fill,
+    poison_memset,
     poison_scalar,
     scalar_format,
     scalar_value,
@@ -151,7 +154,11 @@ class _Problem:
     layouts: dict[str, Layout]
     tolerances: dict[str, tuple[float, float]]
     pristine: dict[tuple[str, int, bool], dict[str, _Buf]] = field(default_factory=dict)
+    #: per pristine set, the checksum of each ``in`` buffer shared in place, taken when the set was drawn
+    sums: dict[tuple[str, int, bool], dict[str, int]] = field(default_factory=dict)
     oracles: dict[tuple[str, str, int, bool], _Oracle] = field(default_factory=dict)
+    #: ``in`` buffers the original kernel writes (the spec calls a scratch buffer an input): copied per run
+    written_by_original: set[str] = field(default_factory=set)
     nbytes: int = 0
 
 
@@ -160,6 +167,12 @@ class _Run:
     layout: Layout
     bufs: dict[str, _Buf]
     guard: list[str]
+    #: the buffers that are the pristine inputs themselves (used in place): not the run's to release
+    shared: frozenset[str] = frozenset()
+
+    def own(self) -> list[_Buf]:
+        """The buffers allocated for this run (what its caller retires)."""
+        return [b for name, b in self.bufs.items() if name not in self.shared]
 
 
 def _launch_of(value: Any) -> Launch:
@@ -230,6 +243,14 @@ class Engine:
         self.reuses = 0
         self.cmp_fns: dict[int, Any] = {}
         self.cmp_res: _Buf | None = None
+        #: ``wf_checksum``, once checked against ``compare.checksum``: without it every input is copied per run
+        self.sum_fn: Any = None
+        self.sum_res: _Buf | None = None
+        self.sum_note = "inputs copied for every run (no device checksum yet)"
+        #: pristine sets shared by a run whose write check has not run yet (``_cleanup`` drops them)
+        self.unchecked: list[tuple[_Problem, tuple[str, int, bool]]] = []
+        #: buffers of dropped pristine sets, retired when the request ends (``_drop_pristine``)
+        self.dropped: list[_Buf] = []
         self.device_compare = False
         self.compare_note = "device comparison not set up"
         #: the device input generator, once checked against the host's (``device_inputs``)
@@ -327,13 +348,7 @@ class Engine:
         return buf
 
     def _poison(self, buf: _Buf, dtype: str) -> None:
-        if buf.nbytes == 0:
-            return
-        width, value = poison_fill(dtype)
-        if width == 1:
-            self.cuda.memset_d8_async(buf.ptr, value, buf.nbytes, self.stream)
-        else:
-            self.cuda.memset_d16_async(buf.ptr, value, buf.nbytes // 2, self.stream)
+        poison_memset(self.cuda, buf.ptr, buf.nbytes, dtype, self.stream)
 
     def _retire(self, bufs: list[_Buf]) -> None:
         """Scrub buffers now; free them after the next allocation (so pointers are never reused at once)."""
@@ -379,6 +394,7 @@ class Engine:
         bufs += [b for o in prob.oracles.values() for b in o.bufs.values()]
         self._retire(bufs)
         prob.pristine.clear()
+        prob.sums.clear()
         prob.oracles.clear()
         prob.nbytes = 0
 
@@ -490,7 +506,10 @@ class Engine:
 
     # ----------------------------------------------------------------- runs
     def _pristine(self, prob: _Problem, variant: str, seed: int, tail: bool = False) -> dict[str, _Buf]:
-        """The inputs of (variant, seed) on the device, kept; ``tail``: with their last elements perturbed."""
+        """The inputs of (variant, seed) on the device, kept; ``tail``: with their last elements perturbed.
+
+        ``in`` buffers are guarded (verification runs use them in place, so a write next to one must show in
+        its canary bands like next to any buffer) and checksummed once here (``_shared``)."""
         key = (variant, int(seed), bool(tail))
         bufs = prob.pristine.get(key)
         if bufs is not None:
@@ -500,8 +519,9 @@ class Engine:
         for a in layout.buffers:
             if not a.readable:
                 continue
+            guarded = a.role == "in"
             if self.gen is not None:  # drawn where it is used: nothing crosses the bus
-                b = self._alloc(a.nbytes, guarded=False)
+                b = self._alloc(a.nbytes, guarded=guarded)
                 b.owned = True
                 self.gen.fill(b.ptr, a, int(seed))
                 if tail and a.nbytes:
@@ -511,19 +531,69 @@ class Engine:
                 host = inputs_for(a, int(seed))  # generated once per machine, shared by its workers
                 if tail:
                     host = perturb_tail(a, host)
-                b = self._alloc(host.nbytes, guarded=False)
+                b = self._alloc(host.nbytes, guarded=guarded)
                 b.owned = True
                 if host.nbytes:
                     self.cuda.memcpy_htod(b.ptr, host)
             bufs[a.name] = b
             prob.nbytes += b.total
         prob.pristine[key] = bufs
+        names = sorted(self._shared(prob, layout))
+        if names:
+            prob.sums[key] = dict(zip(names, self._checksums([bufs[n] for n in names], 60.0), strict=True))
         self._evict(prob.id)
         return bufs
 
-    def _fresh(self, layout: Layout, pristine: dict[str, _Buf], guarded: bool) -> dict[str, _Buf]:
+    def _shared(self, prob: _Problem, layout: Layout) -> frozenset[str]:
+        """The buffers verification runs may use in place: read-only per the spec, not written by the
+        original, not empty, and only where the device checksum (the write check) is available."""
+        if self.sum_fn is None:
+            return frozenset()
+        return frozenset(a.name for a in layout.buffers
+                         if a.role == "in" and a.nbytes and a.name not in prob.written_by_original)
+
+    def _drop_pristine(self, prob: _Problem, key: tuple[str, int, bool]) -> None:
+        """Forget a pristine set (a run wrote it): the next run of (variant, seed) draws it again.
+
+        Its buffers are retired (scrubbed) only when the request ends: a caller may still hold the set (timing
+        restores ``inout`` buffers from it between repetitions, and its oracle run may be the one that wrote)."""
+        bufs = prob.pristine.pop(key, None)
+        prob.sums.pop(key, None)
+        if bufs:
+            prob.nbytes -= sum(b.total for b in bufs.values())
+            self.dropped.extend(bufs.values())
+
+    def _checksums(self, bufs: list[_Buf], timeout: float) -> list[int]:
+        """``compare.checksum`` of each buffer, computed on the device (one launch each, one copy back)."""
+        if not bufs:
+            return []
+        cuda = self.cuda
+        if self.sum_res is None or self.sum_res.nbytes < 8 * len(bufs):
+            if self.sum_res is not None:
+                self._retire([self.sum_res])
+            self.sum_res = self._alloc(max(256, 8 * len(bufs)), guarded=False)
+            self.sum_res.owned = True
+        res = self.sum_res.ptr
+        cuda.memset_d32_async(res, 0, 2 * len(bufs), self.stream)
+        sms = max(1, int(self.info["sm_count"] or 1))
+        for i, b in enumerate(bufs):
+            words = max(1, b.nbytes // 8)
+            grid = max(1, min((words + 255) // 256, sms * 16))
+            self.sum_fn.prepared_async_call((grid, 1, 1), (256, 1, 1), self.stream, b.ptr, b.nbytes, res + 8 * i)
+        self._sync(timeout)
+        out = np.empty(len(bufs), dtype=np.uint64)
+        cuda.memcpy_dtoh(out, res)
+        return [int(x) for x in out]
+
+    def _fresh(self, layout: Layout, pristine: dict[str, _Buf], guarded: bool,
+               shared: frozenset[str] = frozenset()) -> dict[str, _Buf]:
+        """A run's buffers: ``shared`` inputs are the pristine buffers themselves, other inputs fresh copies of
+        them, outputs fresh and poisoned."""
         bufs: dict[str, _Buf] = {}
         for a in layout.buffers:
+            if a.name in shared:
+                bufs[a.name] = pristine[a.name]
+                continue
             b = self._alloc(a.nbytes, guarded)
             if a.readable:
                 if a.nbytes:
@@ -535,15 +605,40 @@ class Engine:
         return bufs
 
     def _run(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int, timeout: float,
-             tail: bool = False) -> _Run:
+             tail: bool = False, original: bool = False) -> _Run:
+        """One verification launch on fresh outputs, its read-only inputs used in place and checked after.
+
+        ``original``: the launch is the original kernel's; a write to an input is then not a finding but a
+        fact about the spec (``_Problem.written_by_original``)."""
         layout = prob.layouts[variant]
+        key = (variant, int(seed), bool(tail))
         pristine = self._pristine(prob, variant, seed, tail)
-        bufs = self._fresh(layout, pristine, guarded=True)
+        sums = prob.sums.get(key, {})
+        shared = frozenset(n for n in self._shared(prob, layout) if n in sums)
+        bufs = self._fresh(layout, pristine, guarded=True, shared=shared)
+        if shared:
+            self.unchecked.append((prob, key))
         self._launch(mod, launch, layout, {k: b.ptr for k, b in bufs.items()})
         self._sync(timeout)
-        return _Run(layout, bufs, self._guards(layout, bufs))
+        hit: set[str] = set()
+        guard = self._guards(layout, bufs, hit)
+        if shared:
+            names = sorted(shared)
+            after = self._checksums([bufs[n] for n in names], timeout)
+            written = [n for n, v in zip(names, after, strict=True) if v != sums[n]]
+            for name in written:
+                if original:
+                    prob.written_by_original.add(name)
+                else:
+                    guard.append(f"writes its input `{name}` (the spec lists it read-only; the original leaves it "
+                                 "unchanged)")
+            if written or hit & shared:  # never reuse inputs a run changed (or their canaries)
+                self._drop_pristine(prob, key)
+            self.unchecked.pop()
+        return _Run(layout, bufs, guard, shared)
 
-    def _guards(self, layout: Layout, bufs: dict[str, _Buf]) -> list[str]:
+    def _guards(self, layout: Layout, bufs: dict[str, _Buf], hit: set[str] | None = None) -> list[str]:
+        """Out-of-bounds writes: canary bytes changed around any buffer (their names go into ``hit``)."""
         found: list[str] = []
         host = np.empty(GUARD, dtype=np.uint8)
         for a in layout.buffers:
@@ -559,6 +654,8 @@ class Engine:
                         what = f"element {-((GUARD - int(bad[-1])) // size + 1)}"
                     found.append(f"out-of-bounds write {where} of `{a.name}` ({what}; {bad.size} guard bytes "
                                  "changed)")
+                    if hit is not None:
+                        hit.add(a.name)
         return found
 
     def _oracle(self, prob: _Problem, mod: _Module, launch: Launch, variant: str, seed: int,
@@ -567,12 +664,12 @@ class Engine:
         found = prob.oracles.get(key)
         if found is not None:
             return found
-        run = self._run(prob, mod, launch, variant, seed, timeout, tail)
+        run = self._run(prob, mod, launch, variant, seed, timeout, tail, original=True)
         keep = {a.name: run.bufs[a.name] for a in run.layout.writable}
         for b in keep.values():
             b.owned = True
             prob.nbytes += b.total
-        self._retire([b for name, b in run.bufs.items() if name not in keep])
+        self._retire([b for b in run.own() if b not in keep.values()])
         oracle = _Oracle(keep, run.guard)
         prob.oracles[key] = oracle
         self._evict(prob.id)
@@ -639,6 +736,7 @@ class Engine:
         if self.cmp_res is None:
             self.cmp_res = self._alloc(64, guarded=False)
             self.cmp_res.owned = True
+        self._setup_checksum(module)
         self.device_compare = True
         problem = self._selftest()
         if problem:
@@ -648,8 +746,54 @@ class Engine:
             self.compare_note = "device comparison checked against the host implementation"
         self._setup_generator(module)
 
+    def _setup_checksum(self, module: Any) -> None:
+        """Load ``wf_checksum`` and check it against ``compare.checksum``; without it every input is copied."""
+        ptr = np.dtype(np.uintp).char
+        self.sum_fn = None
+        try:
+            fn = module.get_function("wf_checksum")
+            fn.prepare(ptr + "Q" + ptr)
+        except self.cuda.Error as e:
+            self.sum_note = f"inputs copied for every run (no device checksum: {_cuda_error_text(e)})"
+            return
+        self.sum_fn = fn
+        try:
+            problem = self._checksum_selftest()
+        except self.cuda.Error as e:
+            problem = _cuda_error_text(e)
+        if problem:
+            self.sum_fn = None
+            self.sum_note = f"inputs copied for every run (device checksum disabled: {problem})"
+        else:
+            self.sum_note = "read-only inputs used in place, checksummed after every run"
+
+    def _checksum_selftest(self) -> str | None:
+        """None when the device checksum equals the host's on buffers of awkward lengths and tells a one-bit
+        change apart, else why not."""
+        rng = np.random.default_rng(4321)
+        for n in (1, 7, 8, 4099, 65536 * 8 + 5):
+            data = rng.integers(0, 256, n, dtype=np.uint8)
+            flipped = data.copy()
+            flipped[n // 2] ^= 0x10
+            bufs = [self._alloc(n, guarded=False) for _ in range(2)]
+            try:
+                self.cuda.memcpy_htod(bufs[0].ptr, data)
+                self.cuda.memcpy_htod(bufs[1].ptr, flipped)
+                dev = self._checksums(bufs, 10.0)
+            finally:
+                self._retire(bufs)
+            host = [cmp.checksum(data), cmp.checksum(flipped)]
+            if dev != host:
+                return f"{n} bytes: device {dev}, host {host}"
+            if host[0] == host[1]:
+                return f"{n} bytes: a one-bit change left the checksum equal"
+        return None
+
     def _setup_generator(self, module: Any) -> None:
-        """Load the device input generator and prove it draws the host's bits; else keep the host's."""
+        """Load the device input generator and prove it draws the host's bits; else keep the host's.
+
+        ``device_inputs.load`` does it, with this engine's pooled allocator for the self-test's buffers.
+        """
         held: dict[int, _Buf] = {}
 
         def alloc(nbytes: int) -> int:
@@ -657,16 +801,8 @@ class Engine:
             held[b.ptr] = b
             return b.ptr
 
-        try:
-            gen = DeviceGenerator(self.cuda, module, int(self.info["sm_count"] or 1), self.stream)
-            problem = gen.selftest(alloc, lambda p: self._retire([held.pop(p)]))
-        except (self.cuda.Error, InputError) as e:
-            self.gen, self.gen_note = None, f"device input generator unavailable ({e}): inputs made on the host"
-            return
-        if problem:
-            self.gen, self.gen_note = None, f"device input generator disabled, using the host: {problem}"
-        else:
-            self.gen, self.gen_note = gen, "inputs generated on the GPU (checked against the host generator)"
+        self.gen, self.gen_note = device_inputs.load(self.cuda, module, int(self.info["sm_count"] or 1),
+                                                     self.stream, alloc, lambda p: self._retire([held.pop(p)]))
 
     def _selftest(self) -> str | None:
         rng = np.random.default_rng(1234)
@@ -721,6 +857,7 @@ class Engine:
     # ----------------------------------------------------------------- ops
     def op_info(self, msg: Msg) -> Msg:
         return {"status": "ok", "info": self.info, "compare": self.compare_note, "inputs": self.gen_note,
+                "inputs_in_place": self.sum_note,
                 "memory": {"allocations": self.allocations, "reuses": self.reuses, "pooled_bytes": self.pool_bytes,
                            "live": len(self.live)}}
 
@@ -728,7 +865,8 @@ class Engine:
         if msg.get("compare"):
             self._setup_compare(msg["compare"])
         return {"status": "ok", "device_compare": self.device_compare, "note": self.compare_note,
-                "device_inputs": self.gen is not None, "inputs_note": self.gen_note}
+                "device_inputs": self.gen is not None, "inputs_note": self.gen_note,
+                "inputs_in_place": self.sum_fn is not None, "in_place_note": self.sum_note}
 
     def op_peak(self, msg: Msg) -> Msg:
         if self.peak_gbps is None:
@@ -780,10 +918,12 @@ class Engine:
             self._precheck(smod, _launch_of(sref["launch"][variant]))
         reports: list[Msg] = []
         determinism: list[cmp.BufferReport] | None = None
+        itself = smod.key == omod.key  # the original checked against itself (the baseline)
         for variant, seed, tail in runs:
             layout = prob.layouts[variant]
             oracle = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout, tail)
-            run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout, tail)
+            run = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout, tail,
+                            original=itself)
             report: Msg = {"variant": variant, "seed": seed, "label": layout.label, "sizes": layout.describe(),
                            "guard": run.guard, "oracle_guard": oracle.guard, "buffers": [], "tail": tail}
             tols = {a.name: prob.tolerances.get(a.name, (0.0, 0.0)) for a in layout.writable}
@@ -792,27 +932,30 @@ class Engine:
                 report["tail_changes"] = {k: n for k, (n, _) in changes.items()}
                 tols = {k: sensitivity_tolerance(tols[k], changes[k][1]) for k in tols}
             if det is not None and not tail and (variant, seed) == (det[0], int(det[1])) and determinism is None:
-                again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout)
+                again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout,
+                                  original=itself)
                 determinism = [self._compare(a, again.bufs[a.name].ptr, run.bufs[a.name].ptr,
                                              prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
                                for a in layout.writable]
                 report["guard"] = run.guard + [g for g in again.guard if g not in run.guard]
-                self._retire(list(again.bufs.values()))
+                self._retire(again.own())
                 if not all(b.ok for b in determinism):
-                    self._retire(list(run.bufs.values()))
+                    self._retire(run.own())
                     reports.append(report)
                     break
             report["buffers"] = [self._compare(a, run.bufs[a.name].ptr, oracle.bufs[a.name].ptr, tols[a.name], timeout)
                                  for a in layout.writable]
             if msg.get("count_unwritten"):
                 report["unwritten"] = self._count_unwritten(layout, oracle, timeout)
-            self._retire(list(run.bufs.values()))
+            self._retire(run.own())
             reports.append(report)
             failed = bool(report["guard"]) or not all(b.ok for b in report["buffers"])
             if failed and msg.get("stop_on_failure", True):
                 break
+        # ``in`` buffers the original writes (found on this worker, in this request or before): the evaluator
+        # tells the user once that the spec should call them ``inout``
         return {"status": "ok", "runs": reports, "determinism": determinism, "attrs": smod.attrs,
-                "oracle_attrs": omod.attrs}
+                "oracle_attrs": omod.attrs, "original_writes": sorted(prob.written_by_original)}
 
     def _tail_changes(self, prob: _Problem, omod: _Module, oref: Msg, variant: str, seed: int, perturbed: _Oracle,
                       timeout: float) -> dict[str, tuple[int, float]]:
@@ -1119,6 +1262,8 @@ class Engine:
             return {"status": "error", "reason": f"unknown op `{op}`"}, False
         try:
             reply: Msg = handler(msg)
+            self._retire(self.dropped)
+            self.dropped.clear()
             return reply, False
         except KernelTimeout as e:
             return {"status": "timeout", "reason": str(e)}, True
@@ -1142,7 +1287,12 @@ class Engine:
                 not healthy
 
     def _cleanup(self) -> None:
-        """Release buffers a failed request left behind."""
+        """Release buffers a failed request left behind, and inputs a run used in place but never checked."""
+        for prob, key in self.unchecked:
+            self._drop_pristine(prob, key)
+        self.unchecked.clear()
+        self._retire(self.dropped)
+        self.dropped.clear()
         self._retire([b for b in list(self.live) if not b.owned])
         self._free_retired()
 

@@ -58,6 +58,8 @@ CASES: tuple[Case, ...] = (
     Case("reduce_racy.cu", REDUCE, "racy", "not deterministic", "two runs on the same inputs agree"),
     Case("gelu_oob_write.cu", GELU, "rejected", "out-of-bounds write past the end of `out`",
          "guard bytes around every buffer"),
+    Case("gelu_writes_input.cu", GELU, "rejected", "writes its input `inp`",
+         "read-only inputs checksummed after every run"),
     Case("gelu_static_smem.cu", GELU, "compile_error", "too much shared data", "build limits"),
     Case("gelu_nan.cu", GELU, "incorrect", "NaN where the original has a number", "NaN rules of the comparison"),
     Case("gelu_illegal_address.cu", GELU, "crashed", "illegal", "isolated worker, restarted after a fault"),

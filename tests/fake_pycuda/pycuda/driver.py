@@ -5,7 +5,9 @@ at fake addresses (an access outside every allocation is a sticky "illegal addre
 every operation completes at once and advances a simulated clock that events read, and kernels are
 Python functions chosen by the cubin's entry symbol. Tags compiled into a cubin as ``__device__``
 variables (``wf_fake_hang``, ``wf_fake_crash``, ``wf_fake_skip_repeat``, ``wf_fake_oob``, ``wf_fake_nan``,
-``wf_fake_fast``/``wf_fake_slow``: 10x faster/slower)
+``wf_fake_fast``/``wf_fake_slow``: 10x faster/slower, ``wf_fake_write_input``: adds 1 to ``x[0]`` after
+computing ``y``, i.e. writes its read-only input and is otherwise correct; ``wf_fake_write_scratch``: writes
+``x[n]``, an element past the ones it reads, as an original with a scratch buffer the spec calls ``in`` does)
 select misbehaviours, so a test can plant faults in a real nvcc-built candidate. Launch arguments are
 packed with ``struct`` from the prepared format, exactly as pycuda packs them, so a wrong format or
 argument type fails here as it would there.
@@ -287,6 +289,10 @@ def _saxpy(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tu
         yv[::97] = np.nan
     if "wf_fake_oob" in fn.tags:
         _view(y + 4 * int(n), 1, np.float32)[0] = 0.0
+    if "wf_fake_write_input" in fn.tags and covered:
+        _view(x, 1, np.float32)[0] += np.float32(1.0)
+    if "wf_fake_write_scratch" in fn.tags:
+        _view(x + 4 * int(n), 1, np.float32)[0] = np.float32(1234.5)
     rate = 30e12 if "wf_fake_fast" in fn.tags else 0.3e12 if "wf_fake_slow" in fn.tags else 3.0e12
     _tick(12 * covered, rate)
 
@@ -332,7 +338,18 @@ def _generate(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args:
     _tick(int(n) * store.itemsize)
 
 
-_KERNELS = {"saxpy": _saxpy, "wf_flush": _flush, "wf_generate": _generate,
+def _checksum(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    """``wf_checksum``: adds the host checksum of the bytes to ``*out`` (what every block's atomicAdd sums to)."""
+    from warpforge.gpu import compare as cmp
+
+    ptr, nbytes, out = args
+    data = _view(ptr, int(nbytes), np.uint8).copy() if nbytes else np.zeros(0, dtype=np.uint8)
+    res = _view(out, 1, np.uint64)
+    res[0] = np.uint64((int(res[0]) + cmp.checksum(data)) % (1 << 64))
+    _tick(int(nbytes))
+
+
+_KERNELS = {"saxpy": _saxpy, "wf_flush": _flush, "wf_generate": _generate, "wf_checksum": _checksum,
             "wf_compare_1": _compare, "wf_compare_2": _compare,
             "wf_compare_4": _compare, "wf_compare_8": _compare}
 
