@@ -1034,7 +1034,9 @@ class Engine:
         def prep(si: int) -> None:
             for a in layout.buffers:
                 b = sets[si][a.name]
-                if a.role == "inout" and a.nbytes:
+                # restored before every repetition: what the kernel writes, and an input the original writes
+                # (a scratch buffer the spec calls "in": read before written, it would drift between repetitions)
+                if (a.role == "inout" or a.name in prob.written_by_original) and a.nbytes:
                     cuda.memcpy_dtod_async(b.ptr, pristine[a.name].ptr, a.nbytes, self.stream)
                 elif a.role == "out":
                     self._poison(b, a.dtype)
