@@ -90,17 +90,29 @@ def _profile(args: argparse.Namespace) -> ProfileReport:
         spec = build_spec(src, model, kernel, args.file)
     except SpecError as e:
         raise CliError(str(e)) from e
+    store = _store(args)
     try:
-        store = Store(workspace_db(Path.cwd(), args.store))
-    except StoreError as e:
-        raise CliError(f"--store: {e}" if args.store else str(e)) from e
-    with store:
         job = ProfileJob(PreparedKernel(args.file, src, model, kernel, spec), ProfileSettings(
             arch=args.arch, device=args.device, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
             use_ncu=not args.no_ncu), store=store)
         report = asyncio.run(job.run())
+    finally:
+        if store is not None:
+            store.close()
     assert report is not None  # only a cancelled job has none, and nothing cancels this one
     return report
+
+
+def _store(args: argparse.Namespace) -> Store | None:
+    """The store the profile is kept in (optimize's, from this folder, unless ``--store``); opened before the
+    profile, so a file that cannot be used is exit 2. None without ``--store`` where there is no GPU: there will
+    be nothing to keep, so nothing is created in the user's cache."""
+    if not args.store and (args.no_ncu or supervisor.gpu_unavailable_reason() is not None):
+        return None
+    try:
+        return Store(workspace_db(Path.cwd(), args.store))
+    except StoreError as e:
+        raise CliError(f"--store: {e}" if args.store else str(e)) from e
 
 
 def _render_recorded(args: argparse.Namespace, text: str, arch: str | None) -> ProfileReport:

@@ -6,9 +6,9 @@ measured the same thing again. A profile is decided by what is built, what is ru
 so that is the key (``store.ProfileKey``):
 
 - ``unit_hash``: the file (its resolved path and text: the findings name its lines), the translation unit
-  as the profiler builds it (``cuda.extract.standalone``, template instantiation included) and what the
-  project's build adds to it (``compiler.build.project_key``: defines, flags, the headers it reaches), as
-  the evaluation cache keys its spec;
+  as the profiler builds it (``cuda.extract.standalone``, template instantiation included, the file named by
+  its resolved path) and what the project's build adds to it (``compiler.build.project_key``: defines, flags,
+  the headers it reaches), as the evaluation cache keys its spec;
 - the kernel; ``spec_hash``: the spec (``KernelSpec.spec_hash``: sizes, arguments, distributions, launch,
   seeds) and the sizes actually profiled (``profiler.profiled_sizes``: an optimize job caps the profile at
   ``PROFILE_MAX_BYTES``, ``warpforge profile`` runs the spec's own size, so those two share a profile only
@@ -76,10 +76,13 @@ def profile_key(file: str, text: str, parsed: Parsed, *, arch: str | None, nvcc:
         return None
     src, model, kernel, spec = parsed
     inst = tuple(spec.template_args) if kernel.template_params else None
-    tu = standalone(src, model, kernel, filename=file, instantiate=inst)
+    # The unit names its file in ``#line`` directives: named by the resolved path, ``kernels/k.cu`` (the CLI)
+    # and ``/work/kernels/k.cu`` (the editor) are one unit, as they are one build and one profile.
+    where = str(Path(file).resolve())
+    tu = standalone(src, model, kernel, filename=where, instantiate=inst)
     reduced = profiled_sizes(spec, max_bytes)
     return ProfileKey(
-        unit_hash=_digest(str(Path(file).resolve()), text, tu, project_key(tu, file)),
+        unit_hash=_digest(where, text, tu, project_key(tu, where)),
         kernel=kernel.name,
         spec_hash=_digest(spec.spec_hash(), json.dumps(reduced, sort_keys=True)),
         build=_digest(default_arch(arch), compiler, *sections),
