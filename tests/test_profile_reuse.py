@@ -318,3 +318,46 @@ def test_an_unusable_profile_is_measured_and_not_kept(gpu_machine: Path, tmp_pat
         job, _ = _optimize(_saxpy(SMALL), store)
         assert job.profile is not None and job.profile.notice is not None and "ERR_NVGPUCTRPERM" in job.profile.notice
         assert store.count_profiles() == 0
+
+
+# ============================================================================================ the CLI
+def test_cli_profile_refuses_a_store_that_cannot_be_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from warpforge.cli import main
+
+    bad = tmp_path / "notes.db"
+    bad.write_text("not a database, and long enough to be read as one: " * 40)
+    code = main(["profile", str(SAXPY_FILE), "--store", str(bad)])
+    assert code == 2 and "--store" in capsys.readouterr().err
+    assert bad.read_text().startswith("not a database")  # left as it was
+
+
+@needs_nvcc
+def test_cli_profile_keeps_what_it_measured(gpu_machine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from warpforge.cli import main
+    from warpforge.gpu import supervisor
+
+    monkeypatch.setattr(supervisor, "gpu_unavailable_reason", lambda: None)
+    kernel = tmp_path / "saxpy.cu"
+    kernel.write_text(SMALL)
+    monkeypatch.chdir(tmp_path)
+    code = main(["profile", str(kernel), "--json", "--store", str(tmp_path / "ws.db")])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["reused"] is None and "ncu_pages" not in data["profile"]
+    with Store(tmp_path / "ws.db") as store:
+        assert store.count_profiles("saxpy") == 1
+        key = key_of(PreparedKernel.from_text(str(kernel), SMALL, "saxpy"))
+        assert key is not None and (kept := reuse.reused(store, key, str(kernel))) is not None
+        assert kept.findings == ProfileReport.from_json(data).findings
+
+
+def test_cli_optimize_takes_fresh_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accepted as an option (without a GPU the command then stops at "cannot run here", exit 3, not 2)."""
+    from warpforge.cli import main
+    from warpforge.gpu import supervisor
+
+    monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(supervisor, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver was found")
+    code = main(["optimize", str(SAXPY_FILE), "--fresh-profile", "--store", str(tmp_path / "ws.db")])
+    assert code == 3, capsys.readouterr().err
