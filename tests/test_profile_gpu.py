@@ -146,7 +146,7 @@ def test_a_second_optimize_job_reuses_the_baseline_profile(tmp_path: Path,
     assert ident is not None and prof2.report.reused is not None and prof2.report.reused.endswith(f"on {ident[0]}")
     assert any(isinstance(e, Progress) and e.message.startswith("baseline profile reused from") for _, e in events2)
     assert prof2.report.seconds["total"] < 0.5, prof2.report.seconds
-    assert took2 < 3.0 and took2 < took1, (took1, took2)
+    assert took2 < took1 / 2, (took1, took2)
     assert [f.to_json() for f in prof2.findings] == [f.to_json() for f in prof1.findings]
     assert list(second.request.findings) == list(first.request.findings)
     assert second.state == "done" and first.state == "done"

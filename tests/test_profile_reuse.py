@@ -213,6 +213,9 @@ def test_the_key_follows_what_decides_the_profile(gpu_machine: Path, tmp_path: P
     monkeypatch.setattr(reuse, "device_identity", lambda device: None)
     assert key_of(_saxpy()) is None
     monkeypatch.setattr(reuse, "device_identity", lambda device: H200)
+    # another profile stage (an analyzer edited in a development checkout)
+    monkeypatch.setattr(reuse, "_code_version", lambda: "edited")
+    assert key_of(_saxpy()).version != base.version  # type: ignore[union-attr]
     # another Nsight Compute
     other = tmp_path / "ncu-2024"
     other.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\necho 'Version 2024.1.1.0 "

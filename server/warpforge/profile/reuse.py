@@ -16,7 +16,8 @@ so that is the key (``store.ProfileKey``):
 - ``build``: the architecture, the compiler (path and version) and the Nsight Compute sections collected;
 - the GPU as the evaluation cache names it, nvidia-smi's name and driver of the device profiled
   (``gpu.backends.device_identity``, what ``LocalBackend.identity`` answers); the Nsight Compute version;
-  and ``PROFILE_VERSION`` with WarpForge's version (analyzers and classification change what a report holds).
+  and ``PROFILE_VERSION`` with WarpForge's version and a digest of the profile stage's source (analyzers and
+  classification change what a report holds).
 
 The profile always runs on this machine's device (``OptimizeSettings.device``), whichever backend evaluates
 candidates, so the key names that device even when a Ray cluster measures the search. No key (None) where
@@ -29,6 +30,7 @@ missing, and that may be fixed by then.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -46,7 +48,8 @@ from ..store import ProfileKey, Store
 from . import ncu as ncu_mod
 from .profiler import Parsed, ProfileReport, profiled_sizes
 
-#: bump when the profile stage changes what a report of the same launch holds (analyzers, classification)
+#: bump when a report of the same launch must not be reused although the profile stage's code is the same
+#: (``_code_version`` covers its code: analyzers, classification, parsers)
 PROFILE_VERSION = "1"
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,16 @@ def _digest(*parts: str) -> str:
         h.update(part.encode("utf-8"))
         h.update(b"\0")
     return h.hexdigest()[:24]
+
+
+@functools.cache
+def _code_version() -> str:
+    """A digest of the profile stage's own source (this package, analyzers included), so that a WarpForge whose
+    analyzers or classification changed (a development checkout does so without a new version number)
+    profiles again instead of replaying findings an older profiler made."""
+    here = Path(__file__).resolve().parent
+    return _digest(*(f"{p.relative_to(here)}\0{p.read_text(encoding='utf-8', errors='replace')}"
+                     for p in sorted(here.rglob("*.py"))))[:12]
 
 
 def profile_key(file: str, text: str, parsed: Parsed, *, arch: str | None, nvcc: str | None, device: int,
@@ -86,7 +99,7 @@ def profile_key(file: str, text: str, parsed: Parsed, *, arch: str | None, nvcc:
         kernel=kernel.name,
         spec_hash=_digest(spec.spec_hash(), json.dumps(reduced, sort_keys=True)),
         build=_digest(default_arch(arch), compiler, *sections),
-        gpu=ident[0], driver=ident[1], ncu=version, version=f"{PROFILE_VERSION}:{__version__}")
+        gpu=ident[0], driver=ident[1], ncu=version, version=f"{PROFILE_VERSION}:{__version__}:{_code_version()}")
 
 
 def complete(report: ProfileReport) -> bool:
