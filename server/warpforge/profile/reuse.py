@@ -78,9 +78,9 @@ def profile_key(file: str, text: str, parsed: Parsed, *, arch: str | None, nvcc:
     """The key of the profile ``profiler.profile_kernel`` makes with these arguments (see the module
     docstring); None where the GPU, Nsight Compute or the compiler cannot be identified. Blocking: it runs
     nvidia-smi, ``ncu --version`` (once per process) and reads the project's headers."""
-    ident = device_identity(device)
     exe = ncu_mod.ncu_path()
     version = ncu_mod.ncu_version(exe) if exe is not None else None
+    ident = device_identity(device) if version is not None else None  # no ncu: no profile to keep, ask nothing
     if ident is None or version is None:
         return None
     try:
