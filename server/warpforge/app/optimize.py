@@ -242,8 +242,7 @@ class OptimizeJob:
         if report is not None:
             spent = report.seconds.get("measured")
             took = f"; measuring it took {spent:.1f} s" if spent else ""
-            self._emit(Progress(f"baseline profile reused from {report.reused}{took} (--fresh-profile measures "
-                                "it again)"))
+            self._emit(Progress(f"baseline profile reused from {report.reused}{took}"))
         else:
             self._emit(Progress("profiling the original kernel (Nsight Compute)"))
             try:
