@@ -101,3 +101,52 @@ def test_without_ncu_one_notice_and_a_class_from_timing(monkeypatch: pytest.Monk
     assert [f.code for f in rep.findings].count("WF299") == 1
     assert rep.profile is not None and rep.profile.ncu is None and rep.profile.median_ms
     assert rep.cls == MEMORY_BOUND, rep.profile.bottleneck
+
+
+def test_a_second_optimize_job_reuses_the_baseline_profile(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two optimize jobs on saxpy in one workspace store, on the real local evaluator: the first profiles its
+    baseline with Nsight Compute and keeps the profile; the second reuses it (no ncu run, its profile step
+    takes well under a second) and hands the search the same measured findings."""
+    import asyncio
+
+    from warpforge.app import JobEvent, JobStarted, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
+    from warpforge.app.backend import BackendChoice, make_evaluator
+    from warpforge.gpu.backends import device_identity
+    from warpforge.store import Store
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    path = KERNELS / "saxpy.cu"
+    choice = BackendChoice("local", gpus=[0], workspace=tmp_path, store=tmp_path / "warpforge.db")
+
+    def run() -> tuple[OptimizeJob, list[tuple[float, JobEvent]]]:
+        events: list[tuple[float, JobEvent]] = []
+        p = PreparedKernel.from_text(str(path), path.read_text(encoding="utf-8"), "saxpy")
+        job = OptimizeJob(p, OptimizeSettings(budget=2, seconds=60), lambda req: make_evaluator(choice, req),
+                          on_event=lambda e: events.append((time.monotonic(), e)))
+        asyncio.run(job.run())
+        return job, events
+
+    def profile_step(events: list[tuple[float, JobEvent]]) -> tuple[float, Profiled]:
+        start = next(t for t, e in events if isinstance(e, JobStarted))
+        t, ev = next((t, e) for t, e in events if isinstance(e, Profiled))
+        assert isinstance(ev, Profiled)
+        return t - start, ev
+
+    first, events1 = run()
+    took1, prof1 = profile_step(events1)
+    assert prof1.report.reused is None and prof1.report.notice is None, prof1.report.notice
+    assert prof1.findings and any(f.code.startswith("WF2") for f in prof1.findings)
+    with Store(tmp_path / "warpforge.db") as store:
+        assert store.count_profiles("saxpy") == 1
+
+    second, events2 = run()
+    took2, prof2 = profile_step(events2)
+    ident = device_identity(0)
+    assert ident is not None and prof2.report.reused is not None and prof2.report.reused.endswith(f"on {ident[0]}")
+    assert any(isinstance(e, Progress) and e.message.startswith("baseline profile reused from") for _, e in events2)
+    assert prof2.report.seconds["total"] < 0.5, prof2.report.seconds
+    assert took2 < took1 / 2, (took1, took2)
+    assert [f.to_json() for f in prof2.findings] == [f.to_json() for f in prof1.findings]
+    assert list(second.request.findings) == list(first.request.findings)
+    assert second.state == "done" and first.state == "done"

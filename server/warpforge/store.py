@@ -1,6 +1,6 @@
 """The workspace store: one SQLite file per workspace, in the user's cache (``workspaces/NAME-HASH/warpforge.db``
-under ``defaults.user_cache_dir()``), holding the evaluation cache, search memory and the LLM's lessons, and
-the one place that opens WarpForge's SQLite files.
+under ``defaults.user_cache_dir()``), holding the evaluation cache, baseline profiles, search memory and the
+LLM's lessons, and the one place that opens WarpForge's SQLite files.
 
 Why one file and one front end: the three kinds of record describe the same work on the same kernels and
 are written by the same jobs; kept apart they each grew their own connect code, their own table creation
@@ -36,6 +36,7 @@ import re
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,6 +86,25 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX IF NOT EXISTS llm_lessons_key ON llm_lessons (kernel_key, created);
     """,
+    # 2 -> 3: baseline profiles (Nsight Compute), made once and reused by later jobs on the same kernel text,
+    # spec, build and GPU (``profile.reuse``). The report is zlib-compressed JSON: the parsed source page
+    # alone is a megabyte of repeated counter names for a tiled SGEMM.
+    """
+    CREATE TABLE IF NOT EXISTS profiles (
+        unit_hash TEXT NOT NULL,
+        kernel    TEXT NOT NULL,
+        spec_hash TEXT NOT NULL,
+        build     TEXT NOT NULL,
+        gpu       TEXT NOT NULL,
+        driver    TEXT NOT NULL,
+        ncu       TEXT NOT NULL,
+        version   TEXT NOT NULL,
+        report    BLOB NOT NULL,
+        seconds   REAL NOT NULL,
+        created   REAL NOT NULL,
+        PRIMARY KEY (unit_hash, kernel, spec_hash, build, gpu, driver, ncu, version)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 #: a folder of WarpForge state inside a project (never made by default; see ``private_folder``)
@@ -108,6 +128,33 @@ class EvalKey:
     spec_hash: str
     gpu: str
     driver: str
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """What decides a kernel's profile (made by ``profile.reuse.profile_key``; plain strings here, because the
+    store sits below the profiler): the file, its translation unit and what the project's build adds
+    (``unit_hash``), the kernel, the spec at the sizes profiled (``spec_hash``), the architecture, compiler
+    and sections (``build``), the GPU as the evaluation cache names it (name and driver), the Nsight Compute
+    version and the profiler's own version."""
+
+    unit_hash: str
+    kernel: str
+    spec_hash: str
+    build: str
+    gpu: str
+    driver: str
+    ncu: str
+    version: str
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """A profile report as stored (``ProfileReport.to_json()``), when it was made and what making it took."""
+
+    report: dict[str, Any]
+    created: float
+    seconds: float
 
 
 # --------------------------------------------------------------------------- location
@@ -319,6 +366,38 @@ class Store:
                 row = db.execute("SELECT COUNT(*) FROM evaluations WHERE spec_hash=?", (spec_hash,)).fetchone()
         return int(row[0])
 
+    # ----------------------------------------------------------------- profiles
+    def get_profile(self, key: ProfileKey) -> StoredProfile | None:
+        """The stored profile report for ``key``, or None (also for a row that no longer decodes)."""
+        with self.reading() as db:
+            row = db.execute(
+                "SELECT report, created, seconds FROM profiles WHERE unit_hash=? AND kernel=? AND spec_hash=? AND "
+                "build=? AND gpu=? AND driver=? AND ncu=? AND version=?", _profile_row(key)).fetchone()
+        if row is None:
+            return None
+        try:
+            data = json.loads(zlib.decompress(row[0]).decode("utf-8"))
+        except (zlib.error, UnicodeDecodeError, ValueError):
+            return None
+        return StoredProfile(data, float(row[1]), float(row[2])) if isinstance(data, dict) else None
+
+    def put_profile(self, key: ProfileKey, report: dict[str, Any], seconds: float) -> None:
+        """Keep a profile report (``ProfileReport.to_json()``); ``seconds``: what measuring it took."""
+        blob = zlib.compress(json.dumps(report, sort_keys=True, allow_nan=False).encode("utf-8"), 6)
+        with self.writing() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO profiles (unit_hash, kernel, spec_hash, build, gpu, driver, ncu, version, "
+                "report, seconds, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*_profile_row(key), blob, seconds, time.time()))
+
+    def count_profiles(self, kernel: str | None = None) -> int:
+        with self.reading() as db:
+            if kernel is None:
+                row = db.execute("SELECT COUNT(*) FROM profiles").fetchone()
+            else:
+                row = db.execute("SELECT COUNT(*) FROM profiles WHERE kernel=?", (kernel,)).fetchone()
+        return int(row[0])
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -328,6 +407,10 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _profile_row(key: ProfileKey) -> tuple[str, ...]:
+    return (key.unit_hash, key.kernel, key.spec_hash, key.build, key.gpu, key.driver, key.ncu, key.version)
 
 
 def _advice(e: BaseException) -> str:

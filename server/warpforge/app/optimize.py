@@ -22,12 +22,15 @@ from .. import defaults
 from ..policy.llm import policy_for_request
 from ..profile.findings import Finding
 from ..profile.limit import Limit, SpecWork, limit_reader, spec_work
+from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.profiler import ProfileReport, profile_kernel
+from ..profile.reuse import profile_key, remember, reused
 from ..profile.roofline import Ceilings, cached_ceilings
 from ..search.engine import Budget, SearchEngine, SearchEvent, reserve_for
 from ..search.memory import SearchMemory
 from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize
 from ..search.tree import EvaluatorLike, Node
+from ..store import ProfileKey, Store
 from . import backend
 from .events import CandidateFound, Evidence, JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled, Progress
 from .events import ignore as _ignore
@@ -62,6 +65,9 @@ class OptimizeSettings:
     device: int = 0
     #: search only variants that keep the launch contract (``--keep-launch``, ``warpforge.keepLaunch``)
     keep_launch: bool = False
+    #: profile the baseline even when the workspace store holds its profile (``--fresh-profile``); the new
+    #: profile replaces the stored one
+    fresh_profile: bool = False
 
 
 @dataclass
@@ -92,6 +98,8 @@ class OptimizeJob:
     gpu: str = field(default="", init=False)
     #: the GPU's measured ceilings, from the baseline profile (else the disk cache, looked up once per GPU)
     ceilings: dict[str, Ceilings | None] = field(default_factory=dict, init=False)
+    #: the baseline's profile, measured now or reused from the store (``report.reused`` says which)
+    profile: ProfileReport | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -203,20 +211,53 @@ class OptimizeJob:
         except Exception:  # a front end's rendering bug must not lose the search
             log.exception("rendering %s", type(event).__name__)
 
+    def _store(self) -> Store | None:
+        """The workspace store the evaluator keeps its evaluations in (None for a plug-in evaluator): stored
+        profiles live beside the evaluations they precede."""
+        store = getattr(self.evaluator, "store", None)
+        return store if isinstance(store, Store) else None
+
     async def _profile_baseline(self) -> None:
         """Profile the original kernel: its measured findings guide the search (rules motivated by them go
-        first). Best effort: without ncu or counter access the static findings stay and the search goes on."""
-        self._emit(Progress("profiling the original kernel (Nsight Compute)"))
+        first). Best effort: without ncu or counter access the static findings stay and the search goes on.
+
+        A profile of the same kernel text, spec, build and GPU made by an earlier job (or ``warpforge profile``)
+        is reused from the workspace store (``profile.reuse``), unless ``fresh_profile``; a complete profile
+        made now is kept there for the next job."""
         s, p = self.settings, self.prepared
-        try:
-            # at most a third of the time budget: the search is what the user asked for
-            cap = max(10.0, min(300.0, s.seconds / 3)) if s.seconds else 300.0
-            report: ProfileReport = await asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
-                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
-                timeout=cap, max_bytes=PROFILE_MAX_BYTES))
-        except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
-            log_failure(log, f"profiling {self.kernel} before optimizing", e)
-            return
+        loop = asyncio.get_running_loop()
+        store = self._store()
+        key: ProfileKey | None = None
+        report: ProfileReport | None = None
+        if store is not None:
+            try:
+                key = await loop.run_in_executor(self.pool, lambda: profile_key(
+                    p.file, p.text, p.parts(), arch=s.arch, nvcc=s.nvcc, device=s.device, sections=DEFAULT_SECTIONS,
+                    max_bytes=PROFILE_MAX_BYTES))
+            except Exception as e:  # the key is an optimization: without one, profile as before
+                log_failure(log, f"identifying the profile of {self.kernel}", e)
+            if key is not None and not s.fresh_profile:
+                found = key
+                report = await loop.run_in_executor(self.pool, lambda: reused(store, found, p.file))
+        if report is not None:
+            spent = report.seconds.get("measured")
+            took = f"; measuring it took {spent:.1f} s" if spent else ""
+            self._emit(Progress(f"baseline profile reused from {report.reused}{took}"))
+        else:
+            self._emit(Progress("profiling the original kernel (Nsight Compute)"))
+            try:
+                # at most a third of the time budget: the search is what the user asked for
+                cap = max(10.0, min(300.0, s.seconds / 3)) if s.seconds else 300.0
+                report = await loop.run_in_executor(self.pool, lambda: profile_kernel(
+                    p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
+                    timeout=cap, max_bytes=PROFILE_MAX_BYTES))
+            except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
+                log_failure(log, f"profiling {self.kernel} before optimizing", e)
+                return
+            if store is not None and key is not None:
+                made, kept = key, report
+                await loop.run_in_executor(self.pool, lambda: remember(store, made, kept))
+        self.profile = report
         kp = report.profile
         if kp is not None and kp.ceilings is not None:
             self.ceilings[kp.ceilings.gpu] = kp.ceilings

@@ -2,7 +2,8 @@
 
 The profile runs in a thread (``ncu`` is a subprocess that takes seconds and the timing fallback runs its
 own event loop). Cancelling ends the job at once and discards the result; ncu itself is not interrupted:
-it is one launch.
+it is one launch. A complete profile is kept in the workspace store when the job is given one (``store``),
+for later optimize jobs on the same kernel to reuse (``profile.reuse``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 from ..profile.findings import Finding
 from ..profile.ncu import DEFAULT_SECTIONS
 from ..profile.profiler import ProfileReport, profile_kernel
+from ..profile.reuse import complete, profile_key, remember
+from ..store import Store
 from .events import JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled
 from .events import ignore as _ignore
 from .prepared import PreparedKernel, log_failure
@@ -48,6 +51,8 @@ class ProfileJob:
     on_event: OnEvent = _ignore
     pool: Executor | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the workspace store a complete profile is kept in for later optimize jobs (None: not kept)
+    store: Store | None = None
     report: ProfileReport | None = field(default=None, init=False)
     state: str = field(default="running", init=False)
     message: str = field(default="", init=False)
@@ -59,10 +64,7 @@ class ProfileJob:
     async def run(self) -> ProfileReport | None:
         """Profile; None when cancelled. Ends with ``JobFinished`` or ``JobFailed`` (then raises again)."""
         self._emit(JobStarted("profile", self.kernel, "Nsight Compute on one launch"))
-        s, p = self.settings, self.prepared
-        work: asyncio.Future[Any] = asyncio.get_running_loop().run_in_executor(self.pool, lambda: profile_kernel(
-            p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, sections=s.sections,
-            use_ncu=s.use_ncu, parsed=p.parts()))
+        work: asyncio.Future[Any] = asyncio.get_running_loop().run_in_executor(self.pool, self._measure)
         cancelled: asyncio.Future[Any] = asyncio.ensure_future(self.cancel.wait())
         final: JobEvent
         error: BaseException | None = None
@@ -86,6 +88,24 @@ class ProfileJob:
         if error is not None:
             raise error
         return self.report
+
+    def _measure(self) -> ProfileReport:
+        """Profile now (always: this job is how a user asks for a fresh profile) and keep a complete result in
+        the store, so that the next optimize job on the same kernel, spec, build and GPU reuses it instead of
+        profiling again (``profile.reuse``). Blocking: runs in the job's executor."""
+        s, p = self.settings, self.prepared
+        report = profile_kernel(p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device,
+                                sections=s.sections, use_ncu=s.use_ncu, parsed=p.parts())
+        if self.store is not None and complete(report):
+            try:
+                key = profile_key(p.file, p.text, p.parts(), arch=s.arch, nvcc=s.nvcc, device=s.device,
+                                  sections=s.sections, max_bytes=None)
+            except Exception as e:  # keeping it is an optimization: the profile itself stands
+                log_failure(log, f"identifying the profile of {self.kernel}", e)
+                key = None
+            if key is not None:
+                remember(self.store, key, report)
+        return report
 
     def _emit(self, event: JobEvent) -> None:
         try:

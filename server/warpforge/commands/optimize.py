@@ -1,5 +1,6 @@
 """``warpforge optimize FILE [--kernel K] [--strategy beam|mcts] [--budget N] [--gpus all|N|0,1]
-[--ray-address ADDR] [--store PATH] [--json] [--report out.html] [--apply] [--keep-launch] [--workspace DIR]``:
+[--ray-address ADDR] [--store PATH] [--json] [--report out.html] [--apply] [--keep-launch] [--fresh-profile]
+[--workspace DIR]``:
 the main job, headless.
 
 Candidates are spread over every visible GPU of this machine (``--gpus``, default all, honouring
@@ -24,9 +25,11 @@ in the diff without being written. ``--keep-launch`` searches only variants that
 ran (finding no faster variant is an answer), 1 when it could not: the original kernel could not be
 evaluated, or the report or ``--apply`` could not be written (the result is printed all the same).
 
-Evaluations and search memory are kept in the user's cache, keyed by the current folder (``--store`` names
-another file); evaluations replayed from there instead of measured now are counted in a line of their own and
-in the JSON (``cached_evaluations``, ``evaluation.cached``), and their headline says so.
+Evaluations, baseline profiles and search memory are kept in the user's cache, keyed by the current folder
+(``--store`` names another file); evaluations replayed from there instead of measured now are counted in a line
+of their own and in the JSON (``cached_evaluations``, ``evaluation.cached``), and their headline says so. A
+baseline profile reused from there is said in its note and in ``baseline_profile.reused``; ``--fresh-profile``
+measures it again.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ def register(sub: Any) -> None:
     p.add_argument("--store", metavar="PATH",
                    help="the evaluation cache and search memory: a SQLite file, or a folder for warpforge.db "
                         "(default: in the user cache, keyed by the current folder; never in the workspace)")
+    p.add_argument("--fresh-profile", action="store_true",
+                   help="profile the original kernel again even when the store holds its profile from an earlier "
+                        "run on the same kernel, spec, build and GPU (the new profile replaces it)")
     p.add_argument("--keep-launch", action="store_true",
                    help="search only variants that launch the kernel as now (same grid, block, shared memory): "
                         "no host launch site changes")
@@ -216,7 +222,9 @@ def _baseline_note(event: Profiled) -> str:
     r = event.report
     if event.findings:
         cls = f"{r.cls}; " if r.cls else ""
-        return (f"baseline profiled: {cls}{len(event.findings)} measured finding"
+        how = f"baseline profile reused from {r.reused} (--fresh-profile measures it again)" if r.reused \
+            else "baseline profiled"
+        return (f"{how}: {cls}{len(event.findings)} measured finding"
                 f"{'s' if len(event.findings) != 1 else ''} guide the search")
     return f"baseline not profiled: {r.notice or 'no measurement'}"
 
@@ -242,7 +250,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
 
     job = OptimizeJob(prepared, OptimizeSettings(args.strategy, args.budget, args.time, args.target, args.arch,
                                                  api_key=args.api_key, device=_device(args),
-                                                 keep_launch=args.keep_launch),
+                                                 keep_launch=args.keep_launch, fresh_profile=args.fresh_profile),
                       lambda req: _evaluator(args, req, workspace), findings=findings,
                       memory=SearchMemory(Store(args.store_file)), on_event=on_event)
     try:
@@ -404,7 +412,7 @@ def _limit_line(limit: Limit | None, base: Limit | None, improved: bool) -> str:
 
 
 def _baseline_json(event: Profiled) -> dict[str, Any]:
-    return {"class": event.report.cls, "notice": event.report.notice,
+    return {"class": event.report.cls, "notice": event.report.notice, "reused": event.report.reused,
             "findings": [f.to_json() for f in event.findings],
             "seconds": {k: round(v, 3) for k, v in event.report.seconds.items()}}
 

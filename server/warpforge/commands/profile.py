@@ -1,4 +1,4 @@
-"""``warpforge profile FILE [--kernel K] [--json]``: profiler-grounded analysis of one kernel on the GPU.
+"""``warpforge profile FILE [--kernel K] [--json] [--store PATH]``: profiler-grounded analysis of one kernel on the GPU.
 
 Prints the bottleneck class and why, the speed-of-light numbers (each unit's throughput against its peak,
 as Nsight Compute measures it), what the kernel achieves against this GPU's measured ceilings (copy
@@ -7,6 +7,10 @@ findings in the compiler format of ``warpforge hints`` — static and profiler-g
 measured ones replacing the static guesses on the same subject. Without Nsight Compute or permission to
 read the GPU's counters it says so once and falls back to timing; without a GPU, to static findings, and
 then exits 3 ("cannot run here"): the findings were printed, the profile was not made.
+
+A live profile is always measured now; a complete one (Nsight Compute ran) is kept in the workspace store
+that ``warpforge optimize`` uses from the same folder (``--store`` names another), so the next optimize of the
+same kernel, spec, build and GPU reuses it instead of profiling its baseline again.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..profile.ncu_parse import load_profile
 from ..profile.profiler import ProfileReport, render_profile
 from ..profile.roofline import Ceilings, cached_ceilings
 from ..spec import SpecError, build_spec
+from ..store import Store, StoreError, workspace_db
 from . import inputs
 from .hints import _format
 from .inputs import load_file, pick_kernel
@@ -45,6 +50,10 @@ def register(sub: Any) -> None:
     p.add_argument("--section", action="append", metavar="NAME",
                    help=f"Nsight Compute section to collect (repeatable; default: {', '.join(DEFAULT_SECTIONS)})")
     p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute: classify from timing alone")
+    p.add_argument("--store", metavar="PATH",
+                   help="where the profile is kept for later optimize runs: a SQLite file, or a folder for "
+                        "warpforge.db (default: the store optimize uses, in the user cache, keyed by the current "
+                        "folder)")
     p.add_argument("--from", dest="recorded", metavar="DIR",
                    help="render a recorded profile (details.csv, raw.csv, source.csv exported by `ncu --import`, "
                         "and ceilings.json here or one folder up) instead of profiling: no GPU needed")
@@ -63,7 +72,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     else:
         report = _profile(args)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, default=str))
+        print(json.dumps(report.to_json(full=False), indent=2, default=str))
     else:
         _print(report)
     if report.profile is not None:
@@ -81,12 +90,29 @@ def _profile(args: argparse.Namespace) -> ProfileReport:
         spec = build_spec(src, model, kernel, args.file)
     except SpecError as e:
         raise CliError(str(e)) from e
-    job = ProfileJob(PreparedKernel(args.file, src, model, kernel, spec), ProfileSettings(
-        arch=args.arch, device=args.device, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
-        use_ncu=not args.no_ncu))
-    report = asyncio.run(job.run())
+    store = _store(args)
+    try:
+        job = ProfileJob(PreparedKernel(args.file, src, model, kernel, spec), ProfileSettings(
+            arch=args.arch, device=args.device, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
+            use_ncu=not args.no_ncu), store=store)
+        report = asyncio.run(job.run())
+    finally:
+        if store is not None:
+            store.close()
     assert report is not None  # only a cancelled job has none, and nothing cancels this one
     return report
+
+
+def _store(args: argparse.Namespace) -> Store | None:
+    """The store the profile is kept in (optimize's, from this folder, unless ``--store``); opened before the
+    profile, so a file that cannot be used is exit 2. None without ``--store`` where there is no GPU: there will
+    be nothing to keep, so nothing is created in the user's cache."""
+    if not args.store and (args.no_ncu or supervisor.gpu_unavailable_reason() is not None):
+        return None
+    try:
+        return Store(workspace_db(Path.cwd(), args.store))
+    except StoreError as e:
+        raise CliError(f"--store: {e}" if args.store else str(e)) from e
 
 
 def _render_recorded(args: argparse.Namespace, text: str, arch: str | None) -> ProfileReport:

@@ -148,6 +148,14 @@ def visible_devices(env: Mapping[str, str] | None = None) -> list[VisibleGpu]:
     return out
 
 
+def device_identity(device: int) -> tuple[str, str] | None:
+    """nvidia-smi's (GPU name, driver) of CUDA device ``device`` (CUDA's numbering, through
+    ``CUDA_VISIBLE_DEVICES``), without a CUDA context; None if it cannot tell. What ``LocalBackend.identity``
+    keys evaluations by, and what a stored profile is keyed by (``profile.reuse``): one notion of "the same GPU"."""
+    smi_id = next((g.smi_id for g in visible_devices() if g.index == device), None)
+    return gpu_identity(int(smi_id)) if smi_id is not None and smi_id.isdigit() else None
+
+
 def parse_gpus(text: str | None) -> str | int | list[int]:
     """``--gpus``: ``all``, a count (``2``), or CUDA indices (``0,1``; one index alone is written ``1,``)."""
     if text is None or text.strip().lower() in ("", "all"):
@@ -455,10 +463,7 @@ class LocalBackend(EvaluationBackend):
 
     async def identity(self) -> tuple[str, str]:
         """nvidia-smi's name and driver of the first device (no CUDA context needed), else the worker's."""
-        first = self.pool.handles[0].device
-        vis = visible_devices()
-        smi_id = next((g.smi_id for g in vis if g.index == first), None)
-        ident = gpu_identity(int(smi_id)) if smi_id is not None and smi_id.isdigit() else None
+        ident = device_identity(self.pool.handles[0].device)
         if ident is not None:
             return ident
         return await super().identity()

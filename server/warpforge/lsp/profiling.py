@@ -3,7 +3,8 @@
 When a profile finishes, its measured findings replace that kernel's static ones in the editor until the
 kernel's text changes, and ``warpforge/jobDone`` (kind "profile") carries the bottleneck class. Without a
 GPU or ncu the job still ends with the static findings and one notice saying what is missing. Cancelling
-stops the progress at once and discards the result.
+stops the progress at once and discards the result. A complete profile is kept in the workspace store, where
+the next optimize job on the same kernel, spec, build and GPU reuses it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 
 from ..app import JobEvent, JobFailed, JobFinished, Profiled, ProfileJob, ProfileSettings
+from ..store import Store, StoreError
 from .jobs import EditorJob, JobManager, show_profile
 from .protocol import JobDoneParams
 
@@ -29,9 +31,18 @@ class ProfileJobs(JobManager[ProfileJob]):
 
         def make(cancel: asyncio.Event, on_event: Callable[[JobEvent], None]) -> ProfileJob:
             return ProfileJob(prepared, ProfileSettings(arch=s.arch or None, nvcc=s.nvcc_path or None),
-                              on_event=on_event, pool=self.server.thread_pool, cancel=cancel)
+                              on_event=on_event, pool=self.server.thread_pool, cancel=cancel, store=self._store())
 
         return self.launch(uri, version, make, f"Profiling {kernel}")
+
+    def _store(self) -> Store | None:
+        """The workspace's store (the one optimize jobs use), where a complete profile is kept for their reuse;
+        None when it cannot be opened (the profile is shown all the same)."""
+        root = self.server.workspace.root_path if self.server.workspace else None
+        try:
+            return Store.for_workspace(root or None, self.server.settings.store_path or None)
+        except StoreError:
+            return None
 
     def _first_message(self, job: EditorJob[ProfileJob]) -> str:
         return "Nsight Compute on one launch"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..cuda.text import Range
+from ..cuda.text import Position, Range
 
 
 class Severity(str, Enum):
@@ -131,17 +131,41 @@ class Finding:
             "kernel": self.kernel,
             "line": r.start.line + 1,
             "column": r.start.character + 1,
-            "range": {"start": {"line": r.start.line, "character": r.start.character},
-                      "end": {"line": r.end.line, "character": r.end.character}},
+            "range": _range_json(r),
             "message": self.message,
             "evidence": self.evidence,
             "action": self.action,
             "gain": self.gain,
             "gain_basis": self.gain_basis,
-            "related": [{"line": rr.start.line + 1, "message": m} for rr, m in self.related],
+            "related": [{"line": rr.start.line + 1, "message": m, "range": _range_json(rr)} for rr, m in self.related],
             "source": self.source,
             "docs": doc_url(self.code),
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Finding:
+        """The finding ``to_json`` wrote (an equal one: the workspace store keeps profiles' findings this way)."""
+        return cls(code=d["code"], severity=Severity(d["severity"]), file=d["file"], range=_range(d["range"]),
+                   message=d["message"], kernel=d.get("kernel"), evidence=dict(d.get("evidence") or {}),
+                   action=d.get("action"), gain=d.get("gain"), gain_basis=d.get("gain_basis"),
+                   related=tuple((_range(r["range"]) if "range" in r else _line_range(r["line"]), r["message"])
+                                 for r in d.get("related") or ()),
+                   source=d.get("source", "source"))
+
+
+def _range_json(r: Range) -> dict[str, Any]:
+    return {"start": {"line": r.start.line, "character": r.start.character},
+            "end": {"line": r.end.line, "character": r.end.character}}
+
+
+def _range(d: dict[str, Any]) -> Range:
+    return Range(Position(int(d["start"]["line"]), int(d["start"]["character"])),
+                 Position(int(d["end"]["line"]), int(d["end"]["character"])))
+
+
+def _line_range(line: int) -> Range:
+    """A related line written before related ranges were (1-based line, whole-line start)."""
+    return Range(Position(line - 1, 0), Position(line - 1, 0))
 
 
 def make(

@@ -124,6 +124,24 @@ def available_sections(ncu: str) -> str | None:
     return _sections_cache[ncu]
 
 
+_version_cache: dict[str, str] = {}
+
+
+def ncu_version(ncu: str) -> str | None:
+    """The version ``ncu --version`` prints (``2025.3.1.0``; cached per executable), or None when it does not
+    answer: a profile made by another Nsight Compute is not reused (``profile.reuse``)."""
+    if ncu not in _version_cache:
+        try:
+            proc = subprocess.run(guard_argv("ncu", [ncu, "--version"]), capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
+            return None
+        found = re.search(r"^Version\s+(\S+)", proc.stdout, re.MULTILINE) if proc.returncode == 0 else None
+        if found is None:
+            return None
+        _version_cache[ncu] = found.group(1)
+    return _version_cache[ncu]
+
+
 def usable_sections(wanted: Sequence[str], listing: str | None) -> list[str]:
     """The wanted sections this Nsight version has (an unknown one would make ncu refuse the run)."""
     if listing is None:

@@ -75,6 +75,10 @@ class Rule:
         return {"section": self.section, "name": self.name, "type": self.type, "description": self.description,
                 "speedup_type": self.speedup_type, "speedup": self.speedup}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Rule:
+        return cls(d["section"], d["name"], d["type"], d["description"], d.get("speedup_type", ""), d.get("speedup"))
+
 
 @dataclass
 class Details:
@@ -100,6 +104,26 @@ class Details:
             if v is not None and isinstance(v[0], float):
                 return v[0]
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything parsed, losslessly (``from_json`` gives an equal ``Details``): a metric is ``[value, unit]``."""
+        return {"kernel": self.kernel, "device": self.device, "cc": self.cc,
+                "block": list(self.block) if self.block is not None else None,
+                "grid": list(self.grid) if self.grid is not None else None,
+                "sections": {sec: {name: [v, unit] for name, (v, unit) in metrics.items()}
+                             for sec, metrics in self.sections.items()},
+                "rules": [r.to_json() for r in self.rules]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Details:
+        return cls(d["kernel"], d["device"], d["cc"], _triple(d.get("block")), _triple(d.get("grid")),
+                   {sec: {name: (v, unit) for name, (v, unit) in metrics.items()}
+                    for sec, metrics in d["sections"].items()},
+                   [Rule.from_json(r) for r in d["rules"]])
+
+
+def _triple(v: list[int] | None) -> tuple[int, int, int] | None:
+    return (int(v[0]), int(v[1]), int(v[2])) if v is not None else None
 
 
 def parse_details(text: str) -> Details:
@@ -153,6 +177,13 @@ class Raw:
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"values": self.values, "text": self.text, "units": self.units}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Raw:
+        return cls(dict(d["values"]), dict(d["text"]), dict(d["units"]))
 
 
 def parse_raw(text: str) -> Raw:
@@ -212,6 +243,14 @@ class SassRow:
             t = t.split(None, 1)[1] if " " in t else ""
         return t.split(None, 1)[0] if t else ""
 
+    def to_json(self) -> dict[str, Any]:
+        return {"address": self.address, "text": self.text, "values": self.values, "space": self.space,
+                "operation": self.operation, "size_bits": self.size_bits}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SassRow:
+        return cls(d["address"], d["text"], dict(d["values"]), d["space"], d["operation"], d["size_bits"])
+
 
 @dataclass
 class SourceLine:
@@ -242,6 +281,15 @@ class SourceLine:
         """Average threads active per executed warp instruction of this line."""
         inst = self.get(INST)
         return self.get(THREAD_INST) / inst if inst else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "values": self.values, "space": self.space,
+                "operation": self.operation, "instructions": [i.to_json() for i in self.instructions]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SourceLine:
+        return cls(d["file"], d["line"], dict(d["values"]), d["space"], d["operation"],
+                   [SassRow.from_json(i) for i in d["instructions"]])
 
 
 def _size_bits(text: str) -> int | None:
@@ -453,6 +501,17 @@ class NcuProfile:
             "active_threads_per_warp": self.active_threads_per_warp, "stall_cycles": self.stall_cycles,
             "rules": [r.to_json() for r in self.details.rules if r.type in ("OPT", "WRN")],
         }
+
+    def to_json(self) -> dict[str, Any]:
+        """The three pages as parsed, losslessly (``summary`` is what a reader wants; this is what the workspace
+        store keeps so that a profile made once can be reused: ``from_json`` gives an equal profile)."""
+        return {"details": self.details.to_json(), "raw": self.raw.to_json(),
+                "lines": [ln.to_json() for ln in self.lines]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NcuProfile:
+        return cls(Details.from_json(d["details"]), Raw.from_json(d["raw"]),
+                   [SourceLine.from_json(ln) for ln in d["lines"]])
 
 
 def parse_profile(details: str, raw: str | None = None, source: str | None = None) -> NcuProfile:

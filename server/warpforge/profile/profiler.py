@@ -65,17 +65,33 @@ class ProfileReport:
     notice: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: where a profile reused from the workspace store was measured ("2026-11-26 07:31 UTC on NVIDIA H100 ...",
+    #: ``profile.reuse``); None when this run measured it
+    reused: str | None = None
 
     @property
     def cls(self) -> str | None:
         return self.profile.cls if self.profile is not None else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, full: bool = True) -> dict[str, Any]:
+        """The report as JSON. ``full`` (the default) is lossless, what ``from_json`` reads back to an equal
+        report and what the workspace store keeps: the parsed Nsight Compute pages are in it and the seconds
+        exact. ``full=False`` is the reader's document of ``warpforge profile --json``: the profile's summary
+        only, seconds to the millisecond."""
         return {"file": self.file, "kernel": self.kernel, "class": self.cls,
-                "profile": self.profile.to_json() if self.profile is not None else None,
+                "profile": self.profile.to_json(full=full) if self.profile is not None else None,
                 "notice": self.notice, "notes": self.notes,
-                "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+                "seconds": dict(self.seconds) if full else {k: round(v, 3) for k, v in self.seconds.items()},
+                "reused": self.reused,
                 "findings": [f.to_json() for f in self.findings]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProfileReport:
+        return cls(d["file"], d["kernel"],
+                   KernelProfile.from_json(d["profile"]) if d.get("profile") is not None else None,
+                   [Finding.from_json(f) for f in d.get("findings") or ()], d.get("notice"),
+                   list(d.get("notes") or ()), {k: float(v) for k, v in (d.get("seconds") or {}).items()},
+                   d.get("reused"))
 
 
 @dataclass
@@ -236,6 +252,12 @@ def render_profile(file: str, kernel: str | None, ncu_profile: NcuProfile, ceili
     return report
 
 
+def profiled_sizes(spec: KernelSpec, max_bytes: int | None) -> dict[str, int] | None:
+    """The base sizes a profile capped at ``max_bytes`` runs at (``KernelSpec.small_sizes``), None for the
+    spec's own: part of what a stored profile is keyed by (``profile.reuse``)."""
+    return spec.small_sizes(max_bytes) if max_bytes is not None else None
+
+
 def profile_kernel(
     file: str,
     kernel: str | None = None,
@@ -279,7 +301,7 @@ def profile_kernel(
         return finish(static, f"profiling needs an NVIDIA GPU ({why}): static findings only")
     if isinstance(built, str):
         return finish(static, f"{built}: static findings only")
-    reduced = spec.small_sizes(max_bytes) if max_bytes is not None else None
+    reduced = profiled_sizes(spec, max_bytes)
     resolved = spec.resolve(base=reduced) if reduced else spec.resolve()
     layout = Layout.from_resolved(resolved, "spec")
     if reduced:

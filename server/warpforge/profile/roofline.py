@@ -181,6 +181,11 @@ class Perf:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Perf:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**{**known, "units_pct": dict(known.get("units_pct") or {})})
+
 
 def occupancy_limiter(limits: dict[str, int]) -> str | None:
     """The resource allowing the fewest blocks per SM (``registers``, ``shared_mem``, ``warps``, ``blocks``)."""
@@ -258,6 +263,10 @@ class Bottleneck:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Bottleneck:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def _pct(v: float | None) -> str:
@@ -353,10 +362,25 @@ class KernelProfile:
     def cls(self) -> str:
         return self.bottleneck.cls
 
-    def to_json(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "class": self.cls, "bottleneck": self.bottleneck.to_json(),
-                "perf": self.perf.to_json(), "ceilings": self.ceilings.to_json() if self.ceilings else None,
-                "ncu": self.ncu.summary() if self.ncu else None, "median_ms": self.median_ms, "notes": self.notes}
+    def to_json(self, *, full: bool = True) -> dict[str, Any]:
+        """The profile for readers (``ncu``: the summary a report shows) and, with ``full``, the parsed Nsight
+        Compute pages too (``ncu_pages``), so that ``from_json`` gives an equal profile (the workspace store
+        keeps it that way; ``warpforge profile --json`` leaves the pages out)."""
+        out = {"gpu": self.gpu, "class": self.cls, "bottleneck": self.bottleneck.to_json(),
+               "perf": self.perf.to_json(), "ceilings": self.ceilings.to_json() if self.ceilings else None,
+               "ncu": self.ncu.summary() if self.ncu else None, "median_ms": self.median_ms, "notes": self.notes}
+        if full:
+            out["ncu_pages"] = self.ncu.to_json() if self.ncu else None
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelProfile:
+        """A profile from ``to_json()`` (full); without the pages (a reader's document) ``ncu`` is None."""
+        pages = d.get("ncu_pages")
+        return cls(d["gpu"], Perf.from_json(d["perf"]), Bottleneck.from_json(d["bottleneck"]),
+                   Ceilings.from_json(d["ceilings"]) if d.get("ceilings") is not None else None,
+                   NcuProfile.from_json(pages) if pages is not None else None, d.get("median_ms"),
+                   list(d.get("notes") or []))
 
 
 def from_ncu(p: NcuProfile, ceilings: Ceilings | None) -> KernelProfile:
