@@ -43,8 +43,10 @@ def test_optimize_reports_a_real_percentage_of_the_memory_limit(tmp_path: Path, 
     data = json.loads(r.stdout)
     lim, base = data["limit"], data["baseline_limit"]
     assert lim["bound"] == "memory" and base["bound"] == "memory"
-    assert 0 < lim["pct_limit"] <= 105, lim
-    assert 0 < base["pct_limit"] <= 105, base
+    # The roof is a measured device-to-device copy (reads = writes); a read-heavy kernel streams a little faster
+    # than that on HBM3: saxpy (2 reads per write) measured 105.9 % on an H100 80GB HBM3 (2026-11-26)
+    assert 0 < lim["pct_limit"] <= 110, lim
+    assert 0 < base["pct_limit"] <= 110, base
     assert lim["pct_limit"] >= base["pct_limit"] * 0.95  # the best is not slower than the original
     if lim["pct_limit"] >= 95:
         assert data["stopped"].startswith("within 5 % of the physical limit"), data["stopped"]
