@@ -596,6 +596,13 @@ def test_a_long_kernels_slower_candidates_are_checked_once_and_never_offered(loo
                                                  abandon_slower=False))
         whole = loop.run_until_complete(full.evaluate(_tagged(full, "wf_fake_slow")))
         assert whole.verified and whole.correctness.evidence() == "3 seeds + odd size", whole.reason
+        # ... and so is every candidate of an energy search: slower in time is not worse in energy
+        energy = Evaluator(path, "saxpy", backend=backend,
+                           settings=EngineSettings(kernel_timeout=60.0, timing=TimingSettings(max_seconds=2.0),
+                                                   objective="energy", energy_seconds=0.05))
+        loop.run_until_complete(energy.evaluate(energy.original))
+        frugal = loop.run_until_complete(energy.evaluate(_tagged(energy, "wf_fake_slow")))
+        assert frugal.correctness.complete and frugal.correctness.evidence() == "3 seeds + odd size", frugal.reason
     finally:
         backend.close()
 

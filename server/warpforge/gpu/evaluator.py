@@ -496,8 +496,10 @@ class Evaluator:
         """Check a candidate in two steps, timing in between? Where the original is a long kernel: every
         verification run then costs as much as a timing repetition, and most candidates of a search are slower
         than the best so far (they cannot win, and their timing stops early), so their other runs would only
-        spend the GPU. A winner, and anything the sanitizer is asked for, is always verified in full."""
-        if baseline or sanitize or not self.settings.abandon_slower or self.original_ms is None:
+        spend the GPU. A winner, and anything the sanitizer is asked for, is always verified in full; so is every
+        candidate of an energy search (slower in time is not worse in energy, which is measured after the checks)."""
+        if (baseline or sanitize or not self.settings.abandon_slower or self.original_ms is None
+                or self.settings.objective != "time"):
             return False
         return self.original_ms >= LAZY_CHECK_MS
 
