@@ -174,6 +174,10 @@ class _Node:
         return self.evaluation.status == "ok"
 
     @property
+    def verified(self) -> bool:  # every check made (``Node.verified``): these stand for fully verified results
+        return self.ok
+
+    @property
     def speedup(self) -> float | None:
         return self.evaluation.speedup
 
