@@ -265,6 +265,35 @@ async def test_after_reject_the_lens_offers_the_next_best_and_nothing_once_all_a
 
 
 @needs_nvcc
+async def test_a_waiting_variant_leaves_the_lens_while_the_kernel_is_edited_and_returns_on_undo(
+        client: LanguageClient) -> None:
+    """A variant is verified against the text the job saw: once the kernel is edited its lens goes (accept would
+    refuse it), and an undo back to that text brings it back."""
+    state = client.state  # type: ignore[attr-defined]
+    text = SAXPY.replace("const float* x", "float* x")
+    uri = open_doc(client, "saxpy_edited.cu", text)
+    await wait_diagnostics(client, uri)
+    _, done = await _run_job(client, uri, "saxpy")
+    assert done.outcome == "improved"
+    review = f"{done.speedup:.2f}× faster — Review"
+    assert review in await _lenses(client, uri)
+
+    def change(version: int, new: str) -> None:
+        state.docs[uri] = (version, new)
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[lsp.TextDocumentContentChangeWholeDocument(text=new)]))
+
+    change(2, text.replace("y[i] = a * x[i] + y[i];", "y[i] = a * x[i] + y[i] + 0.0f;"))
+    await asyncio.sleep(0.3)
+    titles = await _lenses(client, uri)
+    assert not any("faster" in t for t in titles) and "Optimize" in titles, titles
+    change(3, "// a comment above the kernel\n" + text)  # the kernel as the job saw it, elsewhere in the file
+    await asyncio.sleep(0.3)
+    assert review in await _lenses(client, uri)
+
+
+@needs_nvcc
 async def test_a_job_without_a_faster_variant_keeps_its_result_on_the_lens_until_the_kernel_changes(
         client: LanguageClient) -> None:
     state = client.state  # type: ignore[attr-defined]

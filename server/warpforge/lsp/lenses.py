@@ -82,8 +82,11 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
             arguments=[profiling.id] if profiling else [uri, k.name])))
         spec_title = "Edit benchmark spec" if k.annotated else "Add benchmark spec"
         out.append(lsp.CodeLens(line, lsp.Command(spec_title, "warpforge.addSpec", arguments=[uri, k.name])))
-        if k.name in ready:
-            job, node = ready[k.name]
+        waiting = ready.get(k.name)
+        if waiting is not None and k.text and k.text != waiting[0].prepared.kernel_text:
+            waiting = None  # edited since the job started: its variant describes the old text (accept refuses it)
+        if waiting is not None:
+            job, node = waiting
             which = "next best " if server.jobs.rejected.get(job.id, 0.0) >= (node.speedup or 0.0) else ""
             out.append(lsp.CodeLens(line, lsp.Command(
                 f"{which}{node.speedup:.2f}× faster — Review", "warpforge.showCandidate",
