@@ -307,6 +307,26 @@ async def test_cancel_returns_best_so_far(client: LanguageClient) -> None:
     assert done.state == "cancelled"
 
 
+@needs_nvcc
+async def test_two_starts_of_one_kernel_at_once_start_one_job(client: LanguageClient) -> None:
+    """The workspace scan of a start runs off the event loop, so two starts sent together both reach it: the
+    second must still be refused, not start a second job on the same kernel."""
+    state = client.state  # type: ignore[attr-defined]
+    uri = open_doc(client, "saxpy_twice.cu", SAXPY.replace("const float* x", "float* x"))
+
+    async def start() -> Any:
+        return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="warpforge.optimize", arguments=[uri, "saxpy", "beam"]))
+
+    results = await asyncio.gather(start(), start(), return_exceptions=True)
+    started = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(started) == 1 and len(refused) == 1, results
+    assert "already being optimized" in str(refused[0])
+    job = started[0]["job"] if isinstance(started[0], dict) else started[0].job
+    await asyncio.wait_for(_until(lambda: any(d.job == job for d in state.done)), 120)
+
+
 async def test_malformed_requests_get_errors_and_server_stays_up(client: LanguageClient) -> None:
     uri = open_doc(client, "saxpy_bad.cu", SAXPY)
     with pytest.raises(Exception, match="no __global__ kernel named `nope`"):

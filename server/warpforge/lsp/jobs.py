@@ -167,17 +167,29 @@ class JobManager(Generic[W]):
                     None)
 
     # ----------------------------------------------------------------- start / cancel
-    def snapshot(self, uri: str, kernel: str) -> tuple[PreparedKernel, int | None]:
-        """The open document's text, parsed once, with the kernel's spec: what the job will work on."""
+    async def snapshot(self, uri: str, kernel: str) -> tuple[PreparedKernel, int | None]:
+        """The open document's text, parsed once, with the kernel's spec and its launch sites in the workspace:
+        what the job will work on. The parse and the workspace scan run off the event loop (a large workspace
+        must not hold up hovers and diagnostics); the text and the open buffers are read on it."""
         try:
             doc = self.server.workspace.get_text_document(uri)
-            text = doc.source
+            text, path, version = doc.source, doc.path, doc.version
         except Exception as e:
             raise JobError(f"document {uri} is not open") from e
-        prepared = PreparedKernel.from_text(doc.path or uri, text, kernel)
         if (running := self.running_for(uri, kernel)) is not None:
             raise JobError(self._busy(kernel, running))
-        return self.with_launch_sites(prepared, doc.path), doc.version
+        overlay = self._overlay()
+        prepared = await self.server.off_loop(
+            lambda: self.with_launch_sites(PreparedKernel.from_text(path or uri, text, kernel), path, overlay))
+        # checked again: another start of the same kernel may have registered while this one scanned
+        if (running := self.running_for(uri, kernel)) is not None:
+            raise JobError(self._busy(kernel, running))
+        return prepared, version
+
+    def _overlay(self) -> dict[Path, str]:
+        """The editor's open buffers by file (read on the event loop, where the workspace changes)."""
+        return {Path(d.path): d.source for d in list(self.server.workspace.text_documents.values())
+                if d.path and d.uri.startswith("file://")}
 
     def workspace_root(self, path: str | None) -> Path | None:
         """The workspace folder holding ``path`` (the first folder, else the root, when none holds it): where
@@ -194,14 +206,14 @@ class JobManager(Generic[W]):
             return folders[0]
         return Path(ws.root_path) if ws.root_path else None
 
-    def with_launch_sites(self, prepared: PreparedKernel, path: str | None) -> PreparedKernel:
+    def with_launch_sites(self, prepared: PreparedKernel, path: str | None,
+                          overlay: dict[Path, str]) -> PreparedKernel:
         """``prepared`` with the kernel's launches in the other files of its workspace folder, read from the
-        editor's buffers where they are open (``cuda.workspace``)."""
+        editor's buffers where they are open (``overlay``, ``_overlay``; ``cuda.workspace``). Blocking: the
+        callers run it off the event loop."""
         root = self.workspace_root(path)
         if root is None or not path:
             return prepared
-        overlay = {Path(d.path): d.source for d in self.server.workspace.text_documents.values()
-                   if d.path and d.uri.startswith("file://")}
         try:
             found = prepared.with_workspace(root, overlay)
         except OSError as e:
@@ -313,11 +325,11 @@ class OptimizeJobs(JobManager[OptimizeJob]):
         except StoreError:
             return None
 
-    def start(self, uri: str, kernel: str, strategy: str) -> EditorJob[OptimizeJob]:
+    async def start(self, uri: str, kernel: str, strategy: str) -> EditorJob[OptimizeJob]:
         """Start optimizing; JobError (the message is for the user) when it cannot start."""
         if strategy not in ("beam", "mcts"):
             raise JobError(f"unknown strategy `{strategy}`: use beam or mcts")
-        prepared, version = self.snapshot(uri, kernel)
+        prepared, version = await self.snapshot(uri, kernel)
         s = self.server.settings
         name = backend_name(s)
         root = self.server.workspace.root_path if self.server.workspace else None
@@ -421,7 +433,8 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             raise JobError(f"{job.uri} is not open") from e
         now = job.prepared.rebased(current)  # JobError when the kernel changed meanwhile
         # The launch sites as they are now (the user may have edited a launcher since the job started).
-        now = await self.server.off_loop(lambda: self.with_launch_sites(now, doc.path))
+        overlay = self._overlay()
+        now = await self.server.off_loop(lambda: self.with_launch_sites(now, doc.path, overlay))
         change = await self.server.off_loop(lambda: now.workspace_change(node.candidate))
         build = build_change(node.candidate)
         result = await self.server.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(

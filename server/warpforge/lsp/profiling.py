@@ -24,9 +24,9 @@ class ProfileJobs(JobManager[ProfileJob]):
     token_prefix = "wfprofile-"
     doing = "profiled"
 
-    def start(self, uri: str, kernel: str) -> EditorJob[ProfileJob]:
+    async def start(self, uri: str, kernel: str) -> EditorJob[ProfileJob]:
         """Start profiling; JobError (the message is for the user) when it cannot start."""
-        prepared, version = self.snapshot(uri, kernel)
+        prepared, version = await self.snapshot(uri, kernel)
         s = self.server.settings
 
         def make(cancel: asyncio.Event, on_event: Callable[[JobEvent], None]) -> ProfileJob:

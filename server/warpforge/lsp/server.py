@@ -261,7 +261,7 @@ def create_server() -> WarpForgeServer:
         if not status.can_optimize:  # said before anything starts (the editor checks first; other clients too)
             raise JobError(f"{kernel} cannot be optimized here: {status.reason}. To measure variants, "
                            f"{status.advice()}. Hints keep working without a GPU.")
-        job = ls.jobs.start(uri, kernel, strategy or ls.settings.strategy)
+        job = await ls.jobs.start(uri, kernel, strategy or ls.settings.strategy)
         ls.lenses_changed()
         return wire(OptimizeResult(job.id, job.token))  # type: ignore[no-any-return]
 
@@ -270,7 +270,7 @@ def create_server() -> WarpForgeServer:
     async def profile(ls: WarpForgeServer, uri: str, kernel: str) -> dict[str, Any]:
         ls.allowed("Profile")
         ls.analyzable(uri)
-        job = ls.profiles.start(uri, kernel)
+        job = await ls.profiles.start(uri, kernel)
         return wire(ProfileResult(job.id, job.token))  # type: ignore[no-any-return]
 
     @server.command("warpforge.cancel")
