@@ -128,6 +128,12 @@ def test_optimize_job_events_in_order_and_cleanup(monkeypatch: pytest.MonkeyPatc
     assert found and all(e.speedup > 1.0 and "+++ b/saxpy.cu" in e.diff for e in found)
     assert found[-1].evidence.seeds == 3 and found[-1].evidence.spread == 0.01
     assert job.node(found[-1].node.candidate.hash) is found[-1].node
+    # every verified variant faster than the original is offered, once, not only each new best
+    assert job.outcome is not None
+    faster = {n.candidate.hash for n in job.outcome.result.nodes
+              if n.parent is not None and n.verified and (n.speedup or 0) > 1.01}
+    assert [e.node.candidate.hash for e in found] == list(dict.fromkeys(e.node.candidate.hash for e in found))
+    assert {e.node.candidate.hash for e in found} == faster
     assert len(made) == 1 and made[0].closed and made[0].evaluated >= 2
 
 

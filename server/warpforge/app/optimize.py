@@ -37,6 +37,9 @@ from .events import ignore as _ignore
 from .prepared import PreparedKernel, log_failure
 from .profile import measured_findings
 
+#: a verified variant is offered when its speedup is above this (and outside the timing noise), as
+#: ``search.optimize.confirm_winner`` ranks winners
+OFFER_ABOVE = 1.01
 #: the baseline's profile before a search runs at most this much data (``profile_kernel(max_bytes=...)``)
 PROFILE_MAX_BYTES = 512 << 20
 
@@ -202,6 +205,11 @@ class OptimizeJob:
         return limit_reader(work, self._ceilings_of) if work is not None else None
 
     def best_announced(self) -> Node | None:
+        """The variant to offer: the job's result while it is still offered (the search's final choice, which may
+        prefer a launch that can be written over a faster one), else the fastest still offered."""
+        r = self.outcome.result if self.outcome is not None else None
+        if r is not None and r.improved and r.best.candidate.hash in self.announced:
+            return r.best
         return max(self.announced.values(), key=lambda n: n.speedup or 0) if self.announced else None
 
     # ----------------------------------------------------------------- steps
@@ -277,6 +285,12 @@ class OptimizeJob:
             self._emit(Progress(f"round {ev.round} · {ev.evaluations} candidates · best {ev.best_speedup:.2f}×",
                                 ev.evaluations, min(99, int(100 * ev.evaluations / budget)) if budget else None,
                                 ev.best_speedup))
+            # every verified variant that is significantly faster than the original is offered, not only those
+            # that were the best when they came: after a Reject, "next best" is the next fastest of them all
+            node = ev.node
+            if (ev.kind == "evaluated" and node is not None and node.parent is not None and node.verified
+                    and (node.speedup or 0) > OFFER_ABOVE and SearchEngine._significant(node)):
+                self._announce(node)
         elif ev.kind == "improved" and ev.node is not None:
             self._announce(ev.node)
         elif ev.kind == "at_limit":
@@ -284,7 +298,7 @@ class OptimizeJob:
                                 ev.evaluations, None, ev.best_speedup))
 
     def _announce(self, node: Node) -> None:
-        if node.parent is None or node.speedup is None:
+        if node.parent is None or node.speedup is None or node.candidate.hash in self.announced:
             return
         try:
             change = self.prepared.workspace_change(node.candidate)

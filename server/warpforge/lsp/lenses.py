@@ -87,7 +87,12 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
             waiting = None  # edited since the job started: its variant describes the old text (accept refuses it)
         if waiting is not None:
             job, node = waiting
-            which = "next best " if server.jobs.rejected.get(job.id, 0.0) >= (node.speedup or 0.0) else ""
+            # "next best" once what the job found best was rejected (ties in speed are not a rejection of it)
+            outcome = job.work.outcome
+            if outcome is not None and outcome.result.improved:
+                which = "next best " if node is not outcome.result.best else ""
+            else:
+                which = "next best " if server.jobs.rejected.get(job.id, 0.0) >= (node.speedup or 0.0) else ""
             out.append(lsp.CodeLens(line, lsp.Command(
                 f"{which}{node.speedup:.2f}× faster — Review", "warpforge.showCandidate",
                 arguments=[job.id, node.candidate.hash])))
