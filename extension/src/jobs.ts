@@ -244,15 +244,22 @@ export class Jobs implements vscode.Disposable {
     return [...this.jobs.values()].sort((a, b) => b.started - a.started);
   }
 
-  /** The job's verified variants still open to review, fastest first (none once one was accepted: they
-   *  describe the old text). The server's lens offers the first of these too. */
+  /** The job's verified variants still open to review: its result first while it is on offer (the search's
+   *  choice: among equal speeds, or a launch that can be written over a faster one), then the fastest first
+   *  (none once one was accepted: they describe the old text). The server's lens offers the first of these too. */
   open(job: Job): CandidateParams[] {
     if (job.accepted) {
       return [];
     }
-    return [...job.candidates.values()]
+    const list = [...job.candidates.values()]
       .filter((c) => !job.resolved.has(c.candidate))
       .sort((a, b) => b.speedup - a.speedup);
+    const result = job.state === 'running' ? undefined : job.best;
+    const at = result ? list.findIndex((c) => c.candidate === result.candidate) : -1;
+    if (at > 0) {
+      list.unshift(...list.splice(at, 1));
+    }
+    return list;
   }
 
   /** The variant of each job waiting for review (the best not yet rejected), newest job first. */
@@ -267,9 +274,14 @@ export class Jobs implements vscode.Disposable {
     return out;
   }
 
-  /** Whether `c` is offered because a faster variant of its job was rejected (the lens says "next best" then). */
+  /** Whether `c` is offered because the job's result was rejected (the lens says "next best" then; a variant as
+   *  fast as a rejected one is not "next" to the result that is still on offer). */
   static isNextBest(job: Job, c: CandidateParams): boolean {
-    return job.rejected > 0 && job.rejected >= c.speedup;
+    if (job.rejected <= 0) {
+      return false;
+    }
+    const result = job.state === 'running' ? undefined : job.best;
+    return result ? job.resolved.has(result.candidate) && c.candidate !== result.candidate : job.rejected >= c.speedup;
   }
 
   /** What the job left, in words (the search view keeps it, the toast fades). */
