@@ -59,6 +59,7 @@ from .reports import (
     BuildStats,
     EnergyReport,
     Evaluation,
+    HotFigure,
     RunReport,
     TimingReport,
 )
@@ -67,11 +68,12 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "5"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "6"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
 # generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
-# run (a candidate that writes its input is rejected now; it passed before)
+# run (a candidate that writes its input is rejected now; it passed before); 6: every timed launch cold (L2 flushed
+# and outputs reset before each, in graph mode too), the back-to-back figure beside it
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: an original this long per launch (ms) or longer has its candidates checked in two steps (``Evaluator._lazy``)
@@ -362,6 +364,7 @@ class Evaluator:
                                         base: _Built = base) -> None:
                     await self._sanitize_step(ev, built, dev)
                     await self._confirm_step(ev, built, base, dev)
+                    await self._hot_step(ev, built, base, dev)
 
                 await self._on_device(ev, sanitize_only)
             except _Fail as f:
@@ -589,8 +592,10 @@ class Evaluator:
                      # the original's repeated-call behaviour was checked with its own evaluation
                      "recheck_sides": [0] if baseline else [1],
                      # given up on as clearly slower, a two-step candidate's checks stop there (``_lazy``)
-                     "recheck_unless_abandoned": lazy}
-        budget = ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 2 + 120.0
+                     "recheck_unless_abandoned": lazy,
+                     # the back-to-back figure: for the original (bench), a winner's checks, or when asked
+                     "hot": ts.hot or baseline or sanitize}
+        budget = 1.5 * ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 4 + 120.0
         t = await self._request(dev, tmsg, budget, "timing", ev)
         ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
         ev.time_split["timing"] = float(t.get("elapsed") or 0.0)
@@ -607,6 +612,7 @@ class Evaluator:
         )
         if timing.bytes and peak:
             timing.floor_ms = guards.floor_ms(timing.bytes, peak)
+        timing.hot = _hot_figure(t.get("hot"), baseline)
         gave_up = t.get("abandoned")
         if gave_up:
             timing.abandoned = True
@@ -697,7 +703,8 @@ class Evaluator:
             return
         self._say_id(ev.candidate_id, "Nsight Compute confirmation")
         claimed = t.speedup
-        flush = self.settings.timing.flush_l2 and "graph" not in t.mode
+        # like with like: the timing flushes L2 before every launch (graph mode too), and so does ncu then
+        flush = self.settings.timing.flush_l2
 
         def side(b: _Built) -> Side:
             grid, block, smem = b.launches["spec"]
@@ -717,6 +724,21 @@ class Evaluator:
                                 claimed.pairs)
         elif conf.reduced and conf.ncu_ratio is not None:  # a real win, offered at the size ncu reproduces
             t.speedup = Speedup(conf.ncu_ratio, min(claimed.low, conf.ncu_ratio), claimed.high, claimed.pairs)
+
+    async def _hot_step(self, ev: Evaluation, built: _Built, base: _Built, dev: Device) -> None:
+        """A winner verified earlier in the search gets its back-to-back ("hot") figure now: both sides timed in a
+        row without flushing, for the report beside the cold claim (the claim itself is not re-timed)."""
+        t = ev.timing
+        if t is None or t.speedup is None or t.hot is not None or not ev.ok:
+            return
+        ts = self.settings.timing
+        kt = float(self.settings.kernel_timeout)
+        msg: Msg = {"op": "time", "problem": self.problem, "sides": [base.ref(), built.ref()], "variant": "spec",
+                    "seed": self._seeds()[0], "settings": ts.to_json(), "kernel_timeout": kt, "oracle": None,
+                    "hot": True, "hot_only": True}
+        r = await self._request(dev, msg, ts.max_seconds + ts.warmup_seconds + kt * ts.batch * 8 + 120.0,
+                                "back-to-back timing", ev)
+        t.hot = _hot_figure(r.get("hot"), False)
 
     def _note_original_writes(self, ev: Evaluation, names: Sequence[str] | None) -> None:
         """Once per evaluator: ``in`` buffers the original kernel writes (a worker found its checksum changed).
@@ -826,18 +848,30 @@ def _run_text(run: list[Any]) -> str:
 
 
 def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:
-    """How the sides were timed, for reports: events, or graph replays (and why), and the L2 policy."""
-    flushed = ", L2 flushed" if ts.flush_l2 else ""
+    """How the sides were timed, for reports: events, or CUDA graphs of cold launches (and why), and the L2
+    policy (flushed before every launch, graph mode too)."""
+    flushed = ", L2 flushed and outputs reset before each launch" if ts.flush_l2 else ", L2 not flushed"
     if not graph:
-        return "events" + flushed
+        return "events around each launch" + flushed
     if graph.get("unavailable"):
-        return f"events{flushed} (CUDA graphs unavailable: {graph['unavailable']})"
-    k = (graph.get("launches_per_replay") or [0])[0]
+        return f"events around each launch{flushed} (CUDA graphs unavailable: {graph['unavailable']})"
+    k = int(graph.get("cold_launches_per_replay") or 0)
+    what = f"CUDA graph of {k} launches, events around each launch inside the graph{flushed}"
     if graph.get("auto"):
         fastest = min(graph.get("per_launch_ms") or [0.0]) * 1e3
-        why = f"automatic: {fastest:.1f} µs per launch < {float(graph.get('below_ms', 0.0)) * 1e3:.0f} µs"
-        return f"CUDA graph replays of {k} launches ({why}){flushed} before each replay"
-    return f"CUDA graph replays of {k} launches{flushed} before each replay"
+        return f"{what} (automatic: {fastest:.1f} µs per launch < {float(graph.get('below_ms', 0.0)) * 1e3:.0f} µs)"
+    return what
+
+
+def _hot_figure(hot: Msg | None, baseline: bool) -> HotFigure | None:
+    """The worker's back-to-back samples as a report (None where they were not asked for)."""
+    if not hot or not hot.get("samples") or not all(hot["samples"]):
+        return None
+    samples = hot["samples"]
+    base = summarize(samples[0])
+    cand = base if baseline or len(samples) < 2 else summarize(samples[1])
+    return HotFigure(cand, base, None if baseline or len(samples) < 2 else speedup(samples[0], samples[1]),
+                     int(hot.get("launches_per_sample") or 1), bool(hot.get("graph")))
 
 
 def _json_safe(d: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from . import compare as cmp
 from .confirm import Confirmation
 from .sanitizer import SanitizerReport
-from .timing import Speedup, Stats
+from .timing import Speedup, Stats, hot_differs
 
 Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy", "rejected"]
 STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
@@ -125,11 +125,41 @@ class CorrectnessReport:
 
 
 @dataclass
+class HotFigure:
+    """The back-to-back ("hot") figure: both sides launched ``launches`` times in a row with no L2 flush, as
+    other tools' warm numbers are. A second figure only: the claim is the cold one (``TimingReport.speedup``)."""
+
+    candidate: Stats
+    baseline: Stats
+    speedup: Speedup | None = None
+    launches: int = 1
+    graph: bool = False
+
+    def text(self) -> str:
+        """``back-to-back (hot, L2 warm): 1.440x [1.430, 1.450]``, or the original's hot time alone."""
+        what = f"back-to-back (hot, L2 warm, {self.launches} launches in a row)"
+        if self.speedup is None:
+            return f"{what}: {self.baseline.median * 1e3:.2f} µs"
+        return f"{what}: {self.speedup.text()}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": self.candidate.to_json(), "baseline": self.baseline.to_json(),
+                "speedup": self.speedup.to_json() if self.speedup else None, "launches": self.launches,
+                "graph": self.graph, "text": self.text()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> HotFigure:
+        return cls(Stats.from_json(d["candidate"]), Stats.from_json(d["baseline"]),
+                   Speedup.from_json(d["speedup"]) if d.get("speedup") else None, int(d.get("launches", 1)),
+                   bool(d.get("graph", False)))
+
+
+@dataclass
 class TimingReport:
     candidate: Stats | None = None
     baseline: Stats | None = None
     speedup: Speedup | None = None
-    mode: str = "events, L2 flushed"
+    mode: str = "events, L2 flushed before each launch"
     gpu: str = ""
     driver: str = ""
     sm_clock_mhz: int | None = None
@@ -143,6 +173,20 @@ class TimingReport:
     #: timing stopped early: the candidate's whole interval was below the best verified speedup so far (its
     #: interval is then wider than the target, and it says so)
     abandoned: bool = False
+    #: the back-to-back figure, where it was measured (the original's timing, a winner's checks, ``--hot``)
+    hot: HotFigure | None = None
+
+    @property
+    def hot_differs(self) -> bool:
+        """Is the hot ratio further from the (cold) claim than its interval? Then it is shown beside it."""
+        if self.hot is None or self.hot.speedup is None or self.speedup is None:
+            return False
+        return hot_differs(self.speedup, self.hot.speedup)
+
+    @property
+    def hot_ratio(self) -> float | None:
+        """The hot ratio where it differs from the cold one by more than the interval (else None)."""
+        return self.hot.speedup.ratio if self.hot_differs and self.hot and self.hot.speedup else None
 
     @property
     def significant(self) -> bool:
@@ -171,7 +215,8 @@ class TimingReport:
                 "peak_gbps": self.peak_gbps, "bytes": self.bytes, "flops": self.flops, "floor_ms": self.floor_ms,
                 "achieved_gbps": self.achieved_gbps, "achieved_gflops": self.achieved_gflops,
                 "confirmation": self.confirmation.to_json() if self.confirmation else None,
-                "abandoned": self.abandoned}
+                "abandoned": self.abandoned, "hot": self.hot.to_json() if self.hot else None,
+                "hot_differs": self.hot_differs, "hot_ratio": self.hot_ratio}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TimingReport:
@@ -181,7 +226,7 @@ class TimingReport:
                    d.get("mode", ""), d.get("gpu", ""), d.get("driver", ""), d.get("sm_clock_mhz"),
                    d.get("max_clock_mhz"), float(d.get("peak_gbps") or 0.0), d.get("bytes"), d.get("flops"),
                    d.get("floor_ms"), Confirmation.from_json(d["confirmation"]) if d.get("confirmation") else None,
-                   bool(d.get("abandoned", False)))
+                   bool(d.get("abandoned", False)), HotFigure.from_json(d["hot"]) if d.get("hot") else None)
 
 
 @dataclass
@@ -266,6 +311,10 @@ class Evaluation:
         word = "faster" if sp >= 1 else "slower"
         factor = sp if sp >= 1 else 1 / sp
         conf = self.timing.confirmation if self.timing else None
+        hot = self.timing.hot_ratio if self.timing else None
+        if hot is not None:  # the claim is the cold figure; the warm one differs by more than its interval
+            word += " cold, L2 flushed before each launch"
+            where += f"; back-to-back (hot, L2 warm): {hot:.2f}x"
         if conf is not None and conf.agrees is False:
             return f"{factor:.2f}x {word}, {conf.text()} ({where})"
         return f"{factor:.2f}x {word} ({where})"

@@ -22,12 +22,14 @@ What the worker does for the verification rules (see docs/architecture.md "Verif
   pointer, or finding an oracle's results in recycled memory, is caught);
 - outputs are compared with the oracle's on the device (``compare.DEVICE_SOURCE``, checked against the
   host implementation at start), and only counts and the first mismatch travel back;
-- timing: CUDA events around each launch, warm-up by time, L2 flushed before every repetition (by a
+- timing is cold: CUDA events around each launch, warm-up by time, L2 flushed before every launch (by a
   kernel that reads a buffer twice its size, leaving no dirty lines behind), inout buffers restored and
-  outputs re-poisoned before every repetition (outside the events), sides interleaved ABBA on buffer sets
+  outputs re-poisoned before every launch (outside the events), sides interleaved ABBA on buffer sets
   they rotate through together (placement cannot favour a side), adaptive repetitions (``timing``);
-  when a side's launch takes microseconds (or when asked), both sides are timed as replays of CUDA graphs
-  of many back-to-back launches instead (``timing.use_graphs``);
+  when a side's launch takes microseconds (or when asked), the same sequence (reset, flush, event, launch,
+  event) is captured in a CUDA graph per side, so the GPU runs it without the CPU in between and each
+  launch is still timed alone and cold (``timing.use_graphs``); on request both sides are then also timed
+  back to back with no flush (the "hot" figure, ``_time_hot``);
 - verification can also run on inputs whose last elements are perturbed (``inputs.perturb_tail``): a
   run's third element ``"tail"`` asks for that, for the subject and the oracle alike;
 - after timing, each side is called once more on the buffers it was timed on and its outputs are compared
@@ -78,7 +80,15 @@ from .inputs import (
     storage_dtype,
     to_float64,
 )
-from .timing import TimingSettings, converged, interleave, launches_per_replay, speedup, use_graphs
+from .timing import (
+    TimingSettings,
+    cold_launches_per_replay,
+    converged,
+    interleave,
+    launches_per_replay,
+    speedup,
+    use_graphs,
+)
 
 Msg = dict[str, Any]
 Launch = tuple[tuple[int, int, int], tuple[int, int, int], int]
@@ -183,7 +193,10 @@ def _launch_of(value: Any) -> Launch:
 
 
 class _Graphs:
-    """CUDA graph capture through the driver API (pycuda has no graph bindings): same context, same stream."""
+    """CUDA graph capture through the driver API (pycuda has no graph bindings): same context, same stream.
+
+    Also the events that time launches inside a graph: pycuda's events expose no handle, and an event recorded
+    during capture becomes an event-record node only when recorded with ``CU_EVENT_RECORD_EXTERNAL``."""
 
     def __init__(self) -> None:
         self.lib = ctypes.CDLL("libcuda.so.1")
@@ -194,6 +207,12 @@ class _Graphs:
         self.lib.cuGraphLaunch.argtypes = [vp, vp]
         self.lib.cuGraphExecDestroy.argtypes = [vp]
         self.lib.cuGraphDestroy.argtypes = [vp]
+        self.lib.cuEventCreate.argtypes = [ctypes.POINTER(vp), ctypes.c_uint]
+        self.lib.cuEventRecordWithFlags.argtypes = [vp, vp, ctypes.c_uint]
+        self.lib.cuEventDestroy_v2.argtypes = [vp]
+        # CUDA 12.8 added the _v2 (the old one is deprecated); older drivers have only the first
+        self._elapsed = getattr(self.lib, "cuEventElapsedTime_v2", None) or self.lib.cuEventElapsedTime
+        self._elapsed.argtypes = [ctypes.POINTER(ctypes.c_float), vp, vp]
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -216,6 +235,33 @@ class _Graphs:
     def destroy(self, graph: ctypes.c_void_p, exe: ctypes.c_void_p) -> None:
         self.lib.cuGraphExecDestroy(exe)
         self.lib.cuGraphDestroy(graph)
+
+    def event(self) -> ctypes.c_void_p:
+        """A timing event (flags 0: timing enabled)."""
+        ev = ctypes.c_void_p()
+        self._check(self.lib.cuEventCreate(ctypes.byref(ev), 0), "cuEventCreate")
+        return ev
+
+    def record(self, event: ctypes.c_void_p, stream: int) -> None:
+        """Record ``event`` on ``stream``; during capture this adds an event-record node to the graph."""
+        self._check(self.lib.cuEventRecordWithFlags(event, ctypes.c_void_p(stream), 1), "cuEventRecordWithFlags")
+
+    def elapsed_ms(self, start: ctypes.c_void_p, end: ctypes.c_void_p) -> float:
+        ms = ctypes.c_float()
+        self._check(self._elapsed(ctypes.byref(ms), start, end), "cuEventElapsedTime")
+        return float(ms.value)
+
+    def destroy_event(self, event: ctypes.c_void_p) -> None:
+        self.lib.cuEventDestroy_v2(event)
+
+
+@dataclass
+class _ColdGraph:
+    """One side's cold graph on one buffer set: per launch, reset + L2 flush + launch between two events."""
+
+    graph: Any
+    exe: Any
+    events: list[tuple[Any, Any]]
 
 
 class Engine:
@@ -1031,7 +1077,7 @@ class Engine:
         flush = self._flush_buffer() if settings.flush_l2 else None
         counter = [0]
 
-        def prep(si: int) -> None:
+        def prep(si: int, flush_l2: bool = True) -> None:
             for a in layout.buffers:
                 b = sets[si][a.name]
                 # restored before every repetition: what the kernel writes, and an input the original writes
@@ -1040,7 +1086,7 @@ class Engine:
                     cuda.memcpy_dtod_async(b.ptr, pristine[a.name].ptr, a.nbytes, self.stream)
                 elif a.role == "out":
                     self._poison(b, a.dtype)
-            if flush is not None:
+            if flush is not None and flush_l2:
                 self._flush_l2(flush, counter)
 
         def launch(i: int, si: int) -> None:
@@ -1066,26 +1112,28 @@ class Engine:
         # five more launches of a 90 ms kernel would cost half a second); else measured back to back.
         rough = warmed / (reps * len(refs))
         graph_info: Msg | None = None
-        per_launch = [1] * len(refs)
-        execs: list[list[tuple[Any, Any]]] = []
+        cold: list[list[_ColdGraph]] = []
         if rough >= LONG_LAUNCH_S:
             estimates = [rough * 1e3] * len(refs)
         else:
             estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
-        if use_graphs(settings, estimates):
-            k = launches_per_replay(settings, estimates)
+        graphed = use_graphs(settings, estimates)
+        hot_only = bool(msg.get("hot_only"))  # a winner's back-to-back figure, its cold timing made earlier
+        if graphed and not hot_only:
+            k = cold_launches_per_replay(settings, estimates, self._prep_ms(prep, timeout))
             try:
-                execs = self._graphs_for(len(refs), k, prep, launch)
-                per_launch = [k] * len(refs)
-                graph_info = {"launches_per_replay": per_launch, "per_launch_ms": estimates,
+                cold = self._cold_graphs_for(len(refs), k, prep, launch)
+                graph_info = {"cold_launches_per_replay": k, "per_launch_ms": estimates,
                               "auto": not settings.graph, "below_ms": settings.graph_below_ms}
-            except OSError as err:  # no driver library to capture graphs with: events, and the report says so
-                if settings.graph:
+            except (OSError, RuntimeError) as err:
+                # no driver library, or a driver that cannot capture event records: events around each launch
+                # (cold as well), and the report says so
+                if settings.graph and isinstance(err, OSError):
                     raise
                 graph_info = {"unavailable": str(err), "per_launch_ms": estimates}
         # Long kernels: fewer repetitions per batch (a batch of 8 of a 90 ms kernel is 0.7 s between checks of
         # the stopping rule) and fewer before the rule may stop (their run-to-run spread is tiny).
-        slowest = max(estimates) * max(per_launch) / 1e3
+        slowest = max(estimates) / 1e3
         batch = max(1, min(settings.batch, math.ceil(BATCH_TARGET_S / max(slowest * len(refs), 1e-6))))
         # ... and may be given up on sooner: two repetitions of a 20 ms kernel already bound its speed tightly, and
         # the bound used (each side's whole range below six samples, ``timing.speedup``) assumes nothing
@@ -1096,43 +1144,64 @@ class Engine:
         abandon = msg.get("abandon_below")
         abandoned: Msg | None = None
         samples: list[list[float]] = [[] for _ in refs]
-        events = [[(cuda.Event(), cuda.Event()) for _ in range(batch)] for _ in refs]
         start = time.monotonic()
         rep = 0
-        handle = int(self.stream.handle) if execs else 0
+        handle = int(self.stream.handle)
+
+        def stop() -> bool:
+            nonlocal abandoned
+            if converged(samples, settings, time.monotonic() - start):
+                return True
+            if abandon is not None and len(refs) == 2 and len(samples[1]) >= abandon_after:
+                # Clearly slower than the best verified so far: it cannot win, so its exact time is not
+                # worth the GPU. Stopped with its interval (wider), which the report keeps.
+                sp = speedup(samples[0], samples[1])
+                if sp.high < float(abandon):
+                    abandoned = {"below": float(abandon), "high": sp.high, "samples": len(samples[1])}
+                    return True
+            return False
+
         try:
-            while True:
-                for b in range(batch):
+            if hot_only:
+                pass
+            elif cold:
+                # Every launch alone and cold, inside the graph: one replay per side per repetition, and its
+                # events read before the graph runs again (they are the graph's own).
+                assert self.graphs is not None
+                while True:
                     si = rep % TIMING_SETS
                     for i in interleave(rep, len(refs)):
-                        prep(si)
-                        s, e = events[i][b]
-                        s.record(self.stream)
-                        if execs:
-                            assert self.graphs is not None
-                            self.graphs.launch(execs[i][si][1], handle)
-                        else:
-                            launch(i, si)
-                        e.record(self.stream)
+                        self.graphs.launch(cold[i][si].exe, handle)
                     rep += 1
-                self._sync(timeout * batch * len(refs) * max(per_launch))
-                for i in range(len(refs)):
-                    for s, e in events[i]:
-                        samples[i].append(float(e.time_since(s)) / per_launch[i])
-                if converged(samples, settings, time.monotonic() - start):
-                    break
-                if abandon is not None and len(refs) == 2 and len(samples[1]) >= abandon_after:
-                    # Clearly slower than the best verified so far: it cannot win, so its exact time is not
-                    # worth the GPU. Stopped with its interval (wider), which the report keeps.
-                    sp = speedup(samples[0], samples[1])
-                    if sp.high < float(abandon):
-                        abandoned = {"below": float(abandon), "high": sp.high, "samples": len(samples[1])}
+                    self._sync(timeout * len(refs) * len(cold[0][si].events))
+                    for i in range(len(refs)):
+                        samples[i].extend(self.graphs.elapsed_ms(e0, e1) for e0, e1 in cold[i][si].events)
+                    if stop():
+                        break
+            else:
+                events = [[(cuda.Event(), cuda.Event()) for _ in range(batch)] for _ in refs]
+                while True:
+                    for b in range(batch):
+                        si = rep % TIMING_SETS
+                        for i in interleave(rep, len(refs)):
+                            prep(si)
+                            s, e = events[i][b]
+                            s.record(self.stream)
+                            launch(i, si)
+                            e.record(self.stream)
+                        rep += 1
+                    self._sync(timeout * batch * len(refs))
+                    for i in range(len(refs)):
+                        for s, e in events[i]:
+                            samples[i].append(float(e.time_since(s)))
+                    if stop():
                         break
         finally:
-            if self.graphs is not None:
-                for per_set in execs:
-                    for g, x in per_set:
-                        self.graphs.destroy(g, x)
+            self._destroy_cold(cold)
+        hot: Msg | None = None
+        if (msg.get("hot") or hot_only) and abandoned is None:
+            hot = self._time_hot(len(refs), settings, estimates, graphed and (bool(cold) or hot_only), prep, launch,
+                                 timeout)
         # One more call per side (``recheck_sides``: by default all) on the buffers the timed launches used,
         # checked against the oracle: a kernel that behaves differently when called again on the same buffers
         # (cached results) shows here.
@@ -1152,7 +1221,7 @@ class Engine:
         for bufs in sets:
             self._retire(list(bufs.values()))
         clock = self.nvml.sm_clock_mhz() if self.nvml else None
-        return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info,
+        return {"status": "ok", "samples": samples, "outputs": outputs, "graph": graph_info, "hot": hot,
                 "sm_clock_mhz": clock, "elapsed": time.monotonic() - start, "warmup_seconds": warmed,
                 "abandoned": abandoned}
 
@@ -1186,9 +1255,20 @@ class Engine:
             out.append(max(float(e.time_since(s)) / 5, 1e-4))
         return out
 
-    def _graphs_for(self, sides: int, k: int, prep: Callable[[int], None],
-                    launch: Callable[[int, int], None]) -> list[list[tuple[Any, Any]]]:
-        """Capture ``k`` back-to-back launches per side and buffer set (the same ``k`` for every side)."""
+    def _prep_ms(self, prep: Callable[..., None], timeout: float) -> float:
+        """What one launch's preparation (outputs reset, inputs restored, L2 flushed) takes on the GPU (ms)."""
+        cuda = self.cuda
+        s, e = cuda.Event(), cuda.Event()
+        s.record(self.stream)
+        for _ in range(3):
+            prep(0)
+        e.record(self.stream)
+        self._sync(timeout)
+        return max(float(e.time_since(s)) / 3, 0.0)
+
+    def _graphs_for(self, sides: int, k: int, launch: Callable[[int, int], None]) -> list[list[tuple[Any, Any]]]:
+        """Capture ``k`` back-to-back launches per side and buffer set (the same ``k`` for every side): the hot
+        figure's graphs."""
         if self.graphs is None:
             self.graphs = _Graphs()
         handle = int(self.stream.handle)
@@ -1204,6 +1284,98 @@ class Engine:
                 per_set.append(self.graphs.capture(handle, body))
             execs.append(per_set)
         return execs
+
+    def _cold_graphs_for(self, sides: int, k: int, prep: Callable[..., None],
+                         launch: Callable[[int, int], None]) -> list[list[_ColdGraph]]:
+        """Capture, per side and buffer set, ``k`` cold launches: each one's reset, inputs restored and L2 flush,
+        then an event-record node, the launch, an event-record node. The GPU runs a replay without the CPU in
+        between, and each launch is timed alone, cold, like a lone launch after a flush."""
+        if self.graphs is None:
+            self.graphs = _Graphs()
+        graphs = self.graphs
+        handle = int(self.stream.handle)
+        out: list[list[_ColdGraph]] = []
+        try:
+            for i in range(sides):
+                per_set: list[_ColdGraph] = []
+                out.append(per_set)
+                for si in range(TIMING_SETS):
+                    events = [(graphs.event(), graphs.event()) for _ in range(k)]
+                    cg = _ColdGraph(None, None, events)
+                    per_set.append(cg)
+
+                    def body(i: int = i, si: int = si, events: list[tuple[Any, Any]] = events) -> None:
+                        for e0, e1 in events:
+                            prep(si)
+                            graphs.record(e0, handle)
+                            launch(i, si)
+                            graphs.record(e1, handle)
+
+                    cg.graph, cg.exe = graphs.capture(handle, body)
+        except BaseException:
+            self._destroy_cold(out)
+            raise
+        return out
+
+    def _destroy_cold(self, cold: list[list[_ColdGraph]]) -> None:
+        if self.graphs is None:
+            return
+        for per_set in cold:
+            for cg in per_set:
+                if cg.exe is not None:
+                    self.graphs.destroy(cg.graph, cg.exe)
+                for e0, e1 in cg.events:
+                    self.graphs.destroy_event(e0)
+                    self.graphs.destroy_event(e1)
+
+    def _time_hot(self, sides: int, settings: TimingSettings, estimates: list[float], graphed: bool,
+                  prep: Callable[..., None], launch: Callable[[int, int], None], timeout: float) -> Msg:
+        """The back-to-back ("hot") figure: each sample is ``k`` launches in a row with no flush anywhere (outputs
+        reset before each group), as a CUDA graph where the cold timing used one, else as direct launches.
+        Interleaved ABBA like the cold timing, within half its time budget."""
+        cuda = self.cuda
+        k = max(2, launches_per_replay(settings, estimates))
+        execs: list[list[tuple[Any, Any]]] = []
+        if graphed:
+            with contextlib.suppress(OSError, RuntimeError):  # else direct launches, as for a long kernel
+                execs = self._graphs_for(sides, k, launch)
+        hs = replace(settings, max_seconds=max(0.2, settings.max_seconds / 2),
+                     min_reps=min(settings.min_reps, LONG_KERNEL_MIN_REPS) if max(estimates) * k >= 1e3 * LONG_KERNEL_S
+                     else settings.min_reps)
+        batch = max(1, min(settings.batch, math.ceil(BATCH_TARGET_S / max(max(estimates) * k * sides / 1e3, 1e-6))))
+        events = [[(cuda.Event(), cuda.Event()) for _ in range(batch)] for _ in range(sides)]
+        samples: list[list[float]] = [[] for _ in range(sides)]
+        handle = int(self.stream.handle)
+        start = time.monotonic()
+        rep = 0
+        try:
+            while True:
+                for b in range(batch):
+                    si = rep % TIMING_SETS
+                    for i in interleave(rep, sides):
+                        prep(si, flush_l2=False)
+                        s, e = events[i][b]
+                        s.record(self.stream)
+                        if execs:
+                            assert self.graphs is not None
+                            self.graphs.launch(execs[i][si][1], handle)
+                        else:
+                            for _ in range(k):
+                                launch(i, si)
+                        e.record(self.stream)
+                    rep += 1
+                self._sync(timeout * batch * sides * k)
+                for i in range(sides):
+                    samples[i].extend(float(e.time_since(s)) / k for s, e in events[i])
+                if converged(samples, hs, time.monotonic() - start):
+                    break
+        finally:
+            if self.graphs is not None:
+                for per_set in execs:
+                    for g, x in per_set:
+                        self.graphs.destroy(g, x)
+        return {"samples": samples, "launches_per_sample": k, "graph": bool(execs),
+                "elapsed": time.monotonic() - start}
 
     def op_energy(self, msg: Msg) -> Msg:
         """Joules per launch over >= ``seconds`` of back-to-back launches (see ``energy``)."""
