@@ -1,6 +1,7 @@
 """``warpforge bench FILE [--kernel K] [--json]``: time a kernel as it is, on the GPU.
 
-Reports the median time with its spread over adaptive repetitions (L2 flushed before each), and what it
+Reports the median time with its spread over adaptive repetitions (cold: L2 flushed and outputs reset before
+each launch; the back-to-back "hot" time, L2 warm, beside it), and what it
 achieves against the spec's ``bytes`` and ``flops``, next to the GPU's measured peak copy bandwidth, so the
 number says how far the kernel is from its memory roofline. The kernel's outputs are also checked for
 determinism and for elements it never writes, since a benchmark of a kernel that does not do its job is
@@ -112,6 +113,8 @@ def _result(e: Evaluation) -> dict[str, Any]:
             achieved_gbps=t.achieved_gbps, achieved_gflops=t.achieved_gflops, peak_gbps=t.peak_gbps,
             fraction_of_peak=(t.achieved_gbps / t.peak_gbps) if t.achieved_gbps and t.peak_gbps else None,
             bytes=t.bytes, flops=t.flops, sm_clock_mhz=t.sm_clock_mhz, mode=t.mode,
+            hot_median_ms=t.hot.baseline.median if t.hot is not None else None,
+            hot_launches=t.hot.launches if t.hot is not None else None,
         )
     if e.build is not None:
         out["build"] = {"registers": e.build.registers, "spill_stores": e.build.spill_stores,
@@ -131,7 +134,11 @@ def _print(e: Evaluation) -> None:
     table = Table(show_edge=False, show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("median", f"{s.median * 1e3:.2f} µs")
+    table.add_row("median", f"{s.median * 1e3:.2f} µs (cold: L2 flushed before each launch)")
+    if t.hot is not None:
+        h = t.hot.baseline
+        table.add_row("back-to-back", f"{h.median * 1e3:.2f} µs (hot: {t.hot.launches} launches in a row, L2 warm; "
+                                      f"median ±{h.ci_rel * 100:.2f} %)")
     table.add_row("spread", f"p25 {s.p25 * 1e3:.2f} µs, p75 {s.p75 * 1e3:.2f} µs (IQR {s.spread * 100:.2f} %), "
                             f"CV {s.cv * 100:.2f} %, median ±{s.ci_rel * 100:.2f} % (95 %), {s.n} repetitions")
     if t.achieved_gbps is not None:

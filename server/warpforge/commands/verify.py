@@ -7,6 +7,11 @@ the whole evaluation: guards, build, differential checks against the original fo
 size and the perturbed size, interleaved timing, a re-check with fresh inputs and, when it is faster,
 compute-sanitizer. The report lists the evidence per seed and size. Neither file is written.
 
+Timing is cold (L2 flushed and outputs reset before every launch) and the back-to-back ("hot") figure is
+measured too, shown where it differs by more than the interval. ``--independent`` re-times both kernels with
+a second, minimal harness that shares no timing code with WarpForge (``gpu.independent``: one launch per
+sample, L2 flushed and every buffer reset before each, CUDA events) and prints both numbers.
+
 The variant is built and launched the way its own file says (``spec.variant``): its ``// @warpforge launch``
 and ``tune`` lines and its ``// warpforge: compile with ...`` / ``launch with ...`` comments, where they
 differ from the original's spec. The report starts with the launch it used and where that came from.
@@ -29,8 +34,10 @@ from ..compiler.toolchain import define_problem
 from ..cuda import KernelNotFound
 from ..cuda.candidate import Candidate, candidate_from_variant
 from ..exitcodes import CliError, ExitCode
-from ..gpu import surgery
+from ..gpu import independent, surgery
+from ..gpu.confirm import Side
 from ..gpu.evaluator import Backend, EngineSettings, Evaluator
+from ..gpu.independent import IndependentTiming
 from ..gpu.inputs import Layout
 from ..gpu.reports import Evaluation
 from ..gpu.timing import TimingSettings
@@ -51,6 +58,9 @@ def register(sub: Any) -> None:
     p.add_argument("--device", type=inputs.index_int, default=0, help="CUDA device index (default 0)")
     p.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer on a faster variant")
     p.add_argument("--seconds", type=inputs.positive_float, default=2.0, help="timing budget in seconds (default 2)")
+    p.add_argument("--independent", action="store_true",
+                   help="also re-time both kernels with a second, minimal harness (one launch per sample, L2 "
+                        "flushed before each, CUDA events) that shares no timing code with WarpForge")
     p.set_defaults(func=cmd_verify)
 
 
@@ -69,7 +79,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     cand, used = with_variant_directives(cand, spec, variant.text, args.candidate)
     require_gpu("verify")
     # one measurement asked for: timed to the target even when slower (no early abandonment)
-    settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds), abandon_slower=False)
+    # ... with the back-to-back figure beside the cold one
+    settings = EngineSettings(timing=TimingSettings(max_seconds=args.seconds, hot=True), abandon_slower=False)
+    sides: list[tuple[Side, Side, Layout, int]] = []
 
     async def job(progress: Callable[[str, str], None]) -> Evaluation:
         ev = Evaluator(args.file, kernel.name, text=src.text, spec=spec, settings=settings,
@@ -78,15 +90,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
             result = await ev.evaluate(cand)
             if result.ok and (result.speedup or 0.0) > 1.0 and not args.no_sanitize:
                 result = await ev.sanitize(cand)
+            if args.independent and result.ok:
+                sides.append(await ev.launch_sides(cand))
             return result
         finally:
-            await ev.close()
+            await ev.close()  # the workers leave the GPU to the independent harness
 
     outcome = run_with_progress("verify", f"verifying {kernel.name}", job, quiet=args.json)
+    second: IndependentTiming | None = None
+    if args.independent:
+        if sides:
+            base, var, layout, seed = sides[0]
+            second = independent.measure(base, var, layout, seed=seed, device=args.device, seconds=args.seconds)
+        else:
+            second = IndependentTiming(note=f"the variant is not ok ({outcome.status}): nothing to re-time")
     if args.json:
-        print(json.dumps({**outcome.to_json(), "launch": used.to_json()}, indent=2, default=str))
+        extra = {"independent": second.to_json()} if second is not None else {}
+        print(json.dumps({**outcome.to_json(), "launch": used.to_json(), **extra}, indent=2, default=str))
     else:
-        _print(outcome, args.candidate, used)
+        _print(outcome, args.candidate, used, second)
     return ExitCode.OK if outcome.ok else ExitCode.FAILED
 
 
@@ -160,7 +182,7 @@ def with_variant_directives(cand: Candidate, spec: KernelSpec, variant_text: str
     return cand, used
 
 
-def _print(e: Evaluation, variant: str, used: UsedLaunch) -> None:
+def _print(e: Evaluation, variant: str, used: UsedLaunch, second: IndependentTiming | None = None) -> None:
     con = Console(highlight=False, soft_wrap=True)
     con.print(f"[bold]{e.kernel}[/] from {variant} on {e.gpu or 'the GPU'}")
     con.print(used.text(), markup=False)
@@ -191,9 +213,20 @@ def _print(e: Evaluation, variant: str, used: UsedLaunch) -> None:
         con.print(f"outputs of the timed launches: {'match' if same else 'DIFFER'}")
     t = e.timing
     if t is not None and t.candidate is not None and t.baseline is not None:
-        con.print(f"timing ({t.mode}): original {t.baseline.median * 1e3:.2f} µs, candidate "
+        con.print(f"timing, cold ({t.mode}): original {t.baseline.median * 1e3:.2f} µs, candidate "
                   f"{t.candidate.median * 1e3:.2f} µs"
-                  + (f", speedup {t.speedup.text()}" if t.speedup else ""))
+                  + (f", speedup {t.speedup.text()}" if t.speedup else ""), markup=False)
+        if t.hot is not None:
+            differs = "differs from the cold figure by more than its interval" if t.hot_differs else \
+                "within the cold interval"
+            con.print(f"timing, {t.hot.text()}; original {t.hot.baseline.median * 1e3:.2f} µs, candidate "
+                      f"{t.hot.candidate.median * 1e3:.2f} µs ({differs})", markup=False)
+    if second is not None:
+        con.print(second.text(), markup=False)
+        if second.ratio is not None and t is not None and t.speedup is not None:
+            gap = second.ratio / t.speedup.ratio - 1.0
+            con.print(f"WarpForge {t.speedup.ratio:.3f}x, independent {second.ratio:.3f}x: "
+                      f"{gap * 100:+.1f} %", markup=False)
     if e.sanitizer is not None:
         for tool in e.sanitizer.tools:
             state = "clean" if tool.ok and tool.ran else ("not run" if not tool.ran else f"{tool.errors} error(s)")

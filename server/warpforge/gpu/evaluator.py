@@ -326,6 +326,19 @@ class Evaluator:
         self.deadline = deadline
         return await self.evaluate(candidate, sanitize=True)
 
+    async def launch_sides(self, candidate: Candidate) -> tuple[Side, Side, Layout, int]:
+        """The original and ``candidate`` as built and launched at the spec size, with that size's layout and the
+        first seed: what a harness outside the worker needs to re-time them (``verify --independent``). Call it
+        after ``evaluate`` (the builds are cached then)."""
+        built = await self._build(candidate)
+        base = await self._baseline_built()
+
+        def side(b: _Built) -> Side:
+            grid, block, smem = b.launches["spec"]
+            return Side(b.cubin, b.symbol, (grid, block, smem))
+
+        return side(base), side(built), self.layouts["spec"], self._seeds()[0]
+
     async def close(self) -> None:
         if self._own_backend:
             await self.backend.aclose()

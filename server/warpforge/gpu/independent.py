@@ -1,0 +1,202 @@
+"""A second, minimal timing harness that shares no timing code with WarpForge: ``verify --independent``.
+
+Why: a speedup is only as good as the harness that measured it. Sixteen winners re-timed by a harness of this
+kind (issue 28) found WarpForge's old graph timing optimistic on microsecond kernels whose buffers fit in L2;
+users compare against tools that flush before each launch (Triton's ``do_bench``, nvbench's cold measurement).
+This module is that comparison, shipped: it re-times the original and a variant in a process of its own, and
+``verify`` prints its numbers beside WarpForge's.
+
+What it does, and nothing more (it uses none of ``timing``, ``worker`` or the worker's kernels; only the input
+generator, so both harnesses time the same inputs): load both cubins with pycuda; fill the inputs once and keep
+a pristine copy of every buffer; then, per sample and side, alternately: copy every buffer back from its
+pristine copy (outputs reset, inputs restored), overwrite a buffer of twice the L2 size with ``cuMemsetD8``
+(L2 flushed, a different method from the worker's read kernel), record an event, launch once, record an event,
+synchronize. The median of each side's samples and their ratio are the result.
+
+Runs as ``python -m warpforge.gpu.independent JOB`` (a pickled job), so it owns its own CUDA context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .confirm import Side
+from .inputs import Layout
+from .oneshot import generator_cubin
+
+TAG = "WARPFORGE_INDEPENDENT "
+#: at least this many samples per side, at most ``MAX_SAMPLES``, within the time budget
+MIN_SAMPLES, MAX_SAMPLES = 30, 2000
+
+
+@dataclass
+class IndependentTiming:
+    """Both sides' per-launch times (µs) from the independent harness, and their ratio of medians."""
+
+    baseline_us: list[float] = field(default_factory=list)
+    candidate_us: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.baseline_us) and bool(self.candidate_us)
+
+    @property
+    def baseline_median_us(self) -> float:
+        return statistics.median(self.baseline_us) if self.baseline_us else 0.0
+
+    @property
+    def candidate_median_us(self) -> float:
+        return statistics.median(self.candidate_us) if self.candidate_us else 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        c = self.candidate_median_us
+        return self.baseline_median_us / c if self.ran and c > 0 else None
+
+    def text(self) -> str:
+        if not self.ran or self.ratio is None:
+            return f"independent harness did not run: {self.note}"
+        return (f"independent harness (one launch per sample, L2 flushed and outputs reset before each, CUDA "
+                f"events): original {self.baseline_median_us:.2f} µs, candidate {self.candidate_median_us:.2f} µs "
+                f"= {self.ratio:.3f}x over {len(self.candidate_us)} samples each")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(ratio=self.ratio, baseline_median_us=self.baseline_median_us,
+                 candidate_median_us=self.candidate_median_us, text=self.text())
+        return d
+
+
+def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, device: int = 0,
+            seconds: float = 2.0, timeout: float = 300.0, python: str = sys.executable) -> IndependentTiming:
+    """Run the harness in its own process; never raises for what the GPU or the kernels do (``note`` says)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="warpforge-independent-") as tmp:
+        job = Path(tmp) / "job.pkl"
+        with open(job, "wb") as f:
+            pickle.dump({"sides": [_side(baseline), _side(candidate)], "layout": layout, "seed": seed,
+                         "device": device, "seconds": seconds, "generator": generator_cubin()}, f)
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        try:
+            proc = subprocess.run([python, "-m", "warpforge.gpu.independent", str(job)], capture_output=True,
+                                  text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return IndependentTiming(seconds=time.perf_counter() - t0, note=f"no result within {timeout:g} s")
+    out = IndependentTiming(seconds=time.perf_counter() - t0)
+    for line in (proc.stdout or "").splitlines():
+        if line.startswith(TAG):
+            d = json.loads(line[len(TAG):])
+            out.baseline_us, out.candidate_us = list(d["baseline_us"]), list(d["candidate_us"])
+    if not out.ran:
+        tail = " ".join((proc.stderr or "").strip().splitlines()[-2:])[:300]
+        out.note = f"exit {proc.returncode}: {tail or 'no samples'}"
+    return out
+
+
+def _side(side: Side) -> dict[str, Any]:
+    grid, block, smem = side.launch
+    return {"cubin": side.cubin, "symbol": side.symbol, "launch": (list(grid), list(block), int(smem))}
+
+
+# --------------------------------------------------------------------------- the harness (own process)
+def harness(path: str) -> int:
+    """Time both kernels alternately, one cold launch per sample; print the samples as one tagged JSON line."""
+    import numpy as np
+    import pycuda.driver as cuda
+
+    from . import device_inputs
+    from .inputs import scalar_format, scalar_value
+
+    with open(path, "rb") as f:
+        job: dict[str, Any] = pickle.load(f)
+    cuda.init()
+    dev = cuda.Device(int(job.get("device", 0)))
+    ctx = dev.make_context()
+    try:
+        layout: Layout = job["layout"]
+        fmt = "".join(np.dtype(np.uintp).char if a.is_buffer else scalar_format(a.dtype) for a in layout.args)
+        bufs = {a.name: cuda.mem_alloc(max(1, a.nbytes)) for a in layout.buffers}
+        sms = int(dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
+        gen, _ = device_inputs.load(cuda, job.get("generator"), sms)
+        device_inputs.fill_buffers(cuda, layout, int(job.get("seed", 0)), bufs, gen)
+        pristine = {a.name: cuda.mem_alloc(max(1, a.nbytes)) for a in layout.buffers}
+        for a in layout.buffers:
+            if a.nbytes:
+                cuda.memcpy_dtod(pristine[a.name], bufs[a.name], a.nbytes)
+        l2 = int(dev.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
+        scrub_bytes = max(2 * l2, 64 << 20)
+        scrub = cuda.mem_alloc(scrub_bytes)
+        args = [int(bufs[a.name]) if a.is_buffer else scalar_value(a) for a in layout.args]
+        kernels = []
+        for side in job["sides"]:
+            fn = cuda.module_from_buffer(side["cubin"]).get_function(side["symbol"])
+            grid_l, block_l, smem = side["launch"]
+            if smem > 48 * 1024:
+                fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            fn.prepare(fmt)
+            kernels.append((fn, tuple(int(x) for x in [*grid_l, 1, 1][:3]),
+                            tuple(int(x) for x in [*block_l, 1, 1][:3]), int(smem)))
+        stream = cuda.Stream()
+        start, end = cuda.Event(), cuda.Event()
+        fill = [0]
+
+        def sample(side: int) -> float:
+            for a in layout.buffers:  # every buffer back to its first state: outputs reset, inputs restored
+                if a.nbytes:
+                    cuda.memcpy_dtod_async(bufs[a.name], pristine[a.name], a.nbytes, stream)
+            fill[0] = (fill[0] + 1) & 0xFF
+            cuda.memset_d8_async(scrub, fill[0], scrub_bytes, stream)  # L2 flushed: 2x its size overwritten
+            fn, grid, block, smem = kernels[side]
+            start.record(stream)
+            fn.prepared_async_call(grid, block, stream, *args, shared_size=smem)
+            end.record(stream)
+            end.synchronize()
+            return float(end.time_since(start)) * 1e3
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.3:  # clocks up from idle
+            sample(0)
+            sample(1)
+        times: list[list[float]] = [[], []]
+        budget = float(job.get("seconds", 2.0))
+        t0 = time.monotonic()
+        n = 0
+        while n < MAX_SAMPLES and (n < MIN_SAMPLES or time.monotonic() - t0 < budget):
+            for side in ((0, 1) if n % 2 == 0 else (1, 0)):
+                times[side].append(sample(side))
+            n += 1
+        print(TAG + json.dumps({"baseline_us": times[0], "candidate_us": times[1]}), flush=True)
+        return 0
+    except cuda.Error as e:
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"warpforge independent: CUDA error: {text}", file=sys.stderr)
+        return 3
+    finally:
+        with contextlib.suppress(Exception):
+            ctx.pop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m warpforge.gpu.independent")
+    p.add_argument("job", metavar="JOB", help="a pickled job: both kernels, their layout, seed and time budget")
+    return harness(p.parse_args(argv).job)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
