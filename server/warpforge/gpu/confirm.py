@@ -1,7 +1,7 @@
 """Confirming a winner's speedup with Nsight Compute's ``gpu__time_duration`` before it is offered.
 
-Why a second measurement: the engine's timing measures from the host's side of the GPU (CUDA events, or
-CUDA-graph replays for microsecond kernels). For a kernel of a few microseconds, launch latency and queueing
+Why a second measurement: the engine's timing measures from the host's side of the GPU (CUDA events around
+each cold launch). For a kernel of a few microseconds, launch latency and queueing
 are a large share of what events see: a 5 µs kernel timed 1.056x faster (interval [1.029, 1.070]) measured
 0.99x by ``ncu``. Nsight Compute's ``gpu__time_duration`` is the kernel's own duration on the GPU, read
 from the hardware, with nothing of the host in it. A speedup the two disagree on by more than the timing's
@@ -15,21 +15,21 @@ in the timing (contention varies between the harnesses); turning down a 66x win 
 offering 77x would claim more than the independent measurement reproduces.
 
 What is compared: the time each launch saves, not the ratio, whenever the timed baseline's per-launch
-time is known. A lone launch under ncu carries about a microsecond that back-to-back graph replays overlap
-(measured on an H100: a gelu of 1.6 µs per launch in graph replays is 2.9 µs to ncu). That fixed part
-cancels in a difference but compresses a ratio towards 1: a real 1.3x on a 1.6 µs kernel is ~1.15x to ncu,
-which a ratio rule would call a disagreement. The claimed saving's interval comes from the speedup's
-interval; ncu's saving must not fall below it by more than the interval's width (at least ``MIN_ALLOWED``
-of the baseline's time). Seeing *more* saving than claimed does not contradict a win.
+time is known. The timing's events around a lone launch include the stream launch's own cost (about 2 µs
+on an H200) that ncu's kernel duration leaves out. That fixed part cancels in a difference but compresses a
+ratio towards 1: a real 1.3x on a 1.6 µs kernel looks smaller to the timing than to ncu, and a ratio rule
+would call that a disagreement. The claimed saving's interval comes from the speedup's interval; ncu's
+saving must not fall below it by more than the interval's width (at least ``MIN_ALLOWED`` of the
+baseline's time). Seeing *more* saving than claimed does not contradict a win.
 
 How: one isolated process (``python -m warpforge.gpu.confirm --harness JOB``, run by ``ncu`` like the
 worker's ``--oneshot`` jobs under compute-sanitizer) loads both kernels, warms the clocks up with both,
 then launches original and candidate alternately ``launches`` times each between ``cuProfilerStart`` and
 ``cuProfilerStop``. ncu (``--profile-from-start off``) sees exactly those launches, in that order, and
-reports one duration per launch. Clocks are left alone (``--clock-control none``, house rule). The cache
-policy follows the timing being confirmed: graph replays run back to back with the L2 warm, so their
-confirmation does not flush caches (``--cache-control none``); event timing flushes L2 before every
-repetition, and so does ncu then (``--cache-control all``).
+reports one duration per launch. Clocks are left alone (``--clock-control none``, house rule). Like with
+like: the timing flushes L2 before every launch of either side (issue 28; microsecond kernels too), so ncu
+does too (``--cache-control all``): one launch, cold, both sides. Only timing settings that turn the flush
+off confirm with caches left alone (``--cache-control none``).
 
 The ``ncu`` executable and its failure messages come from ``profile.ncu``; where ncu is missing or may not
 read the counters, the confirmation is skipped with a note, never silently passed.

@@ -873,7 +873,7 @@ def _mode_text(graph: Msg | None, ts: TimingSettings) -> str:
     if graph.get("auto"):
         fastest = min(graph.get("per_launch_ms") or [0.0]) * 1e3
         return f"{what} (automatic: {fastest:.1f} µs per launch < {float(graph.get('below_ms', 0.0)) * 1e3:.0f} µs)"
-    return what
+    return what + " (asked for)"
 
 
 def _hot_figure(hot: Msg | None, baseline: bool) -> HotFigure | None:

@@ -26,10 +26,11 @@ What the worker does for the verification rules (see docs/architecture.md "Verif
   kernel that reads a buffer twice its size, leaving no dirty lines behind), inout buffers restored and
   outputs re-poisoned before every launch (outside the events), sides interleaved ABBA on buffer sets
   they rotate through together (placement cannot favour a side), adaptive repetitions (``timing``);
-  when a side's launch takes microseconds (or when asked), the same sequence (reset, flush, event, launch,
-  event) is captured in a CUDA graph per side, so the GPU runs it without the CPU in between and each
-  launch is still timed alone and cold (``timing.use_graphs``); on request both sides are then also timed
-  back to back with no flush (the "hot" figure, ``_time_hot``);
+  the flush just before each launch keeps the GPU busy while the CPU submits the events and the launch, so
+  microsecond kernels see no CPU gap either; where asked (``graph``), the same sequence (reset, flush,
+  event, launch, event) is captured in a CUDA graph per side instead (``_cold_graphs_for``); on request
+  both sides are also timed back to back with no flush (the "hot" figure, ``_time_hot``: CUDA graphs of
+  many launches for microsecond kernels, ``timing.use_graphs``);
 - verification can also run on inputs whose last elements are perturbed (``inputs.perturb_tail``): a
   run's third element ``"tail"`` asks for that, for the subject and the oracle alike;
 - after timing, each side is called once more on the buffers it was timed on and its outputs are compared
@@ -1117,9 +1118,13 @@ class Engine:
             estimates = [rough * 1e3] * len(refs)
         else:
             estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
+        # Cold launches are timed on the stream, events around each, as users' own harnesses do: the L2 flush
+        # just before each launch keeps the GPU busy while the CPU submits the start event and the launch, so
+        # no CPU gap falls inside the events. A graph of cold launches only where asked (``graph``), or where
+        # nothing is flushed and a microsecond launch would wait for the CPU (``use_graphs``).
         graphed = use_graphs(settings, estimates)
         hot_only = bool(msg.get("hot_only"))  # a winner's back-to-back figure, its cold timing made earlier
-        if graphed and not hot_only:
+        if (settings.graph or (graphed and flush is None)) and not hot_only:
             k = cold_launches_per_replay(settings, estimates, self._prep_ms(prep, timeout))
             try:
                 cold = self._cold_graphs_for(len(refs), k, prep, launch)
@@ -1200,8 +1205,7 @@ class Engine:
             self._destroy_cold(cold)
         hot: Msg | None = None
         if (msg.get("hot") or hot_only) and abandoned is None:
-            hot = self._time_hot(len(refs), settings, estimates, graphed and (bool(cold) or hot_only), prep, launch,
-                                 timeout)
+            hot = self._time_hot(len(refs), settings, estimates, graphed, prep, launch, timeout)
         # One more call per side (``recheck_sides``: by default all) on the buffers the timed launches used,
         # checked against the oracle: a kernel that behaves differently when called again on the same buffers
         # (cached results) shows here.
