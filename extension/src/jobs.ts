@@ -362,8 +362,16 @@ export class Jobs implements vscode.Disposable {
     if (p.candidate && !job.candidates.has(p.candidate) && p.speedup != null) {
       job.candidates.set(p.candidate, { job: p.job, uri: p.uri, kernel: p.kernel, candidate: p.candidate, speedup: p.speedup });
     }
+    for (const w of p.withdrawn ?? []) {
+      // offered during the search, turned down by the winner's checks (sanitizer, Nsight Compute): no longer offered
+      job.candidates.delete(w.candidate);
+      this.log.appendLine(`[client] ${p.job}: withdrawn ${w.candidate}: ${w.reason}`);
+    }
     if (p.candidate) {
       job.best = job.candidates.get(p.candidate) ?? job.best;
+    }
+    if (job.best && p.hot != null && p.candidate === job.best.candidate) {
+      job.best.evidence = { ...job.best.evidence, hot: p.hot };
     }
     this.progress.get(job.token)?.close();
     this.progress.delete(job.token);
@@ -410,6 +418,11 @@ export class Jobs implements vscode.Disposable {
     const runs = [n ? `${n} seeds` : '', odd].filter(Boolean).join(' + ');
     if (runs) {
       parts.push(runs);
+    }
+    const hot = c.evidence?.hot;
+    if (hot != null) {
+      // the claim is the cold figure (L2 flushed before each launch); the warm one differs by more than its interval
+      parts.push(`cold; back-to-back (hot, L2 warm): ${hot.toFixed(2)}×`);
     }
     const limit = this.limitText(job, c);
     return `${c.speedup.toFixed(2)}× faster ${job.kernel} (${parts.join(', ')})${limit ? `; now at ${limit}` : ''}${Jobs.launchText(c)}`;

@@ -94,6 +94,8 @@ export interface Evidence {
   sizes?: string[];
   /** the speedup's 95 % interval */
   interval?: [number, number];
+  /** the back-to-back ("hot", L2 warm) speedup, where it differs from the cold one by more than the interval */
+  hot?: number;
 }
 
 /** A measured time against the kernel's physical limit (the roofline). */
@@ -152,6 +154,16 @@ export interface JobDoneParams {
   stopped?: string;
   /** optimize jobs: the result's time (the best variant's, else the original's) against the physical limit */
   limit?: PhysicalLimit;
+  /** optimize jobs: variants offered during the search that the winner's checks turned down (sanitizer, Nsight Compute) */
+  withdrawn?: Withdrawn[];
+  /** optimize jobs: the result's back-to-back ("hot", L2 warm) speedup, where it differs from the cold one by more than the interval */
+  hot?: number;
+}
+
+/** A variant offered during the search that the winner's checks turned down, and why. */
+export interface Withdrawn {
+  candidate: string;
+  reason: string;
 }
 
 export interface TreeNode {

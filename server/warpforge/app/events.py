@@ -33,6 +33,8 @@ class Evidence:
     seeds: int | None = None
     #: the problem sizes the variant was checked at (the spec's, and an odd one when symbolic)
     sizes: tuple[str, ...] = ()
+    #: the back-to-back ("hot", L2 warm) speedup, where it differs from the cold one by more than its interval
+    hot: float | None = None
 
     @classmethod
     def of(cls, evaluation: Any) -> Evidence:
@@ -51,7 +53,9 @@ class Evidence:
         checked = correctness.evidence() if callable(getattr(correctness, "evidence", None)) else None
         seeds: Any = getattr(correctness, "seeds", None) if correctness is not None else extra.get("seeds")
         sizes: Any = getattr(correctness, "sizes_checked", None) if correctness is not None else extra.get("sizes")
+        hot: Any = getattr(getattr(evaluation, "timing", None), "hot_ratio", None)
         return cls(gpu=str(getattr(evaluation, "gpu", "") or ""),
+                   hot=float(hot) if isinstance(hot, int | float) else None,
                    spread=float(spread) if isinstance(spread, int | float) else None, interval=interval,
                    headline=headline() if callable(headline) else None, checked=checked,
                    seeds=len(seeds) if isinstance(seeds, list | tuple) else seeds if isinstance(seeds, int) else None,
@@ -112,6 +116,11 @@ class JobFinished:
     stopped: str = ""
     #: the result's time against the physical limit: the best variant's, or the original's when none won
     limit: Limit | None = None
+    #: announced variants the winner's checks turned down after all, each (candidate hash, why): the
+    #: sanitizer failed, or Nsight Compute contradicted the timing beyond its interval; no longer offered
+    withdrawn: tuple[tuple[str, str], ...] = ()
+    #: the result's back-to-back ("hot") speedup where it differs from the cold one by more than the interval
+    hot: float | None = None
 
 
 @dataclass(frozen=True)

@@ -321,7 +321,29 @@ class OptimizeJob:
         limit = self.limit(r.best if r.best.ok else None)
         if limit is not None and limit.pct_limit is not None and limit.text() not in message:
             message += f"; {limit.text()}"
-        return JobFinished("cancelled" if self.cancel.is_set() else "done", message, r.improved, r.stopped, limit)
+        hot: Any = getattr(getattr(r.best.evaluation, "timing", None), "hot_ratio", None) if r.improved else None
+        if isinstance(hot, int | float):
+            message += f"; back-to-back (hot, L2 warm): {hot:.2f}×"
+        return JobFinished("cancelled" if self.cancel.is_set() else "done", message, r.improved, r.stopped, limit,
+                           tuple(self._withdraw().items()), float(hot) if isinstance(hot, int | float) else None)
+
+    def _withdraw(self) -> dict[str, str]:
+        """Announced variants the winner's checks turned down after all (``search.optimize.confirm_winner``):
+        compute-sanitizer failed, or Nsight Compute contradicted the timing by more than its interval. They
+        leave ``announced`` (the lens stops offering them) and the editor is told (``JobFinished.withdrawn``),
+        so a demoted claim is demoted in every front end, not only in the CLI's result."""
+        out: dict[str, str] = {}
+        for h, n in list(self.announced.items()):
+            ev = n.evaluation
+            conf = getattr(getattr(ev, "timing", None), "confirmation", None)
+            if getattr(conf, "agrees", None) is False:
+                out[h] = conf.text() if callable(getattr(conf, "text", None)) else "not confirmed by Nsight Compute"
+            elif not n.verified:
+                out[h] = f"{getattr(ev, 'status', 'failed')}: {getattr(ev, 'reason', '')}"
+            else:
+                continue
+            del self.announced[h]
+        return out
 
     async def _close(self, policy: Any) -> None:
         if policy is not None:

@@ -324,6 +324,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
     if args.json:
         print(json.dumps({
             "file": args.file, "kernel": kernel, "improved": result.improved, "speedup": result.best_speedup,
+            # the back-to-back figure, named as such, where it differs from the (cold) speedup by more than its
+            # interval
+            "hot_speedup": timing.hot_ratio if timing is not None and result.improved else None,
             "headline": headline, "evaluation": ev.to_json() if ev is not None and hasattr(ev, "to_json") else None,
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
             "build_change": build_change(best.candidate) if result.improved else None,
@@ -359,7 +362,13 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
         if base_ms is not None and best_ms is not None:
             sp = timing.speedup if timing is not None else None
             interval = f", 95% interval [{sp.low:.2f}, {sp.high:.2f}]" if sp is not None else ""
-            out.print(f"{base_ms * 1e3:.1f} µs → {best_ms * 1e3:.1f} µs{interval}")
+            out.print(f"{base_ms * 1e3:.1f} µs → {best_ms * 1e3:.1f} µs{interval} (cold: L2 flushed before each "
+                      "launch)")
+            hot = timing.hot if timing is not None else None
+            if hot is not None and hot.speedup is not None and timing is not None and timing.hot_differs:
+                out.print(f"[dim]{escape(hot.text())}; {hot.baseline.median * 1e3:.1f} µs → "
+                          f"{hot.candidate.median * 1e3:.1f} µs (differs from the cold figure by more than its "
+                          "interval; the claim is the cold one)[/]")
         if limit_line:
             out.print(limit_line)
         out.print(diff, markup=False)

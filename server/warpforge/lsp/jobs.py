@@ -373,7 +373,7 @@ class OptimizeJobs(JobManager[OptimizeJob]):
             spread=ev.spread, gpu=job.work.gpu, family=node.candidate.family, families=list(node.families),
             rationale=node.candidate.rationale, diff=event.diff, evidence=wire_types.Evidence(
                 headline=ev.headline, checked=ev.checked, seeds=ev.seeds, sizes=list(ev.sizes) or None,
-                interval=list(ev.interval) if ev.interval is not None else None),
+                interval=list(ev.interval) if ev.interval is not None else None, hot=ev.hot),
             limit=wire_limit(event.limit), launch_changes=list(event.launch_changes) or None,
             needs_launch_change=event.needs_launch_change or None)))
 
@@ -387,7 +387,10 @@ class OptimizeJobs(JobManager[OptimizeJob]):
                              speedup=best.speedup if best is not None else None,
                              evaluations=outcome.result.evaluations if outcome is not None else 0,
                              stopped=outcome.result.stopped if outcome is not None else None,
-                             limit=wire_limit(event.limit) if isinstance(event, JobFinished) else None)
+                             limit=wire_limit(event.limit) if isinstance(event, JobFinished) else None,
+                             withdrawn=[wire_types.Withdrawn(c, why) for c, why in event.withdrawn] or None
+                             if isinstance(event, JobFinished) else None,
+                             hot=event.hot if isinstance(event, JobFinished) else None)
 
     # ----------------------------------------------------------------- tree / view / accept / reject
     def node(self, job_id: str, candidate: str) -> tuple[EditorJob[OptimizeJob], Node]:

@@ -127,6 +127,8 @@ class Evidence:
     seeds: int | None = None
     sizes: list[str] | None = None
     interval: list[float] | None = None
+    #: the back-to-back ("hot", L2 warm) speedup where it differs from the cold one by more than the interval
+    hot: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,14 @@ class CandidateParams:
 
 
 @dataclass(frozen=True)
+class Withdrawn:
+    """A variant offered during the search that the winner's checks turned down, and why."""
+
+    candidate: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class JobDoneParams:
     job: str
     #: "optimize" | "profile"
@@ -193,6 +203,11 @@ class JobDoneParams:
     stopped: str | None = None
     #: optimize jobs: the result's time (the best variant's, else the original's) against the physical limit
     limit: PhysicalLimit | None = None
+    #: optimize jobs: announced variants the winner's checks turned down (sanitizer, Nsight Compute): withdrawn
+    withdrawn: list[Withdrawn] | None = None
+    #: optimize jobs: the result's back-to-back ("hot", L2 warm) speedup, where it differs from the cold one by
+    #: more than the interval
+    hot: float | None = None
 
 
 # ------------------------------------------------------------------ warpforge/searchTree
@@ -273,4 +288,5 @@ class GpuStatus:
 #: every protocol type, by the name of its TypeScript interface (tests/test_protocol.py compares them)
 INTERFACES: dict[str, type] = {t.__name__: t for t in (
     OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, DiffHunk, CandidateTexts,
-    Evidence, PhysicalLimit, CandidateParams, JobDoneParams, TreeNode, HistoryPoint, SearchTree, GpuStatus)}
+    Evidence, PhysicalLimit, CandidateParams, Withdrawn, JobDoneParams, TreeNode, HistoryPoint, SearchTree,
+    GpuStatus)}
