@@ -76,6 +76,8 @@ ENGINE_VERSION = "6"  # 2: tail-sensitivity runs, automatic graph timing, ncu co
 # and outputs reset before each, in graph mode too), the back-to-back figure beside it
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
+#: the least time left (s) in which a winner's back-to-back ("hot") figure is measured
+HOT_MIN_SECONDS = 3.0
 #: an original this long per launch (ms) or longer has its candidates checked in two steps (``Evaluator._lazy``)
 LAZY_CHECK_MS = 2.0
 #: re-checks after timing draw from this many extra seeds, none of them among the verification seeds
@@ -606,8 +608,8 @@ class Evaluator:
                      "recheck_sides": [0] if baseline else [1],
                      # given up on as clearly slower, a two-step candidate's checks stop there (``_lazy``)
                      "recheck_unless_abandoned": lazy,
-                     # the back-to-back figure: for the original (bench), a winner's checks, or when asked
-                     "hot": ts.hot or baseline or sanitize}
+                     # the back-to-back figure: for a winner's checks, or when asked (bench, verify)
+                     "hot": ts.hot or sanitize}
         budget = 1.5 * ts.max_seconds + ts.warmup_seconds + kt * ts.batch * len(sides) * 4 + 120.0
         t = await self._request(dev, tmsg, budget, "timing", ev)
         ev.time_split["warmup"] = float(t.get("warmup_seconds") or 0.0)
@@ -745,6 +747,10 @@ class Evaluator:
         if t is None or t.speedup is None or t.hot is not None or not ev.ok:
             return
         ts = self.settings.timing
+        left = self._left()
+        if left is not None and left < HOT_MIN_SECONDS:
+            ev.notes.append(f"back-to-back (hot) figure not measured: {max(0.0, left):.0f} s of the time budget left")
+            return
         kt = float(self.settings.kernel_timeout)
         msg: Msg = {"op": "time", "problem": self.problem, "sides": [base.ref(), built.ref()], "variant": "spec",
                     "seed": self._seeds()[0], "settings": ts.to_json(), "kernel_timeout": kt, "oracle": None,
