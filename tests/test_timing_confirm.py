@@ -11,9 +11,20 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from warpforge.app.events import Evidence
 from warpforge.gpu.confirm import MIN_ALLOWED, Confirmation, Side, confirm, confirm_command, judge, parse_durations
+from warpforge.gpu.evaluator import _mode_text
 from warpforge.gpu.inputs import ArgLayout, Layout
-from warpforge.gpu.timing import Speedup, TimingSettings, launches_per_replay, use_graphs
+from warpforge.gpu.reports import Evaluation, HotFigure, RunReport, TimingReport
+from warpforge.gpu.timing import (
+    Speedup,
+    TimingSettings,
+    cold_launches_per_replay,
+    hot_differs,
+    launches_per_replay,
+    summarize,
+    use_graphs,
+)
 from warpforge.search.optimize import confirm_winner
 
 
@@ -217,3 +228,77 @@ def test_a_winner_contradicted_by_ncu_is_not_offered_and_the_next_one_is() -> No
     only_fake = _Result(nodes[:2], root, nodes[1])
     asyncio.run(confirm_winner(only_fake, _Evaluator({"fake": fake})))  # type: ignore[arg-type]
     assert only_fake.best is root  # nothing confirmed: nothing offered
+
+
+# --------------------------------------------------------------------------- cold claim, hot second figure
+def _timed(cold: Speedup, hot: Speedup | None) -> Evaluation:
+    base, cand = summarize([0.08, 0.081, 0.079]), summarize([0.016, 0.0161, 0.0159])
+    t = TimingReport(candidate=cand, baseline=base, speedup=cold, gpu="H200",
+                     hot=HotFigure(summarize([0.067] * 3), summarize([0.0108] * 3), hot, 41, True)
+                     if hot is not None else None)
+    ev = Evaluation("c", "h", "affine", "ok", timing=t, gpu="NVIDIA H200")
+    ev.correctness.runs.append(RunReport("spec", 0, "N=4194304"))
+    return ev
+
+
+def test_the_hot_ratio_is_shown_named_as_such_only_where_it_differs_by_more_than_the_interval() -> None:
+    # measured on an H200 (tests/test_gpu_cold_timing.py): cold 5.0x, back to back 6.26x
+    far = _timed(Speedup(5.0, 4.95, 5.05, 90), Speedup(6.26, 6.24, 6.29, 16))
+    assert far.timing is not None and far.timing.hot_differs and far.timing.hot_ratio == 6.26
+    line = far.headline()
+    assert line.startswith("5.00x faster cold, L2 flushed before each launch"), line
+    assert "back-to-back (hot, L2 warm): 6.26x" in line, line
+    near = _timed(Speedup(5.0, 4.95, 5.05, 90), Speedup(5.04, 5.0, 5.08, 16))
+    assert near.timing is not None and not near.timing.hot_differs and near.timing.hot_ratio is None
+    assert "hot" not in near.headline() and "cold" not in near.headline()
+    assert "hot" not in _timed(Speedup(5.0, 4.95, 5.05, 90), None).headline()
+    # a tight interval still needs 1 % to count as different
+    assert not hot_differs(Speedup(2.0, 2.0, 2.0, 9), Speedup(2.01, 2.0, 2.02, 9))
+
+
+def test_the_hot_figure_travels_in_json_and_in_the_editors_evidence() -> None:
+    ev = _timed(Speedup(5.0, 4.95, 5.05, 90), Speedup(6.26, 6.24, 6.29, 16))
+    d = ev.to_json()
+    assert d["timing"]["hot_ratio"] == 6.26 and d["timing"]["hot_differs"] is True
+    assert d["timing"]["hot"]["launches"] == 41 and "back-to-back" in d["timing"]["hot"]["text"]
+    back = Evaluation.from_json(d)
+    assert back.timing is not None and back.timing.hot is not None and back.timing.hot_ratio == 6.26
+    assert Evidence.of(ev).hot == 6.26
+    assert Evidence.of(_timed(Speedup(5.0, 4.95, 5.05, 90), None)).hot is None
+
+
+def test_the_mode_says_every_launch_is_cold() -> None:
+    ts = TimingSettings()
+    assert _mode_text(None, ts) == "events around each launch, L2 flushed and outputs reset before each launch"
+    graph = _mode_text({"cold_launches_per_replay": 12, "auto": False, "per_launch_ms": [0.01]},
+                       TimingSettings(graph=True))
+    assert "CUDA graph of 12 launches" in graph and "each launch" in graph and "asked for" in graph
+    assert "not flushed" in _mode_text(None, TimingSettings(flush_l2=False))
+
+
+def test_cold_graphs_hold_enough_launches_for_the_target_with_their_flush() -> None:
+    s = TimingSettings(graph_target_ms=0.5)
+    assert cold_launches_per_replay(s, [0.005, 0.08], prep_ms=0.03) == 15  # 0.5 / (0.005 + 0.03)
+    assert cold_launches_per_replay(s, [2.0], prep_ms=0.03) == 1
+    assert cold_launches_per_replay(s, [0.0001], prep_ms=0.0) == 32  # capped
+
+
+def test_an_offered_variant_the_winners_checks_turn_down_is_withdrawn_from_the_editor() -> None:
+    """Announced during the search, then contradicted by Nsight Compute (or failing the sanitizer): the lens
+    stops offering it and ``jobDone.withdrawn`` tells the editor, which drops it from its offers."""
+    from types import SimpleNamespace
+
+    from warpforge.app.optimize import OptimizeJob
+
+    contradicted = _timed(Speedup(1.2, 1.15, 1.25, 50), None)
+    assert contradicted.timing is not None
+    contradicted.timing.confirmation = judge(Speedup(1.2, 1.15, 1.25, 50), [1000.0] * 7, [1000.0] * 7)
+    assert contradicted.timing.confirmation.agrees is False
+    fine = _timed(Speedup(1.5, 1.45, 1.55, 50), None)
+    racy = SimpleNamespace(evaluation=Evaluation("c", "r", "k", "racy", "compute-sanitizer racecheck: 2 error(s)"),
+                           verified=False)
+    job = SimpleNamespace(announced={"a": SimpleNamespace(evaluation=contradicted, verified=True),
+                                     "b": SimpleNamespace(evaluation=fine, verified=True), "r": racy})
+    out = OptimizeJob._withdraw(job)  # type: ignore[arg-type]
+    assert set(out) == {"a", "r"} and set(job.announced) == {"b"}
+    assert "not significant" in out["a"] and out["r"].startswith("racy: compute-sanitizer")
