@@ -284,6 +284,8 @@ def test_ncu_confirms_a_real_win_and_flags_a_fake_one(backend: Backend) -> None:
     assert conf.ran, conf.note
     assert conf.agrees and conf.ncu_ratio is not None and conf.ncu_ratio > 1.3, conf.text()
     assert fast.timing.significant
+    hot = fast.timing.hot  # the winner's back-to-back figure, measured with its checks
+    assert hot is not None and hot.speedup is not None and hot.speedup.ratio > 1.3, hot
     # A fake: identical kernels claimed 1.3x faster. ncu measures both and finds no such difference.
     built = run(ev._baseline_built())
     grid, block, smem = built.launches["spec"]
