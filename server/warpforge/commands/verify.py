@@ -222,11 +222,13 @@ def _print(e: Evaluation, variant: str, used: UsedLaunch, second: IndependentTim
             con.print(f"timing, {t.hot.text()}; original {t.hot.baseline.median * 1e3:.2f} µs, candidate "
                       f"{t.hot.candidate.median * 1e3:.2f} µs ({differs})", markup=False)
     if second is not None:
-        con.print(second.text(), markup=False)
-        if second.ratio is not None and t is not None and t.speedup is not None:
-            gap = second.ratio / t.speedup.ratio - 1.0
-            con.print(f"WarpForge {t.speedup.ratio:.3f}x, independent {second.ratio:.3f}x: "
-                      f"{gap * 100:+.1f} %", markup=False)
+        for line in second.lines():
+            con.print(line, markup=False)
+        if t is not None and t.speedup is not None:
+            for what, ratio in (("L2 read", second.ratio), ("L2 written", second.written_ratio)):
+                if ratio is not None:
+                    con.print(f"WarpForge {t.speedup.ratio:.3f}x, independent ({what}) {ratio:.3f}x: "
+                              f"{(ratio / t.speedup.ratio - 1.0) * 100:+.1f} %", markup=False)
     if e.sanitizer is not None:
         for tool in e.sanitizer.tools:
             state = "clean" if tool.ok and tool.ran else ("not run" if not tool.ran else f"{tool.errors} error(s)")
