@@ -335,9 +335,10 @@ class OptimizeJob:
         out: dict[str, str] = {}
         for h, n in list(self.announced.items()):
             ev = n.evaluation
-            conf = getattr(getattr(ev, "timing", None), "confirmation", None)
+            conf: Any = getattr(getattr(ev, "timing", None), "confirmation", None)
             if getattr(conf, "agrees", None) is False:
-                out[h] = conf.text() if callable(getattr(conf, "text", None)) else "not confirmed by Nsight Compute"
+                text = getattr(conf, "text", None)
+                out[h] = str(text()) if callable(text) else "not confirmed by Nsight Compute"
             elif not n.verified:
                 out[h] = f"{getattr(ev, 'status', 'failed')}: {getattr(ev, 'reason', '')}"
             else:
