@@ -9,8 +9,9 @@ that flushes before each launch. The variant runs a few microseconds, the case g
 Measured on an H200 (benchmarks/RESULTS.md, "Cold timing"): graph replays 6.24x (the hot figure now),
 WarpForge's cold timing 5.53x (5.62x with the cold launches inside a CUDA graph), harnesses flushing L2 by a
 memset 4.99x / 4.97x: a written flush leaves L2 full of dirty lines the timed kernel then writes back (2-3 µs
-here), which WarpForge's read flush does not. The reference here therefore flushes by reading, like
-WarpForge and Nsight Compute, and reports the written flush beside it.
+here), which a read flush does not. WarpForge now flushes by writing, as Triton's ``do_bench`` and nvbench do
+(the tools users compare against), so the requirement is checked against the written flush; the read flush is
+printed beside it.
 
 Run on the GPU machine: ``pytest -m gpu tests/test_gpu_cold_timing.py``.
 """
@@ -197,10 +198,10 @@ def test_a_small_fast_variant_gets_the_same_ratio_as_a_per_launch_flushed_harnes
     table += f"\ngpu.independent, L2 written: {shipped.written_ratio}"
     print(f"\n{e.gpu}\n{table}")
     assert t.candidate.median * 1e3 < 50, table  # the case of the issue: a microsecond variant
-    # the requirement: WarpForge's ratio within 3 % of a per-launch, L2-flushed event harness (flushed the same
-    # way, clean: a written flush adds the write-back of someone else's dirty lines to the timed kernel)
-    assert abs(t.speedup.ratio / ref["read"][2] - 1) <= 0.03, table
-    assert shipped.ratio is not None and abs(shipped.ratio / ref["read"][2] - 1) <= 0.03, table
+    # the requirement: WarpForge's ratio within 3 % of a per-launch, L2-flushed event harness flushed the way
+    # users' tools flush (a memset: dirty lines the timed kernel writes back), this test's and the shipped one
+    assert abs(t.speedup.ratio / ref["write"][2] - 1) <= 0.03, table
+    assert shipped.written_ratio is not None and abs(shipped.written_ratio / ref["write"][2] - 1) <= 0.03, table
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -219,7 +220,7 @@ def test_cli_verify_independent_prints_both_numbers() -> None:
     ind = data["independent"]
     assert ind["ratio"] is not None and ind["ratio"] > 1.3, ind
     assert ind["written_ratio"] is not None and ind["written_ratio"] > 1.3, ind
-    assert abs(ind["ratio"] / data["speedup"] - 1) < 0.1, (ind["ratio"], data["speedup"])
+    assert abs(ind["written_ratio"] / data["speedup"] - 1) < 0.05, (ind["written_ratio"], data["speedup"])
     assert data["timing"]["hot"] is not None
     text = _cli("verify", "kernels/reduce_sum.cu", "--kernel", "reduce_sum", "--candidate",
                 "tests/fixtures/variants/reduce_sum_fast.cu", "--seconds", "0.4", "--independent", "--no-sanitize")

@@ -368,19 +368,6 @@ __device__ __forceinline__ void wf_compare(const U* __restrict__ got, const U* _
     }
 }
 
-// Evicts L2 by *reading* a buffer of twice its size, so that it is left holding clean lines: a kernel timed
-// next pays no write-back of someone else's dirty data (a memset flush would leave L2 full of dirty lines).
-extern "C" __global__ void wf_flush(const uint4* __restrict__ buf, unsigned long long n, unsigned int* sink)
-{
-    unsigned int acc = 0;
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const uint4 v = buf[i];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9E3779B9u) sink[0] = acc;
-}
-
 // The checksum of ``checksum`` (compare.py): nbytes at p (8-byte aligned, as every allocation of the worker is)
 // read as little-endian 64-bit words, the last one zero-padded; each thread sums mix(word ^ (i * STEP + OFFSET))
 // over its words, a block sums its threads' sums (warp shuffles, then one warp over the warps' sums) and adds

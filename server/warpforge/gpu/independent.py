@@ -15,10 +15,10 @@ synchronize. The median of each side's samples and their ratio are the result.
 L2 is flushed two ways, each for half the samples, and both results are kept, because the way matters
 (measured on an H200, benchmarks/RESULTS.md "Cold timing"): **by reading** a buffer of twice the L2 size
 with a kernel compiled here (``READ_FLUSH``: L2 ends up holding clean lines, as after Nsight Compute's cache
-control, and as WarpForge flushes), and **by writing** it with ``cuMemsetD8`` (as Triton's ``do_bench`` and
-nvbench do: L2 ends up full of dirty lines, and the timed kernel pays for writing them back, a few µs on a
-kernel that streams tens of MB). The first is WarpForge's method measured independently; the second is what
-those tools report.
+control), and **by writing** it with ``cuMemsetD8`` (as Triton's ``do_bench``, nvbench and WarpForge
+do: L2 ends up full of dirty lines, and the timed kernel pays for writing them back, a few µs on a
+kernel that streams tens of MB). The second is WarpForge's method measured independently and what those tools
+report; the first is what Nsight Compute's one-launch figure sees.
 
 Runs as ``python -m warpforge.gpu.independent JOB`` (a pickled job), so it owns its own CUDA context.
 """
