@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..compiler.sandbox import run_tool
 from ..cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
 from ..exitcodes import CliError
 from ..spec.limits import LaunchLimits, limits_for_arch
@@ -237,8 +238,8 @@ def _local_gpu(device: int) -> tuple[str, str, int] | None:
     if smi is None or not 0 <= device < len(visible):
         return None
     try:
-        out = subprocess.run([smi, f"--id={visible[device].smi_id}", "--query-gpu=name,compute_cap,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        out = run_tool([smi, f"--id={visible[device].smi_id}", "--query-gpu=name,compute_cap,memory.total",
+                        "--format=csv,noheader,nounits"], tool="nvidia-smi", timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     parts = [p.strip() for p in (out.stdout.strip().splitlines() or [""])[0].split(",")]

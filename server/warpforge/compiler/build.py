@@ -8,12 +8,10 @@ editor recompiles the same file on every save and the search re-proposes the sam
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import threading
@@ -24,6 +22,7 @@ from pathlib import Path
 from ..defaults import user_cache_dir
 from .mangle import base_name
 from .project import ProjectBuild, project_build, source_file
+from .sandbox import exit_note, run_tool
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
 
 
@@ -465,20 +464,15 @@ def compile_cubin(
             return _refused(arch, filename, f"{e.why} (in `{e.argument[:80]}`; {fix})")
         # nvcc's own intermediate files go to TMPDIR: keep them in this private folder too.
         env = {**os.environ, "TMPDIR": tmp}
+        # The sandbox closes stdin, caps memory and file size, and kills nvcc's whole group at the timeout.
         try:
-            # Own process group so a timeout kills cicc/ptxas too, not only the nvcc driver.
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    cwd=tmp, env=env, start_new_session=True)
+            proc = run_tool(cmd, tool="nvcc", timeout=timeout, cwd=tmp, env=env, merge_stderr=True)
+            log, returncode, timed_out = proc.stdout, proc.returncode, False
+        except subprocess.TimeoutExpired as e:
+            log, returncode, timed_out = str(e.output or ""), None, True
         except OSError as e:
             raise ToolMissing("nvcc", f"{tc.nvcc} could not be started: {e}") from e
-        try:
-            log, _ = proc.communicate(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            log, _ = proc.communicate()
-            timed_out = True
+        stopped = exit_note(returncode, "nvcc")
         seconds = time.perf_counter() - t0
         # Messages are read from the log as nvcc wrote it (fixed, plain names), then renamed: a user's name
         # may hold parentheses or line breaks that a message line cannot be read back from.
@@ -488,7 +482,10 @@ def compile_cubin(
         log = _map_names(raw, names)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
-        ok = proc.returncode == 0 and not timed_out and out_path.is_file()
+        if stopped is not None:
+            log += f"\n{stopped}"
+            messages.append(CompilerMessage(filename, 0, "error", "limit", stopped))
+        ok = returncode == 0 and not timed_out and out_path.is_file()
         cubin = out_path.read_bytes() if ok else b""
     if timed_out:
         messages.append(CompilerMessage(filename, 0, "error", "timeout",
