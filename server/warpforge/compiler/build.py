@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..defaults import user_cache_dir
+from .includes import check_includes
 from .mangle import base_name
 from .project import ProjectBuild, project_build, source_file
 from .sandbox import exit_note, run_tool
@@ -188,7 +189,7 @@ _MEMORY_MAX = 256
 
 def _cache_key(source: str, flags: list[str], arch: str, compiler: str) -> str:
     h = hashlib.sha256()
-    for part in (source, "\0".join(flags), arch, compiler, "v2"):
+    for part in (source, "\0".join(flags), arch, compiler, "v3"):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()[:32]
@@ -374,6 +375,18 @@ def _map_names(log: str, names: dict[str, str]) -> str:
     return log
 
 
+def _map_build_dir(text: str, build: str) -> str:
+    """``text`` without the private build folder: a path through it (``/tmp/warpforge-build-x/../../etc/h``, the
+    preprocessor's spelling of a quoted include climbing out of it) becomes the file it names; one of the
+    compile's own files (nvcc's intermediates) becomes its bare name. Runs after ``_map_names``."""
+    def one(m: re.Match[str]) -> str:
+        path = os.path.normpath(m.group(0))
+        if path == build or path.startswith(build + os.sep):
+            return os.path.basename(path) or "the build folder"
+        return path
+    return re.sub(re.escape(build) + r"(?:/[^\s\"'()<>:,;]*)?", one, text)
+
+
 def compile_cubin(
     source: str,
     *,
@@ -420,6 +433,14 @@ def compile_cubin(
     why = flag_problem(list(flags or []))
     if why is not None:
         return _refused(arch, filename, why)
+    # Includes are checked before anything runs: a device file is refused at its line, a file outside the
+    # project is warned about (``compiler.includes``).
+    include_msgs = [CompilerMessage(p.file, p.line, p.severity, "include", p.text) for p in check_includes(
+        source, filename, include_dirs=include_dirs, system_dirs=system_dirs, nvcc=tc.nvcc,
+        build_dir=str(Path(tempfile.gettempdir()) / "warpforge-build-unit"), own=source_file(filename))]
+    if any(m.severity == "error" for m in include_msgs):
+        return BuildResult(ok=False, arch=arch, messages=include_msgs,
+                           log="\n".join(f"{m.file}:{m.line}: {m.severity}: {m.text}" for m in include_msgs))
     std = proj.std if proj is not None and proj.std else "c++17"
     all_flags = ["-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
                  f"-std={std}"]
@@ -477,9 +498,10 @@ def compile_cubin(
         # Messages are read from the log as nvcc wrote it (fixed, plain names), then renamed: a user's name
         # may hold parentheses or line breaks that a message line cannot be read back from.
         raw = log or ""
-        messages = [replace(m, file=_map_names(m.file, names))
-                    for m in parse_messages(raw, str(src_path), files=(filename,))]
-        log = _map_names(raw, names)
+        messages = include_msgs + [replace(m, file=_map_build_dir(_map_names(m.file, names), tmp),
+                                           text=_map_build_dir(_map_names(m.text, names), tmp))
+                                   for m in parse_messages(raw, str(src_path), files=(filename,))]
+        log = _map_build_dir(_map_names(raw, names), tmp)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
         if stopped is not None:
