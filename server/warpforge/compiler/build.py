@@ -23,7 +23,7 @@ from ..defaults import user_cache_dir
 from .includes import check_includes
 from .mangle import base_name
 from .project import ProjectBuild, project_build, source_file
-from .sandbox import exit_note, run_tool
+from .sandbox import exit_note, limits_for, run_tool
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
 
 
@@ -375,6 +375,10 @@ def _map_names(log: str, names: dict[str, str]) -> str:
     return log
 
 
+#: what nvcc's tools print when an allocation fails (the sandbox's address-space cap)
+_OUT_OF_MEMORY = re.compile(r"out of memory|cannot allocate memory|memory exhausted", re.IGNORECASE)
+
+
 def _map_build_dir(text: str, build: str) -> str:
     """``text`` without the private build folder: a path through it (``/tmp/warpforge-build-x/../../etc/h``, the
     preprocessor's spelling of a quoted include climbing out of it) becomes the file it names; one of the
@@ -512,6 +516,10 @@ def compile_cubin(
     if timed_out:
         messages.append(CompilerMessage(filename, 0, "error", "timeout",
                                         f"compilation exceeded {timeout:.0f} s (a compile bomb?)"))
+    elif not ok and _OUT_OF_MEMORY.search(log):
+        messages.append(CompilerMessage(filename, 0, "error", "limit",
+                                        f"nvcc ran out of memory under its cap ({limits_for('nvcc').describe()}): "
+                                        "set WARPFORGE_COMPILE_MEMORY_MB to raise it if the unit really needs more"))
     elif not ok and not any(m.severity == "error" for m in messages):
         messages.append(CompilerMessage(filename, 0, "error", "nvcc",
                                         (log.strip().splitlines() or ["nvcc failed"])[-1]))
