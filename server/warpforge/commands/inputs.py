@@ -16,9 +16,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from ..compiler.project import warn_refused
 from ..compiler.sandbox import run_tool
 from ..cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
 from ..exitcodes import CliError
@@ -59,6 +61,8 @@ def read_source(path: str) -> SourceText:
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise CliError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[e.start]:02x}); save the file as "
                        "UTF-8") from e
+    for warning in warn_refused(path):  # options of the project's build not passed on: said once, on stderr
+        print(warning, file=sys.stderr)
     return SourceText(data)
 
 
