@@ -337,14 +337,14 @@ def create_server() -> WarpForgeServer:
     return server
 
 
-def serve(tcp: str | None = None) -> NoReturn:
+def serve(tcp: tuple[str, int] | None = None) -> NoReturn:
+    """Serve over stdio, or over TCP at ``tcp`` (host, port; checked by ``commands.serve.tcp_address``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(RefusalsInOneLine())
     server = create_server()
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
+    if tcp is not None:
+        server.start_tcp(*tcp)
     else:
         server.start_io()
     # Leave now: the non-daemon pool threads would otherwise be joined at exit, finishing work for nobody.
