@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, needs_nvcc
-from warpforge.compiler import sandbox
+from warpforge.compiler import includes, sandbox
 from warpforge.compiler.build import compile_cubin
 from warpforge.compiler.includes import _logical_lines
 from warpforge.compiler.sandbox import Limits, MiB, exit_note, run_tool
@@ -206,6 +206,23 @@ def test_headers_in_the_workspace_the_toolkit_and_configured_folders_are_not_war
     other.write_text('#include "../vendor/scale.cuh"\n' + KERNEL)
     res = compile_cubin(other.read_text(), arch="sm_90", filename=str(other), use_cache=False)
     assert [m.severity for m in res.messages if m.code == "include"] == ["warning"], res.messages
+
+
+@needs_nvcc
+def test_the_editor_s_workspace_folders_count_as_the_workspace(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No marker file in a plain folder: the file's own folder is the workspace, a sibling is outside, until
+    the editor names the parent as its workspace folder (the language server does at initialize)."""
+    (home / "shared").mkdir()
+    (home / "shared" / "scale.cuh").write_text("#define SCALE 2.0f\n")
+    user = home / "src" / "k.cu"
+    user.parent.mkdir()
+    user.write_text('#include "../shared/scale.cuh"\n' + KERNEL.replace("2.0f", "SCALE"))
+    res = compile_cubin(user.read_text(), arch="sm_90", filename=str(user), use_cache=False)
+    assert res.ok and [m.severity for m in res.messages if m.code == "include"] == ["warning"]
+    monkeypatch.setenv(includes.ROOTS_ENV, "")
+    includes.set_workspace_roots([str(home)])
+    res = compile_cubin(user.read_text(), arch="sm_90", filename=str(user), use_cache=False)
+    assert res.ok and not [m for m in res.messages if m.code == "include"], res.messages
 
 
 @needs_nvcc

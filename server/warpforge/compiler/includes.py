@@ -20,7 +20,8 @@ directives (the standalone units ``cuda.extract`` writes) map each include back 
 a problem inside a header is reported at the user's include that leads to it.
 
 The workspace is the nearest folder above the file holding ``.git``, ``warpforge.toml``,
-``compile_commands.json`` or ``.vscode`` (else the file's own folder).
+``compile_commands.json`` or ``.vscode`` (else the file's own folder), and in the editor its workspace folders
+(``set_workspace_roots``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,20 @@ def _unescape(name: str) -> str:
     return re.sub(r"\\(.)", r"\1", name)
 
 
+#: the editor's workspace folders (set by the language server), inherited by the processes it starts
+ROOTS_ENV = "WARPFORGE_WORKSPACE_ROOTS"
+
+
+def set_workspace_roots(paths: list[str]) -> None:
+    """Make ``paths`` (the editor's workspace folders) count as the workspace for every later check, in this
+    process and the build processes it starts (an environment variable, so a spawned pool sees it too)."""
+    os.environ[ROOTS_ENV] = os.pathsep.join(os.path.realpath(p) for p in paths)
+
+
+def workspace_roots() -> list[str]:
+    return [r for r in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if r]
+
+
 def workspace_root(file: Path) -> Path:
     """The nearest folder above ``file`` holding a workspace marker, else ``file``'s own folder."""
     for d in (file.parent, *file.parent.parents):
@@ -145,6 +160,7 @@ class IncludeCheck:
         roots = [*include_dirs, *system_dirs, *toolkit_dirs, *([toolkit_root] if toolkit_root else [])]
         if own is not None:
             roots += [str(own.parent), str(workspace_root(own))]
+        roots += workspace_roots()
         self.allowed = [os.path.realpath(r) for r in roots]
         self.macros: dict[str, str] = {}
         self.seen: set[str] = set()

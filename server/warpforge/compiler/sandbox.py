@@ -127,10 +127,13 @@ def run_tool(argv: Sequence[str], *, tool: str, timeout: float, cwd: str | os.Pa
     ``OSError`` when the tool cannot be started. ``merge_stderr`` sends stderr into stdout (nvcc's log).
     """
     lim = limits or limits_for(tool)
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
-                            preexec_fn=_preexec(lim), encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                                cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
+                                preexec_fn=_preexec(lim), encoding="utf-8", errors="replace")
+    except subprocess.SubprocessError as e:  # the caps could not be set: not run uncapped, reported as not started
+        raise OSError(f"{tool} was not started: its limits could not be set ({e})") from e
     try:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -157,9 +160,12 @@ def popen_tool(argv: Sequence[str], *, tool: str, limits: Limits | None = None,
 
     The caller owns the process (``stop_tool`` ends it with its group)."""
     lim = limits or limits_for(tool)
-    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            env=dict(env) if env is not None else None, pass_fds=tuple(pass_fds),
-                            start_new_session=True, preexec_fn=_preexec(lim))
+    try:
+        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                env=dict(env) if env is not None else None, pass_fds=tuple(pass_fds),
+                                start_new_session=True, preexec_fn=_preexec(lim))
+    except subprocess.SubprocessError as e:
+        raise OSError(f"{tool} was not started: its limits could not be set ({e})") from e
 
 
 def stop_tool(proc: subprocess.Popen[Any]) -> None:

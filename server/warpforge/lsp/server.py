@@ -21,9 +21,11 @@ from typing import Any, BinaryIO, NoReturn, TypeVar
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
 
 from .. import __version__
 from ..app.capabilities import Capabilities, probe
+from ..compiler.includes import set_workspace_roots
 from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
@@ -225,6 +227,9 @@ def create_server() -> WarpForgeServer:
         ls.settings.update(params.initialization_options)
         _say_rejected(ls)
         ls.trust.update(params.initialization_options)
+        # The editor's workspace folders count as the workspace for the include check (compiler.includes).
+        uris = [f.uri for f in params.workspace_folders or []] + ([params.root_uri] if params.root_uri else [])
+        set_workspace_roots([p for u in uris if (p := to_fs_path(u))])
         log.info("settings: %s; workspace %s", ls.settings.public(),
                  "trusted" if ls.trust.trusted else "untrusted (Restricted Mode: nothing is compiled or run)")
 
