@@ -161,6 +161,12 @@ def test_refusals_see_through_splices_comments_macros_climbs_fifos_and_user_head
         errors = [m for m in res.messages if m.severity == "error"]
         assert not res.ok and res.command == [] and len(errors) == 1, (include, res.messages)
         assert errors[0].file == user and errors[0].line == line and why in errors[0].text, (include, errors)
+    # A header found through an include folder (angled) is followed too.
+    (ws / "inc").mkdir()
+    (ws / "inc" / "ops.cuh").write_text('#include "/dev/stdin"\n')
+    res = compile_cubin(f"#include <cuda_runtime.h>\n#include <ops.cuh>\n{KERNEL}", arch="sm_90", filename=user,
+                        include_dirs=[str(ws / "inc")], use_cache=False)
+    assert [(m.line, m.severity) for m in res.messages] == [(2, "error")] and res.command == [], res.messages
 
 
 @needs_nvcc

@@ -13,10 +13,11 @@ compiled at all, and which includes leave the project:
 
 Includes are resolved as the preprocessor does: a quoted name relative to the including file first (for the
 unit nvcc compiles, its private build folder: a ``..`` climb from there is checked too), then the ``-I``
-folders, the ``-isystem`` folders and the toolkit's; an angled name in the folders only. Quoted includes of the
-user's own headers are followed (at most ``MAX_FILES``). An ``#include MACRO`` is followed when the macro is a
-plain ``"..."``/``<...>`` definition seen before; anything cleverer is left to the sandbox. ``#line``
-directives (the standalone units ``cuda.extract`` writes) map each include back to the user's file and line;
+folders, the ``-isystem`` folders and the toolkit's; an angled name in the folders only. The includes of the
+user's own headers (any found outside the toolkit and the ``-isystem`` folders) are followed, at most
+``MAX_FILES``. An ``#include MACRO`` is followed when the macro is a plain ``"..."``/``<...>`` definition seen
+before; anything cleverer is left to the sandbox. ``#line`` directives (the standalone units ``cuda.extract``
+writes) map each include back to the user's file and line;
 a problem inside a header is reported at the user's include that leads to it.
 
 The workspace is the nearest folder above the file holding ``.git``, ``warpforge.toml``,
@@ -162,6 +163,9 @@ class IncludeCheck:
             roots += [str(own.parent), str(workspace_root(own))]
         roots += workspace_roots()
         self.allowed = [os.path.realpath(r) for r in roots]
+        #: the toolkit's and the -isystem folders: their headers are not the user's, and are not followed
+        self.foreign = [os.path.realpath(r) for r in [*system_dirs, *toolkit_dirs, *([toolkit_root] if toolkit_root
+                                                                                      else [])]]
         self.macros: dict[str, str] = {}
         self.seen: set[str] = set()
         self.problems: list[IncludeProblem] = []
@@ -250,7 +254,7 @@ class IncludeCheck:
                              "configured include folders: its text reaches the compiler and its messages; move "
                              "it into the workspace or add its folder to `include` in warpforge.toml's [build]")
                 continue
-            if not quoted or real in self.seen or len(self.seen) >= MAX_FILES:
+            if real in self.seen or len(self.seen) >= MAX_FILES or any(_inside(real, r) for r in self.foreign):
                 continue
             self.seen.add(real)
             try:
