@@ -130,3 +130,18 @@ def test_the_cli_lists_each_refused_project_option_on_stderr_naming_the_file(tmp
     assert any("`-Xcompiler -fplugin=/tmp/p.so`" in w for w in warnings)
     assert len(warnings) == 3  # said once, though the file is given twice
     assert "not passed on" not in proc.stdout
+
+
+def test_python_dash_p_keeps_a_workspace_s_warpforge_py_from_being_imported(tmp_path: Path) -> None:
+    """Why docs/security.md tells other editors to start `python -P -m warpforge serve`: plain `python -m`
+    puts the working directory (the workspace) first on sys.path and imports a `warpforge.py` found there."""
+    (tmp_path / "warpforge.py").write_text("import pathlib; pathlib.Path('imported.marker').write_text('x')\n")
+    env = _env(tmp_path)
+    env.pop("PYTHONSAFEPATH", None)
+    safe = subprocess.run([sys.executable, "-P", "-m", "warpforge", "--version"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert safe.returncode == 0 and safe.stdout.startswith("warpforge ")
+    assert not (tmp_path / "imported.marker").exists()
+    subprocess.run([sys.executable, "-m", "warpforge", "--version"], cwd=tmp_path, env=env, capture_output=True,
+                   timeout=60)
+    assert (tmp_path / "imported.marker").exists()  # the hazard the -P form avoids
