@@ -16,9 +16,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from ..compiler.project import warn_refused
+from ..compiler.sandbox import run_tool
 from ..cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
 from ..exitcodes import CliError
 from ..spec.limits import LaunchLimits, limits_for_arch
@@ -58,6 +61,8 @@ def read_source(path: str) -> SourceText:
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise CliError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[e.start]:02x}); save the file as "
                        "UTF-8") from e
+    for warning in warn_refused(path):  # options of the project's build not passed on: said once, on stderr
+        print(warning, file=sys.stderr)
     return SourceText(data)
 
 
@@ -237,8 +242,8 @@ def _local_gpu(device: int) -> tuple[str, str, int] | None:
     if smi is None or not 0 <= device < len(visible):
         return None
     try:
-        out = subprocess.run([smi, f"--id={visible[device].smi_id}", "--query-gpu=name,compute_cap,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        out = run_tool([smi, f"--id={visible[device].smi_id}", "--query-gpu=name,compute_cap,memory.total",
+                        "--format=csv,noheader,nounits"], tool="nvidia-smi", timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     parts = [p.strip() for p in (out.stdout.strip().splitlines() or [""])[0].split(",")]

@@ -8,12 +8,10 @@ editor recompiles the same file on every save and the search re-proposes the sam
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import threading
@@ -22,8 +20,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..defaults import user_cache_dir
+from .includes import check_includes
 from .mangle import base_name
 from .project import ProjectBuild, project_build, source_file
+from .sandbox import exit_note, limits_for, run_tool
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
 
 
@@ -189,7 +189,7 @@ _MEMORY_MAX = 256
 
 def _cache_key(source: str, flags: list[str], arch: str, compiler: str) -> str:
     h = hashlib.sha256()
-    for part in (source, "\0".join(flags), arch, compiler, "v2"):
+    for part in (source, "\0".join(flags), arch, compiler, "v3"):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()[:32]
@@ -375,6 +375,22 @@ def _map_names(log: str, names: dict[str, str]) -> str:
     return log
 
 
+#: what nvcc's tools print when an allocation fails (the sandbox's address-space cap)
+_OUT_OF_MEMORY = re.compile(r"out of memory|cannot allocate memory|memory exhausted", re.IGNORECASE)
+
+
+def _map_build_dir(text: str, build: str) -> str:
+    """``text`` without the private build folder: a path through it (``/tmp/warpforge-build-x/../../etc/h``, the
+    preprocessor's spelling of a quoted include climbing out of it) becomes the file it names; one of the
+    compile's own files (nvcc's intermediates) becomes its bare name. Runs after ``_map_names``."""
+    def one(m: re.Match[str]) -> str:
+        path = os.path.normpath(m.group(0))
+        if path == build or path.startswith(build + os.sep):
+            return os.path.basename(path) or "the build folder"
+        return path
+    return re.sub(re.escape(build) + r"(?:/[^\s\"'()<>:,;]*)?", one, text)
+
+
 def compile_cubin(
     source: str,
     *,
@@ -421,6 +437,14 @@ def compile_cubin(
     why = flag_problem(list(flags or []))
     if why is not None:
         return _refused(arch, filename, why)
+    # Includes are checked before anything runs: a device file is refused at its line, a file outside the
+    # project is warned about (``compiler.includes``).
+    include_msgs = [CompilerMessage(p.file, p.line, p.severity, "include", p.text) for p in check_includes(
+        source, filename, include_dirs=include_dirs, system_dirs=system_dirs, nvcc=tc.nvcc,
+        build_dir=str(Path(tempfile.gettempdir()) / "warpforge-build-unit"), own=source_file(filename))]
+    if any(m.severity == "error" for m in include_msgs):
+        return BuildResult(ok=False, arch=arch, messages=include_msgs,
+                           log="\n".join(f"{m.file}:{m.line}: {m.severity}: {m.text}" for m in include_msgs))
     std = proj.std if proj is not None and proj.std else "c++17"
     all_flags = ["-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
                  f"-std={std}"]
@@ -465,34 +489,37 @@ def compile_cubin(
             return _refused(arch, filename, f"{e.why} (in `{e.argument[:80]}`; {fix})")
         # nvcc's own intermediate files go to TMPDIR: keep them in this private folder too.
         env = {**os.environ, "TMPDIR": tmp}
+        # The sandbox closes stdin, caps memory and file size, and kills nvcc's whole group at the timeout.
         try:
-            # Own process group so a timeout kills cicc/ptxas too, not only the nvcc driver.
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    cwd=tmp, env=env, start_new_session=True)
+            proc = run_tool(cmd, tool="nvcc", timeout=timeout, cwd=tmp, env=env, merge_stderr=True)
+            log, returncode, timed_out = proc.stdout, proc.returncode, False
+        except subprocess.TimeoutExpired as e:
+            log, returncode, timed_out = str(e.output or ""), None, True
         except OSError as e:
             raise ToolMissing("nvcc", f"{tc.nvcc} could not be started: {e}") from e
-        try:
-            log, _ = proc.communicate(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            log, _ = proc.communicate()
-            timed_out = True
+        stopped = exit_note(returncode, "nvcc")
         seconds = time.perf_counter() - t0
         # Messages are read from the log as nvcc wrote it (fixed, plain names), then renamed: a user's name
         # may hold parentheses or line breaks that a message line cannot be read back from.
         raw = log or ""
-        messages = [replace(m, file=_map_names(m.file, names))
-                    for m in parse_messages(raw, str(src_path), files=(filename,))]
-        log = _map_names(raw, names)
+        messages = include_msgs + [replace(m, file=_map_build_dir(_map_names(m.file, names), tmp),
+                                           text=_map_build_dir(_map_names(m.text, names), tmp))
+                                   for m in parse_messages(raw, str(src_path), files=(filename,))]
+        log = _map_build_dir(_map_names(raw, names), tmp)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
-        ok = proc.returncode == 0 and not timed_out and out_path.is_file()
+        if stopped is not None:
+            log += f"\n{stopped}"
+            messages.append(CompilerMessage(filename, 0, "error", "limit", stopped))
+        ok = returncode == 0 and not timed_out and out_path.is_file()
         cubin = out_path.read_bytes() if ok else b""
     if timed_out:
         messages.append(CompilerMessage(filename, 0, "error", "timeout",
                                         f"compilation exceeded {timeout:.0f} s (a compile bomb?)"))
+    elif not ok and _OUT_OF_MEMORY.search(log):
+        messages.append(CompilerMessage(filename, 0, "error", "limit",
+                                        f"nvcc ran out of memory under its cap ({limits_for('nvcc').describe()}): "
+                                        "set WARPFORGE_COMPILE_MEMORY_MB to raise it if the unit really needs more"))
     elif not ok and not any(m.severity == "error" for m in messages):
         messages.append(CompilerMessage(filename, 0, "error", "nvcc",
                                         (log.strip().splitlines() or ["nvcc failed"])[-1]))

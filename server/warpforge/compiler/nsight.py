@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 
+from .sandbox import run_tool
 from .toolchain import ToolMissing, find_tool
 
 #: what ncu prints when the driver does not let this user read the performance counters
@@ -44,10 +45,10 @@ def permission_message() -> str:
 
 
 def run_ncu(cmd: list[str], *, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run an ncu command line (already built and guarded) in its own session; a timeout or an ncu that
-    cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way."""
+    """Run an ncu command line (already built and guarded) in the sandbox (``compiler.sandbox``); a timeout or
+    an ncu that cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, start_new_session=True)
+        return run_tool(cmd, tool="ncu", timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
         raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
     except OSError as e:

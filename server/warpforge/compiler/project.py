@@ -389,3 +389,57 @@ def project_build(file: str | Path) -> ProjectBuild | None:
     with _lock:
         _cache[key] = got
     return got
+
+
+@dataclass(frozen=True)
+class RefusedOption:
+    """One option of the project's build that WarpForge does not pass on, where it is written."""
+
+    origin: str
+    #: the option as written (with its value when it takes one)
+    option: str
+    why: str
+    #: 1-based line of ``origin`` where the option is written (0 when it cannot be found, e.g. an options file)
+    line: int
+
+    def warning(self) -> str:
+        """One line in the compiler format: ``origin:line: warning: ...``."""
+        where = f"{self.origin}:{self.line}" if self.line else self.origin
+        return f"{where}: warning: `{self.option}` is not passed on to nvcc: {self.why}"
+
+
+def refused_options(build: ProjectBuild) -> list[RefusedOption]:
+    """The options of ``build`` that were not passed on (its ``dropped``), each with the line that writes it.
+
+    Why: a dropped ``-ccbin`` or ``-Xcompiler`` used to vanish without a word, and the user wondered why a
+    WarpForge build differs from theirs; each is shown where it is written (the CLI on stderr, the editor as
+    a diagnostic on the file)."""
+    try:
+        lines = Path(build.origin).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    out: list[RefusedOption] = []
+    for entry in build.dropped:
+        option, _, why = entry.partition(": ")
+        first = option.split()[0] if option.split() else option
+        quoted = (json.dumps(first)[1:-1], first)
+        line = next((i + 1 for i, text in enumerate(lines) if any(q in text for q in quoted)), 0)
+        out.append(RefusedOption(build.origin, option, why, line))
+    return out
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_refused(file: str | Path) -> list[str]:
+    """The warning lines (``refused_options``) for ``file``'s project build, each config file once per process:
+    what the CLI prints on stderr before it works on a file (empty when there is nothing new to say)."""
+    build = project_build(file)
+    if build is None or not build.dropped:
+        return []
+    with _warned_lock:
+        if build.origin in _warned:
+            return []
+        _warned.add(build.origin)
+    return [r.warning() for r in refused_options(build)]

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .sandbox import run_tool
+
 
 class ToolMissing(RuntimeError):
     """A CUDA tool could not be found; the message says how to get it."""
@@ -136,7 +138,7 @@ class Toolchain:
 def toolchain(nvcc_override: str | None = None) -> Toolchain:
     nvcc = find_tool("nvcc", nvcc_override)
     try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = run_tool([str(nvcc), "--version"], tool="nvcc", timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolMissing("nvcc", f"{nvcc} does not run ({e})") from e
     m = re.search(r"release ([\d.]+), V([\d.]+)", out)
@@ -150,8 +152,7 @@ def local_gpu_arch() -> str | None:
     if smi is None:
         return None
     try:
-        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10)
+        out = run_tool([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], tool="nvidia-smi", timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""

@@ -36,6 +36,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ..compiler.sandbox import run_tool
 from . import compare as cmp
 from .pool_build import build_job
 from .supervisor import DeviceHandle, GpuPool, Msg, gpu_identity
@@ -104,8 +105,8 @@ def _smi_rows() -> list[tuple[str, str, str, str]] | None:
     if smi is None:
         return None
     try:
-        out = subprocess.run([smi, "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = run_tool([smi, "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
+                       tool="nvidia-smi", timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:

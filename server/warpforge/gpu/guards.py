@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
@@ -207,7 +208,7 @@ def sass_text(cubin: bytes, nvdisasm: str | None = None, timeout: float = 60.0) 
             argv = guard_argv("nvdisasm", [str(tool), "--print-code", "--no-dataflow", str(path)])
         except UnsafeArgument as e:
             raise RuntimeError(f"nvdisasm not run: {e}") from e
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = run_tool(argv, tool="nvdisasm", timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"nvdisasm failed: {proc.stderr.strip()[:300]}")
     return proc.stdout

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 from .inputs import Layout
 from .oneshot import write_job
@@ -170,8 +171,7 @@ def run_sanitizer(
                 continue
             t0 = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                                      start_new_session=True)
+                proc = run_tool(cmd, tool="compute-sanitizer", timeout=timeout, env=env)
             except subprocess.TimeoutExpired:
                 reports.append(ToolReport(tool, False, True, seconds=time.perf_counter() - t0,
                                           note=f"did not finish within {timeout:.0f} s; not checked"))

@@ -31,6 +31,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..compiler.sandbox import popen_tool, run_tool
+
 if TYPE_CHECKING:
     from .inputs import Layout
     from .sanitizer import SanitizerReport
@@ -81,8 +83,8 @@ def gpu_identity(device: int = 0) -> tuple[str, str] | None:
     if smi is None:
         return None
     try:
-        out = subprocess.run([smi, f"--id={device}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = run_tool([smi, f"--id={device}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       tool="nvidia-smi", timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     line = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
@@ -153,9 +155,8 @@ class WorkerSupervisor:
             self._log = tempfile.TemporaryFile(prefix="warpforge-worker-")  # noqa: SIM115 (kept open: the worker's stderr)
             cmd = [*self.command, "--fd", str(child.fileno()), "--device", str(self.device)]
             try:
-                self._proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.DEVNULL, stderr=self._log, env=self.env,
-                                              start_new_session=True)
+                self._proc = popen_tool(cmd, tool="gpu-worker", pass_fds=(child.fileno(),), stderr=self._log,
+                                        env=self.env)
             except OSError as e:
                 parent.close()
                 raise WorkerStartError(f"cannot start the GPU worker ({' '.join(cmd[:3])}): {e}") from e

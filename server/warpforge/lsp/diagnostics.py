@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
+from ..compiler.project import RefusedOption, project_build, refused_options
 from ..cuda.text import Position, Range
 from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
@@ -49,10 +51,18 @@ def _kernel_texts(text: str) -> dict[str, str]:
     return {k.name: data[k.span.start : k.span.end].decode("utf-8", "replace") for k in parse(data).kernels}
 
 
+def _project_refusals(path: str) -> tuple[str, list[RefusedOption]] | None:
+    """(the config file, its options not passed on) for the document at ``path``; None without a project build."""
+    build = project_build(path)
+    return None if build is None else (build.origin, refused_options(build))
+
+
 class Diagnostics:
     def __init__(self, server: WarpForgeServer) -> None:
         self.server = server
         self.docs: dict[str, DocState] = {}
+        #: config file -> what was last published on it (``publish_project``)
+        self.project_published: dict[str, tuple[str, ...]] = {}
 
     def state(self, uri: str) -> DocState:
         return self.docs.setdefault(uri, DocState())
@@ -96,6 +106,7 @@ class Diagnostics:
             self._skip(uri, path, version, skip)
             return
         loop = asyncio.get_running_loop()
+        self.publish_project(await loop.run_in_executor(self.server.analysis_pool, _project_refusals, path))
         # Two phases: source-pattern hints in tens of milliseconds, then the compiler and SASS evidence
         # (nvcc + nvdisasm cost ~0.5 s even for one changed kernel). Each phase publishes only if the
         # document is still the text it analyzed. Restricted Mode stops after the first.
@@ -169,6 +180,24 @@ class Diagnostics:
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri, version=st.version if st else None,
             diagnostics=[diagnostic(f, uri) for f in self.shown(uri)]))
+
+    def publish_project(self, got: tuple[str, list[RefusedOption]] | None) -> None:
+        """The project build's options not passed on to nvcc, as warnings on the file that writes them
+        (``warpforge.toml`` / ``compile_commands.json``, at the option's line); sent when they change."""
+        if got is None:
+            return
+        origin, refused = got
+        # The whole line that writes the option (the client clamps the end column to the line).
+        diags = [lsp.Diagnostic(range=lsp.Range(lsp.Position(max(r.line - 1, 0), 0),
+                                                lsp.Position(max(r.line - 1, 0), 10_000)),
+                                message=f"`{r.option}` is not passed on to nvcc: {r.why}",
+                                severity=lsp.DiagnosticSeverity.Warning, source="warpforge") for r in refused]
+        key = tuple(d.message + str(d.range.start.line) for d in diags)
+        if self.project_published.get(origin) == key:
+            return
+        self.project_published[origin] = key
+        self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
+            uri=Path(origin).as_uri(), diagnostics=diags))
 
     def set_profiled(self, uri: str, kernel: str, kernel_text: str, findings: list[Finding]) -> None:
         self.state(uri).profiled[kernel] = (kernel_text, findings)

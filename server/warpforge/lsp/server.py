@@ -21,9 +21,11 @@ from typing import Any, BinaryIO, NoReturn, TypeVar
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
 
 from .. import __version__
 from ..app.capabilities import Capabilities, probe
+from ..compiler.includes import set_workspace_roots
 from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
@@ -225,6 +227,9 @@ def create_server() -> WarpForgeServer:
         ls.settings.update(params.initialization_options)
         _say_rejected(ls)
         ls.trust.update(params.initialization_options)
+        # The editor's workspace folders count as the workspace for the include check (compiler.includes).
+        uris = [f.uri for f in params.workspace_folders or []] + ([params.root_uri] if params.root_uri else [])
+        set_workspace_roots([p for u in uris if (p := to_fs_path(u))])
         log.info("settings: %s; workspace %s", ls.settings.public(),
                  "trusted" if ls.trust.trusted else "untrusted (Restricted Mode: nothing is compiled or run)")
 
@@ -337,14 +342,14 @@ def create_server() -> WarpForgeServer:
     return server
 
 
-def serve(tcp: str | None = None) -> NoReturn:
+def serve(tcp: tuple[str, int] | None = None) -> NoReturn:
+    """Serve over stdio, or over TCP at ``tcp`` (host, port; checked by ``commands.serve.tcp_address``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
     logging.getLogger("pygls.protocol.json_rpc").addFilter(RefusalsInOneLine())
     server = create_server()
-    if tcp:
-        host, _, port = tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
+    if tcp is not None:
+        server.start_tcp(*tcp)
     else:
         server.start_io()
     # Leave now: the non-daemon pool threads would otherwise be joined at exit, finishing work for nobody.

@@ -52,6 +52,7 @@ from ..compiler.nsight import PERMISSION_CODE, permission_message, run_ncu
 from ..compiler.nsight import ProfilerUnavailable as ProfilerUnavailable
 from ..compiler.nsight import missing_message as missing_message
 from ..compiler.nsight import ncu_path as ncu_path
+from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, guard_argv
 from ..gpu.inputs import Layout
 from ..gpu.oneshot import write_job
@@ -114,8 +115,7 @@ def available_sections(ncu: str) -> str | None:
     """``ncu --list-sections`` output (cached per executable), or None when it cannot be listed."""
     if ncu not in _sections_cache:
         try:
-            proc = subprocess.run(guard_argv("ncu", [ncu, "--list-sections"]), capture_output=True, text=True,
-                                  timeout=60)
+            proc = run_tool(guard_argv("ncu", [ncu, "--list-sections"]), tool="ncu", timeout=60)
         except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
             return None
         if proc.returncode != 0:
@@ -132,7 +132,7 @@ def ncu_version(ncu: str) -> str | None:
     answer: a profile made by another Nsight Compute is not reused (``profile.reuse``)."""
     if ncu not in _version_cache:
         try:
-            proc = subprocess.run(guard_argv("ncu", [ncu, "--version"]), capture_output=True, text=True, timeout=60)
+            proc = run_tool(guard_argv("ncu", [ncu, "--version"]), tool="ncu", timeout=60)
         except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
             return None
         found = re.search(r"^Version\s+(\S+)", proc.stdout, re.MULTILINE) if proc.returncode == 0 else None
@@ -199,8 +199,7 @@ def export_pages(ncu: str, report: str, pages: dict[str, tuple[str, ...]], timeo
     def one(item: tuple[str, tuple[str, ...]]) -> tuple[str, str | None]:
         name, args = item
         try:
-            proc = subprocess.run(guard_argv("ncu", [ncu, "--import", report, "--csv", *args]),
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = run_tool(guard_argv("ncu", [ncu, "--import", report, "--csv", *args]), tool="ncu", timeout=timeout)
         except (OSError, subprocess.TimeoutExpired, UnsafeArgument):
             return name, None
         if proc.returncode != 0 or not proc.stdout.strip():

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.sandbox import run_tool
 from ..defaults import user_cache_dir
 from .ncu_parse import NcuProfile
 
@@ -124,8 +125,8 @@ def cached_ceilings(gpu: str) -> Ceilings | None:
 def measure_ceilings(device: int = 0, *, python: str = sys.executable, timeout: float = 180.0) -> Ceilings:
     """Measure in a child process (it imports pycuda; this process never touches CUDA) and cache the result."""
     env = dict(os.environ)
-    proc = subprocess.run([python, "-m", "warpforge.profile.roofline_measure", "--device", str(device)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    proc = run_tool([python, "-m", "warpforge.profile.roofline_measure", "--device", str(device)],
+                    tool="cuda-python", timeout=timeout, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         raise RuntimeError(f"measuring the GPU's ceilings failed: {(proc.stderr or proc.stdout).strip()[-300:]}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.mangle import split_name
+from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 
@@ -122,7 +123,7 @@ def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout: float = 60.0
         path.write_bytes(cubin)
         try:
             argv = guard_argv("nvdisasm", [str(tool), "-json", "-g", str(path)])
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            proc = run_tool(argv, tool="nvdisasm", timeout=timeout)
         except UnsafeArgument as e:
             raise ToolMissing("nvdisasm", f"not run: {e}") from e
         except (OSError, subprocess.TimeoutExpired) as e:
