@@ -198,7 +198,20 @@ class Parser(argparse.ArgumentParser):
         sys.exit(ExitCode.USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str] | None) -> str | None:
+    """The command module a call needs: its command's, none for a bare ``--version``, all (None) for help,
+    a typo or anything else (so argparse lists every command)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first is None:
+        return "" if "--version" in args and not {"-h", "--help"} & set(args) else None
+    if first in ("kernels", "spec"):
+        return ""
+    return first
+
+
+def build_parser(argv: Sequence[str] | None = None, *, every: bool = True) -> argparse.ArgumentParser:
+    """The parser; with ``every=False`` only the command ``argv`` names is registered (its module imported)."""
     parser = Parser(
         prog="warpforge",
         description="Make the CUDA kernel under your cursor faster, and prove it.",
@@ -223,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .commands import register_all
 
-    register_all(sub)
+    register_all(sub, None if every else _wanted(argv))
     return parser
 
 
@@ -239,7 +252,7 @@ def _unexpected(e: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv, every=False)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -22,6 +22,7 @@ from ..compiler.toolchain import ToolMissing
 from ..exitcodes import CliError, ExitCode
 from ..gpu.evaluator import Backend, GpuUnavailable
 from ..gpu.supervisor import gpu_unavailable_reason
+from ..install import install_hint
 from ..selftest import CASES, Outcome, run_suite
 
 
@@ -34,7 +35,7 @@ def register(sub: Any) -> None:
 
 def _cannot_run(why: str, as_json: bool) -> int:
     msg = (f"warpforge selftest: cannot run here: {why}. The suite ({len(CASES)} adversarial candidates) needs an "
-           "NVIDIA GPU with its driver and pycuda (pip install -e '.[gpu]').")
+           f"NVIDIA GPU with its driver and pycuda ({install_hint('gpu')}).")
     if as_json:
         print(json.dumps({"ran": False, "reason": why, "cases": len(CASES)}))
     print(msg, file=sys.stderr)

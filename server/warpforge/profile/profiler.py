@@ -34,7 +34,6 @@ from ..cuda import parse
 from ..cuda.extract import standalone
 from ..cuda.model import FileModel, Kernel
 from ..cuda.text import SourceText
-from ..gpu.inputs import Layout
 from ..gpu.supervisor import gpu_identity, gpu_unavailable_reason
 from ..spec import build_spec
 from ..spec.model import KernelSpec
@@ -301,6 +300,8 @@ def profile_kernel(
         return finish(static, f"profiling needs an NVIDIA GPU ({why}): static findings only")
     if isinstance(built, str):
         return finish(static, f"{built}: static findings only")
+    from ..gpu.inputs import Layout  # numpy: only once a GPU will run the kernel (not for hints or the editor)
+
     reduced = profiled_sizes(spec, max_bytes)
     resolved = spec.resolve(base=reduced) if reduced else spec.resolve()
     layout = Layout.from_resolved(resolved, "spec")
