@@ -52,7 +52,7 @@ from rich.progress import Progress as Progress_
 from .. import defaults
 from ..app import JobEvent, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
 from ..app.backend import BackendChoice, make_evaluator
-from ..exitcodes import CliError, ExitCode
+from ..exitcodes import CliError, ExitCode, error_json
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
@@ -153,8 +153,10 @@ def _why_not_here(args: argparse.Namespace) -> str | None:
 def _static_only(args: argparse.Namespace, kernel: str, findings: list[Finding], msg: str) -> int:
     """Print what could be done here — the static findings — and what needs a GPU; exit "cannot run here"."""
     if args.json:
+        # the result that could be had here, and the error contract's object for why the rest could not
         print(json.dumps({"file": args.file, "kernel": kernel, "gpu": None, "message": msg,
-                          "findings": [f.to_json() for f in findings]}, indent=2))
+                          "findings": [f.to_json() for f in findings],
+                          "error": error_json(msg, ExitCode.UNAVAILABLE)}, indent=2))
     else:
         for f in findings:
             print(_format(f))
