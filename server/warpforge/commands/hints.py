@@ -46,7 +46,7 @@ def _format(f: Finding) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..cuda import parse
     from ..exitcodes import CliError, ExitCode, error_json
-    from .inputs import parse_failure, read_source, unparsed_kernels
+    from .inputs import no_kernels, parse_failure, read_source, unparsed_kernels
 
     # Every file is read and checked before the first one is compiled: a bad one fails the run at once —
     # or, with --json, becomes an error entry in its place while the good files are still analyzed (a script
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
             src = read_source(path)
             model = parse(src.data)
             broken = unparsed_kernels(src, model)
-            if broken and not model.kernels:
-                raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
+            if not model.kernels:  # nothing to analyze is bad input, as for `spec` (an empty file included)
+                raise CliError(parse_failure(path, src, model, None) or no_kernels(path, src))
         except CliError as e:
             if not args.json:
                 raise

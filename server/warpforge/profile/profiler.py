@@ -32,7 +32,7 @@ from ..compiler.build import BuildResult, Resources, compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import parse
 from ..cuda.extract import standalone
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import FileModel, Kernel, name_list
 from ..cuda.text import SourceText
 from ..gpu.supervisor import gpu_identity, gpu_unavailable_reason
 from ..spec import build_spec
@@ -199,7 +199,7 @@ def _static_and_build(file: str, body: str, kernel: str | None, arch: str | None
         elif len(model.kernels) == 1:
             k = model.kernels[0]
         else:
-            names = ", ".join(x.name for x in model.kernels) or "none"
+            names = name_list([x.name for x in model.kernels]) or "none"
             raise KeyError(f"{file} has {len(model.kernels)} kernels ({names}): name one")
         spec = build_spec(src, model, k, file)
     report = ProfileReport(file, k.name)
