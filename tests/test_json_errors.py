@@ -84,7 +84,7 @@ def test_a_spec_error_carries_its_file_and_line(capsys: pytest.CaptureFixture[st
     bad.write_text("// @warpforge size N = 1 << 20\n// @warpforge arg x: in float[M]\n"
                    "// @warpforge launch grid=cdiv(N, 256), block=256\n"
                    "__global__ void k(const float* x) { }\n", encoding="utf-8")
-    code, out, err = run(capsys, "spec", str(bad), "--json")
+    code, out, _ = run(capsys, "spec", str(bad), "--json")
     assert code == ExitCode.USAGE
     check_error(out["error"], ExitCode.USAGE)
     assert out["error"]["file"] == str(bad) and out["error"]["line"] == 2, out
