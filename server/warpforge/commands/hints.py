@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
         report = analyze_source(path, src.data, kernels=args.kernel, arch=args.arch, nvcc=args.nvcc,
                                 use_compiler=not args.no_compile, model=model)
         if args.kernel and not report.kernels:
-            e = CliError(parse_failure(path, src, model, args.kernel[0])
-                         or f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+            missing = CliError(parse_failure(path, src, model, args.kernel[0])
+                               or f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
             if not args.json:
-                raise e
-            failed[path] = e
+                raise missing
+            failed[path] = missing
             continue
         report.notes.extend(f"{path}:{line}: the kernel `{name}` does not parse and is not analyzed"
                             for line, name in broken)
