@@ -68,3 +68,16 @@ def test_the_sdk_is_still_imported_when_a_client_is_made(monkeypatch: pytest.Mon
             "c = LLMClient(LLMConfig(api_key='sk-test'))\n"
             "assert type(c._sdk).__module__.startswith('anthropic')")
     assert "anthropic" in loaded(body)
+
+
+def test_a_mistyped_command_still_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """Loading only the named command's module must not shrink argparse's list of choices."""
+    from warpforge.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["hint", "k.cu"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'hint'" in err
+    for command in ("kernels", "spec", "hints", "profile", "optimize", "bench", "verify", "serve", "index",
+                    "selftest"):
+        assert f"'{command}'" in err

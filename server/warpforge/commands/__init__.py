@@ -14,8 +14,9 @@ MODULES: tuple[str, ...] = ("hints", "profile", "optimize", "bench", "verify", "
 
 
 def register_all(sub: Any, only: str | None = None) -> None:
-    """Register every command, or only ``only`` when it names one (``""``: none)."""
-    for name in MODULES if only is None or only not in MODULES else (only,):
-        if only == "":
-            return
+    """Register every command, or only ``only`` when it names one (``""``: none; anything else, e.g. a typo:
+    all, so that argparse can list them)."""
+    if only == "":
+        return
+    for name in (only,) if only in MODULES else MODULES:
         importlib.import_module(f"{__name__}.{name}").register(sub)
