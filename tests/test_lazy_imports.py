@@ -6,12 +6,16 @@ timing (benchmarks/RESULTS.md has the times)."""
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from conftest import KERNELS_DIR, ROOT
+from conftest import KERNELS_DIR, NVCC, ROOT
+from lsp_raw import RawServer, server_env
 
 HEAVY = ("anthropic", "pinecone", "ray", "pycuda", "numpy")
 
@@ -81,3 +85,31 @@ def test_a_mistyped_command_still_lists_every_command(capsys: pytest.CaptureFixt
     for command in ("kernels", "spec", "hints", "profile", "optimize", "bench", "verify", "serve", "index",
                     "selftest"):
         assert f"'{command}'" in err
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the server's mapped files from /proc")
+def test_the_running_server_has_not_loaded_them_after_analysing_a_file(tmp_path: Path) -> None:
+    """The real server process, after publishing a file's hints (the compiler's too when nvcc is here) and its
+    lenses: numpy's and pydantic-core's compiled modules (pydantic comes only with the Anthropic SDK) are not
+    mapped into it."""
+    s = RawServer(tmp_path, server_env())
+    try:
+        s.initialize(tmp_path)
+        uri = (tmp_path / "saxpy.cu").as_uri()
+        s.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "cuda", "version": 1,
+                                                           "text": (KERNELS_DIR / "saxpy.cu").read_text()}})
+        publishes = 0
+        deadline = time.monotonic() + 120
+        while publishes < (2 if NVCC else 1) and time.monotonic() < deadline:
+            try:
+                msg = s.messages.get(timeout=1)
+            except queue.Empty:
+                continue
+            publishes += msg.get("method") == "textDocument/publishDiagnostics"
+        assert publishes, "no diagnostics published"
+        s.request(3, "textDocument/codeLens", {"textDocument": {"uri": uri}})
+        assert s.response(3, timeout=60) is not None
+        maps = Path(f"/proc/{s.proc.pid}/maps").read_text()
+        assert "_multiarray_umath" not in maps and "pydantic_core" not in maps
+    finally:
+        s.close()
