@@ -25,18 +25,19 @@ PKG = Path(__file__).resolve().parents[1] / "server" / "warpforge"
 #: ``warpforge`` is the package root (``__version__``); ``cli`` is the command-line front end: ``cli.py``,
 #: ``__main__.py`` and ``commands/`` (the subcommands ``cli`` registers by name at run time).
 ORDER: tuple[str, ...] = (
-    "warpforge", "exitcodes", "defaults", "store",
+    "warpforge", "exitcodes", "defaults", "install", "store",
     "cuda", "spec", "compiler", "rag", "gpu", "profile", "search", "policy", "selftest",
     "app", "lsp", "cli",
 )
 
-_TOOLS = frozenset({"warpforge", "exitcodes", "defaults", "store"})
+_TOOLS = frozenset({"warpforge", "exitcodes", "defaults", "install", "store"})
 #: unit -> the units it may import (besides itself). Tighter than ``ORDER`` where the code allows: search
 #: is inverted over protocols (an evaluator, a policy), so it needs neither gpu nor profile nor policy.
 ALLOWED: dict[str, frozenset[str]] = {
     "warpforge": frozenset(),
     "exitcodes": frozenset(),
     "defaults": frozenset(),
+    "install": frozenset(),
     "store": frozenset({"defaults"}),
     "cuda": frozenset({"warpforge"}),
     "spec": frozenset({"warpforge", "cuda"}),

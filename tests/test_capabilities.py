@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from warpforge.app.capabilities import probe
+from warpforge.install import pip_command
 
 NO_GPU = importlib.util.find_spec("pycuda") is None and not Path("/dev/nvidia0").exists()
 
@@ -57,7 +58,7 @@ def test_gpus_are_read_from_nvidia_smi_honouring_cuda_visible_devices(tmp_path: 
     if importlib.util.find_spec("pycuda") is None:
         assert not c.can_optimize and "pycuda is not installed" in c.reason
         assert c.summary() == "2 × NVIDIA H100 80GB HBM3 (pycuda missing)"
-        assert c.advice() == "install pycuda on this machine: pip install -e '.[gpu]'"
+        assert c.advice() == f"install pycuda on this machine: {pip_command('gpu')}"  # a checkout: pip install -e
     else:
         assert c.can_optimize and c.summary() == "2 × NVIDIA H100 80GB HBM3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
@@ -79,7 +80,7 @@ def test_the_editors_bundled_server_advises_its_own_pinned_install(tmp_path: Pat
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("WARPFORGE_PYCUDA", "pycuda==2026.1")
     monkeypatch.delenv("WARPFORGE_BUNDLE", raising=False)
-    assert "pip install -e '.[gpu]'" in probe("local").advice()  # the pin alone is not the bundle
+    assert pip_command("gpu") in probe("local").advice()  # the pin alone is not the bundle
     monkeypatch.setenv("WARPFORGE_BUNDLE", str(tmp_path))
     c = probe("local")
     assert not c.can_optimize

@@ -455,6 +455,7 @@ async def test_oversized_and_binary_documents_get_a_notice_instead_of_analysis(c
         uri = open_doc(client, name, text)
         diags = await wait_diagnostics(client, uri)
         assert len(diags) == 1 and why in diags[0].message and diags[0].severity == lsp.DiagnosticSeverity.Information
+        assert diags[0].code == "WF004"  # its own code: WF002 is the missing toolchain (docs/findings.md)
         lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
         assert not lenses
         actions = await client.text_document_code_action_async(lsp.CodeActionParams(

@@ -24,7 +24,7 @@ from . import __version__
 from .commands.inputs import launch_limits, load_file, parse_failure, pick_kernel, unparsed_kernels
 from .cuda import Kernel, KernelNotFound, SourceText
 from .cuda.rewrite import apply_edits
-from .exitcodes import CliError, ExitCode
+from .exitcodes import CliError, ExitCode, error_json
 from .spec import KernelSpec, SpecError, build_spec, guess_spec
 from .spec.annotations import annotation_edits, has_annotation
 
@@ -44,37 +44,60 @@ def _out() -> Console:
 # --------------------------------------------------------------------------- kernels
 def cmd_kernels(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
+    failed: list[CliError] = []
     for path in args.files:
-        src, model = load_file(path)
-        for k in model.kernels:
-            pos = src.position(k.name_span.start)
-            rows.append({
-                "file": path,
-                "kernel": k.name,
-                "qualified_name": k.qualified_name,
-                "line": pos.line + 1,
-                "column": pos.character + 1,
-                "end_line": k.end_line + 1,
-                "params": [p.text for p in k.params],
-                "template_params": [t.name for t in k.template_params],
-                "launch_bounds": list(k.launch_bounds.args) if k.launch_bounds else None,
-                "extern_c": k.extern_c,
-                "annotated": k.comment_span is not None
-                and has_annotation(src, k),
-                "launch_sites": [s.line + 1 for s in model.launches_of(k.name)],
-            })
-        broken = unparsed_kernels(src, model)
-        if broken and not model.kernels:
-            # Nothing to list, and the reason is the file's syntax: that is the answer, not "no kernels".
-            raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
-        for prob in model.problems:
-            print(f"{path}:{prob.line + 1}: warning: {prob.message}; kernels elsewhere in the file are still "
-                  "listed", file=sys.stderr)
-        for line, name in broken:
-            print(f"{path}:{line}: warning: the kernel `{name}` does not parse and is not listed", file=sys.stderr)
+        try:
+            listed = _kernel_rows(path)
+        except CliError as e:
+            if not args.json:
+                raise
+            # --json: the good files' kernels are kept and the bad file is an error entry (docs/cli.md)
+            print(f"warpforge: error: {e}", file=sys.stderr)
+            rows.append({"file": path, "error": error_json(str(e), e.code, files=[path])})
+            failed.append(e)
+            continue
+        rows.extend(listed)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        return failed[0].code if failed else EXIT_OK
+    return _print_kernels(rows)
+
+
+def _kernel_rows(path: str) -> list[dict[str, Any]]:
+    """The kernels of one file as rows (warnings about broken kernels on stderr); CliError when it has none
+    because it does not parse, or cannot be read."""
+    rows: list[dict[str, Any]] = []
+    src, model = load_file(path)
+    for k in model.kernels:
+        pos = src.position(k.name_span.start)
+        rows.append({
+            "file": path,
+            "kernel": k.name,
+            "qualified_name": k.qualified_name,
+            "line": pos.line + 1,
+            "column": pos.character + 1,
+            "end_line": k.end_line + 1,
+            "params": [p.text for p in k.params],
+            "template_params": [t.name for t in k.template_params],
+            "launch_bounds": list(k.launch_bounds.args) if k.launch_bounds else None,
+            "extern_c": k.extern_c,
+            "annotated": k.comment_span is not None
+            and has_annotation(src, k),
+            "launch_sites": [s.line + 1 for s in model.launches_of(k.name)],
+        })
+    broken = unparsed_kernels(src, model)
+    if broken and not model.kernels:
+        # Nothing to list, and the reason is the file's syntax: that is the answer, not "no kernels".
+        raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
+    for prob in model.problems:
+        print(f"{path}:{prob.line + 1}: warning: {prob.message}; kernels elsewhere in the file are still "
+              "listed", file=sys.stderr)
+    for line, name in broken:
+        print(f"{path}:{line}: warning: the kernel `{name}` does not parse and is not listed", file=sys.stderr)
+    return rows
+
+
+def _print_kernels(rows: list[dict[str, Any]]) -> int:
     con = _out()
     for r in rows:
         extra = []
@@ -191,14 +214,32 @@ class Parser(argparse.ArgumentParser):
     """argparse, with its errors on one line like every other error (it prints the usage block and then
     the error; the usage is one ``--help`` away)."""
 
+    #: ``--json`` was on the command line: an option error is also the JSON error object on stdout
+    json_errors = False
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.partition(" ")[2]  # "optimize" of "warpforge optimize"
-        print(f"warpforge: error: {command + ': ' if command else ''}{message} (see `{self.prog} --help`)",
-              file=sys.stderr)
+        text = f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)"
+        print(f"warpforge: error: {text}", file=sys.stderr)
+        if Parser.json_errors:
+            print(json.dumps({"error": error_json(text, ExitCode.USAGE)}, indent=2))
         sys.exit(ExitCode.USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str] | None) -> str | None:
+    """The command module a call needs: its command's, none for a bare ``--version``, all (None) for help,
+    a typo or anything else (so argparse lists every command)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first is None:
+        return "" if "--version" in args and not {"-h", "--help"} & set(args) else None
+    if first in ("kernels", "spec"):
+        return ""
+    return first
+
+
+def build_parser(argv: Sequence[str] | None = None, *, every: bool = True) -> argparse.ArgumentParser:
+    """The parser; with ``every=False`` only the command ``argv`` names is registered (its module imported)."""
     parser = Parser(
         prog="warpforge",
         description="Make the CUDA kernel under your cursor faster, and prove it.",
@@ -223,40 +264,57 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .commands import register_all
 
-    register_all(sub)
+    register_all(sub, None if every else _wanted(argv))
     return parser
 
 
-def _unexpected(e: BaseException) -> int:
+def _input_files(args: argparse.Namespace) -> list[str]:
+    """The files a command reads, to locate an error's ``FILE:LINE`` in its message."""
+    out: list[str] = []
+    for attr in ("file", "files", "candidate"):
+        v = getattr(args, attr, None)
+        out.extend(v if isinstance(v, list) else [v] if isinstance(v, str) else [])
+    return out
+
+
+def _fail(args: argparse.Namespace | None, message: str, code: int, *, prefix: str = "warpforge: error: ",
+          file: str | None = None, line: int | None = None) -> int:
+    """One line on stderr; with ``--json`` also the error object on stdout (``exitcodes.error_json``)."""
+    print(f"{prefix}{message}", file=sys.stderr)
+    if args is not None and getattr(args, "json", False):
+        print(json.dumps({"error": error_json(message, code, files=_input_files(args), file=file, line=line)},
+                         indent=2))
+    return code
+
+
+def _unexpected(args: argparse.Namespace, e: BaseException) -> int:
     """The last-resort net: an exception no check foresaw is still one line, and a bug report's traceback
     is one environment variable away."""
     if os.environ.get("WARPFORGE_DEBUG"):
         traceback.print_exc()
     detail = " ".join(str(e).split())[:300] or "(no message)"
-    print(f"warpforge: error: unexpected {type(e).__name__}: {detail} (run with WARPFORGE_DEBUG=1 for the "
-          "traceback)", file=sys.stderr)
-    return ExitCode.FAILED
+    return _fail(args, f"unexpected {type(e).__name__}: {detail} (run with WARPFORGE_DEBUG=1 for the traceback)",
+                 ExitCode.FAILED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv, every=False)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
         return code
     except CliError as e:
-        print(f"warpforge: error: {e}", file=sys.stderr)
-        return e.code
-    except (SpecError, KernelNotFound) as e:
-        print(f"warpforge: error: {e}", file=sys.stderr)
-        return ExitCode.USAGE
+        return _fail(args, str(e), e.code)
+    except SpecError as e:
+        return _fail(args, str(e), ExitCode.USAGE, file=e.file, line=e.line)
+    except KernelNotFound as e:
+        return _fail(args, str(e), ExitCode.USAGE, file=e.file)
     except KeyboardInterrupt:
-        print("warpforge: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return _fail(args, "interrupted", ExitCode.INTERRUPTED, prefix="warpforge: ")
     except BrokenPipeError:
         return ExitCode.OK
     except MemoryError:
-        print("warpforge: error: out of memory (run with WARPFORGE_DEBUG=1 for the traceback)", file=sys.stderr)
-        return ExitCode.FAILED
+        return _fail(args, "out of memory (run with WARPFORGE_DEBUG=1 for the traceback)", ExitCode.FAILED)
     except Exception as e:
-        return _unexpected(e)
+        return _unexpected(args, e)

@@ -45,41 +45,65 @@ def _format(f: Finding) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..cuda import parse
-    from ..exitcodes import CliError, ExitCode
-    from .inputs import parse_failure, read_source, unparsed_kernels
+    from ..exitcodes import CliError, ExitCode, error_json
+    from .inputs import no_kernels, parse_failure, read_source, unparsed_kernels
 
-    # Every file is read and checked before the first one is compiled: a bad one fails the run at once.
+    # Every file is read and checked before the first one is compiled: a bad one fails the run at once —
+    # or, with --json, becomes an error entry in its place while the good files are still analyzed (a script
+    # over many files keeps what could be done; the exit code is still the bad file's).
+    failed: dict[str, CliError] = {}
     files = []
     for path in args.files:
-        src = read_source(path)
-        model = parse(src.data)
-        broken = unparsed_kernels(src, model)
-        if broken and not model.kernels:
-            raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")
+        try:
+            src = read_source(path)
+            model = parse(src.data)
+            broken = unparsed_kernels(src, model)
+            if not model.kernels:  # nothing to analyze is bad input, as for `spec` (an empty file included)
+                raise CliError(parse_failure(path, src, model, None) or no_kernels(path, src))
+        except CliError as e:
+            if not args.json:
+                raise
+            failed[path] = e
+            continue
         files.append((path, src, model, broken))
-    reports: list[HintsReport] = []
+    reports: dict[str, HintsReport] = {}
     for path, src, model, broken in files:
         report = analyze_source(path, src.data, kernels=args.kernel, arch=args.arch, nvcc=args.nvcc,
                                 use_compiler=not args.no_compile, model=model)
         if args.kernel and not report.kernels:
-            raise CliError(parse_failure(path, src, model, args.kernel[0])
-                           or f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+            missing = CliError(parse_failure(path, src, model, args.kernel[0])
+                               or f"{path}: no __global__ kernel named {', '.join(f'`{k}`' for k in args.kernel)}")
+            if not args.json:
+                raise missing
+            failed[path] = missing
+            continue
         report.notes.extend(f"{path}:{line}: the kernel `{name}` does not parse and is not analyzed"
                             for line, name in broken)
-        reports.append(report)
+        reports[path] = report
     if args.json:
-        print(json.dumps([{"file": r.file, "kernels": r.kernels, "notes": r.notes,
-                           "findings": [f.to_json() for f in r.findings]} for r in reports], indent=2))
+        out: list[dict[str, Any]] = []
+        for path in dict.fromkeys(args.files):
+            if path in failed:
+                err = failed[path]
+                out.append({"file": path, "error": error_json(str(err), err.code, files=[path])})
+                print(f"warpforge: error: {err}", file=sys.stderr)
+            else:
+                r = reports[path]
+                out.append({"file": r.file, "kernels": r.kernels, "notes": r.notes,
+                            "findings": [f.to_json() for f in r.findings]})
+        print(json.dumps(out, indent=2))
     else:
-        for r in reports:
+        for r in reports.values():
             for note in r.notes:
                 print(f"note: {note}", file=sys.stderr)
             for f in r.findings:
                 print(_format(f))
-        total = sum(len(r.findings) for r in reports)
-        kernels = sum(len(r.kernels) for r in reports)
+        total = sum(len(r.findings) for r in reports.values())
+        kernels = sum(len(r.kernels) for r in reports.values())
         print(f"{total} finding{'s' if total != 1 else ''} in {kernels} kernel{'s' if kernels != 1 else ''}. "
               "Timing, verification and profiler-grounded hints need an NVIDIA GPU "
               "(`warpforge bench`, `warpforge profile`, `warpforge optimize`).", file=sys.stderr)
-    errors = any(f.severity.value == "error" for r in reports for f in r.findings)
+    if failed:
+        return next(iter(failed.values())).code
+    errors = any(f.severity.value == "error" for r in reports.values() for f in r.findings)
     return ExitCode.FAILED if errors else ExitCode.OK

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..compiler.project import warn_refused
 from ..compiler.sandbox import run_tool
 from ..cuda import FileModel, Kernel, KernelNotFound, SourceText, parse
+from ..cuda.model import NAMED_KERNELS, name_list
 from ..exitcodes import CliError
 from ..spec.limits import LaunchLimits, limits_for_arch
 
@@ -44,6 +45,9 @@ def read_source(path: str) -> SourceText:
     try:
         with p.open("rb") as f:
             head = f.read(_SNIFF_BYTES)
+            if (wide := wide_encoding(head)) is not None:
+                raise CliError(f"{path}: {wide} text, not UTF-8; save the file as UTF-8 (your editor's "
+                               f"\"Save with Encoding\", or iconv -f {wide} -t UTF-8)")
             if b"\0" in head:
                 raise CliError(f"{path} is not a CUDA source (binary)")
             data = head + f.read(MAX_SOURCE_BYTES + 1 - len(head))
@@ -64,6 +68,24 @@ def read_source(path: str) -> SourceText:
     for warning in warn_refused(path):  # options of the project's build not passed on: said once, on stderr
         print(warning, file=sys.stderr)
     return SourceText(data)
+
+
+def wide_encoding(head: bytes) -> str | None:
+    """``UTF-16``/``UTF-32`` when the file's first bytes are that encoding's byte-order mark, or (no mark) when
+    every other byte of mostly-ASCII text is NUL; None otherwise. Such a file is text an editor on Windows saved
+    in another encoding, not a binary: the user needs to hear which."""
+    if head.startswith((b"\xff\xfe\0\0", b"\0\0\xfe\xff")):
+        return "UTF-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    sample = head[:4096]
+    if len(sample) < 8 or b"\0" not in sample:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    for zeros, chars in ((odd, even), (even, odd)):  # little-endian ASCII: NULs at odd offsets; big: even
+        if zeros.count(0) >= 0.9 * len(zeros) and chars.count(0) <= 0.1 * len(chars):
+            return "UTF-16"
+    return None
 
 
 # --------------------------------------------------------------------------- kernels that did not parse
@@ -121,19 +143,27 @@ def load_file(path: str) -> tuple[SourceText, FileModel]:
     return src, parse(src.data)
 
 
+def no_kernels(path: str, src: SourceText | None) -> str:
+    """The one line for a file without a ``__global__`` kernel (said of an empty file as such)."""
+    if src is not None and not src.data.strip():
+        return f"{path}: empty file: no __global__ kernels to read; open the file that holds the kernel"
+    return f"{path}: no __global__ kernels found"
+
+
 def pick_kernel(path: str, model: FileModel, name: str | None, src: SourceText | None = None) -> Kernel:
     """The kernel named ``name``, or the only kernel in the file when no name is given.
 
     With ``src``, a kernel that is in the text but does not parse is reported as such, with the syntax
     error, rather than as missing."""
-    names = ", ".join(k.name for k in model.kernels) or "none"
     if name is None:
         if len(model.kernels) == 1:
             return model.kernels[0]
         if not model.kernels:
             raise CliError((parse_failure(path, src, model, None) if src is not None else None)
-                           or f"{path}: no __global__ kernels found")
-        raise CliError(f"{path}: {len(model.kernels)} kernels ({names}); choose one with --kernel NAME")
+                           or no_kernels(path, src))
+        names = name_list([k.name for k in model.kernels])
+        listing = f"; `warpforge kernels {path}` lists them all" if len(model.kernels) > NAMED_KERNELS else ""
+        raise CliError(f"{path}: {len(model.kernels)} kernels ({names}{listing}); choose one with --kernel NAME")
     try:
         return model.require(name, path)
     except KernelNotFound as e:

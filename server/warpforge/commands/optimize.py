@@ -52,7 +52,7 @@ from rich.progress import Progress as Progress_
 from .. import defaults
 from ..app import JobEvent, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
 from ..app.backend import BackendChoice, make_evaluator
-from ..exitcodes import CliError, ExitCode
+from ..exitcodes import CliError, ExitCode, error_json
 from ..profile.findings import Finding
 from ..profile.hints import analyze_source
 from ..profile.limit import Limit
@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
     p.add_argument("--device", type=inputs.index_int, help="one CUDA device index (same as --gpus D,)")
     p.add_argument("--ray-address", metavar="ADDR", type=inputs.ray_address,
                    help="evaluate on a Ray cluster: auto, HOST:PORT, ray://HOST:10001, or `local` to start one on "
-                        "this machine (needs the ray extra: pip install 'warpforge[ray]')")
+                        "this machine (needs the ray extra)")
     p.add_argument("--api-key", help="Anthropic API key (default: $ANTHROPIC_API_KEY; without one, rules only)")
     p.add_argument("--report", metavar="OUT.html", help="write an HTML report (search tree, speedup curve, diff)")
     p.add_argument("--apply", action="store_true", help="write the best verified variant into FILE (backup kept)")
@@ -142,9 +142,10 @@ def _why_not_here(args: argparse.Namespace) -> str | None:
     from ..gpu.supervisor import gpu_unavailable_reason, no_gpu_message
 
     if args.ray_address:
-        from ..gpu.ray_backend import RAY_HINT, ray_available
+        from ..gpu.ray_backend import ray_available
+        from ..install import install_hint
 
-        return None if ray_available() else f"`warpforge optimize --ray-address` needs Ray: {RAY_HINT}"
+        return None if ray_available() else f"`warpforge optimize --ray-address` needs Ray: {install_hint('ray')}"
     why = gpu_unavailable_reason()
     return None if why is None else no_gpu_message("optimize", why)
 
@@ -152,8 +153,10 @@ def _why_not_here(args: argparse.Namespace) -> str | None:
 def _static_only(args: argparse.Namespace, kernel: str, findings: list[Finding], msg: str) -> int:
     """Print what could be done here — the static findings — and what needs a GPU; exit "cannot run here"."""
     if args.json:
+        # the result that could be had here, and the error contract's object for why the rest could not
         print(json.dumps({"file": args.file, "kernel": kernel, "gpu": None, "message": msg,
-                          "findings": [f.to_json() for f in findings]}, indent=2))
+                          "findings": [f.to_json() for f in findings],
+                          "error": error_json(msg, ExitCode.UNAVAILABLE)}, indent=2))
     else:
         for f in findings:
             print(_format(f))

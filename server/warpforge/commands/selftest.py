@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..compiler.toolchain import ToolMissing
-from ..exitcodes import CliError, ExitCode
+from ..exitcodes import CliError, ExitCode, error_json
 from ..gpu.evaluator import Backend, GpuUnavailable
 from ..gpu.supervisor import gpu_unavailable_reason
+from ..install import install_hint
 from ..selftest import CASES, Outcome, run_suite
 
 
@@ -34,9 +35,10 @@ def register(sub: Any) -> None:
 
 def _cannot_run(why: str, as_json: bool) -> int:
     msg = (f"warpforge selftest: cannot run here: {why}. The suite ({len(CASES)} adversarial candidates) needs an "
-           "NVIDIA GPU with its driver and pycuda (pip install -e '.[gpu]').")
+           f"NVIDIA GPU with its driver and pycuda ({install_hint('gpu')}).")
     if as_json:
-        print(json.dumps({"ran": False, "reason": why, "cases": len(CASES)}))
+        print(json.dumps({"ran": False, "reason": why, "cases": len(CASES),
+                          "error": error_json(msg, ExitCode.UNAVAILABLE)}))
     print(msg, file=sys.stderr)
     return ExitCode.UNAVAILABLE
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..defaults import user_cache_dir
 from .includes import check_includes
 from .mangle import base_name
+from .names import line_alias
 from .project import ProjectBuild, project_build, source_file
 from .sandbox import exit_note, limits_for, run_tool
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain
@@ -355,14 +356,17 @@ def _c_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "?").replace("\r", "?")
 
 
-def _alias_line_names(source: str, filename: str, alias: str) -> str:
-    """``#line N "filename"`` directives renamed to ``alias`` when the name holds a quote, backslash or line break.
+def _alias_line_names(source: str, filename: str) -> str:
+    """``#line N "filename"`` directives renamed to ``names.line_alias(filename)`` when the name holds a quote,
+    backslash or line break.
 
     cicc copies the ``#line`` name into the PTX ``.file`` directive without escaping it, and ptxas then
-    rejects the PTX: such a file would never compile. The alias is the temporary source's own path, which
-    messages map back to ``filename`` like every other mention of it.
+    rejects the PTX: such a file would never compile. The alias is stable (not the temporary source's path):
+    it stays in the cubin's line table, where the SASS and profiler readers recognise it (``names.same_file``);
+    messages map it back to ``filename``.
     """
-    if not any(ch in filename for ch in '"\\\n\r'):
+    alias = line_alias(filename)
+    if alias == filename:
         return source
     directive = re.compile(r'^(#line \d+ )"' + re.escape(_c_string(filename)) + r'"$', re.MULTILINE)
     return directive.sub(lambda m: f'{m.group(1)}"{alias}"', source)
@@ -456,6 +460,9 @@ def compile_cubin(
     all_flags.extend(flags or [])
     # The cache key names the user's include folders and what the unit's quoted includes hold (a header
     # edited since the last build must not replay the old cubin); the command names their links.
+    # The unit as nvcc sees it (an unusual file name under its alias): the key is of what is compiled, so a
+    # cubin built under another alias is not replayed.
+    source = _alias_line_names(source, filename)
     headers = _local_headers(source, [*include_dirs, *system_dirs])
     key = _cache_key(source, [*all_flags, *(f"-I{inc}" for inc in include_dirs),
                               *(f"-isystem{inc}" for inc in system_dirs), headers], arch, tc.key)
@@ -472,7 +479,7 @@ def compile_cubin(
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="warpforge-build-") as tmp:
         src_path = Path(tmp) / SOURCE_NAME
-        src_path.write_text(_alias_line_names(source, filename, str(src_path)), encoding="utf-8")
+        src_path.write_text(source, encoding="utf-8")
         out_path = Path(tmp) / CUBIN_NAME
         try:
             links = _link_includes(Path(tmp), include_dirs)
@@ -480,6 +487,8 @@ def compile_cubin(
         except OSError as e:
             return _refused(arch, filename, f"an include folder could not be linked ({e.strerror})")
         names = {**links, **sys_links, str(src_path): filename}
+        if line_alias(filename) != filename:
+            names[line_alias(filename)] = filename
         try:
             cmd = guard_argv("nvcc", [str(tc.nvcc), *all_flags, *(f"-I{link}" for link in links),
                                       *(a for link in sys_links for a in ("-isystem", link)),
@@ -504,7 +513,8 @@ def compile_cubin(
         raw = log or ""
         messages = include_msgs + [replace(m, file=_map_build_dir(_map_names(m.file, names), tmp),
                                            text=_map_build_dir(_map_names(m.text, names), tmp))
-                                   for m in parse_messages(raw, str(src_path), files=(filename,))]
+                                   for m in parse_messages(raw, str(src_path),
+                                                           files=(filename, line_alias(filename)))]
         log = _map_build_dir(_map_names(raw, names), tmp)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"

@@ -6,6 +6,8 @@ tree-sitter node, so models can be cached, pickled to worker processes and compa
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -208,6 +210,18 @@ class SyntaxProblem:
     message: str
 
 
+#: kernels named in a one-line message before the rest is counted: a generated file with 500 kernels once
+#: made a 4 KB line naming every one
+NAMED_KERNELS = 8
+
+
+def name_list(names: Sequence[str], limit: int = NAMED_KERNELS) -> str:
+    """``a, b, c`` — or the first ``limit`` and ``and N more`` — for a one-line message."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
 class KernelNotFound(LookupError):
     """A kernel asked for by name is not in a file: one error type for every lookup by name.
 
@@ -221,7 +235,12 @@ class KernelNotFound(LookupError):
         self.name = name
         self.kernels = kernels
         where = f"{file}: " if file else ""
-        super().__init__(f"{where}no __global__ kernel named `{name}` (kernels here: {', '.join(kernels) or 'none'})")
+        close = difflib.get_close_matches(name, kernels, n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        listed = name_list(kernels) or "none"
+        if len(kernels) > NAMED_KERNELS:
+            listed += f"; `warpforge kernels {file or 'FILE'}` lists them all"
+        super().__init__(f"{where}no __global__ kernel named `{name}` (kernels here: {listed}){hint}")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..compiler.sandbox import run_tool
-from . import compare as cmp
 from .pool_build import build_job
 from .supervisor import DeviceHandle, GpuPool, Msg, gpu_identity
 
@@ -340,6 +339,8 @@ class EvaluationBackend(abc.ABC):
         await asyncio.shield(self._compare_task)
 
     async def _build_compare(self, arch: str) -> None:
+        from . import compare as cmp  # numpy: loaded by the first job that compares, not at import
+
         out = await self.cpu(build_job, cmp.DEVICE_SOURCE, "wf_compare_4", {}, [], "warpforge_compare.cu", 120.0,
                              arch)
         if out.stats.ok and out.cubin:

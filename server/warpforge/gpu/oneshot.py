@@ -11,11 +11,13 @@ import functools
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..compiler.build import compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch
-from .compare import DEVICE_SOURCE
-from .inputs import Layout
+
+if TYPE_CHECKING:  # numpy is loaded by whoever lays the inputs out, not by importing the profiler
+    from .inputs import Layout
 
 
 @functools.lru_cache(maxsize=4)
@@ -23,6 +25,8 @@ def generator_cubin(arch: str | None = None) -> bytes | None:
     """The device module with the input generator, for a one-shot process to draw its inputs on the GPU
     (``device_inputs``); None when it cannot be built (the process then draws them on the host). Built once
     per process and cached on disk by the compiler like every cubin."""
+    from .compare import DEVICE_SOURCE  # numpy, for the one process that launches
+
     try:
         res = compile_cubin(DEVICE_SOURCE, arch=default_arch(arch), filename="warpforge_compare.cu")
     except ToolMissing:

@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..install import install_hint
 from .backends import (
     Device,
     DeviceLost,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from .sanitizer import SanitizerReport
 
 T = TypeVar("T")
-RAY_HINT = "pip install 'warpforge[ray]'"
 #: seconds a reply may come after the worker's own deadline before the actor counts as unresponsive
 GRACE = 60.0
 
@@ -72,7 +72,7 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError as e:
-        raise GpuUnavailable(f"the Ray backend needs Ray: {RAY_HINT}") from e
+        raise GpuUnavailable(f"the Ray backend needs Ray: {install_hint('ray')}") from e
     return ray
 
 

@@ -8,12 +8,14 @@ results (the store, search, reports, front ends) need not import the machinery t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import compare as cmp
 from .confirm import Confirmation
 from .sanitizer import SanitizerReport
 from .timing import Speedup, Stats, hot_differs
+
+if TYPE_CHECKING:  # compare.py needs numpy: imported by the readers below, not by importing this module
+    from . import compare as cmp
 
 Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy", "rejected"]
 STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
@@ -63,6 +65,8 @@ class RunReport:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunReport:
+        from . import compare as cmp
+
         return cls(d["variant"], int(d["seed"]), d["sizes"], [cmp.BufferReport.from_json(b) for b in d["buffers"]],
                    list(d.get("guard", [])), d.get("purpose", "verify"),
                    {str(k): int(v) for k, v in (d.get("tail_changes") or {}).items()})
@@ -117,6 +121,8 @@ class CorrectnessReport:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CorrectnessReport:
+        from . import compare as cmp
+
         det = d.get("determinism")
         return cls([RunReport.from_json(r) for r in d.get("runs", [])],
                    None if det is None else [cmp.BufferReport.from_json(b) for b in det],

@@ -20,12 +20,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
-from .inputs import Layout
 from .oneshot import write_job
+
+if TYPE_CHECKING:  # numpy: its caller already laid the inputs out
+    from .inputs import Layout
 
 ERROR_EXIT = 86
 TOOLS = ("memcheck", "racecheck")

@@ -40,19 +40,14 @@ if TYPE_CHECKING:
 Msg = dict[str, Any]
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "warpforge.gpu.worker")
-INSTALL_HINT = "pip install -e '.[gpu]'"
-#: set by the VS Code extension when it runs its bundled server: pycuda's pinned requirement
-PYCUDA_ENV = "WARPFORGE_PYCUDA"
 
 
 def install_hint() -> str:
-    """How to get pycuda for *this* process. The editor's bundled server cannot use a checkout's extra (there
-    is no checkout, and the package name is not published): it installs the pinned pycuda into its own
-    storage, so its advice names that command and pin. A checkout or pip install keeps the GPU extra."""
-    pinned = os.environ.get(PYCUDA_ENV, "").strip()
-    if pinned and os.environ.get("WARPFORGE_BUNDLE"):
-        return f'VS Code command "WarpForge: Install GPU Support (pycuda)", which installs {pinned}'
-    return INSTALL_HINT
+    """How to get pycuda for *this* installation (``warpforge.install``): the extension's command in its
+    bundle, ``pip install -e`` in a checkout, ``pip install 'warpforge[gpu]'`` for an installed package."""
+    from ..install import install_hint as hint
+
+    return hint("gpu")
 
 
 class WorkerStartError(RuntimeError):
@@ -74,7 +69,8 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def no_gpu_message(command: str, why: str) -> str:
-    return f"`warpforge {command}` needs an NVIDIA GPU and pycuda ({why}): run `{INSTALL_HINT}` on a machine with a GPU"
+    return (f"`warpforge {command}` needs an NVIDIA GPU and pycuda ({why}): run `{install_hint()}` on a machine "
+            "with a GPU")
 
 
 def gpu_identity(device: int = 0) -> tuple[str, str] | None:

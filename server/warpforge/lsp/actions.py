@@ -126,6 +126,8 @@ def register(server: WarpForgeServer) -> None:
         code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Refactor]))
     async def code_action(ls: WarpForgeServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
         uri = params.text_document.uri
+        if uri not in ls.workspace.text_documents:
+            return []  # not open: nothing to act on (pygls would read the path from disk)
         doc = ls.workspace.get_text_document(uri)
         text = doc.source
         if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:

@@ -82,11 +82,11 @@ class Diagnostics:
         asyncio.get_running_loop().run_in_executor(self.server.analysis_pool, limits.release_memory)
 
     def _skip(self, uri: str, path: str, version: int | None, reason: str) -> None:
-        """One notice instead of analysis (too big, not text)."""
+        """One notice instead of analysis (too big, not text): WF004, not WF002 (a missing toolchain)."""
         st = self.state(uri)
         st.version = version
         st.kernel_texts = {}
-        st.report = HintsReport(path, findings=[make("WF002", path, Range(Position(0, 0), Position(0, 0)),
+        st.report = HintsReport(path, findings=[make("WF004", path, Range(Position(0, 0), Position(0, 0)),
                                                      reason, severity=Severity.INFO)])
         self.publish(uri)
 

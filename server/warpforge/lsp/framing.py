@@ -32,6 +32,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO, Protocol
 
+from cattrs import transform_error
+from cattrs.errors import BaseValidationError
+
 log = logging.getLogger(__name__)
 
 #: longest header line accepted (real clients send ~60 bytes)
@@ -72,21 +75,30 @@ class Writer(Protocol):
 class StreamChunks:
     """Chunks of a blocking binary stream (stdin), read on a daemon thread and handed to the event loop.
 
-    A bounded queue gives back-pressure: a client that floods stops being read until the server catches up.
+    At most ``depth`` chunks wait for the loop (a semaphore the thread takes before handing one over and the
+    loop gives back when it takes one): a client that floods stops being read until the server catches up.
+    The thread hands a chunk over with ``call_soon_threadsafe(put_nowait)``: no coroutine is made off the
+    loop, so none is left un-awaited when the loop closes first (``queue.put`` through
+    ``run_coroutine_threadsafe`` left one each time the server exited).
     """
 
     def __init__(self, stream: BinaryIO, chunk: int = 65536, depth: int = 16) -> None:
         self._stream = stream
         self._chunk = chunk
-        self._depth = depth
+        self._slots = threading.Semaphore(depth)
         self._queue: asyncio.Queue[bytes] | None = None
 
     def read(self, n: int = -1) -> Awaitable[bytes]:
         if self._queue is None:
-            self._queue = asyncio.Queue(self._depth)
+            self._queue = asyncio.Queue()
             loop = asyncio.get_running_loop()
             threading.Thread(target=self._run, args=(loop, self._queue), name="lsp-stdin", daemon=True).start()
-        return self._queue.get()
+        return self._take(self._queue)
+
+    async def _take(self, queue: asyncio.Queue[bytes]) -> bytes:
+        data = await queue.get()
+        self._slots.release()
+        return data
 
     def _run(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:
         # The file descriptor, not the buffered stream: a daemon thread blocked inside BufferedReader holds
@@ -101,9 +113,10 @@ class StreamChunks:
                 data = read(self._chunk)
             except (OSError, ValueError):
                 data = b""
+            self._slots.acquire()
             try:
-                asyncio.run_coroutine_threadsafe(queue.put(data), loop).result()
-            except Exception:  # the loop is gone: nobody is listening
+                loop.call_soon_threadsafe(queue.put_nowait, data)
+            except RuntimeError:  # the loop is closed: nobody is listening
                 return
             if not data:
                 return
@@ -226,6 +239,13 @@ def frame(payload: dict[str, Any]) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+def mismatch(e: BaseException) -> str:
+    """Why a message does not fit its method's types, on one line: each field that is wrong and what it should
+    be (``expected int @ $.params.text_document.version``), not cattrs' nested exception groups."""
+    text = "; ".join(transform_error(e)) if isinstance(e, BaseValidationError) else f"{type(e).__name__}: {e}"
+    return " ".join(text.split())[:300]
+
+
 def dispatch(protocol: Any, body: bytes, writer: Writer) -> None:
     """Decode one body and hand it to pygls' protocol; answer what pygls would leave unanswered."""
     try:
@@ -247,11 +267,10 @@ def dispatch(protocol: Any, body: bytes, writer: Writer) -> None:
     try:
         message = protocol.structure_message(data)
     except Exception as e:
-        cause = e.__cause__ or e
-        log.warning("a message that does not fit its method %r: %s", data.get("method"), cause)
+        why = mismatch(e.__cause__ or e)
+        log.warning("a message that does not fit its method %r: %s", data.get("method"), why)
         if is_request:
-            writer.write(frame(_error(data["id"], INVALID_PARAMS,
-                                      f"Invalid params for {data.get('method')}: {str(cause)[:300]}")))
+            writer.write(frame(_error(data["id"], INVALID_PARAMS, f"Invalid params for {data.get('method')}: {why}")))
         return
     if isinstance(message, dict):  # not a JSON-RPC message pygls knows how to route
         if is_request:

@@ -104,6 +104,8 @@ def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[l
 async def lenses(server: WarpForgeServer, uri: str) -> list[lsp.CodeLens]:
     if not server.settings.code_lens_enabled:
         return []
+    if uri not in server.workspace.text_documents:
+        return []  # not open: pygls would read the path from disk (a FileNotFoundError for a bad URI)
     text = server.workspace.get_text_document(uri).source
     if limits.skip_reason(text, server.settings.max_document_bytes) is not None:
         return []

@@ -175,9 +175,16 @@ def trace_logging(value: Any) -> None:
 class RefusalsInOneLine(logging.Filter):
     """pygls logs every request answered with an error with its traceback. A request refused with
     ``JsonRpcInvalidParams`` (``guarded``: the user's mistake, whose message the editor shows) becomes one line at
-    info; the traceback is kept at debug, for the trace log. Anything else (a bug) keeps its traceback."""
+    info; the traceback is kept at debug, for the trace log. A message that does not fit its method's types is
+    logged by ``framing.dispatch`` in one line, so pygls' traceback of it goes to debug only. Anything else (a
+    bug) keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Unable to deserialize message"):
+            # A message whose fields have the wrong types: ``framing.dispatch`` logs it as one line naming
+            # each wrong field; pygls' 30-line traceback of cattrs' exception groups is for the trace log.
+            log.debug("%s", record.getMessage())
+            return False
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, JsonRpcInvalidParams):
             log.debug("request refused", exc_info=record.exc_info)

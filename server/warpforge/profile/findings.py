@@ -33,7 +33,7 @@ class CodeInfo:
     code: str
     title: str
     severity: Severity
-    source: str  # "compiler" | "spec" | "source" | "sass" | "profile"
+    source: str  # "compiler" | "spec" | "source" | "sass" | "profile" | "editor"
     action: str | None  # the transformation family the optimizer uses to act on it
 
 
@@ -53,6 +53,7 @@ define("WF000", "compile error", Severity.ERROR, "compiler", None)
 define("WF001", "compiler warning", Severity.WARNING, "compiler", None)
 define("WF002", "toolchain missing", Severity.INFO, "compiler", None)
 define("WF003", "benchmark spec error", Severity.WARNING, "spec", None)
+define("WF004", "document not analyzed", Severity.INFO, "editor", None)
 
 
 DOCS_URL = "https://github.com/warpforge/warpforge/blob/main/docs/findings.md"

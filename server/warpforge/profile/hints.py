@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin
+from ..compiler.names import line_alias
 from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
@@ -182,8 +183,12 @@ class _Compiler:
     def _key(self, k: Kernel, spec: KernelSpec | None) -> tuple[str, str]:
         inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
         tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
+        # An unusual file name is built under its alias (compiler.names); results kept from before the alias
+        # (SASS lines lost to a temporary name) are not reused. Other names keep their keys.
+        alias = line_alias(self.file)
+        renamed = f"\0{alias}" if alias != self.file else ""
         key = hashlib.sha256(
-            f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}".encode()).hexdigest()
+            f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}{renamed}".encode()).hexdigest()
         return key, tu
 
     def _tool_key(self) -> str:

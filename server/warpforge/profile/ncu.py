@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # ``ncu_path``, ``missing_message`` and ``ProfilerUnavailable`` are this module's interface too: the profiler
 # calls and catches them through it, and tests replace ``ncu_path`` here to run without (or with a fake) ncu.
@@ -54,8 +54,10 @@ from ..compiler.nsight import missing_message as missing_message
 from ..compiler.nsight import ncu_path as ncu_path
 from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, guard_argv
-from ..gpu.inputs import Layout
 from ..gpu.oneshot import write_job
+
+if TYPE_CHECKING:  # numpy's ~60 ms only where inputs are laid out (the editor and `hints` never do)
+    from ..gpu.inputs import Layout
 
 #: sections of a default profile: speed of light, launch and occupancy, memory and compute workload, the
 #: warp-state and scheduler statistics behind the stall reasons, and the source counters behind the
@@ -419,6 +421,8 @@ def record(out: Path, targets: Sequence[str], *, sections: Sequence[str] = DEFAU
             res = build.resources_for(k.name)
             if not build.ok or res is None:
                 raise ValueError(f"build failed: {build.log[-400:]}")
+            from ..gpu.inputs import Layout
+
             resolved = spec.resolve()
             layout = Layout.from_resolved(resolved, "spec")
             exp = collect(build.cubin, res.mangled, layout, (resolved.grid, resolved.block, resolved.smem),

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.names import same_file
+
 _NUM = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?([eE][+-]?\d+)?$")
 
 
@@ -345,7 +347,7 @@ def _clean(text: str) -> str:
 
 # --------------------------------------------------------------------------------------------- profile
 def _same_file(a: str, b: str) -> bool:
-    return bool(a) and bool(b) and Path(a).name == Path(b).name
+    return same_file(a, b)  # by base name, the build's alias of an unusual name included
 
 
 @dataclass

@@ -32,9 +32,8 @@ from ..compiler.build import BuildResult, Resources, compile_cubin
 from ..compiler.toolchain import ToolMissing, default_arch
 from ..cuda import parse
 from ..cuda.extract import standalone
-from ..cuda.model import FileModel, Kernel
+from ..cuda.model import FileModel, Kernel, name_list
 from ..cuda.text import SourceText
-from ..gpu.inputs import Layout
 from ..gpu.supervisor import gpu_identity, gpu_unavailable_reason
 from ..spec import build_spec
 from ..spec.model import KernelSpec
@@ -200,7 +199,7 @@ def _static_and_build(file: str, body: str, kernel: str | None, arch: str | None
         elif len(model.kernels) == 1:
             k = model.kernels[0]
         else:
-            names = ", ".join(x.name for x in model.kernels) or "none"
+            names = name_list([x.name for x in model.kernels]) or "none"
             raise KeyError(f"{file} has {len(model.kernels)} kernels ({names}): name one")
         spec = build_spec(src, model, k, file)
     report = ProfileReport(file, k.name)
@@ -301,6 +300,8 @@ def profile_kernel(
         return finish(static, f"profiling needs an NVIDIA GPU ({why}): static findings only")
     if isinstance(built, str):
         return finish(static, f"{built}: static findings only")
+    from ..gpu.inputs import Layout  # numpy: only once a GPU will run the kernel (not for hints or the editor)
+
     reduced = profiled_sizes(spec, max_bytes)
     resolved = spec.resolve(base=reduced) if reduced else spec.resolve()
     layout = Layout.from_resolved(resolved, "spec")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.mangle import split_name
+from ..compiler.names import same_file
 from ..compiler.sandbox import run_tool
 from ..compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
@@ -55,9 +56,8 @@ class SassFunction:
 
 
 def _same_file(a: str, b: str) -> bool:
-    if not a or not b:
-        return True
-    return Path(a).name == Path(b).name
+    """A line without a file name counts as the file's (nvdisasm leaves it out for a one-file unit)."""
+    return not a or not b or same_file(a, b)
 
 
 _FP64 = re.compile(r"^(DADD|DMUL|DFMA|DSETP|DMNMX|DSET|F2F\.F64\.\w+|F2F\.\w+\.F64|I2F\.F64.*|F2I\.\w*F64.*|DMMA.*)")

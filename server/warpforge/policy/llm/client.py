@@ -25,13 +25,14 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from . import prompts
 from .config import LLMConfig, Price
 from .schema import ToolSpec, validate
+
+if TYPE_CHECKING:  # the SDK is imported by the first client made: ~1 s that a CLI call or a language
+    import anthropic  # server with no key never needs to pay (tests/test_lazy_imports.py)
 
 log = logging.getLogger("warpforge.llm")
 
@@ -330,6 +331,8 @@ class LLMClient:
         self.spend = Spend()
         self._sleep = sleep
         self.on_text = on_text
+        import anthropic
+
         timeout = anthropic.Timeout(config.timeout_s, connect=config.connect_timeout_s)
         # The SDK's own retries are off: ours honour the cost gate and are counted per call.
         self._sdk = anthropic.AsyncAnthropic(api_key=key, base_url=config.base_url, max_retries=0, timeout=timeout)
@@ -374,6 +377,8 @@ class LLMClient:
             kwargs["tools"] = tool_params
         if effort := cfg.effort.get(role):
             kwargs["output_config"] = {"effort": effort}
+        import anthropic
+
         t0 = time.monotonic()
         attempt = 0
         spend = Spend()
