@@ -18,6 +18,7 @@ from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
 from .annotations import Annotation, parse_annotation
+from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
 from .expr import ExprError
 from .expr import parse as expr_parse
 from .infer import Inference, infer
@@ -133,33 +134,84 @@ def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, 
     return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
 
 
-def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str | None:
+def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = (),
+                scope: TypeScope | None = None) -> str | None:
     """The canonical element type of pointer parameter ``name``, or None when it cannot be known here.
 
-    Template type parameters take the spec's template arguments; file-level typedefs and ``using`` aliases of
-    scalar types are resolved the way the canonical form resolves them (``cuda.normalize.file_facts``).
-    Structs, vector types (``float4``), ``void`` and types from headers stay unknown: nothing is checked."""
+    Template type parameters take the spec's template arguments; the file's (and its headers') typedefs and
+    ``using`` aliases and its enums are resolved (``ctypes.TypeScope``). Structs, vector types (``float4``)
+    and ``void`` stay unknown: nothing is checked."""
     p = kernel.param(name)
     if p is None or not p.is_pointer:
         return None
-    subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
-    ctype = subst.get(p.type, p.type)
-    dtype = canonical_dtype(ctype)
-    if dtype is None:
-        # Only a file that spells a type we do not know needs its typedefs (a second read of a parsed tree).
-        aliased = file_facts(src.text).typedefs.get(" ".join(ctype.replace("const", " ").split()))
-        dtype = canonical_dtype(aliased) if aliased is not None else None
-    return dtype
+    if scope is None:
+        subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
+        ctype = subst.get(p.type, p.type)
+        dtype = canonical_dtype(ctype)
+        if dtype is None:
+            # Only a file that spells a type we do not know needs its typedefs (a second read of a parsed tree).
+            aliased = file_facts(src.text).typedefs.get(" ".join(ctype.replace("const", " ").split()))
+            dtype = canonical_dtype(aliased) if aliased is not None else None
+        return dtype
+    return scope.dtype(p.type)
+
+
+def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_values: dict[str, int],
+                   kernel: Kernel, file: str) -> list[ArgSpec]:
+    """Every argument with its real type: a scalar's from its parameter through template arguments, aliases and
+    enums (an enum is passed as its integer type, an enumerator by its value: ``arg act = GELU``), or from
+    the annotation's ``arg n: TYPE = ...``; a buffer's written type of the file's own (``real[N]``) resolved
+    the same way. A type that resolves to nothing is an error at its line (the annotation's, else the
+    kernel's), never a silent float."""
+    kline = kernel.start_line + 1
+    out: list[ArgSpec] = []
+    for a in args:
+        p = kernel.param(a.name)
+        written = ann.types.get(a.name) if ann.args.get(a.name) is a else None
+        line = a.line if a.source == "annotation" else kline
+        if a.is_buffer:
+            if not a.dtype and written is not None:
+                dtype = scope.dtype(written)
+                if dtype is None:
+                    raise SpecError(file, line, f"unknown element type `{written}` for `{a.name}`",
+                                    "write a C or numpy type (float, half, double, int, unsigned, int64, uint8, "
+                                    "...) or a typedef, `using` or enum of this file")
+                dist = a.distribution if a.distribution is not None or a.role is Role.OUT \
+                    else default_distribution(dtype)
+                a = replace(a, dtype=dtype, distribution=dist)
+            out.append(a)
+            continue
+        declared = scope.dtype(p.type) if p is not None else None
+        value = with_enumerators(a.value, enum_values) if a.value is not None else None
+        if written is not None:
+            dtype = scope.dtype(written)
+            if dtype is None:
+                raise SpecError(file, line, f"unknown type `{written}` for `{a.name}`",
+                                f"write `// @warpforge arg {a.name}: TYPE = ...` with a C or numpy type "
+                                "(int, float, uint8, ...) or a typedef, `using` or enum of this file")
+            if declared is not None and declared != dtype:
+                ptext = " ".join(p.text.split()) if p is not None else a.name
+                raise SpecError(file, line, f"`{a.name}` is declared `{ptext}` ({declared}) but its annotation "
+                                            f"says {C_SPELLING.get(dtype, dtype)}",
+                                f"write `// @warpforge arg {a.name} = {a.value}` (its type comes from the kernel)")
+        else:
+            dtype = declared or a.dtype
+        if not dtype:
+            ptype = p.type if p is not None else "?"
+            raise SpecError(file, line, f"cannot tell the type of `{a.name}` (`{scope.unresolved(ptype)}`)",
+                            type_fix(a.name, ptype, scope, kernel))
+        out.append(replace(a, dtype=dtype, value=value))
+    return out
 
 
 def _check_element_types(src: SourceText, kernel: Kernel, args: Iterable[ArgSpec],
-                         template_args: tuple[str, ...], file: str) -> None:
+                         template_args: tuple[str, ...], file: str, scope: TypeScope | None = None) -> None:
     """An annotated buffer's element type must be its parameter's: ``int[N]`` for a ``float*`` would fill the
     buffer with integers' bytes and compare floats' bits as integers, a verdict about another program."""
     for a in args:
         if not a.is_buffer:
             continue
-        want = param_dtype(src, kernel, a.name, template_args)
+        want = param_dtype(src, kernel, a.name, template_args, scope)
         if want is None or want == a.dtype:
             continue
         p = kernel.param(a.name)
@@ -193,7 +245,10 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                 f"no launch of `{kernel.name}` in this file")
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
-    _check_element_types(src, kernel, ann.args.values(), ann.template_args or inf.template_args, file)
+    scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
+    args = _resolve_types(args, ann, scope, enumerators(src, model), kernel, file)
+    _check_element_types(src, kernel, [a for a in args if ann.args.get(a.name) is not None], ann.template_args
+                         or inf.template_args, file, scope)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
@@ -277,10 +332,13 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
         sizes["N"] = SizeSpec("N", "1 << 20", source="guessed")
     n = next(iter(sizes))
     args: list[ArgSpec] = []
+    scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
     for p in kernel.params:
         a = ann.args.get(p.name) or inf.args.get(p.name)
+        if a is not None and not a.dtype:  # a type left to resolve: the guess takes what can be resolved
+            a = replace(a, dtype=scope.dtype(ann.types.get(p.name) or p.type) or "float32")
         if a is None:
-            dtype = canonical_dtype(p.type) or "float32"
+            dtype = scope.dtype(p.type) or "float32"
             if p.is_pointer:
                 role = Role.IN if p.is_const else Role.INOUT
                 a = ArgSpec(p.name, role, dtype, count=n, distribution=default_distribution(dtype), source="guessed")
