@@ -305,7 +305,9 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
         written = " ".join(ms.group(2).split()) if ms.group(2) else None
         # the parameter's type is resolved by ``build_spec`` (template arguments, typedefs, enums); "" until then
         dtype = canonical_dtype(written or p.type) or ""
-        value = _check_expr(ms.group(3), file, line, f"value of `{name}`")
+        # a scoped enumerator (`Mode::Max`) is named by its last part; ``build_spec`` puts its value in
+        value = _check_expr(re.sub(r"\b(?:[A-Za-z_]\w*\s*::\s*)+([A-Za-z_]\w*)", r"\1", ms.group(3)), file, line,
+                            f"value of `{name}`")
         return (ArgSpec(name, Role.SCALAR, dtype, value=value, source="annotation", line=line),
                 written if written is not None else None)
     hint = f"`arg {name}: in float[N]`" if p.is_pointer else f"`arg {name} = N`"
