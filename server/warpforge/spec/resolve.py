@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from ..cuda.model import FileModel, Kernel, Param
+from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
-from .annotations import Annotation, parse_annotation
+from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, Annotation, parse_annotation
 from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
 from .expr import ExprError
 from .expr import parse as expr_parse
@@ -122,6 +122,22 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
         lines.append(f"// @warpforge launch grid={grid}, block={block}")
     head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
     return head + lines
+
+
+def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> SpecError | None:
+    """A syntax error inside the kernel, as the error to report: inference read a kernel tree-sitter could not
+    parse, so what it could not infer (a length, a role) follows from the syntax error and would only mislead
+    (a one-line kernel missing an operand was "cannot infer the length of `y`", with a block giving `y` the
+    wrong role)."""
+    for prob in model.problems:
+        if kernel.span.start <= prob.span.start < kernel.span.end:
+            line = src.line_of(prob.span.start)
+            col = prob.span.start - src.line_starts[line] + 1
+            what = prob.message.removeprefix("syntax error: ").removeprefix("syntax error")
+            return SpecError(file, line + 1, f"syntax error in `{kernel.name}` at column {col}"
+                             + (f": {what}" if what else ""),
+                             "fix the kernel's syntax first: its spec is read from the kernel's code")
+    return None
 
 
 def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
@@ -240,6 +256,9 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     for p in kernel.params:
         a = ann.args.get(p.name) or inf.args.get(p.name)
         if a is None:
+            syntax = _syntax_error(src, model, kernel, file)
+            if syntax is not None:
+                raise syntax
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
@@ -259,6 +278,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
         raise SpecError(file, kline, f"`{kernel.name}` is a template and no launch instantiates it",
                         f"add `// @warpforge template {names}`")
+    sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
     if inf.site is not None and any(a.source == "inferred" for a in args):
         notes.append(f"inferred from the launch at line {inf.site.line + 1}")
@@ -276,18 +296,22 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         bytes=ann.bytes,
         notes=tuple(notes),
     )
-    _validate(spec, ann.lines, limits)
+    file_names = {n for d in model.declarations if d.kind is DeclKind.MACRO for n in d.names}
+    _validate(spec, ann.lines, limits, file_names | set(enumerators(src, model)), ann.template_args)
     return spec
 
 
 def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
-              limits: LaunchLimits = DEFAULT_LIMITS) -> None:
+              limits: LaunchLimits = DEFAULT_LIMITS, file_names: set[str] | None = None,
+              annotated_template: tuple[str, ...] = ()) -> None:
     names = [s.name for s in spec.sizes]
     for t in spec.tunables:
         if t.name in names:
             raise SpecError(spec.file, t.line, f"`{t.name}` is both a size and a tunable", "keep one of them")
     # flops/bytes have no line in the spec itself; check their names here, where the annotation's lines are.
     known = {*names, *(t.name for t in spec.tunables)}
+    _check_values(spec, known | (file_names or set()), annotated_template, (lines or {}).get("template"))
+    _check_counting_sizes(spec)
     for what, text in (("flops", spec.flops), ("bytes", spec.bytes)):
         if text:
             missing = sorted(expr_parse(text).names() - known)
@@ -302,6 +326,94 @@ def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
                 raise SpecError(spec.file, src.line if src else None, f"`{a.name}` has length 0",
                                 "give it a positive length")
         check_limits(spec, r, limits)
+
+
+def _with_defines(sizes: dict[str, SizeSpec], ann: Annotation, args: list[ArgSpec],
+                  inf: Inference) -> dict[str, SizeSpec]:
+    """``sizes`` with the file's object-like ``#define``s (and other constants of the file) that the annotation's
+    expressions name: `launch grid=(cdiv(NJ, DIM_X), ...)` with `#define DIM_X 32` reads DIM_X as the kernel
+    is compiled with it. Such a size is ``fixed`` (the kernel's code has its value baked in) and comes first,
+    so the annotation's own sizes may be computed from it."""
+    texts: list[str] = [t for sz in ann.sizes for t in (sz.expr, sz.odd or "")]
+    for a in args:
+        if ann.args.get(a.name) is a or a.source == "annotation":
+            texts += [a.count or "", a.value or ""]
+            if a.distribution is not None:
+                texts += [a.distribution.a, a.distribution.b]
+    if ann.launch is not None:
+        texts += [*ann.launch.grid, *ann.launch.block, ann.launch.smem]
+    texts += [ann.flops or "", ann.bytes or ""] + [v for t in ann.tunables for v in t.values]
+    tunables = {t.name for t in ann.tunables}
+    env = inf.env
+    found = {n: SizeSpec(n, env.defs[n], True, None, "inferred", env.lines.get(n))
+             for n in env.sizes_used(texts)
+             if n not in sizes and n not in tunables and n in env.toplevel}
+    return {**found, **sizes} if found else sizes
+
+
+def _check_values(spec: KernelSpec, known: set[str], annotated_template: tuple[str, ...],
+                  template_line: int | None) -> None:
+    """Tunable and template values are checked like size expressions: an expression may name only sizes,
+    tunables and the file's ``#define``s and enumerators. A value is pasted into nvcc's command line or an
+    instantiation, so `256 | touch ...` must be an error at its line, not an expression over names `touch`...
+    A bare type name (`float`, `unsigned int`, `Square`) is a type, not an expression."""
+    checks = [(t.line, f"tunable `{t.name}`", v) for t in spec.tunables for v in t.values]
+    checks += [(template_line, "template argument", v) for v in annotated_template]
+    for line, what, value in checks:
+        if _TYPE_NAME.fullmatch(value) or (what == "template argument" and _TEMPLATE_TYPE.fullmatch(value)
+                                           and value.count("<") == value.count(">")):
+            continue
+        try:
+            missing = sorted(expr_parse(value).names() - known)
+        except ExprError:
+            continue  # not an expression: the annotation's own check has accepted it as a type
+        if missing:
+            raise SpecError(spec.file, line, f"{what}: unknown name `{missing[0]}` in `{value}`",
+                            "a value is a number, a type name, or an expression over the sizes, tunables and "
+                            "the file's #defines" + (f" ({', '.join(sorted(known))})" if known else ""))
+
+
+def _check_counting_sizes(spec: KernelSpec) -> None:
+    """A size that counts something (a buffer's length, the launch, an integer argument) must be an integer,
+    reported at the size's own line: `size N = 1.5` or `size N = 1e15` (a floating-point literal) used to fail
+    only later, as a non-integer operand of the launch's `cdiv`. Floating-point sizes that only feed floating-
+    point arguments (`size F = 1.5`, `arg scale = F`) stay allowed."""
+    uses: dict[str, str] = {}
+    for a in spec.args:
+        if a.is_buffer:
+            for n in expr_parse(a.count or "0").names():
+                uses.setdefault(n, f"the length of `{a.name}`")
+        elif a.value is not None and a.dtype.startswith(("int", "uint")):
+            for n in _names(a.value):
+                uses.setdefault(n, f"the value of `{a.name}`")
+    for text in (*spec.launch.grid, *spec.launch.block, spec.launch.smem):
+        for n in _names(text):
+            uses.setdefault(n, "the launch")
+    deps = spec.size_deps()
+    changed = True
+    while changed:  # a size computed from a counting size counts too (`N = B*T`: B and T)
+        changed = False
+        for name, why in list(uses.items()):
+            for d in deps.get(name, ()):
+                if d not in uses:
+                    uses[d] = why
+                    changed = True
+    values = spec.size_values()
+    for sz in spec.sizes:
+        v = values.get(sz.name)
+        if sz.name in uses and isinstance(v, float):
+            fix = (f"write it as an integer: `size {sz.name} = {int(v)}`" if v.is_integer() and abs(v) < 2 ** 63
+                   else f"give `{sz.name}` a whole number of elements")
+            kind = "a floating-point number" if v.is_integer() else "not a whole number"
+            raise SpecError(spec.file, sz.line, f"size `{sz.name}` = {sz.expr} is {kind} ({v:g}), but it sets "
+                                                f"{uses[sz.name]}", fix)
+
+
+def _names(text: str) -> frozenset[str]:
+    try:
+        return expr_parse(text).names()
+    except ExprError:
+        return frozenset()
 
 
 def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
