@@ -60,6 +60,8 @@ CASES = {
                 ("if (i < m * c) {", "if (i < (m - 1) * c) {")),
     "histogram": ("histogram_tpl.cu", "histogram", ("cdiv(N, 128)", "128"), ("if (i < n) {", "if (i < n - 1) {")),
     "enum": ("act_enum.cu", "activate", ("cdiv(N, 128)", "128"), ("if (i < n) {", "if (i < n - 1) {")),
+    # CSR row pointers from `offsets(0, NNZ)` (issue 29): drawn on the host, sorted, perturbed in order
+    "spmv": ("spmv_csr.cu", "spmv_csr", ("cdiv(ROWS, 128)", "128"), ("if (r < rows) {", "if (r < rows - 1) {")),
 }
 
 

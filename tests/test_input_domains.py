@@ -294,3 +294,41 @@ def test_float_ids_verify_end_to_end_and_an_undeclared_domain_is_named_as_the_ca
         assert "`// @warpforge arg ids: in float[M] int(0, HI)`" in why and "illegal memory access" in why, why
     finally:
         loop.close()
+
+
+# --------------------------------------------------------------------------- offsets (issue 29, item 4)
+def test_offsets_are_sorted_csr_row_pointers_at_both_sizes_and_stay_sorted_when_perturbed() -> None:
+    spec = load_spec(DOMAINS / "spmv_csr.cu", "spmv_csr")
+    assert str(spec.arg("rowptr").distribution) == "offsets(0, NNZ)"
+    for perturbed in (False, True):
+        r = spec.resolve(perturbed=perturbed)
+        layout = Layout.from_resolved(r, "odd" if perturbed else "spec")
+        rp = next(a for a in layout.buffers if a.name == "rowptr")
+        assert rp.count == r.sizes["ROWS"] + 1 and rp.dist == ("offsets", 0.0, float(r.sizes["NNZ"]))
+        for seed in (0, 1):
+            d = generate(rp, seed)
+            assert d.dtype == np.int32 and d[0] == 0 and d[-1] == r.sizes["NNZ"]
+            assert np.all(np.diff(d) >= 0)
+            assert np.array_equal(d, generate(rp, seed))  # a seed gives the same offsets
+            p = perturb_tail(rp, d)
+            assert np.all(np.diff(p) >= 0) and p[0] == 0 and p[-1] == d[-1]
+            assert np.array_equal(p[:-TAIL], d[:-TAIL]) and not np.array_equal(p, d)
+        assert "rowptr" in tail_plan(layout)[0]
+    with pytest.raises(InputError, match="offsets are integers"):
+        generate(ArgLayout("o", "in", "float32", 8, dist=("offsets", 0.0, 10.0)), 0)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("arg rowptr: in float[ROWS + 1] offsets(0, NNZ)", "offsets are integers"),
+    ("arg rowptr: in int[ROWS + 1] offsets(NNZ, 0)", "ends below its start"),
+])
+def test_offsets_mistakes_are_errors_at_their_line(tmp_path: Path, line: str, message: str) -> None:
+    text = (DOMAINS / "spmv_csr.cu").read_text()
+    bad = text.replace("arg rowptr: in int[ROWS + 1] offsets(0, NNZ)", line)
+    if "float[" in line:
+        bad = bad.replace("const int* rowptr", "const float* rowptr")
+    path = tmp_path / "spmv.cu"
+    path.write_text(bad)
+    with pytest.raises(SpecError, match=message) as e:
+        load_spec(path, "spmv_csr")
+    assert e.value.line == 6

@@ -179,10 +179,42 @@ def generate(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
     """Fresh input data for one ``in``/``inout`` buffer (storage dtype, C order), computed on the host.
 
     The same bits as the GPU worker's device generator (``generator``): that one is checked against this.
+    ``offsets`` buffers are made here only (``offsets``): the worker copies them to the device.
     """
     n = int(arg.count or 0)
+    if arg.dist is not None and arg.dist[0] == "offsets":
+        return offsets(arg, seed)
     return generator.host_generate(draw(arg), arg.dtype, storage_dtype(arg.dtype), int(seed) & 0xFFFFFFFF,
                                    generator.stream_of(arg.name), n)
+
+
+def offsets(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
+    """``offsets(LO, HI)``: a non-decreasing sequence from exactly LO to exactly HI, the other elements drawn
+    uniformly from [LO, HI] and sorted: CSR row pointers (``rowptr[0] = 0``, ``rowptr[rows] = nnz``), segment
+    offsets. Element i - 1 to i is the length of segment i - 1, so every index a kernel derives from two
+    neighbours lies in [LO, HI), and the lengths vary as real sparse rows do (some empty, some long).
+
+    Drawn with the counter-based generator (as ``int(LO, HI + 1)``), so a seed gives the same offsets
+    everywhere; sorted on the host (the worker copies them to the device)."""
+    kind, a, b = arg.dist or ("offsets", 0.0, 0.0)
+    store = storage_dtype(arg.dtype)
+    if is_float(arg.dtype):
+        raise InputError(f"`{arg.name}`: offsets are integers: declare it with an integer element type")
+    lo, hi = int(np.ceil(a)), int(np.floor(b))
+    info = np.iinfo(store)
+    if hi < lo or lo < info.min or hi > info.max:
+        raise InputError(f"`{arg.name}`: offsets({a:g}, {b:g}) is empty or does not fit in {arg.dtype} "
+                         f"[{info.min}, {info.max}]")
+    n = int(arg.count or 0)
+    d = generator.draw_of("int64", ("int", float(lo), float(hi) + 1.0), -float(1 << 53), float(1 << 53))
+    vals = np.sort(generator.values(d, int(seed) & 0xFFFFFFFF, generator.stream_of(arg.name), 0, n)
+                   .view(np.int64))
+    if n:
+        vals[0] = lo
+    if n > 1:
+        vals[-1] = hi
+    out: npt.NDArray[Any] = vals.astype(store)
+    return out
 
 
 def make_inputs(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
@@ -221,6 +253,8 @@ def tail_exclusion(arg: ArgLayout) -> str | None:
         if int(np.ceil(b)) - int(np.ceil(a)) < 2:
             return f"its domain int({a:g}, {b:g}) has a single value"
         return None
+    if kind == "offsets":
+        return "fewer than 3 offsets: only the fixed first and last ones" if arg.count < 3 else None
     if is_float(arg.dtype):
         return None
     what = "zeros" if kind == "zeros" else f"const({a:g})" if kind == "const" else f"{kind}({a:g}, {b:g})"
@@ -253,7 +287,8 @@ def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     their scale, in one direction (so that a sum cannot cancel the moves), the same elements contribute far
     more than the tolerance: a kernel that ignores them no longer matches the original on these inputs.
 
-    Every element stays inside the domain the spec declares. Floating-point data (``uniform``, ``normal``,
+    Every element stays inside the domain the spec declares (``offsets`` stay sorted between their ends, see
+    ``perturb_last``). Floating-point data (``uniform``, ``normal``,
     ``const``, ``zeros``) moves up by ``TAIL_SCALE`` times the distribution's scale (float16 at most by
     ``TAIL_MAX_FLOAT16``). Elements drawn from ``int(lo, hi)`` are reflected inside that range
     (``lo + hi - 1 - x``) whatever their element type, so indices stay valid indices, floats holding indices
@@ -276,6 +311,14 @@ def perturb_last(arg: ArgLayout, last: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return out
     dist = arg.dist or default_dist(arg.dtype)
     kind, a, b = dist
+    if kind == "offsets":
+        # the elements between the first and the last of the tail, reflected inside [first, last] and reversed:
+        # still non-decreasing, still between their neighbours, the buffer's ends unchanged, the segment lengths
+        # of the last rows different
+        if out.size >= 3:
+            p, q = int(out[0]), int(out[-1])
+            out[1:-1] = (p + q - out[1:-1].astype(np.int64))[::-1].astype(out.dtype)
+        return out
     if kind == "int":
         lo, hi = int(np.ceil(a)), int(np.ceil(b))
         if is_float(arg.dtype):

@@ -40,7 +40,7 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SIZE = re.compile(rf"^({_NAME})\s*=\s*(.+?)$")
 _ARG_BUF = re.compile(rf"^({_NAME})\s*:\s*(\w+)\s+([A-Za-z_][\w ]*?)\s*\[(.*)\]\s*(.*)$")
 _ARG_SCALAR = re.compile(rf"^({_NAME})\s*(?::\s*([A-Za-z_][\w :]*?))?\s*=\s*(.+)$")
-_DIST = re.compile(r"^(uniform|normal|int|const)\s*\((.*)\)$|^(zeros)$")
+_DIST = re.compile(r"^(uniform|normal|int|const|offsets)\s*\((.*)\)$|^(zeros)$")
 
 
 @dataclass
@@ -135,7 +135,8 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
     m = _DIST.match(text.strip())
     if not m:
         raise SpecError(file, line, f"unknown value distribution `{text}`",
-                        "write uniform(LO, HI), normal(MEAN, STD), int(LO, HI), const(V) or zeros")
+                        "write uniform(LO, HI), normal(MEAN, STD), int(LO, HI), offsets(LO, HI), const(V) or "
+                        "zeros")
     if m.group(3):
         return Distribution("zeros")
     kind = m.group(1)
@@ -147,6 +148,9 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
     exprs = [_check_expr(p, file, line, kind) for p in params]
     if all(is_constant(e) for e in exprs):
         vals = [_number(e, file, line, kind) for e in exprs]
+        if kind == "offsets" and vals[1] < vals[0]:
+            raise SpecError(file, line, f"`offsets({params[0]}, {params[1]})` ends below its start",
+                            "offsets rise from the first number to the second: write e.g. offsets(0, NNZ)")
         if kind in ("uniform", "int") and vals[1] <= vals[0]:
             raise SpecError(file, line, f"`{kind}({params[0]}, {params[1]})` is an empty range",
                             "the second number must be larger than the first")
@@ -290,6 +294,9 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
                     raise SpecError(file, line, f"alignment {align} is not a power of two", "write align=16")
             else:
                 dist = parse_distribution(tok, file, line)
+                if dist.kind == "offsets" and dtype and dtype.startswith("float"):
+                    raise SpecError(file, line, f"`{name}`: offsets are integers, but its elements are {dtype}",
+                                    f"declare `{name}` with its integer type (e.g. `int[ROWS + 1]`)")
         if dist is not None and role is Role.OUT:
             raise SpecError(file, line, f"`{name}` is an output: its initial values are poison, not `{dist}`",
                             f"drop the distribution, or make it `inout` if the kernel reads `{name}` first")
