@@ -141,7 +141,8 @@ def test_spec_json_gives_the_fixtures_scalars_their_real_types() -> None:
 
 
 def test_an_unresolvable_template_type_is_an_error_at_its_line(tmp_path: Path) -> None:
-    text = (DOMAINS / "histogram_tpl.cu").read_text().replace("// @warpforge template IndexType = int, input_t = float\n", "")
+    line_text = "// @warpforge template IndexType = int, input_t = float\n"
+    text = (DOMAINS / "histogram_tpl.cu").read_text().replace(line_text, "")
     path = tmp_path / "hist.cu"
     path.write_text(text)
     with pytest.raises(SpecError) as e:

@@ -57,12 +57,12 @@ from .inputs import TAIL, Layout, tail_plan
 from .pool_build import build_job
 from .reports import (
     STATUSES,
-    crash_context,
     BuildStats,
     EnergyReport,
     Evaluation,
     RunReport,
     TimingReport,
+    crash_context,
 )
 from .sanitizer import SanitizerReport
 from .supervisor import Msg

@@ -196,7 +196,7 @@ def offsets(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
 
     Drawn with the counter-based generator (as ``int(LO, HI + 1)``), so a seed gives the same offsets
     everywhere; sorted on the host (the worker copies them to the device)."""
-    kind, a, b = arg.dist or ("offsets", 0.0, 0.0)
+    _, a, b = arg.dist or ("offsets", 0.0, 0.0)
     store = storage_dtype(arg.dtype)
     if is_float(arg.dtype):
         raise InputError(f"`{arg.name}`: offsets are integers: declare it with an integer element type")

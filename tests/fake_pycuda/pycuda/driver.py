@@ -372,7 +372,8 @@ def _checksum(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args:
     _tick(int(nbytes))
 
 
-_KERNELS = {"saxpy": _saxpy, "gather_rows": _gather_rows, "wf_flush": _flush, "wf_generate": _generate, "wf_checksum": _checksum,
+_KERNELS = {"saxpy": _saxpy, "gather_rows": _gather_rows,
+            "wf_flush": _flush, "wf_generate": _generate, "wf_checksum": _checksum,
             "wf_compare_1": _compare, "wf_compare_2": _compare,
             "wf_compare_4": _compare, "wf_compare_8": _compare}
 
