@@ -118,7 +118,8 @@ def test_the_odd_size_run_draws_its_domains_from_the_perturbed_sizes(tmp_path: P
 def _spec_json(path: Path, kernel: str) -> dict[str, object]:
     r = subprocess.run([sys.executable, "-m", "warpforge", "spec", str(path), "--kernel", kernel, "--json"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "server")})
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "server"),
+                                                                         os.environ.get("PYTHONPATH", "")])})
     assert r.returncode == 0, r.stderr
     data: dict[str, object] = json.loads(r.stdout)
     return data
@@ -253,7 +254,10 @@ def fake_backend() -> Iterator[Backend]:
     b.close()
 
 
-SETTINGS = EngineSettings(kernel_timeout=2.0, compile_timeout=60.0, timing=TimingSettings(max_seconds=0.2))
+# events, never CUDA graphs: the stand-in has no graph capture (on a machine with a GPU, the worker would reach for
+# the real driver's)
+SETTINGS = EngineSettings(kernel_timeout=2.0, compile_timeout=60.0,
+                          timing=TimingSettings(max_seconds=0.2, graph_below_ms=0.0))
 
 
 @needs_nvcc

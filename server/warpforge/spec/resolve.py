@@ -173,13 +173,14 @@ def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple
 
 
 def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_values: dict[str, int],
-                   kernel: Kernel, file: str) -> list[ArgSpec]:
+                   kernel: Kernel, file: str, inf_types: dict[str, str] | None = None) -> list[ArgSpec]:
     """Every argument with its real type: a scalar's from its parameter through template arguments, aliases and
     enums (an enum is passed as its integer type, an enumerator by its value: ``arg act = GELU``), or from
     the annotation's ``arg n: TYPE = ...``; a buffer's written type of the file's own (``real[N]``) resolved
     the same way. A type that resolves to nothing is an error at its line (the annotation's, else the
     kernel's), never a silent float."""
     kline = kernel.start_line + 1
+    inf_types = inf_types or {}
     out: list[ArgSpec] = []
     for a in args:
         p = kernel.param(a.name)
@@ -211,7 +212,10 @@ def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_
                                             f"says {C_SPELLING.get(dtype, dtype)}",
                                 f"write `// @warpforge arg {a.name} = {a.value}` (its type comes from the kernel)")
         else:
-            dtype = declared or a.dtype
+            # an annotated value of a parameter only inference can type (an empty functor: one byte) keeps
+            # inference's type
+            inferred = inf_types.get(a.name, "")
+            dtype = declared or a.dtype or inferred
         if not dtype:
             ptype = p.type if p is not None else "?"
             raise SpecError(file, line, f"cannot tell the type of `{a.name}` (`{scope.unresolved(ptype)}`)",
@@ -265,7 +269,8 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
-    args = _resolve_types(args, ann, scope, enumerators(src, model), kernel, file)
+    args = _resolve_types(args, ann, scope, enumerators(src, model), kernel, file,
+                          {n: a.dtype for n, a in inf.args.items() if not a.is_buffer})
     _check_element_types(src, kernel, [a for a in args if ann.args.get(a.name) is not None], ann.template_args
                          or inf.template_args, file, scope)
     launch: LaunchSpec | None = ann.launch or inf.launch
