@@ -15,7 +15,7 @@ from warpforge.commands.verify import with_variant_directives
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.candidate import candidate_from_variant
 from warpforge.exitcodes import CliError
-from warpforge.spec import KernelSpec, SpecError, build_spec
+from warpforge.spec import KernelSpec, SpecError, build_spec, load_spec
 from warpforge.spec.model import perturb
 from warpforge.spec.variant import read_variant_directives
 
@@ -288,3 +288,64 @@ def test_verify_refuses_variant_lines_it_cannot_use_before_the_gpu(lines: str, m
     with pytest.raises(CliError) as info:
         with_variant_directives(candidate_from_variant(ORIGINAL, text, "rowsum"), spec, text, "var.cu")
     assert message in str(info.value)
+
+
+# --------------------------------------------------------------------------- values checked at their line (issue 26)
+_COPY = """{head}
+// @warpforge arg x: in float[N]
+// @warpforge arg y: out float[N]
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, BLOCK_X), block=BLOCK_X
+__global__ void copy(const float* x, float* y, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}}
+"""
+
+
+@pytest.mark.parametrize(("head", "line", "message"), [
+    ("#define BLOCK_X 256\n// @warpforge size N = 4096\n// @warpforge tune BLOCK = 256 | touch, 128", 3,
+     "tunable `BLOCK`: unknown name `touch` in `256 | touch`"),
+    ("#define BLOCK_X 256\n// @warpforge size N = 1e15", 2,
+     "size `N` = 1e15 is a floating-point number (1e+15), but it sets the length of `x`"),
+    ("#define BLOCK_X 256\n// @warpforge size N = 1.5", 2, "size `N` = 1.5 is not a whole number"),
+    ("#define BLOCK_X 256\n// @warpforge size B = 2.5\n// @warpforge size N = B * 4", 2,
+     "size `B` = 2.5 is not a whole number (2.5), but it sets the length of `x`"),
+])
+def test_tune_values_and_counting_sizes_are_checked_at_their_line(tmp_path: Path, head: str, line: int,
+                                                                   message: str) -> None:
+    path = tmp_path / "copy.cu"
+    path.write_text(_COPY.format(head=head))
+    with pytest.raises(SpecError) as e:
+        load_spec(path, "copy")
+    assert e.value.line == line and message in e.value.message, str(e.value)
+
+
+def test_tune_values_may_name_sizes_defines_and_types_and_launches_may_use_defines(tmp_path: Path) -> None:
+    path = tmp_path / "copy.cu"
+    path.write_text(_COPY.format(head="#define BLOCK_X 128\n// @warpforge size N = 4096\n"
+                                      "// @warpforge tune VEC = BLOCK_X / 32, 2 * 2\n// @warpforge tune T = float"))
+    spec = load_spec(path, "copy")
+    assert spec.resolve().block == (128, 1, 1) and spec.resolve().grid == (32, 1, 1)
+    held = {s.name: s for s in spec.sizes}["BLOCK_X"]
+    assert held.fixed and held.expr == "128"  # the kernel is compiled with it: never perturbed
+    assert spec.resolve(perturbed=True).block == (128, 1, 1)
+
+
+def test_a_float_size_that_only_feeds_a_float_argument_is_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "scale.cu"
+    path.write_text("// @warpforge size N = 4096\n// @warpforge size A = 1.5\n// @warpforge arg x: in float[N]\n"
+                    "// @warpforge arg y: out float[N]\n// @warpforge arg n = N\n// @warpforge arg a = A\n"
+                    "// @warpforge launch grid=cdiv(N, 256), block=256\n"
+                    "__global__ void scale(const float* x, float* y, int n, float a) {\n"
+                    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = a * x[i];\n}\n")
+    assert load_spec(path, "scale").resolve().sizes["A"] == 1.5
+
+
+def test_a_one_line_kernel_with_a_syntax_error_is_reported_as_one(tmp_path: Path) -> None:
+    path = tmp_path / "broken.cu"
+    path.write_text("__global__ void k(float* x, float* y, int n) { y[n] = x[n] + ; }\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(path, "k")
+    assert e.value.line == 1 and e.value.message.startswith("syntax error in `k` at column 60"), str(e.value)
+    assert "cannot infer" not in str(e.value)

@@ -48,6 +48,12 @@ class DeviceGenerator:
         n = int(arg.count or 0) if count is None else int(count)
         if n == 0:
             return
+        if arg.dist is not None and arg.dist[0] == "offsets":  # sorted on the host (``inputs.offsets``)
+            host = generate(arg, seed)[first : first + n]
+            if self.stream is not None:
+                self.stream.synchronize()
+            self.cuda.memcpy_htod(ptr, host)
+            return
         d = draw(arg)
         grid = max(1, min((n + 255) // 256, self.sm_count * 32))
         args = (ptr, n, int(first), int(seed) & 0xFFFFFFFF, generator.stream_of(arg.name), d.dtype, d.dist,

@@ -46,13 +46,14 @@ from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
 from ..cuda.types import file_aliases
 from ..spec import KernelSpec, SpecError, build_spec
+from ..spec.model import C_SPELLING
 from ..store import EvalKey, Store
 from . import guards, surgery
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
 from .backends import GpuUnavailable as GpuUnavailable  # re-exported: callers catch it from here
 from .confirm import Side
 from .confirm import confirm as ncu_confirm
-from .inputs import TAIL, Layout
+from .inputs import TAIL, Layout, tail_plan
 from .pool_build import build_job
 from .reports import (
     STATUSES,
@@ -62,18 +63,20 @@ from .reports import (
     HotFigure,
     RunReport,
     TimingReport,
+    crash_context,
 )
 from .sanitizer import SanitizerReport
 from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "6"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "7"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
 # generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
 # run (a candidate that writes its input is rejected now; it passed before); 6: every timed launch cold (L2 flushed
-# and outputs reset before each, in graph mode too), the back-to-back figure beside it
+# and outputs reset before each, in graph mode too), the back-to-back figure beside it; 7: inputs kept in their
+# declared domain in the sensitivity run (int(lo, hi) floats reflected), the original checked on every run at baseline
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: the least time left (s) in which a winner's back-to-back ("hot") figure is measured
@@ -506,9 +509,22 @@ class Evaluator:
         reason = str(r.get("reason", ""))
         if status == "unavailable":
             raise GpuUnavailable(reason)
+        if status in ("timeout", "crashed") and r.get("during"):
+            # the run that crashed, and whether the inputs of that run rather than the kernel are the cause
+            reason = f"{crash_context(r['during'], TAIL, self._domain_lines())}: {reason}"
         if status in ("timeout", "crashed", "rejected"):
             raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason)
         raise _Fail("crashed", f"engine error during {what}: {reason}", cacheable=False)
+
+    def _domain_lines(self) -> dict[str, str]:
+        """For each input not declared as an index domain, the annotation line that would declare it one
+        (``arg ids: in float[M] int(0, HI)``): what a crash of the original on perturbed inputs suggests."""
+        out: dict[str, str] = {}
+        for a in self.spec.args:
+            if a.is_buffer and a.role.value != "out" and (a.distribution is None or a.distribution.kind != "int"):
+                out[a.name] = f"// @warpforge arg {a.name}: {a.role.value} {C_SPELLING.get(a.dtype, a.dtype)}" \
+                              f"[{a.count}] int(0, HI)"
+        return out
 
     def _lazy(self, baseline: bool, sanitize: bool) -> bool:
         """Check a candidate in two steps, timing in between? Where the original is a long kernel: every
@@ -583,8 +599,17 @@ class Evaluator:
         if "odd" in self.variants:
             runs += [["odd", s] for s in seeds[: max(1, self.settings.odd_seeds)]]
         if self.settings.sensitivity:
-            # Last: the ordinary runs' verdicts come first. Both sizes, as tails are where sizes differ.
-            runs += [[v, seeds[0], "tail"] for v in self.variants]
+            # Last: the ordinary runs' verdicts come first. Both sizes, as tails are where sizes differ. Inputs
+            # whose declared domain the move cannot keep are left as drawn (``inputs.tail_plan``), and said so.
+            moved, left = tail_plan(self.layouts["spec"])
+            for name, why in left.items():
+                note = f"sensitivity check: `{name}` is not perturbed: {why}"
+                if note not in ev.notes:
+                    ev.notes.append(note)
+            if moved:
+                runs += [[v, seeds[0], "tail"] for v in self.variants]
+            elif left:
+                ev.notes.append("sensitivity check skipped: no input can be perturbed inside its declared domain")
         per_request = 120.0 + kt * (len(runs) * 3 + 4)
         determinism = ["spec", seeds[0]] if self.settings.determinism else None
         # -- correctness: all of it first; or, for a long kernel, one run first and the rest once the timing
@@ -592,7 +617,10 @@ class Evaluator:
         self._say(cand, "verifying")
         lazy = self._lazy(baseline, sanitize)
         if baseline:
-            await self._check(dev, ev, base, built, [["spec", seeds[0]]], determinism, baseline=True)
+            # The original runs every input set its candidates will be checked on (their oracle results are
+            # kept for them): a crash of the original on one of them is its own verdict here, naming the run,
+            # not a "crashed" of every candidate later.
+            await self._check(dev, ev, base, built, runs, determinism, baseline=True)
         elif lazy:
             await self._check(dev, ev, base, built, runs[:1], None, baseline=False)
         else:

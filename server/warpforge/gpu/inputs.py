@@ -39,6 +39,10 @@ _STORAGE: dict[str, str] = {
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
 }
 FLOAT_DTYPES = frozenset({"float32", "float16", "bfloat16", "float64"})
+#: the largest integer magnitude up to which every integer is exactly representable in each float type: an
+#: ``int(lo, hi)`` domain stored in floats (indices kept as floats) must stay below it, or rounding could move a
+#: drawn or reflected index out of its range
+EXACT_INTEGERS = {"float16": 1 << 11, "bfloat16": 1 << 8, "float32": 1 << 24, "float64": 1 << 53}
 
 
 class InputError(ValueError):
@@ -162,6 +166,12 @@ def draw(arg: ArgLayout) -> generator.Draw:
         cmin, cmax = max(float(info.min), -limit), min(float(info.max), limit)
     if kind == "int" and int(np.ceil(b)) <= int(np.ceil(a)):
         raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) is an empty range")
+    if kind == "int" and is_float(arg.dtype):
+        exact = EXACT_INTEGERS[arg.dtype]
+        if max(abs(int(np.ceil(a))), abs(int(np.ceil(b)) - 1)) > exact:
+            raise InputError(f"`{arg.name}`: int({a:g}, {b:g}) holds integers that {arg.dtype} cannot store "
+                             f"exactly (beyond {exact}): rounded, some would leave the range; store the "
+                             "indices in a wider type or narrow the range")
     return generator.draw_of(arg.dtype, (kind, a, b), cmin, cmax)
 
 
@@ -169,10 +179,42 @@ def generate(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
     """Fresh input data for one ``in``/``inout`` buffer (storage dtype, C order), computed on the host.
 
     The same bits as the GPU worker's device generator (``generator``): that one is checked against this.
+    ``offsets`` buffers are made here only (``offsets``): the worker copies them to the device.
     """
     n = int(arg.count or 0)
+    if arg.dist is not None and arg.dist[0] == "offsets":
+        return offsets(arg, seed)
     return generator.host_generate(draw(arg), arg.dtype, storage_dtype(arg.dtype), int(seed) & 0xFFFFFFFF,
                                    generator.stream_of(arg.name), n)
+
+
+def offsets(arg: ArgLayout, seed: int) -> npt.NDArray[Any]:
+    """``offsets(LO, HI)``: a non-decreasing sequence from exactly LO to exactly HI, the other elements drawn
+    uniformly from [LO, HI] and sorted: CSR row pointers (``rowptr[0] = 0``, ``rowptr[rows] = nnz``), segment
+    offsets. Element i - 1 to i is the length of segment i - 1, so every index a kernel derives from two
+    neighbours lies in [LO, HI), and the lengths vary as real sparse rows do (some empty, some long).
+
+    Drawn with the counter-based generator (as ``int(LO, HI + 1)``), so a seed gives the same offsets
+    everywhere; sorted on the host (the worker copies them to the device)."""
+    _, a, b = arg.dist or ("offsets", 0.0, 0.0)
+    store = storage_dtype(arg.dtype)
+    if is_float(arg.dtype):
+        raise InputError(f"`{arg.name}`: offsets are integers: declare it with an integer element type")
+    lo, hi = int(np.ceil(a)), int(np.floor(b))
+    info = np.iinfo(store)
+    if hi < lo or lo < info.min or hi > info.max:
+        raise InputError(f"`{arg.name}`: offsets({a:g}, {b:g}) is empty or does not fit in {arg.dtype} "
+                         f"[{info.min}, {info.max}]")
+    n = int(arg.count or 0)
+    d = generator.draw_of("int64", ("int", float(lo), float(hi) + 1.0), -float(1 << 53), float(1 << 53))
+    vals = np.sort(generator.values(d, int(seed) & 0xFFFFFFFF, generator.stream_of(arg.name), 0, n)
+                   .view(np.int64))
+    if n:
+        vals[0] = lo
+    if n > 1:
+        vals[-1] = hi
+    out: npt.NDArray[Any] = vals.astype(store)
+    return out
 
 
 def make_inputs(layout: Layout, seed: int) -> dict[str, npt.NDArray[Any]]:
@@ -197,6 +239,45 @@ def _scale(dist: tuple[str, float, float]) -> float:
     return max(1.0, abs(a), abs(b))
 
 
+def tail_exclusion(arg: ArgLayout) -> str | None:
+    """Why the sensitivity run leaves ``arg`` as drawn (None: it is perturbed), from its declared domain alone.
+
+    A domain the move cannot keep is not moved: an integer buffer of ``const``/``zeros`` or of a one-value
+    ``int`` range, an integer buffer drawn from ``uniform``/``normal`` (what its valid values are is unknown:
+    it may hold indices), a float buffer drawn from a one-value ``int`` range. Moving them could make the
+    original itself read out of bounds, and the crash would be the check's, not the kernel's."""
+    if not arg.readable or not arg.count:
+        return None
+    kind, a, b = arg.dist or default_dist(arg.dtype)
+    if kind == "int":
+        if int(np.ceil(b)) - int(np.ceil(a)) < 2:
+            return f"its domain int({a:g}, {b:g}) has a single value"
+        return None
+    if kind == "offsets":
+        return "fewer than 3 offsets: only the fixed first and last ones" if arg.count < 3 else None
+    if is_float(arg.dtype):
+        return None
+    what = "zeros" if kind == "zeros" else f"const({a:g})" if kind == "const" else f"{kind}({a:g}, {b:g})"
+    return (f"an integer buffer drawn from {what} has no declared domain to stay in (declare it "
+            "`int(LO, HI)` to have it perturbed inside [LO, HI))")
+
+
+def tail_plan(layout: Layout) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The buffers the sensitivity run perturbs, and those it leaves alone with the reason (``tail_exclusion``):
+    what the reports say about a sensitivity run, and whether there is anything to run."""
+    moved: list[str] = []
+    left: dict[str, str] = {}
+    for a in layout.buffers:
+        if not a.readable or not a.count:
+            continue
+        why = tail_exclusion(a)
+        if why is None:
+            moved.append(a.name)
+        else:
+            left[a.name] = why
+    return tuple(moved), left
+
+
 def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A copy of one input buffer with its last ``TAIL`` elements changed so much that any output depending
     on them changes beyond a tolerance: the sensitivity check of verification.
@@ -206,10 +287,13 @@ def perturb_tail(arg: ArgLayout, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     their scale, in one direction (so that a sum cannot cancel the moves), the same elements contribute far
     more than the tolerance: a kernel that ignores them no longer matches the original on these inputs.
 
-    Floating-point elements move up by ``TAIL_SCALE`` times the distribution's scale (float16 at most by
-    ``TAIL_MAX_FLOAT16``). Integer elements drawn from ``int(lo, hi)`` are reflected inside that range
-    (``lo + hi - 1 - x``), so indices stay valid indices; other integer buffers are left alone (their
-    valid values are unknown: a perturbed index could make the original itself read out of bounds).
+    Every element stays inside the domain the spec declares (``offsets`` stay sorted between their ends, see
+    ``perturb_last``). Floating-point data (``uniform``, ``normal``,
+    ``const``, ``zeros``) moves up by ``TAIL_SCALE`` times the distribution's scale (float16 at most by
+    ``TAIL_MAX_FLOAT16``). Elements drawn from ``int(lo, hi)`` are reflected inside that range
+    (``lo + hi - 1 - x``) whatever their element type, so indices stay valid indices, floats holding indices
+    (``const float* ids`` read as ``(int)ids[n]``) included. A buffer whose domain the move cannot keep
+    (``tail_exclusion``) is left as drawn.
     """
     n = int(arg.count or 0)
     out = np.array(data, copy=True)
@@ -223,27 +307,42 @@ def perturb_last(arg: ArgLayout, last: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``perturb_tail`` applied to the buffer's last ``min(TAIL, count)`` elements alone (a new array): what
     the worker needs when the rest of the buffer was made on the device and never comes to the host."""
     out = np.array(last, copy=True)
-    if out.size == 0:
+    if out.size == 0 or tail_exclusion(arg) is not None:
         return out
     dist = arg.dist or default_dist(arg.dtype)
-    if is_float(arg.dtype):
-        move = TAIL_SCALE * _scale(dist)
-        if arg.dtype == "float16":
-            move = min(move, TAIL_MAX_FLOAT16)
-        tail = to_float64(out, arg.dtype) + move
-        if arg.dtype == "bfloat16":
-            out[:] = _bfloat16_bits(tail.astype(np.float32))
-        else:
-            out[:] = tail.astype(out.dtype)
-        return out
     kind, a, b = dist
-    if kind != "int":
+    if kind == "offsets":
+        # the elements between the first and the last of the tail, reflected inside [first, last] and reversed:
+        # still non-decreasing, still between their neighbours, the buffer's ends unchanged, the segment lengths
+        # of the last rows different
+        if out.size >= 3:
+            p, q = int(out[0]), int(out[-1])
+            out[1:-1] = (p + q - out[1:-1].astype(np.int64))[::-1].astype(out.dtype)
         return out
-    lo, hi = int(np.ceil(a)), int(np.ceil(b))
-    if hi - lo < 2:
+    if kind == "int":
+        lo, hi = int(np.ceil(a)), int(np.ceil(b))
+        if is_float(arg.dtype):
+            # reflected in float64 (exact for every domain ``draw`` accepts), then stored back; an element the
+            # spec's range does not hold (data written by hand) is kept rather than moved outside it
+            x = to_float64(out, arg.dtype)
+            inside = (x >= lo) & (x <= hi - 1) & (x == np.floor(x))
+            moved = np.where(inside, lo + hi - 1 - x, x)
+            out[:] = _store_float(moved, arg.dtype, out.dtype)
+        else:
+            out[:] = (lo + hi - 1 - out.astype(np.int64)).astype(out.dtype)
         return out
-    out[:] = (lo + hi - 1 - out.astype(np.int64)).astype(out.dtype)
+    move = TAIL_SCALE * _scale(dist)
+    if arg.dtype == "float16":
+        move = min(move, TAIL_MAX_FLOAT16)
+    out[:] = _store_float(to_float64(out, arg.dtype) + move, arg.dtype, out.dtype)
     return out
+
+
+def _store_float(values: npt.NDArray[np.float64], dtype: str, store: np.dtype[Any]) -> npt.NDArray[Any]:
+    """float64 values in a float element type's storage (bfloat16 as its bits)."""
+    if dtype == "bfloat16":
+        return _bfloat16_bits(values.astype(np.float32))
+    return values.astype(store)
 
 
 # --------------------------------------------------------------------------- poison

@@ -21,6 +21,48 @@ Status = Literal["ok", "compile_error", "incorrect", "crashed", "timeout", "susp
 STATUSES: tuple[str, ...] = ("ok", "compile_error", "incorrect", "crashed", "timeout", "suspicious", "racy",
                              "rejected")
 
+def crash_context(during: dict[str, Any], tail: int, domain_lines: dict[str, str] | None = None) -> str:
+    """Which verification run a crash happened in, from the worker's ``during`` (``Engine._during``), and, when
+    the original crashed only on inputs it had not seen at the spec size, that those inputs are the cause and
+    how to declare their domain.
+
+    Why: "the original kernel could not be evaluated: verification: an illegal memory access" sent users
+    hunting a bug in a correct kernel (an embedding lookup storing its ids as floats, whose sensitivity run
+    moved the ids out of the table). ``domain_lines`` maps an input to the annotation line that declares it
+    as an index domain (``arg ids: in float[M] int(0, HI)``)."""
+    who = "the original kernel" if during.get("side") == "original" else "the candidate"
+    variant = str(during.get("variant", "spec"))
+    size = "spec size" if variant == "spec" else "perturbed (odd) size" if variant == "odd" else f"{variant} size"
+    sizes = str(during.get("sizes") or "")
+    what = "sensitivity run" if during.get("tail") else "verification run"
+    text = f"{who} crashed in the {what} at the {size}" + (f" ({sizes})" if sizes else "") \
+        + f", seed {during.get('seed')}"
+    moved = [str(n) for n in during.get("perturbed") or []]
+    left = dict(during.get("left") or {})
+    if during.get("tail"):
+        text += (f", with the last {tail} elements of " + ", ".join(f"`{n}`" for n in moved) + " perturbed"
+                 if moved else ", no input perturbed")
+        if left:
+            text += " (" + ", ".join(f"`{n}` left as drawn" for n in left) + ")"
+    plain_run = not during.get("tail") and variant == "spec"
+    if during.get("side") != "original" or plain_run:
+        return text
+    if during.get("plain_ok"):
+        text += ("; it runs cleanly on plain inputs at the spec size, so the verification inputs of this run are "
+                 "the cause, not the kernel")
+    if during.get("tail"):
+        lines = [domain_lines[n] for n in moved if domain_lines and n in domain_lines]
+        text += ("; the sensitivity run moves floating-point inputs far up (by 10^4 times their scale) and keeps "
+                 "`int(LO, HI)` inputs inside [LO, HI), whatever their element type: declare the domain of each "
+                 "input the kernel uses as an index or a count"
+                 + (" (" + "; ".join(f"`{line}`" for line in lines) + ", with HI its number of valid values)"
+                    if lines else ""))
+    else:
+        text += ("; the perturbed size changes every size not marked `fixed` (and the domains computed from them): "
+                 "mark a size the kernel needs exactly `fixed`, or choose its perturbed value with `odd=`")
+    return text
+
+
 @dataclass
 class BuildStats:
     ok: bool

@@ -79,6 +79,7 @@ from .inputs import (
     scalar_format,
     scalar_value,
     storage_dtype,
+    tail_plan,
     to_float64,
 )
 from .timing import (
@@ -296,6 +297,8 @@ class Engine:
         self.sum_note = "inputs copied for every run (no device checksum yet)"
         #: pristine sets shared by a run whose write check has not run yet (``_cleanup`` drops them)
         self.unchecked: list[tuple[_Problem, tuple[str, int, bool]]] = []
+        #: the verification launch in progress (``_run``): a crash names it (``during`` in the reply)
+        self.during: Msg | None = None
         #: buffers of dropped pristine sets, retired when the request ends (``_drop_pristine``)
         self.dropped: list[_Buf] = []
         self.device_compare = False
@@ -658,6 +661,7 @@ class Engine:
         fact about the spec (``_Problem.written_by_original``)."""
         layout = prob.layouts[variant]
         key = (variant, int(seed), bool(tail))
+        self.during = self._during(prob, mod, layout, variant, seed, tail, original)
         pristine = self._pristine(prob, variant, seed, tail)
         sums = prob.sums.get(key, {})
         shared = frozenset(n for n in self._shared(prob, layout) if n in sums)
@@ -682,6 +686,18 @@ class Engine:
                 self._drop_pristine(prob, key)
             self.unchecked.pop()
         return _Run(layout, bufs, guard, shared)
+
+    @staticmethod
+    def _during(prob: _Problem, mod: _Module, layout: Layout, variant: str, seed: int, tail: bool,
+                original: bool) -> Msg:
+        """What a crash of this launch is reported with: which kernel, which run (purpose, seed, sizes, the
+        inputs the sensitivity run perturbs and those it leaves alone) and whether this kernel already ran
+        cleanly on plain inputs at the spec size (then the inputs of this run are what differs)."""
+        moved, left = tail_plan(layout) if tail else ((), {})
+        plain_ok = any(k[0] == mod.key and k[1] == "spec" and not k[3] for k in prob.oracles)
+        return {"side": "original" if original else "candidate", "variant": variant, "seed": int(seed),
+                "tail": bool(tail), "sizes": layout.describe(), "perturbed": list(moved), "left": dict(left),
+                "plain_ok": plain_ok}
 
     def _guards(self, layout: Layout, bufs: dict[str, _Buf], hit: set[str] | None = None) -> list[str]:
         """Out-of-bounds writes: canary bytes changed around any buffer (their names go into ``hit``)."""
@@ -1432,13 +1448,14 @@ class Engine:
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
             return {"status": "error", "reason": f"unknown op `{op}`"}, False
+        self.during = None
         try:
             reply: Msg = handler(msg)
             self._retire(self.dropped)
             self.dropped.clear()
             return reply, False
         except KernelTimeout as e:
-            return {"status": "timeout", "reason": str(e)}, True
+            return {"status": "timeout", "reason": str(e), "during": self.during}, True
         except Rejected as e:
             self._cleanup()
             return {"status": "rejected", "reason": str(e)}, False
@@ -1447,7 +1464,8 @@ class Engine:
             if healthy:
                 self._cleanup()
             kind = "" if healthy else " (a sticky error: the CUDA context is lost and the worker restarts)"
-            return {"status": "crashed", "reason": f"{_cuda_error_text(e)}{kind}", "sticky": not healthy}, not healthy
+            return {"status": "crashed", "reason": f"{_cuda_error_text(e)}{kind}", "sticky": not healthy,
+                    "during": self.during}, not healthy
         except Exception as e:
             try:
                 healthy = self._healthy()

@@ -39,8 +39,8 @@ DIRECTIVES = ("size", "arg", "launch", "tol", "tune", "template", "seeds", "flop
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SIZE = re.compile(rf"^({_NAME})\s*=\s*(.+?)$")
 _ARG_BUF = re.compile(rf"^({_NAME})\s*:\s*(\w+)\s+([A-Za-z_][\w ]*?)\s*\[(.*)\]\s*(.*)$")
-_ARG_SCALAR = re.compile(rf"^({_NAME})\s*=\s*(.+)$")
-_DIST = re.compile(r"^(uniform|normal|int|const)\s*\((.*)\)$|^(zeros)$")
+_ARG_SCALAR = re.compile(rf"^({_NAME})\s*(?::\s*([A-Za-z_][\w :]*?))?\s*=\s*(.+)$")
+_DIST = re.compile(r"^(uniform|normal|int|const|offsets)\s*\((.*)\)$|^(zeros)$")
 
 
 @dataclass
@@ -59,6 +59,10 @@ class Annotation:
     present: bool = False
     #: the line of each single-line directive (``flops``, ``bytes``, ``template``, ``seeds``, ``tol``)
     lines: dict[str, int] = field(default_factory=dict)
+    #: types written in the block that ``build_spec`` resolves through the file's typedefs, ``using``, enums and
+    #: the template arguments (known only once the whole block and the launch are read): argument -> the type
+    #: as written (``real`` of ``arg in: in real[N]``, ``int`` of ``arg nbins: int = 768``)
+    types: dict[str, str] = field(default_factory=dict)
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -131,7 +135,8 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
     m = _DIST.match(text.strip())
     if not m:
         raise SpecError(file, line, f"unknown value distribution `{text}`",
-                        "write uniform(LO, HI), normal(MEAN, STD), int(LO, HI), const(V) or zeros")
+                        "write uniform(LO, HI), normal(MEAN, STD), int(LO, HI), offsets(LO, HI), const(V) or "
+                        "zeros")
     if m.group(3):
         return Distribution("zeros")
     kind = m.group(1)
@@ -143,6 +148,9 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
     exprs = [_check_expr(p, file, line, kind) for p in params]
     if all(is_constant(e) for e in exprs):
         vals = [_number(e, file, line, kind) for e in exprs]
+        if kind == "offsets" and vals[1] < vals[0]:
+            raise SpecError(file, line, f"`offsets({params[0]}, {params[1]})` ends below its start",
+                            "offsets rise from the first number to the second: write e.g. offsets(0, NNZ)")
         if kind in ("uniform", "int") and vals[1] <= vals[0]:
             raise SpecError(file, line, f"`{kind}({params[0]}, {params[1]})` is an empty range",
                             "the second number must be larger than the first")
@@ -181,7 +189,9 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
                                 "keep one `@warpforge size` line per name")
             ann.sizes.append(size)
         elif directive == "arg":
-            a = _arg(rest, file, line, params, kernel)
+            a, written = _arg(rest, file, line, params, kernel)
+            if written is not None:
+                ann.types[a.name] = written
             if a.name in ann.args:
                 raise SpecError(file, line, f"argument `{a.name}` is described twice",
                                 "keep one `@warpforge arg` line per argument")
@@ -237,7 +247,9 @@ def _size(rest: str, file: str, line: int) -> SizeSpec:
     return SizeSpec(name, _check_expr(value, file, line, f"size `{name}`"), fixed, odd, "annotation", line)
 
 
-def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kernel) -> ArgSpec:
+def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kernel) -> tuple[ArgSpec, str | None]:
+    """One ``arg`` line, and the type it writes when that is not a builtin one (resolved by ``build_spec``);
+    such an argument's ``dtype`` is "" until then."""
     mb = _ARG_BUF.match(rest)
     ms = _ARG_SCALAR.match(rest) if not mb else None
     m = mb or ms
@@ -258,10 +270,8 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
                             "write in, out or inout") from e
         if role is Role.SCALAR:
             raise SpecError(file, line, f"`{name}` is a pointer", "write in, out or inout")
-        dtype = canonical_dtype(dtype_txt)
-        if dtype is None:
-            raise SpecError(file, line, f"unknown element type `{dtype_txt}` for `{name}`",
-                            "write a C or numpy type: float, half, double, int, unsigned, int64, uint8, ...")
+        # a type of the file's own (`real`, an enum) is resolved with the whole spec (``Annotation.types``)
+        dtype = canonical_dtype(dtype_txt) or ""
         count = _check_expr(count, file, line, f"length of `{name}`") if count.strip() else ""
         if not count:
             raise SpecError(file, line, f"`{name}` has no length", f"write `arg {name}: {role.value} {dtype_txt}[N]`")
@@ -284,21 +294,29 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
                     raise SpecError(file, line, f"alignment {align} is not a power of two", "write align=16")
             else:
                 dist = parse_distribution(tok, file, line)
+                if dist.kind == "offsets" and dtype and dtype.startswith("float"):
+                    raise SpecError(file, line, f"`{name}`: offsets are integers, but its elements are {dtype}",
+                                    f"declare `{name}` with its integer type (e.g. `int[ROWS + 1]`)")
         if dist is not None and role is Role.OUT:
             raise SpecError(file, line, f"`{name}` is an output: its initial values are poison, not `{dist}`",
                             f"drop the distribution, or make it `inout` if the kernel reads `{name}` first")
-        if dist is None and role is not Role.OUT:
+        if dist is None and role is not Role.OUT and dtype:
             # The documented default, made explicit so the effective spec (and its hash) says what runs.
             dist = default_distribution(dtype)
-        return ArgSpec(name, role, dtype, count=count, distribution=dist, align=align, source="annotation",
-                       line=line, tol=tol)
+        return (ArgSpec(name, role, dtype, count=count, distribution=dist, align=align, source="annotation",
+                        line=line, tol=tol), dtype_txt if not dtype else None)
     if ms:
         if p.is_pointer:
             raise SpecError(file, line, f"`{name}` is a pointer parameter ({p.text})",
                             f"write `arg {name}: in|out|inout TYPE[COUNT]`")
-        dtype = canonical_dtype(p.type) or "float32"
-        value = _check_expr(ms.group(2), file, line, f"value of `{name}`")
-        return ArgSpec(name, Role.SCALAR, dtype, value=value, source="annotation", line=line)
+        written = " ".join(ms.group(2).split()) if ms.group(2) else None
+        # the parameter's type is resolved by ``build_spec`` (template arguments, typedefs, enums); "" until then
+        dtype = canonical_dtype(written or p.type) or ""
+        # a scoped enumerator (`Mode::Max`) is named by its last part; ``build_spec`` puts its value in
+        value = _check_expr(re.sub(r"\b(?:[A-Za-z_]\w*\s*::\s*)+([A-Za-z_]\w*)", r"\1", ms.group(3)), file, line,
+                            f"value of `{name}`")
+        return (ArgSpec(name, Role.SCALAR, dtype, value=value, source="annotation", line=line),
+                written if written is not None else None)
     hint = f"`arg {name}: in float[N]`" if p.is_pointer else f"`arg {name} = N`"
     raise SpecError(file, line, f"cannot read `arg {rest}`", f"write {hint}")
 

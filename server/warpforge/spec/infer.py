@@ -21,6 +21,7 @@ from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
 from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases
+from .ctypes import TypeScope, enum_types, enumerators, with_enumerators
 from .expr import ExprError, parse
 from .hostenv import HostEnv, HostFlow, launch_env, strip_parens
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
@@ -104,9 +105,11 @@ def infer(
         """A launch expression in constants: derived variables, vector sizes, `block.x`, struct fields."""
         return flow.resolve_fields(env, env.inline(text))
 
+    # types through template arguments, aliases and enums (an enum parameter is passed as its integer type)
+    scope = TypeScope(aliases, enum_types(src, model), tsubst)
+    enum_values = enumerators(src, model)
     for i, p in enumerate(kernel.params):
-        ptype, extra = canonical_type(tsubst.get(p.type, p.type), aliases)
-        ptype = tsubst.get(ptype, ptype)
+        ptype, extra = scope.resolve(p.type)
         dtype = canonical_dtype(ptype)
         if p.is_pointer or extra:
             acc = access.get(p.name)
@@ -161,7 +164,7 @@ def infer(
                     inf.problems[p.name] = (f"cannot infer the value of `{p.name}`: "
                                             f"no launch of `{kernel.name}` in this file")
                 continue
-            value: str | None = strip_parens(inline(site.args[i]))
+            value: str | None = strip_parens(inline(with_enumerators(site.args[i], enum_values)))
             try:
                 parse(value or "")
             except ExprError:
@@ -175,7 +178,8 @@ def infer(
                 inf.problems[p.name] = f"cannot infer the value of `{p.name}` from `{site.args[i]}`"
                 continue
             used_texts.append(value)
-            inf.args[p.name] = ArgSpec(p.name, Role.SCALAR, dtype or "float32", value=value, source="inferred",
+            # a type that resolves to no scalar type stays "" here: ``build_spec`` reports it at its line
+            inf.args[p.name] = ArgSpec(p.name, Role.SCALAR, dtype or "", value=value, source="inferred",
                                        line=site.line + 1)
     if site is not None:
         grid = _dims(site.grid, env, inline)

@@ -106,7 +106,8 @@ def is_float(dtype: str) -> bool:
 
 @dataclass(frozen=True)
 class Distribution:
-    """How input values are drawn: uniform(a, b), normal(a=mean, b=std), int(a, b) in [a, b), const(a), zeros.
+    """How input values are drawn: uniform(a, b), normal(a=mean, b=std), int(a, b) in [a, b), offsets(a, b)
+    (sorted, from exactly a to exactly b: CSR row pointers), const(a), zeros.
 
     The parameters are expressions (``int(0, NBINS)``), evaluated with the sizes of each run.
     """
@@ -376,6 +377,10 @@ class KernelSpec:
                     except ExprError as e:
                         raise SpecError(self.file, a.line, f"distribution of `{a.name}`: {expr_message(e)}",
                                         expr_fix(f"{a.distribution.a} + {a.distribution.b}", env)) from e
+                    if dist.kind == "offsets" and dist.b < dist.a:
+                        raise SpecError(self.file, a.line, f"`{a.distribution}` of `{a.name}` ends below its start"
+                                        + (" at the perturbed size" if perturbed else ""),
+                                        "offsets rise from the first number to the second")
                     if dist.kind in ("uniform", "int") and dist.b <= dist.a:
                         raise SpecError(self.file, a.line, f"`{a.distribution}` of `{a.name}` is an empty range",
                                         "the second number must be larger than the first")

@@ -12,12 +12,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from ..cuda.model import FileModel, Kernel, Param
+from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
-from .annotations import Annotation, parse_annotation
+from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, Annotation, parse_annotation
+from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
 from .expr import ExprError
 from .expr import parse as expr_parse
 from .infer import Inference, infer
@@ -123,6 +124,22 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
     return head + lines
 
 
+def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> SpecError | None:
+    """A syntax error inside the kernel, as the error to report: inference read a kernel tree-sitter could not
+    parse, so what it could not infer (a length, a role) follows from the syntax error and would only mislead
+    (a one-line kernel missing an operand was "cannot infer the length of `y`", with a block giving `y` the
+    wrong role)."""
+    for prob in model.problems:
+        if kernel.span.start <= prob.span.start < kernel.span.end:
+            line = src.line_of(prob.span.start)
+            col = prob.span.start - src.line_starts[line] + 1
+            what = prob.message.removeprefix("syntax error: ").removeprefix("syntax error")
+            return SpecError(file, line + 1, f"syntax error in `{kernel.name}` at column {col}"
+                             + (f": {what}" if what else ""),
+                             "fix the kernel's syntax first: its spec is read from the kernel's code")
+    return None
+
+
 def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
     """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
     that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
@@ -133,33 +150,88 @@ def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, 
     return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
 
 
-def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = ()) -> str | None:
+def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = (),
+                scope: TypeScope | None = None) -> str | None:
     """The canonical element type of pointer parameter ``name``, or None when it cannot be known here.
 
-    Template type parameters take the spec's template arguments; file-level typedefs and ``using`` aliases of
-    scalar types are resolved the way the canonical form resolves them (``cuda.normalize.file_facts``).
-    Structs, vector types (``float4``), ``void`` and types from headers stay unknown: nothing is checked."""
+    Template type parameters take the spec's template arguments; the file's (and its headers') typedefs and
+    ``using`` aliases and its enums are resolved (``ctypes.TypeScope``). Structs, vector types (``float4``)
+    and ``void`` stay unknown: nothing is checked."""
     p = kernel.param(name)
     if p is None or not p.is_pointer:
         return None
-    subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
-    ctype = subst.get(p.type, p.type)
-    dtype = canonical_dtype(ctype)
-    if dtype is None:
-        # Only a file that spells a type we do not know needs its typedefs (a second read of a parsed tree).
-        aliased = file_facts(src.text).typedefs.get(" ".join(ctype.replace("const", " ").split()))
-        dtype = canonical_dtype(aliased) if aliased is not None else None
-    return dtype
+    if scope is None:
+        subst = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)}
+        ctype = subst.get(p.type, p.type)
+        dtype = canonical_dtype(ctype)
+        if dtype is None:
+            # Only a file that spells a type we do not know needs its typedefs (a second read of a parsed tree).
+            aliased = file_facts(src.text).typedefs.get(" ".join(ctype.replace("const", " ").split()))
+            dtype = canonical_dtype(aliased) if aliased is not None else None
+        return dtype
+    return scope.dtype(p.type)
+
+
+def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_values: dict[str, int],
+                   kernel: Kernel, file: str, inf_types: dict[str, str] | None = None) -> list[ArgSpec]:
+    """Every argument with its real type: a scalar's from its parameter through template arguments, aliases and
+    enums (an enum is passed as its integer type, an enumerator by its value: ``arg act = GELU``), or from
+    the annotation's ``arg n: TYPE = ...``; a buffer's written type of the file's own (``real[N]``) resolved
+    the same way. A type that resolves to nothing is an error at its line (the annotation's, else the
+    kernel's), never a silent float."""
+    kline = kernel.start_line + 1
+    inf_types = inf_types or {}
+    out: list[ArgSpec] = []
+    for a in args:
+        p = kernel.param(a.name)
+        written = ann.types.get(a.name) if ann.args.get(a.name) is a else None
+        line = a.line if a.source == "annotation" else kline
+        if a.is_buffer:
+            if not a.dtype and written is not None:
+                dtype = scope.dtype(written)
+                if dtype is None:
+                    raise SpecError(file, line, f"unknown element type `{written}` for `{a.name}`",
+                                    "write a C or numpy type (float, half, double, int, unsigned, int64, uint8, "
+                                    "...) or a typedef, `using` or enum of this file")
+                dist = a.distribution if a.distribution is not None or a.role is Role.OUT \
+                    else default_distribution(dtype)
+                a = replace(a, dtype=dtype, distribution=dist)
+            out.append(a)
+            continue
+        declared = scope.dtype(p.type) if p is not None else None
+        value = with_enumerators(a.value, enum_values) if a.value is not None else None
+        if written is not None:
+            dtype = scope.dtype(written)
+            if dtype is None:
+                raise SpecError(file, line, f"unknown type `{written}` for `{a.name}`",
+                                f"write `// @warpforge arg {a.name}: TYPE = ...` with a C or numpy type "
+                                "(int, float, uint8, ...) or a typedef, `using` or enum of this file")
+            if declared is not None and declared != dtype:
+                ptext = " ".join(p.text.split()) if p is not None else a.name
+                raise SpecError(file, line, f"`{a.name}` is declared `{ptext}` ({declared}) but its annotation "
+                                            f"says {C_SPELLING.get(dtype, dtype)}",
+                                f"write `// @warpforge arg {a.name} = {a.value}` (its type comes from the kernel)")
+        else:
+            # an annotated value of a parameter only inference can type (an empty functor: one byte) keeps
+            # inference's type
+            inferred = inf_types.get(a.name, "")
+            dtype = declared or a.dtype or inferred
+        if not dtype:
+            ptype = p.type if p is not None else "?"
+            raise SpecError(file, line, f"cannot tell the type of `{a.name}` (`{scope.unresolved(ptype)}`)",
+                            type_fix(a.name, ptype, scope, kernel))
+        out.append(replace(a, dtype=dtype, value=value))
+    return out
 
 
 def _check_element_types(src: SourceText, kernel: Kernel, args: Iterable[ArgSpec],
-                         template_args: tuple[str, ...], file: str) -> None:
+                         template_args: tuple[str, ...], file: str, scope: TypeScope | None = None) -> None:
     """An annotated buffer's element type must be its parameter's: ``int[N]`` for a ``float*`` would fill the
     buffer with integers' bytes and compare floats' bits as integers, a verdict about another program."""
     for a in args:
         if not a.is_buffer:
             continue
-        want = param_dtype(src, kernel, a.name, template_args)
+        want = param_dtype(src, kernel, a.name, template_args, scope)
         if want is None or want == a.dtype:
             continue
         p = kernel.param(a.name)
@@ -188,12 +260,19 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     for p in kernel.params:
         a = ann.args.get(p.name) or inf.args.get(p.name)
         if a is None:
+            syntax = _syntax_error(src, model, kernel, file)
+            if syntax is not None:
+                raise syntax
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in this file")
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
-    _check_element_types(src, kernel, ann.args.values(), ann.template_args or inf.template_args, file)
+    scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
+    args = _resolve_types(args, ann, scope, enumerators(src, model), kernel, file,
+                          {n: a.dtype for n, a in inf.args.items() if not a.is_buffer})
+    _check_element_types(src, kernel, [a for a in args if ann.args.get(a.name) is not None], ann.template_args
+                         or inf.template_args, file, scope)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
@@ -204,6 +283,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
         raise SpecError(file, kline, f"`{kernel.name}` is a template and no launch instantiates it",
                         f"add `// @warpforge template {names}`")
+    sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
     if inf.site is not None and any(a.source == "inferred" for a in args):
         notes.append(f"inferred from the launch at line {inf.site.line + 1}")
@@ -221,18 +301,22 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         bytes=ann.bytes,
         notes=tuple(notes),
     )
-    _validate(spec, ann.lines, limits)
+    file_names = {n for d in model.declarations if d.kind is DeclKind.MACRO for n in d.names}
+    _validate(spec, ann.lines, limits, file_names | set(enumerators(src, model)), ann.template_args)
     return spec
 
 
 def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
-              limits: LaunchLimits = DEFAULT_LIMITS) -> None:
+              limits: LaunchLimits = DEFAULT_LIMITS, file_names: set[str] | None = None,
+              annotated_template: tuple[str, ...] = ()) -> None:
     names = [s.name for s in spec.sizes]
     for t in spec.tunables:
         if t.name in names:
             raise SpecError(spec.file, t.line, f"`{t.name}` is both a size and a tunable", "keep one of them")
     # flops/bytes have no line in the spec itself; check their names here, where the annotation's lines are.
     known = {*names, *(t.name for t in spec.tunables)}
+    _check_values(spec, known | (file_names or set()), annotated_template, (lines or {}).get("template"))
+    _check_counting_sizes(spec)
     for what, text in (("flops", spec.flops), ("bytes", spec.bytes)):
         if text:
             missing = sorted(expr_parse(text).names() - known)
@@ -247,6 +331,94 @@ def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
                 raise SpecError(spec.file, src.line if src else None, f"`{a.name}` has length 0",
                                 "give it a positive length")
         check_limits(spec, r, limits)
+
+
+def _with_defines(sizes: dict[str, SizeSpec], ann: Annotation, args: list[ArgSpec],
+                  inf: Inference) -> dict[str, SizeSpec]:
+    """``sizes`` with the file's object-like ``#define``s (and other constants of the file) that the annotation's
+    expressions name: `launch grid=(cdiv(NJ, DIM_X), ...)` with `#define DIM_X 32` reads DIM_X as the kernel
+    is compiled with it. Such a size is ``fixed`` (the kernel's code has its value baked in) and comes first,
+    so the annotation's own sizes may be computed from it."""
+    texts: list[str] = [t for sz in ann.sizes for t in (sz.expr, sz.odd or "")]
+    for a in args:
+        if ann.args.get(a.name) is a or a.source == "annotation":
+            texts += [a.count or "", a.value or ""]
+            if a.distribution is not None:
+                texts += [a.distribution.a, a.distribution.b]
+    if ann.launch is not None:
+        texts += [*ann.launch.grid, *ann.launch.block, ann.launch.smem]
+    texts += [ann.flops or "", ann.bytes or ""] + [v for t in ann.tunables for v in t.values]
+    tunables = {t.name for t in ann.tunables}
+    env = inf.env
+    found = {n: SizeSpec(n, env.defs[n], True, None, "inferred", env.lines.get(n))
+             for n in env.sizes_used(texts)
+             if n not in sizes and n not in tunables and n in env.toplevel}
+    return {**found, **sizes} if found else sizes
+
+
+def _check_values(spec: KernelSpec, known: set[str], annotated_template: tuple[str, ...],
+                  template_line: int | None) -> None:
+    """Tunable and template values are checked like size expressions: an expression may name only sizes,
+    tunables and the file's ``#define``s and enumerators. A value is pasted into nvcc's command line or an
+    instantiation, so `256 | touch ...` must be an error at its line, not an expression over names `touch`...
+    A bare type name (`float`, `unsigned int`, `Square`) is a type, not an expression."""
+    checks = [(t.line, f"tunable `{t.name}`", v) for t in spec.tunables for v in t.values]
+    checks += [(template_line, "template argument", v) for v in annotated_template]
+    for line, what, value in checks:
+        if _TYPE_NAME.fullmatch(value) or (what == "template argument" and _TEMPLATE_TYPE.fullmatch(value)
+                                           and value.count("<") == value.count(">")):
+            continue
+        try:
+            missing = sorted(expr_parse(value).names() - known)
+        except ExprError:
+            continue  # not an expression: the annotation's own check has accepted it as a type
+        if missing:
+            raise SpecError(spec.file, line, f"{what}: unknown name `{missing[0]}` in `{value}`",
+                            "a value is a number, a type name, or an expression over the sizes, tunables and "
+                            "the file's #defines" + (f" ({', '.join(sorted(known))})" if known else ""))
+
+
+def _check_counting_sizes(spec: KernelSpec) -> None:
+    """A size that counts something (a buffer's length, the launch, an integer argument) must be an integer,
+    reported at the size's own line: `size N = 1.5` or `size N = 1e15` (a floating-point literal) used to fail
+    only later, as a non-integer operand of the launch's `cdiv`. Floating-point sizes that only feed floating-
+    point arguments (`size F = 1.5`, `arg scale = F`) stay allowed."""
+    uses: dict[str, str] = {}
+    for a in spec.args:
+        if a.is_buffer:
+            for n in expr_parse(a.count or "0").names():
+                uses.setdefault(n, f"the length of `{a.name}`")
+        elif a.value is not None and a.dtype.startswith(("int", "uint")):
+            for n in _names(a.value):
+                uses.setdefault(n, f"the value of `{a.name}`")
+    for text in (*spec.launch.grid, *spec.launch.block, spec.launch.smem):
+        for n in _names(text):
+            uses.setdefault(n, "the launch")
+    deps = spec.size_deps()
+    changed = True
+    while changed:  # a size computed from a counting size counts too (`N = B*T`: B and T)
+        changed = False
+        for name, why in list(uses.items()):
+            for d in deps.get(name, ()):
+                if d not in uses:
+                    uses[d] = why
+                    changed = True
+    values = spec.size_values()
+    for sz in spec.sizes:
+        v = values.get(sz.name)
+        if sz.name in uses and isinstance(v, float):
+            fix = (f"write it as an integer: `size {sz.name} = {int(v)}`" if v.is_integer() and abs(v) < 2 ** 63
+                   else f"give `{sz.name}` a whole number of elements")
+            kind = "a floating-point number" if v.is_integer() else "not a whole number"
+            raise SpecError(spec.file, sz.line, f"size `{sz.name}` = {sz.expr} is {kind} ({v:g}), but it sets "
+                                                f"{uses[sz.name]}", fix)
+
+
+def _names(text: str) -> frozenset[str]:
+    try:
+        return expr_parse(text).names()
+    except ExprError:
+        return frozenset()
 
 
 def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
@@ -277,10 +449,13 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
         sizes["N"] = SizeSpec("N", "1 << 20", source="guessed")
     n = next(iter(sizes))
     args: list[ArgSpec] = []
+    scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
     for p in kernel.params:
         a = ann.args.get(p.name) or inf.args.get(p.name)
+        if a is not None and not a.dtype:  # a type left to resolve: the guess takes what can be resolved
+            a = replace(a, dtype=scope.dtype(ann.types.get(p.name) or p.type) or "float32")
         if a is None:
-            dtype = canonical_dtype(p.type) or "float32"
+            dtype = scope.dtype(p.type) or "float32"
             if p.is_pointer:
                 role = Role.IN if p.is_const else Role.INOUT
                 a = ArgSpec(p.name, role, dtype, count=n, distribution=default_distribution(dtype), source="guessed")

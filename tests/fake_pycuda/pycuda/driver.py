@@ -297,6 +297,29 @@ def _saxpy(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tu
     _tick(12 * covered, rate)
 
 
+def _gather_rows(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    """``gather_rows(float* out, const float* ids, const float* table, int m, int c)``: ``out[r, :] =
+    table[(int)ids[r], :]``, an embedding lookup with its ids stored as floats. A row outside the table reads
+    outside its allocation: the sticky illegal-address error a GPU gives (``wf_fake_skip_last``: a candidate
+    that ignores the last id and reads row 0 for it)."""
+    out, ids, table, m, c = args
+    m, c = int(m), int(c)
+    rows = _view(ids, m, np.float32).astype(np.int64)
+    if "wf_fake_skip_last" in fn.tags and m:
+        rows[-1] = 0
+    if m:
+        lo, hi = int(rows.min()), int(rows.max())
+        _find(int(table) + 4 * lo * c, 4 * c)  # the first and last rows read must be memory (else: sticky)
+        _find(int(table) + 4 * hi * c, 4 * c)
+        width = (hi + 1) * c
+        tab = _view(table, width, np.float32).reshape(hi + 1, c) if lo >= 0 else None
+        if tab is None:
+            _S.sticky = "an illegal memory access was encountered"
+            raise LaunchError(_S.sticky)
+        _view(out, m * c, np.float32).reshape(m, c)[:] = tab[rows]
+    _tick(8 * m * c)
+
+
 def _compare(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
     from warpforge.gpu import compare as cmp
 
@@ -349,7 +372,8 @@ def _checksum(fn: Function, grid: tuple[int, ...], block: tuple[int, ...], args:
     _tick(int(nbytes))
 
 
-_KERNELS = {"saxpy": _saxpy, "wf_flush": _flush, "wf_generate": _generate, "wf_checksum": _checksum,
+_KERNELS = {"saxpy": _saxpy, "gather_rows": _gather_rows,
+            "wf_flush": _flush, "wf_generate": _generate, "wf_checksum": _checksum,
             "wf_compare_1": _compare, "wf_compare_2": _compare,
             "wf_compare_4": _compare, "wf_compare_8": _compare}
 
