@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin
+from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin, project_key
+from ..compiler.mangle import base_name
 from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
@@ -86,7 +87,7 @@ def _cache_put(key: str, kb: KernelBuild) -> None:
 
 
 #: bump when KernelBuild's stored form or the SASS line attribution changes
-_DISK_VERSION = "kb1"
+_DISK_VERSION = "kb2"
 
 
 def _disk_path(key: str) -> Path:
@@ -182,19 +183,26 @@ class _Compiler:
     def _key(self, k: Kernel, spec: KernelSpec | None) -> tuple[str, str]:
         inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
         tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
-        key = hashlib.sha256(
-            f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}".encode()).hexdigest()
+        # Everything the result depends on besides the unit's text: the project's build (warpforge.toml or
+        # compile_commands.json: flags, defines, include folders) and the contents of the headers the unit
+        # reaches, so configuring the build or editing a header compiles again instead of replaying.
+        key = hashlib.sha256(f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0"
+                             f"{project_key(tu, self.file)}\0{tu}".encode()).hexdigest()
         return key, tu
 
     def _tool_key(self) -> str:
         """Which nvcc and nvdisasm produced a cached result (a toolkit upgrade must not reuse old SASS)."""
         try:
-            nvdisasm = str(find_tool("nvdisasm"))
-        except ToolMissing:
+            tool = find_tool("nvdisasm")
+            st = tool.stat()
+            nvdisasm = f"{tool}:{st.st_size}:{st.st_mtime_ns}"  # a reinstalled nvdisasm is another tool
+        except (ToolMissing, OSError):
             nvdisasm = "-"
         return f"{toolchain(self.nvcc).key}\0{nvdisasm}"
 
     def _in_kernel(self, m: CompilerMessage, k: Kernel) -> bool:
+        if m.function and m.line <= 0:  # ptxas / nvlink name the function
+            return base_name(m.function) == k.name or m.function == k.name
         return Path(m.file).name == Path(self.file).name and k.start_line + 1 <= m.line <= k.end_line + 1
 
     def _split(self, messages: list[CompilerMessage], kernels: list[Kernel]) -> dict[str, list[CompilerMessage]]:
@@ -210,13 +218,16 @@ class _Compiler:
         return {name: ms + shared for name, ms in own.items()}
 
     def _store(self, key: str, kb: KernelBuild, out: dict[str, KernelBuild], k: Kernel) -> None:
-        """Keep a result in memory and on disk — unless it lacks SASS only because nvdisasm is missing
-        (installing it must bring the SASS hints back) or the compile timed out (it may succeed later)."""
+        """Keep a result in memory and, when the kernel compiled, on disk — unless it lacks SASS only because
+        nvdisasm is missing (installing it must bring the SASS hints back) or the compile timed out (it may
+        succeed later). A failed build stays in this process only: what made it fail (a header not found, a
+        build not configured yet) may be fixed outside anything the key can see, and an error replayed from
+        disk after the fix is a false error the user cannot clear."""
         out[k.name] = kb
         if (kb.ok and self.sass_missing is not None) or any(m.code == "timeout" for m in kb.messages):
             return
         _cache_put(key, kb)
-        if kb.sass is not None or not kb.ok:
+        if kb.ok and kb.sass is not None:
             _disk_put(self._disk_key(key), kb)
 
     def _disk_key(self, key: str) -> str:
@@ -300,15 +311,21 @@ def _message_findings(file: str, src: SourceText, kernel: Kernel, messages: Iter
         if key in seen:
             continue
         seen.add(key)
+        evidence: dict[str, str] = {}
+        if m.code:
+            evidence["compiler_code"] = m.code
+        if m.missing_header:
+            evidence["missing_header"] = m.missing_header
+        if m.origin:
+            evidence["reported_in"] = m.origin
         idx = max(0, min(line - 1, src.line_count - 1))
         text = src.line_text(idx)
         indent = len(text) - len(text.lstrip())
         rng = Range(Position(idx, len(text[:indent].encode("utf-16-le")) // 2),
                     Position(idx, len(text.rstrip().encode("utf-16-le")) // 2))
-        where = "" if same_file else f" (in {m.file}:{m.line})"
+        where = f" (in {m.origin})" if m.origin else "" if same_file or m.line <= 0 else f" (in {m.file}:{m.line})"
         code = "WF000" if m.severity == "error" else "WF001"
-        out.append(make(code, file, rng, f"{m.text}{where}", kernel=kernel.name,
-                        evidence={"compiler_code": m.code} if m.code else {}))
+        out.append(make(code, file, rng, f"{m.text}{where}", kernel=kernel.name, evidence=evidence))
     return out
 
 
