@@ -63,6 +63,9 @@ class HintsReport:
     kernels: list[str] = field(default_factory=list)
     compiled: int = 0
     cached: int = 0
+    #: nvcc's command and output for each compile this analysis ran (cached results have none): the editor
+    #: shows them in its Output channel
+    logs: list[str] = field(default_factory=list)
 
 
 _cache: OrderedDict[str, KernelBuild] = OrderedDict()
@@ -169,7 +172,13 @@ class _Compiler:
         self.sass_missing: str | None = None
         self.compiled = 0
         self.cached = 0
+        self.logs: list[str] = []
         self._tools = ""
+
+    def _logged(self, build: BuildResult) -> BuildResult:
+        if not build.cached:
+            self.logs.append(" ".join(build.command) + "\n" + build.log.strip())
+        return build
 
     def _disasm(self, build: BuildResult) -> dict[str, SassFunction] | None:
         if not build.ok or self.sass_missing is not None:
@@ -268,7 +277,8 @@ class _Compiler:
                      if (s := specs.get(k.name)) is not None and k.template_params and s.template_args}
             batch_tu = standalone_many(self.src, self.model, [k for k, _, _ in pending], filename=self.file,
                                        instantiations=insts)
-            build = compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file, nvcc=self.nvcc)
+            build = self._logged(compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file,
+                                               nvcc=self.nvcc))
             self.compiled += 1
             per_kernel = self._split(build.messages, [k for k, _, _ in pending])
             if build.ok:
@@ -288,8 +298,8 @@ class _Compiler:
         # One at a time (in parallel): attributes errors to the kernel that has them, salvages the rest.
         def one(item: tuple[Kernel, str, str]) -> tuple[Kernel, str, KernelBuild]:
             k, key, tu = item
-            b = compile_cubin(tu, arch=self.arch, defines=_defines(specs.get(k.name)), filename=self.file,
-                              nvcc=self.nvcc)
+            b = self._logged(compile_cubin(tu, arch=self.arch, defines=_defines(specs.get(k.name)),
+                                           filename=self.file, nvcc=self.nvcc))
             return k, key, _kernel_build(k, b, self._disasm(b), self.file, b.messages)
 
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -372,7 +382,7 @@ def analyze_source(
             builds = compiler.run(to_compile, specs)
         except ToolMissing as e:
             compiler_missing = str(e)
-        report.compiled, report.cached = compiler.compiled, compiler.cached
+        report.compiled, report.cached, report.logs = compiler.compiled, compiler.cached, compiler.logs
     registry = load()
     seen_msgs: set[tuple[int, str]] = set()
     for k in targets:
