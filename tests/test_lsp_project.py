@@ -149,7 +149,7 @@ async def test_a_compilation_database_elsewhere_is_offered_and_used(client: Lang
     uri = open_file(client, root / "src" / "ops.cu")
     [err] = errors(await wait_for(client, uri, lambda d: errors(d)))
     fixes = await fixes_for(client, uri, err)
-    assert [a.title for a in fixes][0] == "Use out/rel/compile_commands.json (the project's build) for WarpForge's builds"
+    assert fixes[0].title == "Use out/rel/compile_commands.json (the project's build) for WarpForge's builds"
     assert fixes[0].is_preferred
     written = apply(fixes[0])
     assert written.read_text() == '[build]\ncompile_commands = "out/rel/compile_commands.json"\n'

@@ -700,13 +700,17 @@ try {
     await dismissToasts();
   });
 
-  await check('no GPU with the local backend: the status bar says so and Optimize warns, starting nothing', async () => {
+  await check('no GPU with the local backend: a neutral status bar item says hints only, and Optimize warns, starting nothing', async () => {
     const machine = path.join(current.ud, 'Machine', 'settings.json');
     const saved = fs.readFileSync(machine, 'utf8');
     fs.writeFileSync(machine, JSON.stringify({ ...JSON.parse(saved), 'warpforge.evaluationBackend': 'local' }, null, 2));
     try {
-      const item = page.locator('.statusbar-item', { hasText: 'WarpForge: no GPU' }).first();
+      const item = page.locator('.statusbar-item', { hasText: 'WarpForge: hints only (no GPU)' }).first();
       await item.waitFor({ state: 'visible', timeout: 30_000 });
+      // neutral, not warning-coloured: a machine used for hints only is not in trouble
+      if (/\b(warning|error)-kind\b/.test((await item.getAttribute('class')) ?? '')) {
+        throw new Error('the no-GPU status bar item is warning-coloured');
+      }
       await rightClickOptimize();
       const warn = toast('Optimizing saxpy needs an NVIDIA GPU').filter({ hasText: 'Nothing was started' }).last();
       await warn.waitFor({ state: 'visible', timeout: 30_000 });

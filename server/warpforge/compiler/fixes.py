@@ -124,7 +124,7 @@ def with_setting(existing: str | None, key: str, value: str, merge_list: bool = 
             candidate = f"{key} = [{', '.join(_toml_string(v) for v in new)}]"
         else:
             candidate = line
-        rest = "\n".join(lines[:at] + [candidate] + lines[at + 1:]) + "\n"
+        rest = "\n".join([*lines[:at], candidate, *lines[at + 1:]]) + "\n"
         try:  # a value over several lines: replacing its first line would break the file
             if tomllib.loads(rest).get("build", {}).get(key) != tomllib.loads(f"{candidate}\n").get(key):
                 return None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin, project_key
 from ..compiler.mangle import base_name
-from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
+from ..compiler.toolchain import ToolMissing, default_arch, find_tool, local_gpu_arch, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
@@ -357,6 +357,7 @@ def analyze_source(
     report = HintsReport(file)
     targets = [k for k in model.kernels if kernels is None or k.name in kernels]
     report.kernels = [k.name for k in targets]
+    arch_assumed = not arch and local_gpu_arch() is None  # neither configured nor seen: "your GPU" in hints
     arch = default_arch(arch)
     specs: dict[str, KernelSpec | None] = {}
     spec_errors: dict[str, str] = {}
@@ -387,7 +388,8 @@ def analyze_source(
     seen_msgs: set[tuple[int, str]] = set()
     for k in targets:
         kb = builds.get(k.name)
-        ctx = KernelContext(file, src, model, k, arch=arch, spec=specs.get(k.name), spec_error=spec_errors.get(k.name),
+        ctx = KernelContext(file, src, model, k, arch=arch, arch_assumed=arch_assumed, spec=specs.get(k.name),
+                            spec_error=spec_errors.get(k.name),
                             resources=kb.resources if kb else None, sass=kb.sass if kb else None,
                             sass_lines=kb.sass_lines if kb else {})
         if kb is not None:
