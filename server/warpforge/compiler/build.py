@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ..defaults import user_cache_dir
 from .mangle import base_name
-from .messages import CompilerMessage, anchor, headline, rename
+from .messages import CompilerMessage as CompilerMessage  # re-exported: it was defined here
+from .messages import anchor, headline, rename
 from .messages import parse as parse_log
 from .project import ProjectBuild, project_build, source_file
 from .toolchain import ToolMissing, UnsafeArgument, default_arch, define_problem, guard_argv, toolchain

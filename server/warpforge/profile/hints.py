@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin, project_key
+from ..compiler.build import BuildResult, Resources, compile_cubin, project_key
 from ..compiler.mangle import base_name
+from ..compiler.messages import CompilerMessage
 from ..compiler.toolchain import ToolMissing, default_arch, find_tool, local_gpu_arch, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
