@@ -646,6 +646,10 @@ try {
     await hover.waitFor({ state: 'visible', timeout: 15_000 });
     const text = await hover.innerText();
     if (!/__restrict__/.test(text)) throw new Error(`hover lacks the finding: ${text}`);
+    // clangd-style: the diagnostic is a short headline ('x' is only read but lacks '__restrict__'), the
+    // explanation (why nvcc must assume aliasing) is the hover's own Markdown
+    if (!/'x' is only read but lacks '__restrict__'/.test(text)) throw new Error(`hover lacks the headline: ${text}`);
+    if (!/read-only data cache/.test(text)) throw new Error(`hover lacks the explanation: ${text}`);
     // the Markdown hover: the evidence as a table, the action, the documentation link
     await hoverMarkdown(hover);
     await shot('hint-hover');
@@ -653,6 +657,8 @@ try {
     await page.keyboard.press('Control+Shift+M');
     const problems = page.locator('.markers-panel .monaco-list-row');
     await problems.filter({ hasText: 'WF101' }).first().waitFor(); // from the source
+    const rows = await problems.allInnerTexts();
+    if (rows.some((r) => r.includes('`'))) throw new Error(`a diagnostic shows raw backticks: ${rows.join(' | ')}`);
     if (HAVE_NVCC) await problems.filter({ hasText: 'WF104' }).first().waitFor(); // from the SASS
     await shot('problems-panel');
   });

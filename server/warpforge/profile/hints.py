@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
@@ -40,6 +41,8 @@ from .context import KernelContext
 from .findings import Finding, Severity, make
 from .rootcause import merge_root_causes
 from .sass import Instr, SassFunction, disassemble
+
+_INCLUDE_LINE = re.compile(r"^\s*#\s*include\b")
 
 #: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
 MAX_COMPILED_KERNELS = 200
@@ -175,6 +178,7 @@ class _Compiler:
         self.cached = 0
         self.logs: list[str] = []
         self._tools = ""
+        self._project_keys: dict[str, str] = {}
 
     def _logged(self, build: BuildResult) -> BuildResult:
         if not build.cached:
@@ -197,8 +201,17 @@ class _Compiler:
         # compile_commands.json: flags, defines, include folders) and the contents of the headers the unit
         # reaches, so configuring the build or editing a header compiles again instead of replaying.
         key = hashlib.sha256(f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0"
-                             f"{project_key(tu, self.file)}\0{tu}".encode()).hexdigest()
+                             f"{self._project_key(tu)}\0{tu}".encode()).hexdigest()
         return key, tu
+
+    def _project_key(self, tu: str) -> str:
+        """``project_key`` of a unit, once per set of include lines: the kernels of a file share them, and
+        the key reads every header they reach."""
+        includes = "\n".join(ln for ln in tu.splitlines() if _INCLUDE_LINE.match(ln))
+        got = self._project_keys.get(includes)
+        if got is None:
+            got = self._project_keys[includes] = project_key(includes, self.file)
+        return got
 
     def _tool_key(self) -> str:
         """Which nvcc and nvdisasm produced a cached result (a toolkit upgrade must not reuse old SASS)."""
