@@ -170,3 +170,25 @@ def test_hints_show_the_header_message_not_compilation_terminated(tmp_path: Path
     [err] = [x for x in rep.findings if x.code == "WF000"]
     assert err.line == 2 and err.message == "util.cuh: No such file or directory"
     assert err.evidence["missing_header"] == "util.cuh"
+
+
+@needs_nvcc
+def test_a_ptxas_error_is_on_the_kernel_it_names_and_the_others_keep_their_hints(tmp_path: Path) -> None:
+    f = tmp_path / "two.cu"
+    f.write_text("""__global__ void big(float* y) {
+    __shared__ float s[60000];
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    y[threadIdx.x] = s[(threadIdx.x + 1) % 60000];
+}
+
+__global__ void fine(float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f;
+}
+""", encoding="utf-8")
+    rep = analyze_source(str(f), f.read_bytes(), arch="sm_90")
+    [err] = [x for x in rep.findings if x.code == "WF000"]
+    assert err.kernel == "big" and err.line == 1 and err.evidence["compiler_code"] == "ptxas"
+    assert err.message.startswith("Entry function 'big' uses too much shared data")
+    assert any(x.kernel == "fine" and x.source == "sass" for x in rep.findings)  # the other kernel compiled

@@ -349,7 +349,9 @@ def _message_findings(file: str, src: SourceText, kernel: Kernel, messages: Iter
                     Position(idx, len(text.rstrip().encode("utf-16-le")) // 2))
         where = f" (in {m.origin})" if m.origin else "" if same_file or m.line <= 0 else f" (in {m.file}:{m.line})"
         code = "WF000" if m.severity == "error" else "WF001"
-        out.append(make(code, file, rng, f"{m.text}{where}", kernel=kernel.name, evidence=evidence))
+        # ptxas and nvlink name functions mangled: say the name the user wrote
+        text = m.text.replace(f"'{m.function}'", f"'{base_name(m.function)}'") if m.function else m.text
+        out.append(make(code, file, rng, f"{text}{where}", kernel=kernel.name, evidence=evidence))
     return out
 
 
