@@ -133,6 +133,10 @@ async def test_missing_header_on_its_include_with_a_fix_that_clears_it(client: L
     [err] = errors(diags)
     assert err.range.start.line == 1 and err.message == "util.cuh: No such file or directory"
     assert not any("compilation terminated" in d.message for d in diags)
+    hover = await client.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(uri),
+                                                                   lsp.Position(1, 12)))
+    assert hover is not None and isinstance(hover.contents, lsp.MarkupContent)
+    assert "none names the folder of `util.cuh`: Ctrl+. offers" in hover.contents.value
     fixes = await fixes_for(client, uri, err)
     assert [a.title for a in fixes] == ["Create warpforge.toml with include folder include/"]
     written = apply(fixes[0])

@@ -47,6 +47,11 @@ def markdown(f: Finding) -> str:
     rows = f.evidence_rows()
     if rows:
         out.append("| evidence | |\n|---|---|\n" + "\n".join(f"| {_plain(k)} | {_plain(v)} |" for k, v in rows))
+    header = f.evidence.get("missing_header")
+    if f.code == "WF000" and isinstance(header, str) and header:
+        out.append(f"**Action:** WarpForge builds with the include folders of `warpforge.toml` or "
+                   f"`compile_commands.json`, and none names the folder of `{header}`: Ctrl+. offers to use a "
+                   f"`compile_commands.json` found in the workspace or to add the folder that holds it.")
     if f.action:
         act = f"**Action:** Optimize Kernel tries `{f.action}`"
         if f.code in QUICK_FIXES:
