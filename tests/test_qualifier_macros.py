@@ -82,3 +82,22 @@ def test_hints_report_no_false_compile_errors(tmp_path: Path) -> None:
     rep = analyze_source(str(f), f.read_bytes(), arch="sm_90")
     assert not [x for x in rep.findings if x.code in ("WF000", "WF001")], [x.message for x in rep.findings]
     assert rep.kernels == ["reduce"]
+
+
+@pytest.mark.skipif(not _nvcc(), reason="needs nvcc")
+def test_a_macro_from_a_project_header_is_known_too(tmp_path: Path) -> None:
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "common.cuh").write_text(
+        "#pragma once\n#define DEV __forceinline__ __device__\n", encoding="utf-8")
+    (tmp_path / "warpforge.toml").write_text('[build]\ninclude = ["include"]\n', encoding="utf-8")
+    f = tmp_path / "k.cu"
+    f.write_text('#include "common.cuh"\n\ntemplate <typename T> DEV T twice(T v) { return v + v; }\n\n'
+                 "__global__ void k(float* y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\n", encoding="utf-8")
+    from warpforge.profile.hints import parse_file
+
+    model = parse_file(str(f), f.read_bytes())
+    [twice] = [d for d in model.declarations if "twice" in d.names]
+    assert twice.kind is DeclKind.DEVICE_FUNCTION and not model.problems
+    rep = analyze_source(str(f), f.read_bytes(), arch="sm_90")
+    assert not [x for x in rep.findings if x.code in ("WF000", "WF001")], [x.message for x in rep.findings]
+    assert not rep.notes, rep.notes

@@ -44,15 +44,15 @@ def _format(f: Finding) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cuda import parse
     from ..exitcodes import CliError, ExitCode
+    from ..profile.hints import parse_file
     from .inputs import parse_failure, read_source, unparsed_kernels
 
     # Every file is read and checked before the first one is compiled: a bad one fails the run at once.
     files = []
     for path in args.files:
         src = read_source(path)
-        model = parse(src.data)
+        model = parse_file(path, src.data)  # with the qualifier macros of its headers (DEV float f())
         broken = unparsed_kernels(src, model)
         if broken and not model.kernels:
             raise CliError(parse_failure(path, src, model, None) or f"{path}: no __global__ kernels found")

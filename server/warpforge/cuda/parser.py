@@ -12,7 +12,7 @@ import functools
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
 import tree_sitter_cuda
@@ -76,13 +76,14 @@ def qualifier_macros(data: bytes) -> dict[str, frozenset[str]]:
             for m in _QUALIFIER_MACRO.finditer(data)}
 
 
-def _blank_qualifier_macros(data: bytes) -> bytes:
-    """``data`` with each use of a qualifier macro (``qualifier_macros``) blanked, so the function it
-    qualifies parses; the collector reads the original bytes and knows what the macro stands for."""
+def _blank_qualifier_macros(data: bytes, known: Iterable[str] = ()) -> bytes:
+    """``data`` with each use of a qualifier macro (``qualifier_macros``; ``known`` names more, defined in the
+    headers the file includes) blanked, so the function it qualifies parses; the collector reads the original
+    bytes and knows what the macro stands for."""
     defs = list(_QUALIFIER_MACRO.finditer(data)) if b"define" in data else []
-    if not defs:
+    names = sorted({m.group(1) for m in defs} | {n.encode() for n in known}, key=len, reverse=True)
+    if not names:
         return data
-    names = sorted({m.group(1) for m in defs}, key=len, reverse=True)
     keep = [(m.start(), m.end()) for m in defs]
     use = re.compile(rb"(?<![\w])(?:" + b"|".join(re.escape(n) for n in names) + rb")(?![\w])")
 
@@ -110,7 +111,7 @@ parse_counts: Counter[int] = Counter()
 watched_parses: set[int] = set()
 
 
-def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
+def parse_tree(data: bytes, old: Tree | None = None, macros: Iterable[str] = ()) -> Tree:
     """Parse bytes (incrementally when ``old`` was edited with ``Tree.edit``).
 
     The grammar's gaps are blanked to spaces of the same length before parsing, so every byte offset stays
@@ -129,7 +130,7 @@ def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
         data = _LB3.sub(_blank_group, data)
     if b"__device__" in data or b"__host__" in data:
         data = _LAMBDA.sub(_blank_group, data)
-        data = _blank_qualifier_macros(data)
+    data = _blank_qualifier_macros(data, macros)
     return _parser().parse(data, old) if old is not None else _parser().parse(data)
 
 
@@ -1044,13 +1045,17 @@ def _contexts(data: bytes, offsets: list[int]) -> dict[int, tuple[tuple[str, ...
     return out
 
 
-def parse(text: str | bytes, tree: Tree | None = None) -> FileModel:
-    """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``."""
+def parse(text: str | bytes, tree: Tree | None = None,
+          macros: Mapping[str, frozenset[str]] | None = None) -> FileModel:
+    """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``; ``macros``
+    are qualifier macros the file's headers define (``qualifier_macros`` of their text): a helper written
+    ``DEV float f()`` with ``DEV`` from a project header is a device function too."""
     src = SourceText(text)
     data = src.data
-    tree = tree if tree is not None else parse_tree(data)
+    known = {**(macros or {}), **qualifier_macros(data)}
+    tree = tree if tree is not None else parse_tree(data, macros=known)
     col = _Collector(src, data, 0, False)
-    col.qualifier_macros = qualifier_macros(data)
+    col.qualifier_macros = known
     col.top(tree.root_node)
     if tree.root_node.has_error:
         _recover(src, col)
@@ -1084,7 +1089,7 @@ def _recover(src: SourceText, col: _Collector) -> None:
         # ``src`` for lines, but slices its own bytes for text.
         sub.data = data[start:end]
         sub.qualifier_macros = col.qualifier_macros
-        subtree = parse_tree(sub.data)
+        subtree = parse_tree(sub.data, macros=col.qualifier_macros)
         sub.top(subtree.root_node)
         for k in sub.kernels:
             if not any(k.definition_span.start == s.start for s in have):

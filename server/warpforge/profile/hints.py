@@ -27,10 +27,11 @@ from pathlib import Path
 from ..compiler.build import BuildResult, Resources, compile_cubin, project_key
 from ..compiler.mangle import base_name
 from ..compiler.messages import CompilerMessage
+from ..compiler.project import reached_headers
 from ..compiler.toolchain import ToolMissing, default_arch, find_tool, local_gpu_arch, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
-from ..cuda.parser import parse
+from ..cuda.parser import parse, qualifier_macros
 from ..cuda.text import Position, Range, SourceText
 from ..defaults import user_cache_dir
 from ..spec.annotations import has_annotation
@@ -355,6 +356,36 @@ def _message_findings(file: str, src: SourceText, kernel: Kernel, messages: Iter
     return out
 
 
+_macro_cache: dict[tuple[str, int], dict[str, frozenset[str]]] = {}
+
+
+def header_macros(text: str | bytes, file: str) -> dict[str, frozenset[str]]:
+    """The qualifier macros (``#define DEV __forceinline__ __device__``) of the headers ``file`` reaches, so a
+    helper written ``DEV float f()`` with ``DEV`` from a project header parses as the device function it is.
+    Each header is read once per modification."""
+    out: dict[str, frozenset[str]] = {}
+    source = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    try:
+        headers = reached_headers(source, file)
+    except (OSError, ValueError):
+        return out
+    for h in sorted(headers):
+        try:
+            key = (str(h), h.stat().st_mtime_ns)
+            got = _macro_cache.get(key)
+            if got is None:
+                got = _macro_cache[key] = qualifier_macros(h.read_bytes())
+        except OSError:
+            continue
+        out.update(got)
+    return out
+
+
+def parse_file(file: str, data: bytes) -> FileModel:
+    """``file``'s model with the qualifier macros of its headers known (see ``header_macros``)."""
+    return parse(data, macros=header_macros(data, file) if b"#" in data else None)
+
+
 def analyze_source(
     file: str,
     text: str | bytes,
@@ -369,7 +400,7 @@ def analyze_source(
     """All static findings for a file's kernels (or the named ones), sorted by location; with ``merge``, those
     of one root cause folded into one (``rootcause``; off to see what each analyzer says on its own)."""
     src = SourceText(text)
-    model = model if model is not None else parse(src.data)
+    model = model if model is not None else parse_file(file, src.data)
     report = HintsReport(file)
     targets = [k for k in model.kernels if kernels is None or k.name in kernels]
     report.kernels = [k.name for k in targets]
