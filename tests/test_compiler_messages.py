@@ -126,6 +126,7 @@ def test_closing_lines_are_never_the_headline() -> None:
     assert messages.headline("x\ncompilation terminated.\n") == "x"
     assert messages.headline("compilation terminated.\n") == "nvcc failed without a message"
     assert messages.headline('1 error detected in the compilation of "a.cu".\nboom\n') == "boom"
+    assert messages.headline("ptxas info    : 0 bytes gmem\nSegmentation fault\n") == "Segmentation fault"
 
 
 # ------------------------------------------------------------------------------------------- anchoring

@@ -258,7 +258,7 @@ def _refused(arch: str, filename: str, why: str) -> BuildResult:
 
 
 #: quoted and angle includes: a project header is often included as ``<act/act.h>`` through an -I folder
-_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">\n]+)[">]', re.MULTILINE)
+_ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">\n]+)[">]', re.MULTILINE)
 
 
 def _local_headers(source: str, dirs: list[str], limit: int = 200) -> str:
@@ -269,7 +269,7 @@ def _local_headers(source: str, dirs: list[str], limit: int = 200) -> str:
     todo = [(source, dirs)]
     while todo and len(seen) < limit:
         text, where = todo.pop()
-        for name in _QUOTED_INCLUDE.findall(text):
+        for name in _ANY_INCLUDE.findall(text):
             for d in where:
                 p = Path(d) / name
                 try:

@@ -262,5 +262,6 @@ def anchor(messages: Iterable[CompilerMessage], filename: str, unit: str, own_di
 def headline(log: str) -> str:
     """The line that says why a compile failed when no message could be read: the first that is not noise."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not NOISE.match(ln) and not ln.startswith(("|", "^")) and "|" not in ln[:8]]
+    useful = [ln for ln in lines if not NOISE.match(ln) and not ln.startswith(("|", "^", "ptxas info"))
+              and "|" not in ln[:8]]
     return (useful or ["nvcc failed without a message"])[0]
