@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from warpforge.compiler.toolchain import local_gpu_arch
 from warpforge.profile.findings import Finding
 from warpforge.profile.hints import analyze_source
 
@@ -474,6 +475,12 @@ def test_wf111_softmax_one_thread_per_row() -> None:
     assert ev["loops"] == [25, 30, 35] and ev["buffers"] == ["inp", "out"]
     assert f.action == "warp_per_row" and f.gain is None
     assert len(f.related) == 2
+    # no architecture named (and none seen here): the GPU is "your GPU", never an assumed H100
+    if local_gpu_arch() is None:
+        assert "fewer warps than your GPU has schedulers (about 528)" in f.message and "H100" not in f.message
+    named = analyze_source("fixture.cu", textwrap.dedent(SOFTMAX), use_compiler=False, merge=False, arch="sm_80")
+    (g,) = [x for x in named.findings if x.code == "WF111"]
+    assert "fewer warps than an sm_80 GPU has schedulers (432)" in g.message  # A100: 108 SMs x 4
 
 
 def test_wf111_silent_on_block_per_row_short_rows_and_column_walks() -> None:

@@ -132,7 +132,7 @@ def test_severity_of_an_opportunity_follows_its_estimated_gain_and_hazards_keep_
     assert ranked_severity(_finding("WF210", None)) == Severity.INFO  # no estimate: the catalogue's
     assert ranked_severity(_finding("WF001", 1.01)) == Severity.WARNING  # a hazard is not demoted
     d = diagnostic(_finding("WF210", 2.0), "file:///k.cu")
-    assert d.severity == lsp.DiagnosticSeverity.Warning and "estimated gain: 2.00x" in d.message
+    assert d.severity == lsp.DiagnosticSeverity.Warning and d.message.endswith("\nestimated gain 2.00×")
 
 
 def test_the_hover_is_markdown_with_an_evidence_table_the_action_gain_and_related_lines() -> None:
@@ -424,3 +424,34 @@ def test_a_refused_request_is_logged_in_one_line_and_a_bug_keeps_its_traceback()
     bug = record(JsonRpcInternalError("WarpForge: KeyError: 'x'"))
     assert RefusalsInOneLine().filter(bug)
     assert bug.levelno == logging.ERROR and bug.exc_info is not None
+
+
+def test_diagnostics_read_like_clangds_and_the_hover_explains() -> None:
+    """Issue 29, item 7: every hint on the repository's kernels (the real analyzers, nvcc when it is here) has a
+    headline of at most 12 words with no Markdown backticks; the hover carries the full explanation, its code
+    as code spans."""
+    from pathlib import Path
+
+    from warpforge.compiler.toolchain import ToolMissing, toolchain
+    from warpforge.profile.findings import HEADLINE_WORDS
+    from warpforge.profile.hints import analyze_file
+
+    try:
+        toolchain()
+        compile_ = True
+    except ToolMissing:
+        compile_ = False
+    kernels = sorted((Path(__file__).resolve().parent.parent / "kernels").glob("*.cu"))
+    findings = [f for k in kernels for f in analyze_file(str(k), use_compiler=compile_).findings]
+    assert len(findings) >= 10
+    for f in findings:
+        d = diagnostic(f, "file:///k.cu")
+        head = d.message.split("\n")[0]
+        assert "`" not in d.message and len([w for w in head.split() if any(c.isalnum() for c in w)]) \
+            <= HEADLINE_WORDS, (f.code, d.message)
+        assert d.data["message"] == f.message
+        md = markdown(f)
+        if f.message != head:
+            assert md.split("\n\n")[1].replace("\\", "") == f.message.replace("\\", ""), (f.code, md)
+    wf101 = next(f for f in findings if f.code == "WF101")
+    assert "'__restrict__'" in wf101.headline() and "`__restrict__`" in markdown(wf101)

@@ -66,8 +66,10 @@ export class GpuStatusItem implements vscode.Disposable {
       this.item.text = `$(circuit-board) ${s.gpus.length ? shortName(s.gpus[0]) + (s.gpus.length > 1 ? ` ×${s.gpus.length}` : '') : s.backend === 'ray' ? 'Ray cluster' : 'plug-in evaluator'}`;
       this.item.backgroundColor = undefined;
     } else {
-      this.item.text = '$(warning) WarpForge: no GPU';
-      this.item.backgroundColor = new vscode.ThemeColor('statusBarItem.warningBackground');
+      // Neutral: a machine without a GPU is a normal place to read hints; Optimize and Profile say what is
+      // missing when they are asked for (allows), not a warning colour all day.
+      this.item.text = '$(circuit-board) WarpForge: hints only (no GPU)';
+      this.item.backgroundColor = undefined;
     }
     this.item.show();
   }

@@ -67,6 +67,8 @@ export class Server implements vscode.Disposable {
   runtime: Runtime | undefined;
   /** the output channel as the language client sees it: secrets masked (trace logs every message) */
   private readonly channel: RedactingChannel;
+  /** headers and build descriptions on disk (one watcher for the extension's lifetime, across restarts) */
+  private fileWatcher: vscode.FileSystemWatcher | undefined;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -175,6 +177,9 @@ export class Server implements vscode.Disposable {
     this.channel.addSecret(init.warpforge.apiKey);
     const clientOpts: LanguageClientOptions = {
       documentSelector: DOCUMENT_SELECTOR,
+      // Headers (edited elsewhere, or .h files the client does not sync) and the project's build description:
+      // a change refreshes the hints of the files that include the header, or of every file for the build.
+      synchronize: { fileEvents: this.watcher() },
       outputChannel: this.channel,
       traceOutputChannel: this.channel,
       initializationOptions: init,
@@ -297,8 +302,17 @@ export class Server implements vscode.Disposable {
     await this.client.sendNotification(DidChangeConfigurationNotification.type, { settings });
   }
 
+  /** The watcher whose events the client forwards (workspace/didChangeWatchedFiles): headers the kernels
+   *  include, warpforge.toml and compile_commands.json. */
+  private watcher(): vscode.FileSystemWatcher {
+    this.fileWatcher ??= vscode.workspace.createFileSystemWatcher(
+      '**/{*.h,*.hh,*.hpp,*.hxx,*.cuh,*.inl,*.inc,warpforge.toml,compile_commands.json}');
+    return this.fileWatcher;
+  }
+
   dispose(): void {
     void this.stop();
+    this.fileWatcher?.dispose();
     this.stateEmitter.dispose();
   }
 }

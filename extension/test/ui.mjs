@@ -646,6 +646,10 @@ try {
     await hover.waitFor({ state: 'visible', timeout: 15_000 });
     const text = await hover.innerText();
     if (!/__restrict__/.test(text)) throw new Error(`hover lacks the finding: ${text}`);
+    // clangd-style: the diagnostic is a short headline ('x' is only read but lacks '__restrict__'), the
+    // explanation (why nvcc must assume aliasing) is the hover's own Markdown
+    if (!/'x' is only read but lacks '__restrict__'/.test(text)) throw new Error(`hover lacks the headline: ${text}`);
+    if (!/read-only data cache/.test(text)) throw new Error(`hover lacks the explanation: ${text}`);
     // the Markdown hover: the evidence as a table, the action, the documentation link
     await hoverMarkdown(hover);
     await shot('hint-hover');
@@ -653,6 +657,8 @@ try {
     await page.keyboard.press('Control+Shift+M');
     const problems = page.locator('.markers-panel .monaco-list-row');
     await problems.filter({ hasText: 'WF101' }).first().waitFor(); // from the source
+    const rows = await problems.allInnerTexts();
+    if (rows.some((r) => r.includes('`'))) throw new Error(`a diagnostic shows raw backticks: ${rows.join(' | ')}`);
     if (HAVE_NVCC) await problems.filter({ hasText: 'WF104' }).first().waitFor(); // from the SASS
     await shot('problems-panel');
   });
@@ -700,13 +706,17 @@ try {
     await dismissToasts();
   });
 
-  await check('no GPU with the local backend: the status bar says so and Optimize warns, starting nothing', async () => {
+  await check('no GPU with the local backend: a neutral status bar item says hints only, and Optimize warns, starting nothing', async () => {
     const machine = path.join(current.ud, 'Machine', 'settings.json');
     const saved = fs.readFileSync(machine, 'utf8');
     fs.writeFileSync(machine, JSON.stringify({ ...JSON.parse(saved), 'warpforge.evaluationBackend': 'local' }, null, 2));
     try {
-      const item = page.locator('.statusbar-item', { hasText: 'WarpForge: no GPU' }).first();
+      const item = page.locator('.statusbar-item', { hasText: 'WarpForge: hints only (no GPU)' }).first();
       await item.waitFor({ state: 'visible', timeout: 30_000 });
+      // neutral, not warning-coloured: a machine used for hints only is not in trouble
+      if (/\b(warning|error)-kind\b/.test((await item.getAttribute('class')) ?? '')) {
+        throw new Error('the no-GPU status bar item is warning-coloured');
+      }
       await rightClickOptimize();
       const warn = toast('Optimizing saxpy needs an NVIDIA GPU').filter({ hasText: 'Nothing was started' }).last();
       await warn.waitFor({ state: 'visible', timeout: 30_000 });

@@ -44,8 +44,8 @@ def _format(f: Finding) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cuda import parse
     from ..exitcodes import CliError, ExitCode, error_json
+    from ..profile.hints import parse_file
     from .inputs import no_kernels, parse_failure, read_source, unparsed_kernels
 
     # Every file is read and checked before the first one is compiled: a bad one fails the run at once —
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             src = read_source(path)
-            model = parse(src.data)
+            model = parse_file(path, src.data)  # with the qualifier macros of its headers (DEV float f())
             broken = unparsed_kernels(src, model)
             if not model.kernels:  # nothing to analyze is bad input, as for `spec` (an empty file included)
                 raise CliError(parse_failure(path, src, model, None) or no_kernels(path, src))

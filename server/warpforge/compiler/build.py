@@ -2,8 +2,10 @@
 
 Only device code is compiled (``-cubin``): host code in a candidate is never compiled for the host and
 never runs. ``-lineinfo`` is always on so SASS and profiler samples map back to the user's lines.
-Results are cached by a hash of (source, flags, arch, compiler), in memory and on disk, because the
-editor recompiles the same file on every save and the search re-proposes the same variants.
+Results are cached by a hash of (source, flags with the project's own, include folders, the contents of the
+headers the unit reaches, arch, compiler), in memory and on disk, because the editor recompiles the same file
+on every save and the search re-proposes the same variants. A failed build is kept in memory only. Messages
+are read and anchored by ``compiler.messages``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from pathlib import Path
 from ..defaults import user_cache_dir
 from .includes import check_includes
 from .mangle import base_name
+from .messages import CompilerMessage as CompilerMessage  # re-exported: it was defined here
+from .messages import anchor, headline, rename
+from .messages import parse as parse_log
 from .names import line_alias
 from .project import ProjectBuild, project_build, source_file
 from .sandbox import exit_note, limits_for, run_tool
@@ -42,17 +47,6 @@ class Resources:
     constant_bytes: int = 0
     barriers: int = 0
     is_entry: bool = False
-
-
-@dataclass(frozen=True)
-class CompilerMessage:
-    """An nvcc/ptxas diagnostic at a line of the original file (1-based line; 0 when unknown)."""
-
-    file: str
-    line: int
-    severity: str  # "error" | "warning" | "remark"
-    code: str
-    text: str
 
 
 @dataclass
@@ -87,12 +81,6 @@ _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
 _BARS = re.compile(r"used (\d+) barriers")
-_DIAG_AT = (r"\((?P<line>\d+)\): (?P<sev>error|warning|remark|catastrophic error)"
-            r"(?: #(?P<code>[\w-]+))?\s*:\s*(?P<text>.*)$")
-_DIAG = re.compile(r"^(?P<file>[^\n(]*?)" + _DIAG_AT)
-#: a diagnostic after a known file name, which may itself hold parentheses (`k(1).cu(12): error ...`)
-_DIAG_AFTER = re.compile(_DIAG_AT)
-_PTXAS_DIAG = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*: (?P<text>.*)$")
 
 
 def parse_ptxas(log: str) -> dict[str, Resources]:
@@ -147,34 +135,8 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
 
 
 def parse_messages(log: str, default_file: str, files: tuple[str, ...] = ()) -> list[CompilerMessage]:
-    """nvcc front-end diagnostics (``file(12): error: ...``) and ptxas errors/warnings.
-
-    ``files`` (and ``default_file``) are names known to appear, read whole even where they hold parentheses.
-    """
-    msgs: list[CompilerMessage] = []
-    for line in log.splitlines():
-        stripped = line.strip()
-        m = None
-        file = default_file
-        for known in (*files, default_file):
-            if known and stripped.startswith(known + "("):
-                m = _DIAG_AFTER.match(stripped, len(known))
-                if m is not None:
-                    file = known
-                    break
-        if m is None:
-            m = _DIAG.match(stripped)
-            file = (m.group("file") if m else "") or default_file
-        if m:
-            sev = "error" if "error" in m.group("sev") else m.group("sev")
-            msgs.append(CompilerMessage(file, int(m.group("line")), sev, m.group("code") or "",
-                                        m.group("text").strip()))
-            continue
-        m = _PTXAS_DIAG.match(line.strip())
-        if m and "info" not in m.group("sev"):
-            sev = "error" if m.group("sev") in ("error", "fatal") else "warning"
-            msgs.append(CompilerMessage(default_file, 0, sev, "ptxas", m.group("text").strip()))
-    return msgs
+    """nvcc's messages in every format its tools print (see ``compiler.messages``), not yet anchored."""
+    return parse_log(log, default_file, files)
 
 
 # --------------------------------------------------------------------------- cache
@@ -296,18 +258,19 @@ def _refused(arch: str, filename: str, why: str) -> BuildResult:
                        log=text)
 
 
-_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"\n]+)"', re.MULTILINE)
+#: quoted and angle includes: a project header is often included as ``<act/act.h>`` through an -I folder
+_ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">\n]+)[">]', re.MULTILINE)
 
 
 def _local_headers(source: str, dirs: list[str], limit: int = 200) -> str:
-    """A digest of the headers the unit's quoted includes reach in ``dirs`` (followed through their own
+    """A digest of the headers the unit's includes reach in ``dirs`` (followed through their own
     quoted includes, at most ``limit`` files): part of the cache key, so an edited project header rebuilds."""
     h = hashlib.sha256()
     seen: set[Path] = set()
     todo = [(source, dirs)]
     while todo and len(seen) < limit:
         text, where = todo.pop()
-        for name in _QUOTED_INCLUDE.findall(text):
+        for name in _ANY_INCLUDE.findall(text):
             for d in where:
                 p = Path(d) / name
                 try:
@@ -511,10 +474,11 @@ def compile_cubin(
         # Messages are read from the log as nvcc wrote it (fixed, plain names), then renamed: a user's name
         # may hold parentheses or line breaks that a message line cannot be read back from.
         raw = log or ""
-        messages = include_msgs + [replace(m, file=_map_build_dir(_map_names(m.file, names), tmp),
-                                           text=_map_build_dir(_map_names(m.text, names), tmp))
-                                   for m in parse_messages(raw, str(src_path),
-                                                           files=(filename, line_alias(filename)))]
+        parsed = rename(parse_messages(raw, str(src_path), files=(filename, line_alias(filename))), names)
+        parsed = [replace(m, file=_map_build_dir(m.file, tmp), text=_map_build_dir(_map_names(m.text, names), tmp),
+                          chain=tuple((_map_build_dir(f, tmp), n) for f, n in m.chain)) for m in parsed]
+        messages = include_msgs + anchor(parsed, filename, source, own.parent if own is not None else None,
+                                         [*include_dirs, *system_dirs])
         log = _map_build_dir(_map_names(raw, names), tmp)
         if timed_out:
             log += f"\nnvcc: compilation exceeded {timeout:.0f} s and was killed"
@@ -531,8 +495,7 @@ def compile_cubin(
                                         f"nvcc ran out of memory under its cap ({limits_for('nvcc').describe()}): "
                                         "set WARPFORGE_COMPILE_MEMORY_MB to raise it if the unit really needs more"))
     elif not ok and not any(m.severity == "error" for m in messages):
-        messages.append(CompilerMessage(filename, 0, "error", "nvcc",
-                                        (log.strip().splitlines() or ["nvcc failed"])[-1]))
+        messages.append(CompilerMessage(filename, 0, "error", "nvcc", headline(log)))
     res = BuildResult(ok=ok, arch=arch, cubin=cubin, resources=parse_ptxas(log), messages=messages, log=log,
                       seconds=seconds, cached=False, timed_out=timed_out, command=cmd)
     if use_cache and not timed_out:
@@ -540,5 +503,6 @@ def compile_cubin(
             if len(_memory) >= _MEMORY_MAX:
                 _memory.pop(next(iter(_memory)))
             _memory[key] = res
-        _store_disk(key, res)
+        if ok:  # a failure may be fixed outside the key (a header installed): it stays in this process only
+            _store_disk(key, res)
     return res

@@ -7,7 +7,8 @@ does. So every build (``compiler.build.compile_cubin``) asks here for the settin
 
 Where the settings come from, nearest first: for each folder from the file's own up to the root,
 ``warpforge.toml`` (its ``[build]`` table), then ``compile_commands.json``, then ``build/compile_commands.json``
-(clangd's convention; CMake writes it with ``CMAKE_EXPORT_COMPILE_COMMANDS=ON``, Bear for Makefiles). In a
+(clangd's convention; CMake writes it with ``CMAKE_EXPORT_COMPILE_COMMANDS=ON``, Bear for Makefiles); a
+``warpforge.toml`` may name a database elsewhere (``compile_commands = "out/rel/compile_commands.json"``). In a
 compilation database the entry for the file itself is used, else one of a file in the same folder, else the
 first CUDA entry (a header has no entry of its own; clangd guesses the same way).
 
@@ -38,9 +39,10 @@ import re
 import shlex
 import threading
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .messages import header_lines
 from .toolchain import define_problem
 
 #: ``-arch``/``-gencode`` values: ``sm_90``, ``sm_90a``, ``compute_90``, ``arch=compute_90,code=sm_90``
@@ -305,11 +307,38 @@ def from_compile_commands(db: Path, file: Path) -> ProjectBuild | None:
     return read_arguments(_entry_args(chosen), directory, str(db), str(path_of(chosen)))
 
 
-def from_toml(path: Path) -> ProjectBuild | None:
-    """The settings of a ``warpforge.toml``'s ``[build]`` table: ``include``, ``defines``, ``std``, ``arch``, ``flags``.
+def _database_of(path: Path) -> Path | None:
+    """The compilation database a ``warpforge.toml`` names (``compile_commands = "build/compile_commands.json"``)."""
+    try:
+        build = tomllib.loads(path.read_text(encoding="utf-8")).get("build")
+    except (OSError, ValueError):
+        return None
+    db = build.get("compile_commands") if isinstance(build, dict) else None
+    return (path.parent / db).resolve() if isinstance(db, str) and db else None
+
+
+def _merged(base: ProjectBuild, extra: ProjectBuild, origin: str) -> ProjectBuild:
+    """``base`` (a database's settings) with ``extra``'s (the toml's own keys) added; ``extra`` wins on defines."""
+    def union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+        return a + tuple(x for x in b if x not in a)
+
+    return ProjectBuild(origin=origin, entry=base.entry, include_dirs=union(base.include_dirs, extra.include_dirs),
+                        system_dirs=union(base.system_dirs, extra.system_dirs),
+                        defines=tuple({**base.define_map(), **extra.define_map()}.items()),
+                        undefines=union(base.undefines, extra.undefines), std=extra.std or base.std,
+                        arch=extra.arch or base.arch, flags=union(base.flags, extra.flags),
+                        dropped=base.dropped + extra.dropped)
+
+
+def from_toml(path: Path, file: Path | None = None) -> ProjectBuild | None:
+    """The settings of a ``warpforge.toml``'s ``[build]`` table: ``include``, ``defines``, ``std``, ``arch``, ``flags``,
+    ``compile_commands``.
 
     ``defines`` is a table (``{ TILE = 16, USE_BF16 = true }``) or a list of ``NAME=VALUE`` strings. They are
     read through the same allow-list as a compile command: the file is the user's, but the checks are the same.
+    ``compile_commands`` names a compilation database (relative to the toml) whose entry for ``file`` is used,
+    with the table's other keys added: a CMake build folder that is not ``build/`` (the quick fix for a header
+    nvcc did not find writes it).
     """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -318,11 +347,24 @@ def from_toml(path: Path) -> ProjectBuild | None:
     build = data.get("build")
     if not isinstance(build, dict):
         return None
+    db = _database_of(path)
+    if db is not None and file is not None:
+        base = from_compile_commands(db, file) if db.is_file() else None
+        rest = from_toml_table(build, path)
+        if base is None:
+            return replace(rest, dropped=(*rest.dropped, f"compile_commands = {db}: no CUDA entry to go by"))
+        return _merged(base, rest, f"{path} ({db})")
+    return from_toml_table(build, path)
+
+
+def from_toml_table(build: dict[str, object], path: Path) -> ProjectBuild:
+    """The ``[build]`` table's own keys (see ``from_toml``)."""
     args = ["nvcc"]
-    for inc in build.get("include", []) or []:
+    includes = build.get("include", []) or []
+    for inc in includes if isinstance(includes, list) else [includes]:
         args.append(f"-I{inc}")
     defs = build.get("defines", {}) or {}
-    items = defs.items() if isinstance(defs, dict) else (str(d).partition("=")[::2] for d in defs)
+    items = defs.items() if isinstance(defs, dict) else (str(d).partition("=")[::2] for d in defs)  # type: ignore[attr-defined]
     for name, value in items:
         v = ("1" if value else "0") if isinstance(value, bool) else str(value)
         args.append(f"-D{name}={v}" if v != "" else f"-D{name}")
@@ -330,12 +372,13 @@ def from_toml(path: Path) -> ProjectBuild | None:
         args.append(f"-std={build['std']}")
     if build.get("arch"):
         args.append(f"-arch={build['arch']}")
-    args.extend(str(f) for f in build.get("flags", []) or [])
+    flags = build.get("flags", []) or []
+    args.extend(str(f) for f in (flags if isinstance(flags, list) else [flags]))
     return read_arguments(args, path.parent, str(path))
 
 
 _lock = threading.Lock()
-_cache: dict[tuple[str, str, float], ProjectBuild | None] = {}
+_cache: dict[tuple[str, str, float, float], ProjectBuild | None] = {}
 
 
 def config_for(file: str | Path) -> Path | None:
@@ -379,13 +422,14 @@ def project_build(file: str | Path) -> ProjectBuild | None:
     if cfg is None:
         return None
     try:
-        key = (str(p.resolve()), str(cfg), cfg.stat().st_mtime)
+        db = _database_of(cfg) if cfg.name == "warpforge.toml" else None
+        key = (str(p.resolve()), str(cfg), cfg.stat().st_mtime, db.stat().st_mtime if db and db.is_file() else 0.0)
     except OSError:
         return None
     with _lock:
         if key in _cache:
             return _cache[key]
-    got = from_toml(cfg) if cfg.name == "warpforge.toml" else from_compile_commands(cfg, p)
+    got = from_toml(cfg, p) if cfg.name == "warpforge.toml" else from_compile_commands(cfg, p)
     with _lock:
         _cache[key] = got
     return got
@@ -443,3 +487,13 @@ def warn_refused(file: str | Path) -> list[str]:
             return []
         _warned.add(build.origin)
     return [r.warning() for r in refused_options(build)]
+
+
+def reached_headers(source: str, file: str | Path) -> set[Path]:
+    """The headers ``source`` (the text of ``file``) reaches through its includes, in its own folder and the
+    project's include folders: the files whose edit changes what a build of ``file`` compiles."""
+    own = source_file(file)
+    proj = project_build(file)
+    dirs = ([str(own.parent)] if own is not None else []) + (
+        [*proj.include_dirs, *proj.system_dirs] if proj is not None else [])
+    return set(header_lines(source, own.parent if own is not None else None, dirs))

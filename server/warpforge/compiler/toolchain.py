@@ -84,24 +84,89 @@ _HINTS = {
     "ncu": "install Nsight Compute (it ships with the CUDA toolkit) and put `ncu` on PATH",
     "compute-sanitizer": "install the CUDA toolkit and put compute-sanitizer on PATH",
 }
+#: the folders of pip's nvidia-* wheels that hold executables, under a site-packages folder's ``nvidia/``
+_WHEEL_BIN = ("cu13", "cu12", "cuda_nvcc", "cuda_nvdisasm", "cuda_cuobjdump")
+#: set by the VS Code extension when its bundled server runs (the bundle's folder)
+BUNDLE_ENV = "WARPFORGE_BUNDLE"
+
+
+def _site_dirs() -> list[Path]:
+    """Every folder this interpreter imports from: its site-packages, and PYTHONPATH's folders, where the VS Code
+    extension's bundle puts the server's libraries (``bundled/libs``, ``bundled/libs-cp3xx``) and with them the
+    nvidia-cuda-nvdisasm wheel."""
+    out: list[Path] = []
+    for entry in [*(sysconfig.get_paths()[k] for k in ("purelib", "platlib")), *sys.path]:
+        if not entry:
+            continue
+        p = Path(entry)
+        if p not in out and p.is_dir():
+            out.append(p)
+    bundle = os.environ.get(BUNDLE_ENV)
+    if bundle and Path(bundle).is_dir():
+        out += sorted(d for d in Path(bundle).iterdir() if d.is_dir() and d.name.startswith("libs") and d not in out)
+    return out
 
 
 def _pip_bin_dirs() -> list[Path]:
-    """Where pip's nvidia-* wheels put their executables (not on PATH)."""
+    """Where pip's nvidia-* wheels put their executables (not on PATH), in every folder this interpreter
+    imports from (so the .vsix bundle's nvdisasm is found with nothing else installed)."""
     out: list[Path] = []
-    for key in ("purelib", "platlib"):
-        base = Path(sysconfig.get_paths()[key]) / "nvidia"
-        for sub in ("cu13", "cu12", "cuda_nvcc", "cuda_nvdisasm", "cuda_cuobjdump"):
-            d = base / sub / "bin"
-            if d.is_dir():
+    for site in _site_dirs():
+        for sub in _WHEEL_BIN:
+            d = site / "nvidia" / sub / "bin"
+            if d.is_dir() and d not in out:
                 out.append(d)
     # The interpreter's own prefix (a venv) may hold them too.
     out.append(Path(sys.prefix) / "bin")
     return out
 
 
+def installed_from() -> str:
+    """How this WarpForge was installed: "bundle" (the VS Code extension's .vsix), "checkout" (a source tree,
+    ``pip install -e``) or "pip" (an installed package): the advice for a missing tool depends on it."""
+    here = Path(__file__).resolve()
+    bundle = os.environ.get(BUNDLE_ENV)
+    if (bundle and here.is_relative_to(Path(bundle).resolve())) or "bundled" in here.parts:
+        return "bundle"
+    if (here.parents[3] / "pyproject.toml").is_file():
+        return "checkout"
+    return "pip"
+
+
+def missing_advice(name: str) -> str:
+    """What to do about a missing tool, for the way WarpForge was installed (see ``installed_from``)."""
+    how = installed_from()
+    pip = f"`{sys.executable} -m pip install"
+    if how == "bundle":
+        if name == "nvdisasm":
+            return ("the WarpForge extension ships nvdisasm in its bundle, but it is missing or not executable "
+                    "there: reinstall the extension, or install the CUDA toolkit and put its bin/ on PATH")
+        if name == "nvcc":
+            return ("install the CUDA toolkit (nvcc is not bundled with the extension) and put its bin/ on PATH, "
+                    "set CUDA_HOME, or set `warpforge.nvccPath`")
+        return _HINTS.get(name, "install the CUDA toolkit")
+    if name in ("nvdisasm", "cuobjdump"):
+        return (f"{pip} nvidia-cuda-{name}` in the environment that runs WarpForge ({sys.prefix})"
+                + (" (a WarpForge dependency)" if name == "nvdisasm" else "") + ", or install the CUDA toolkit")
+    return _HINTS.get(name, "install the CUDA toolkit")
+
+
+def _executable(p: Path) -> bool:
+    """``p`` is a file that can be run; a bundled one whose execute bit an unzip dropped gets it back."""
+    if not p.is_file():
+        return False
+    if os.access(p, os.X_OK):
+        return True
+    try:
+        p.chmod(p.stat().st_mode | 0o111)
+    except OSError:
+        return False
+    return os.access(p, os.X_OK)
+
+
 def find_tool(name: str, override: str | None = None) -> Path:
-    """Locate a CUDA tool: explicit override, PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda, pip wheels."""
+    """Locate a CUDA tool: explicit override, PATH, CUDA_HOME/CUDA_PATH, /usr/local/cuda, pip wheels (in the
+    interpreter's site-packages and on its import path, the .vsix bundle's included)."""
     if override:
         p = Path(override)
         if p.is_file() and os.access(p, os.X_OK):
@@ -118,9 +183,9 @@ def find_tool(name: str, override: str | None = None) -> Path:
     if name == "ncu":
         candidates += sorted(Path("/opt/nvidia").glob("nsight-compute/*"), reverse=True)
     for d in candidates:
-        if (d / name).is_file() and os.access(d / name, os.X_OK):
+        if _executable(d / name):
             return d / name
-    raise ToolMissing(name, _HINTS.get(name, "install the CUDA toolkit"))
+    raise ToolMissing(name, missing_advice(name))
 
 
 @dataclass(frozen=True)

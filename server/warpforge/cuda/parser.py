@@ -12,7 +12,7 @@ import functools
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
 import tree_sitter_cuda
@@ -59,6 +59,40 @@ _LB3 = re.compile(rb"__launch_bounds__\s*\(" + _LB_ARG + rb"," + _LB_ARG + rb"(,
 _LAMBDA = re.compile(rb"\]\s*((?:(?:__host__|__device__)\s*)+)(?=[({])")
 
 
+#: ``#define DEV __forceinline__ __device__``: an object-like macro that is nothing but function qualifiers.
+#: tree-sitter reads ``template <typename T> DEV T f(...)`` as a function whose type is ``DEV`` with an ERROR
+#: for ``T``; CUDA projects write their device helpers this way (issue 29). ``__global__`` is not among them:
+#: a kernel is found by its own token.
+_QUALIFIER = rb"(?:__device__|__host__|__forceinline__|__noinline__|__inline__|inline|static|constexpr)"
+_QUALIFIER_MACRO = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+((?:" + _QUALIFIER
+                              + rb"[ \t]*)+)(?://[^\n]*)?$", re.MULTILINE)
+
+
+def qualifier_macros(data: bytes) -> dict[str, frozenset[str]]:
+    """The file's macros that expand to function qualifiers only: name -> the qualifiers."""
+    if b"define" not in data:
+        return {}
+    return {m.group(1).decode(): frozenset(q.decode() for q in m.group(2).split())
+            for m in _QUALIFIER_MACRO.finditer(data)}
+
+
+def _blank_qualifier_macros(data: bytes, known: Iterable[str] = ()) -> bytes:
+    """``data`` with each use of a qualifier macro (``qualifier_macros``; ``known`` names more, defined in the
+    headers the file includes) blanked, so the function it qualifies parses; the collector reads the original
+    bytes and knows what the macro stands for."""
+    defs = list(_QUALIFIER_MACRO.finditer(data)) if b"define" in data else []
+    names = sorted({m.group(1) for m in defs} | {n.encode() for n in known}, key=len, reverse=True)
+    if not names:
+        return data
+    keep = [(m.start(), m.end()) for m in defs]
+    use = re.compile(rb"(?<![\w])(?:" + b"|".join(re.escape(n) for n in names) + rb")(?![\w])")
+
+    def sub(m: re.Match[bytes]) -> bytes:
+        return m.group(0) if any(a <= m.start() < b for a, b in keep) else b" " * (m.end() - m.start())
+
+    return use.sub(sub, data)
+
+
 def _blank(m: re.Match[bytes]) -> bytes:
     return b" " * (m.end() - m.start())
 
@@ -77,13 +111,14 @@ parse_counts: Counter[int] = Counter()
 watched_parses: set[int] = set()
 
 
-def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
+def parse_tree(data: bytes, old: Tree | None = None, macros: Iterable[str] = ()) -> Tree:
     """Parse bytes (incrementally when ``old`` was edited with ``Tree.edit``).
 
     The grammar's gaps are blanked to spaces of the same length before parsing, so every byte offset stays
     true to the original text (which is what the collector reads names and arguments from):
     ``__align__(N)`` would turn a whole struct into an ERROR, the third argument of ``__launch_bounds__``
-    and the ``__device__`` of an extended lambda would each leave an ERROR in an otherwise valid function.
+    and the ``__device__`` of an extended lambda would each leave an ERROR in an otherwise valid function,
+    and so would a qualifier macro (``DEV T f()`` with ``#define DEV __forceinline__ __device__``).
     """
     if watched_parses:
         key = hash(data)
@@ -95,6 +130,7 @@ def parse_tree(data: bytes, old: Tree | None = None) -> Tree:
         data = _LB3.sub(_blank_group, data)
     if b"__device__" in data or b"__host__" in data:
         data = _LAMBDA.sub(_blank_group, data)
+    data = _blank_qualifier_macros(data, macros)
     return _parser().parse(data, old) if old is not None else _parser().parse(data)
 
 
@@ -374,6 +410,29 @@ class _Collector:
         self.includes: list[Include] = []
         self.launches: list[LaunchSite] = []
         self.problems: list[SyntaxProblem] = []
+        #: macros that stand for function qualifiers (``qualifier_macros``), of the whole file
+        self.qualifier_macros: dict[str, frozenset[str]] = {}
+
+    def macro_qualifiers(self, outer: Node, end: int) -> tuple[frozenset[str], frozenset[str], int]:
+        """(the qualifier macros written in ``outer`` before byte ``end`` or just before it, the qualifiers they
+        stand for, where the item starts with them): the parse saw blanks where they are (``parse_tree``), so
+        a leading ``DEV`` lies before the node."""
+        start = outer.start_byte
+        if not self.qualifier_macros:
+            return frozenset(), frozenset(), start
+        data = self.data
+        while True:  # leading macros, right to left
+            i = start
+            while i > 0 and data[i - 1:i] in b" \t\r\n":
+                i -= 1
+            j = i
+            while j > 0 and (data[j - 1:j].isalnum() or data[j - 1:j] == b"_"):
+                j -= 1
+            if j == i or data[j:i].decode() not in self.qualifier_macros:
+                break
+            start = j
+        used = frozenset(n for m in _IDENT.findall(data[start:end]) if (n := m.decode()) in self.qualifier_macros)
+        return used, frozenset(q for n in used for q in self.qualifier_macros[n]), start
 
     def top(self, root: Node) -> None:
         for child in root.children:
@@ -464,11 +523,15 @@ class _Collector:
                           if node_text(c, data) in ("__constant__", "__device__", "__managed__", "__shared__")),
                          "")
             names = self.declared_names(node)
-            is_fn = any(declares_function(d) for d in node.children_by_field_name("declarator"))
+            declarators = node.children_by_field_name("declarator")
+            is_fn = any(declares_function(d) for d in declarators)
+            macros, quals, lead = self.macro_qualifiers(
+                node, declarators[0].start_byte if declarators else node.end_byte)
+            space = space or ("__device__" if is_fn and "__device__" in quals else "")
             kind = DeclKind.GLOBAL if not is_fn else (
                 DeclKind.DEVICE_FUNCTION if space or _has_token(node, "__global__") else DeclKind.HOST_FUNCTION)
-            self.decls.append(Declaration(kind, names, _span(node, base), _uses(node, data) - set(names),
-                                          space, namespace, conditional))
+            self.decls.append(Declaration(kind, names, Span(lead + base, node.end_byte + base),
+                                          (_uses(node, data) | macros) - set(names), space, namespace, conditional))
             self.scan_launches(node, "")
             return
         if t in ("using_declaration", "namespace_alias_definition"):
@@ -547,12 +610,16 @@ class _Collector:
             if k is not None and not _contains_error(fn.child_by_field_name("declarator")):
                 self.kernels.append(k)
             return
-        is_device = _has_token(fn, "__device__")
-        name, _ = _declarator_name(fn.child_by_field_name("declarator"), data)
+        declarator = fn.child_by_field_name("declarator")
+        name, _ = _declarator_name(declarator, data)
+        # `DEV T f(...)` with `#define DEV __forceinline__ __device__`: a device function that needs the macro
+        macros, quals, lead = self.macro_qualifiers(
+            outer, declarator.start_byte if declarator is not None else fn.end_byte)
+        is_device = _has_token(fn, "__device__") or "__device__" in quals
         kind = DeclKind.DEVICE_FUNCTION if is_device else DeclKind.HOST_FUNCTION
-        self.decls.append(Declaration(kind, (name,) if name else (), _span(outer, self.base),
-                                      _uses(outer, data) - {name}, "", namespace, conditional))
-        if not is_device or _has_token(fn, "__host__"):
+        self.decls.append(Declaration(kind, (name,) if name else (), Span(lead + self.base, outer.end_byte + self.base),
+                                      (_uses(outer, data) | macros) - {name}, "", namespace, conditional))
+        if not is_device or _has_token(fn, "__host__") or "__host__" in quals:
             self.scan_launches(fn, name)
 
     def scan_launches(self, node: Node, function: str) -> None:
@@ -978,12 +1045,17 @@ def _contexts(data: bytes, offsets: list[int]) -> dict[int, tuple[tuple[str, ...
     return out
 
 
-def parse(text: str | bytes, tree: Tree | None = None) -> FileModel:
-    """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``."""
+def parse(text: str | bytes, tree: Tree | None = None,
+          macros: Mapping[str, frozenset[str]] | None = None) -> FileModel:
+    """Build the ``FileModel`` of a CUDA source. ``tree`` may be a tree already parsed from ``text``; ``macros``
+    are qualifier macros the file's headers define (``qualifier_macros`` of their text): a helper written
+    ``DEV float f()`` with ``DEV`` from a project header is a device function too."""
     src = SourceText(text)
     data = src.data
-    tree = tree if tree is not None else parse_tree(data)
+    known = {**(macros or {}), **qualifier_macros(data)}
+    tree = tree if tree is not None else parse_tree(data, macros=known)
     col = _Collector(src, data, 0, False)
+    col.qualifier_macros = known
     col.top(tree.root_node)
     if tree.root_node.has_error:
         _recover(src, col)
@@ -1016,7 +1088,8 @@ def _recover(src: SourceText, col: _Collector) -> None:
         # Spans and lines are computed against the whole file: _Collector uses ``base`` for bytes and
         # ``src`` for lines, but slices its own bytes for text.
         sub.data = data[start:end]
-        subtree = parse_tree(sub.data)
+        sub.qualifier_macros = col.qualifier_macros
+        subtree = parse_tree(sub.data, macros=col.qualifier_macros)
         sub.top(subtree.root_node)
         for k in sub.kernels:
             if not any(k.definition_span.start == s.start for s in have):

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.sandbox import run_tool
 from .confirm import Side
 from .inputs import Layout
 from .oneshot import generator_cubin
@@ -144,8 +145,8 @@ def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, d
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         try:
-            proc = subprocess.run([python, "-m", "warpforge.gpu.independent", str(job)], capture_output=True,
-                                  text=True, timeout=timeout, env=env)
+            proc = run_tool([python, "-m", "warpforge.gpu.independent", str(job)], tool="gpu-worker",
+                            timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             return IndependentTiming(seconds=time.perf_counter() - t0, note=f"no result within {timeout:g} s")
     out = IndependentTiming(seconds=time.perf_counter() - t0)

@@ -2,16 +2,21 @@
 
 Quick fixes are attached to findings whose transformation applies directly as a source edit (WF101 →
 ``const __restrict__``, WF010 → ``__launch_bounds__``); each carries its edit so the editor can preview it.
+A header nvcc did not find (WF000 with ``missing_header``) gets fixes that write ``warpforge.toml``: use a
+``compile_commands.json`` found under the workspace, or the workspace folder that holds the header.
 Actions are computed from a snapshot of the document in the thread pool (parsing and guessing a spec
 take long on a big file); a document the server does not analyze (see ``limits``) has none.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
+from pygls.uris import from_fs_path
 
+from ..compiler.fixes import ConfigFix, missing_header_fixes
 from ..cuda.access import param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
@@ -46,6 +51,41 @@ def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp
     return lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(
         text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
         edits=[text_edit(e) for e in edits])])
+
+
+def _config_action(fix: ConfigFix, d: lsp.Diagnostic) -> lsp.CodeAction:
+    """A quick fix that creates or rewrites ``warpforge.toml`` (the whole file: it is small)."""
+    uri = from_fs_path(str(fix.path)) or fix.path.as_uri()
+    changes: list[lsp.TextDocumentEdit | lsp.CreateFile | lsp.RenameFile | lsp.DeleteFile] = []
+    if fix.create:
+        changes.append(lsp.CreateFile(uri=uri, options=lsp.CreateFileOptions(ignore_if_exists=True)))
+        end = lsp.Position(0, 0)
+    else:
+        end = lsp.Position(len(fix.path.read_text(encoding="utf-8").splitlines()) + 1, 0)
+    changes.append(lsp.TextDocumentEdit(
+        text_document=lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
+        edits=[lsp.TextEdit(range=lsp.Range(lsp.Position(0, 0), end), new_text=fix.text)]))
+    return lsp.CodeAction(title=fix.title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[d],
+                          edit=lsp.WorkspaceEdit(document_changes=changes))
+
+
+def _header_fixes(path: str, root: Path | None, diagnostics: list[lsp.Diagnostic]) -> list[lsp.CodeAction]:
+    """For a header nvcc did not find: use a compilation database found under the workspace, or name the
+    workspace folder that holds the header, in ``warpforge.toml`` (see ``compiler.fixes``)."""
+    out: list[lsp.CodeAction] = []
+    file = Path(path)
+    if root is None or not file.is_file():
+        return out
+    for d in diagnostics:
+        data: dict[str, Any] = d.data if isinstance(d.data, dict) else {}
+        header = (data.get("evidence") or {}).get("missing_header")
+        if d.code != "WF000" or not isinstance(header, str) or not header:
+            continue
+        fixes = missing_header_fixes(file, header, root)
+        out.extend(_config_action(f, d) for f in fixes)
+        if out:
+            out[0].is_preferred = True
+    return out
 
 
 def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileModel,
@@ -84,12 +124,14 @@ def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileMode
 
 
 def actions(uri: str, version: int | None, path: str, text: str,
-            params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    """The actions at ``params.range`` for a snapshot of the document (runs in the thread pool)."""
+            params: lsp.CodeActionParams, root: Path | None = None) -> list[lsp.CodeAction]:
+    """The actions at ``params.range`` for a snapshot of the document (runs in the thread pool); ``root`` is
+    the workspace folder searched for a missing header's fixes."""
     src = SourceText(text)
     model = parse(src.data)
     k = kernel_at(src, model, params.range.start)
-    out = _quick_fixes(uri, version, src, model, list(params.context.diagnostics))
+    out = _header_fixes(path, root, list(params.context.diagnostics))
+    out += _quick_fixes(uri, version, src, model, list(params.context.diagnostics))
     if k is None:
         return out
     # The strategy setting chooses the search; the second entry explores more (MCTS keeps revisiting
@@ -133,4 +175,5 @@ def register(server: WarpForgeServer) -> None:
         if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:
             return []
         version, path = doc.version, doc.path or uri
-        return await ls.off_loop(lambda: actions(uri, version, path, text, params))
+        root = ls.jobs.workspace_root(doc.path)
+        return await ls.off_loop(lambda: actions(uri, version, path, text, params, root))

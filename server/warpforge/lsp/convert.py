@@ -41,11 +41,13 @@ def ranked_severity(f: Finding) -> Severity:
 
 
 def diagnostic(f: Finding, uri: str) -> lsp.Diagnostic:
-    """The finding as a diagnostic: what and why (the message) and the estimated gain; the evidence table, the
-    action and the related lines are in the Markdown hover (``hover``) and the evidence in ``data``."""
-    message = f.message
+    """The finding as a diagnostic, worded as clangd words one: a headline of at most a dozen words
+    (``Finding.headline``; compiler and spec messages whole) and the estimated gain; the explanation, the
+    evidence table, the action and the related lines are in the Markdown hover (``hover``), the evidence and
+    the full message in ``data``."""
+    message = f.headline()
     if f.gain is not None:
-        message += f"\nestimated gain: {f.gain:.2f}x" + (f" ({f.gain_basis})" if f.gain_basis else "")
+        message += f"\nestimated gain {f.gain:.2f}×"
     return lsp.Diagnostic(
         range=range_(f.range),
         message=message,
@@ -56,5 +58,6 @@ def diagnostic(f: Finding, uri: str) -> lsp.Diagnostic:
         related_information=[
             lsp.DiagnosticRelatedInformation(lsp.Location(uri, range_(r)), m) for r, m in f.related
         ] or None,
-        data={"action": f.action, "kernel": f.kernel, "evidence": f.evidence, "gain": f.gain, "source": f.source},
+        data={"action": f.action, "kernel": f.kernel, "evidence": f.evidence, "gain": f.gain, "source": f.source,
+              "message": f.message},
     )

@@ -5,6 +5,11 @@ whose document changed meanwhile is discarded instead of publishing hints for te
 exists; a newer edit cancels the pending debounced run. When a job has profiler-grounded findings for a
 kernel, they replace that kernel's static ones until the kernel's text changes.
 
+A document's analysis also depends on the headers it includes and on the project's build: saving an open
+header, or the file watcher reporting a header, ``warpforge.toml`` or ``compile_commands.json`` changed,
+analyzes the documents that depend on it again (their hint cache keys hold both, so nothing stale is
+replayed). nvcc's output for each compile goes to the Output channel (``window/logMessage``, type Log).
+
 In Restricted Mode only the source-pattern phase runs (see ``restricted``). A document over the size limit
 or not text gets one notice instead of analysis (see ``limits``). Closing a document drops everything kept
 for it and gives the memory back.
@@ -14,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 
-from ..compiler.project import RefusedOption, project_build, refused_options
+from ..compiler.project import RefusedOption, project_build, reached_headers, refused_options
 from ..cuda.text import Position, Range
 from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
@@ -42,6 +49,9 @@ class DocState:
     kernel_texts: dict[str, str] = field(default_factory=dict)
     #: kernel name -> (kernel text, findings) from a profile; shown instead of static findings
     profiled: dict[str, tuple[str, list[Finding]]] = field(default_factory=dict)
+    #: the headers the document reaches (its folder and the project's include folders): saving one of them,
+    #: or the file watcher reporting a change, analyzes the document again
+    headers: frozenset[Path] = frozenset()
 
 
 def _kernel_texts(text: str) -> dict[str, str]:
@@ -113,17 +123,18 @@ class Diagnostics:
         phases = (False, True) if self.server.trust.trusted else (False,)
         self.server.trust.notice(self.server)
 
-        def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str]] | None:
+        def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str], frozenset[Path]] | None:
             report = analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None,
                                     use_compiler=use_compiler)
             kernel_texts = _kernel_texts(text)
+            headers = frozenset(reached_headers(text, path)) if use_compiler else frozenset()
             if uri not in self.docs:
                 # Closed while this ran (a running analysis cannot be abandoned): give its memory back now,
                 # the release at close came too early for it.
                 del report
                 limits.release_memory()
                 return None
-            return report, kernel_texts
+            return report, kernel_texts, headers
 
         for use_compiler in phases:
             try:
@@ -135,7 +146,7 @@ class Diagnostics:
                 return
             if result is None:
                 return  # closed meanwhile
-            report, kernel_texts = result
+            report, kernel_texts, headers = result
             try:
                 current = self.server.workspace.get_text_document(uri)
             except Exception:
@@ -154,7 +165,33 @@ class Diagnostics:
             st.kernel_texts = kernel_texts
             st.version = version
             st.report = report
+            if use_compiler:
+                st.headers = headers
             self.publish(uri)
+            if use_compiler:
+                self._log_build(path, report)
+
+    def _log_build(self, path: str, report: HintsReport) -> None:
+        """nvcc's own output for this analysis in the Output channel (window/logMessage), when it had any."""
+        for log_text in report.logs:
+            self.server.window_log_message(lsp.LogMessageParams(lsp.MessageType.Log,
+                                                                f"WarpForge: nvcc for {path}:\n{log_text}"))
+
+    def dependents(self, paths: Iterable[str]) -> list[str]:
+        """The open documents that reach one of ``paths`` through their includes."""
+        wanted: set[Path] = set()
+        for p in paths:
+            try:
+                wanted.add(Path(p).resolve())
+            except (OSError, ValueError):
+                continue
+        return [uri for uri, st in self.docs.items() if st.headers & wanted]
+
+    def refresh(self, uris: Iterable[str]) -> None:
+        """Analyze these documents again now (a header or the project's build changed under them)."""
+        for uri in uris:
+            if uri in self.docs:
+                self.schedule(uri, 0.0)
 
     def findings(self, uri: str) -> list[Finding]:
         st = self.docs.get(uri)
@@ -211,7 +248,22 @@ def register(server: WarpForgeServer) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: WarpForgeServer, params: lsp.DidSaveTextDocumentParams) -> None:
-        ls.diagnostics.schedule(params.text_document.uri, 0.0)
+        uri = params.text_document.uri
+        ls.diagnostics.schedule(uri, 0.0)
+        # A saved header changes what its includers compile (nvcc reads it from disk): analyze them again.
+        path = to_fs_path(uri)
+        if path:
+            ls.diagnostics.refresh(u for u in ls.diagnostics.dependents([path]) if u != uri)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def watched_files(ls: WarpForgeServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+        """The editor's file watcher: a header changed on disk (another editor, git, a build) refreshes the
+        documents that include it; ``warpforge.toml`` or a ``compile_commands.json`` refreshes them all."""
+        paths = [p for c in params.changes if (p := to_fs_path(c.uri))]
+        if any(Path(p).name in ("warpforge.toml", "compile_commands.json") for p in paths):
+            ls.diagnostics.refresh(list(ls.diagnostics.docs))
+        else:
+            ls.diagnostics.refresh(ls.diagnostics.dependents(paths))
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: WarpForgeServer, params: lsp.DidChangeTextDocumentParams) -> None:

@@ -1,9 +1,10 @@
 """Hovers in Markdown: what a hint at the cursor means, laid out for reading.
 
-The editor shows the diagnostic's own text (what is slow and why, the estimated gain) at the top of the hover;
-this adds what a wall of text hid: the code and its title, the evidence as a small table, what the optimizer
-does about it (and whether a quick fix applies it now), the estimated gain with its basis, the other lines of
-the same root cause, and the code's documentation. Only the hints the settings show are described.
+The editor shows the diagnostic's own text (a headline of a dozen words, clangd-style) at the top of the hover;
+this adds the explanation the headline left out (what is slow and why, with the numbers), then the code and its
+title, the evidence as a small table, what the optimizer does about it (and whether a quick fix applies it now),
+the estimated gain with its basis, the other lines of the same root cause, and the code's documentation. Only
+the hints the settings show are described.
 """
 
 from __future__ import annotations
@@ -27,15 +28,30 @@ def _plain(text: str) -> str:
     return "".join("\\" + ch if ch in "\\`*_[]<>#|" else ch for ch in text).replace("\n", " ")
 
 
+def _code_spans(text: str) -> str:
+    """A message as Markdown: its `code` spans kept as code, the rest escaped (``__restrict__`` is no bold)."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: all plain
+        return _plain(text)
+    return "".join(_plain(p) if i % 2 == 0 else f"`{p}`" for i, p in enumerate(parts))
+
+
 def markdown(f: Finding) -> str:
     """One finding as Markdown (see the module docstring)."""
     info = CODES.get(f.code)
     title = info.title if info is not None else f.code
     out = [f"**{f.code}** · {_plain(title)} · *{ranked_severity(f).value}*"
            + (f" · estimated gain **{f.gain:.2f}×**" if f.gain is not None else "")]
+    if f.message != f.headline():
+        out.append(_code_spans(f.message))
     rows = f.evidence_rows()
     if rows:
         out.append("| evidence | |\n|---|---|\n" + "\n".join(f"| {_plain(k)} | {_plain(v)} |" for k, v in rows))
+    header = f.evidence.get("missing_header")
+    if f.code == "WF000" and isinstance(header, str) and header:
+        out.append(f"**Action:** WarpForge builds with the include folders of `warpforge.toml` or "
+                   f"`compile_commands.json`, and none names the folder of `{header}`: Ctrl+. offers to use a "
+                   f"`compile_commands.json` found in the workspace or to add the folder that holds it.")
     if f.action:
         act = f"**Action:** Optimize Kernel tries `{f.action}`"
         if f.code in QUICK_FIXES:

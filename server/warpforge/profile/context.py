@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: streaming multiprocessors of the largest data-centre or desktop part of each architecture (V100, T4, A100,
+#: RTX 3090 Ti, RTX 4090, H100 SXM, B200, RTX 5090)
+SM_COUNTS = {"sm_70": 80, "sm_75": 40, "sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_100": 148,
+             "sm_120": 170}
+
 
 @dataclass
 class KernelContext:
@@ -38,6 +43,8 @@ class KernelContext:
     model: FileModel
     kernel: Kernel
     arch: str = "sm_90"
+    #: True when ``arch`` is only the default (none configured, no GPU seen): hints then say "your GPU"
+    arch_assumed: bool = False
     spec: KernelSpec | None = None
     spec_error: str | None = None
     resources: Resources | None = None
@@ -55,6 +62,16 @@ class KernelContext:
         if make not in self._shared:
             self._shared[make] = make(self)
         return cast(T, self._shared[make])
+
+    def gpu(self) -> str:
+        """The GPU a hint speaks of: "an sm_80 GPU" when the architecture is known, else "your GPU" (a hint
+        must not claim an H100 the user does not have)."""
+        return "your GPU" if self.arch_assumed else f"an {self.arch} GPU"
+
+    def warp_schedulers(self) -> int:
+        """Warp schedulers of the largest part of the architecture (SMs × 4): below this many warps some
+        schedulers have nothing to issue. The default architecture's (sm_90, 132 SMs) when it is unknown."""
+        return 4 * SM_COUNTS.get(self.arch.rstrip("af"), SM_COUNTS["sm_90"])
 
     # ----------------------------------------------------------------- tree access
     @cached_property

@@ -8,6 +8,7 @@ and each is documented in docs/findings.md, so a user can look one up and a test
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -85,6 +86,12 @@ class Finding:
     gain_basis: str | None = None
     related: tuple[tuple[Range, str], ...] = ()
     source: str = "source"
+
+    def headline(self) -> str:
+        """The finding in at most ``HEADLINE_WORDS`` words of plain text, as clangd words a diagnostic: what the
+        squiggle shows. The full message (why, the numbers, what to do) goes to the hover. Compiler and spec
+        messages (WF0xx) are the tool's or the user's own words and are kept whole."""
+        return headline(self.code, self.message, self.evidence)
 
     def evidence_rows(self) -> list[tuple[str, str]]:
         """The evidence for people, one (what, value) pair per number: ``("sass readonly loads", "0")``. Nested
@@ -199,3 +206,51 @@ def make(
         related=related,
         source=info.source,
     )
+
+
+#: the most words a diagnostic's headline has (``Finding.headline``)
+HEADLINE_WORDS = 12
+_PAREN = re.compile(r"\s*\([^()]*\)")
+_CLAUSE = re.compile(r"(?<=\w|\)|`|')(?:: |; | — | -- |\. )")
+
+
+def _plain_words(text: str) -> str:
+    """``text`` without parentheticals and doubled spaces, code in single quotes as clangd writes it
+    (``'x'``, not Markdown's backticks, which a diagnostic shows raw)."""
+    text = re.sub(r"`([^`]*)`", r"'\1'", text).replace("`", "")
+    while True:
+        shorter = _PAREN.sub("", text)
+        if shorter == text:
+            break
+        text = shorter
+    return re.sub(r"\s+", " ", text).strip(" ,;:")
+
+
+def _word_count(text: str) -> int:
+    """Words as a reader counts them: ``=`` or ``×`` alone is none."""
+    return sum(1 for w in text.split() if any(ch.isalnum() for ch in w))
+
+
+def headline(code: str, message: str, evidence: dict[str, Any] | None = None) -> str:
+    """What ``Finding.headline`` says: the message's first clause, plain; when that runs past
+    ``HEADLINE_WORDS``, the code's title with the buffers or parameters the evidence names."""
+    if code.startswith("WF0"):
+        return message
+    first = _CLAUSE.split(message, maxsplit=1)[0]
+    clause = _plain_words(first)
+    if clause and _word_count(clause) <= HEADLINE_WORDS:
+        return clause
+    info = CODES.get(code)
+    title = _plain_words(info.title) if info is not None else code
+    ev = evidence or {}
+    names = ev.get("buffers") or ev.get("params") or ev.get("names")
+    if isinstance(names, dict):
+        names = list(names)
+    if isinstance(names, list | tuple) and names and all(isinstance(n, str) for n in names):
+        subject = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        if len(title.split()) + len(subject.split()) + 1 <= HEADLINE_WORDS:
+            title = f"{title}: {subject}"
+    words = title.split()
+    if len(words) > HEADLINE_WORDS:
+        title = " ".join(words[:HEADLINE_WORDS]) + "…"
+    return title

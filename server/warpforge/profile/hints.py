@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
@@ -23,12 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..compiler.build import BuildResult, CompilerMessage, Resources, compile_cubin
+from ..compiler.build import BuildResult, Resources, compile_cubin, project_key
+from ..compiler.mangle import base_name
+from ..compiler.messages import CompilerMessage
 from ..compiler.names import line_alias
-from ..compiler.toolchain import ToolMissing, default_arch, find_tool, toolchain
+from ..compiler.project import reached_headers
+from ..compiler.toolchain import ToolMissing, default_arch, find_tool, local_gpu_arch, toolchain
 from ..cuda.extract import standalone, standalone_many
 from ..cuda.model import FileModel, Kernel
-from ..cuda.parser import parse
+from ..cuda.parser import parse, qualifier_macros
 from ..cuda.text import Position, Range, SourceText
 from ..defaults import user_cache_dir
 from ..spec.annotations import has_annotation
@@ -39,6 +43,8 @@ from .context import KernelContext
 from .findings import Finding, Severity, make
 from .rootcause import merge_root_causes
 from .sass import Instr, SassFunction, disassemble
+
+_INCLUDE_LINE = re.compile(r"^\s*#\s*include\b")
 
 #: beyond this many kernels in one file, only the first ones get compiler/SASS evidence
 MAX_COMPILED_KERNELS = 200
@@ -63,6 +69,9 @@ class HintsReport:
     kernels: list[str] = field(default_factory=list)
     compiled: int = 0
     cached: int = 0
+    #: nvcc's command and output for each compile this analysis ran (cached results have none): the editor
+    #: shows them in its Output channel
+    logs: list[str] = field(default_factory=list)
 
 
 _cache: OrderedDict[str, KernelBuild] = OrderedDict()
@@ -87,7 +96,7 @@ def _cache_put(key: str, kb: KernelBuild) -> None:
 
 
 #: bump when KernelBuild's stored form or the SASS line attribution changes
-_DISK_VERSION = "kb1"
+_DISK_VERSION = "kb2"
 
 
 def _disk_path(key: str) -> Path:
@@ -169,7 +178,14 @@ class _Compiler:
         self.sass_missing: str | None = None
         self.compiled = 0
         self.cached = 0
+        self.logs: list[str] = []
         self._tools = ""
+        self._project_keys: dict[str, str] = {}
+
+    def _logged(self, build: BuildResult) -> BuildResult:
+        if not build.cached:
+            self.logs.append(" ".join(build.command) + "\n" + build.log.strip())
+        return build
 
     def _disasm(self, build: BuildResult) -> dict[str, SassFunction] | None:
         if not build.ok or self.sass_missing is not None:
@@ -183,23 +199,38 @@ class _Compiler:
     def _key(self, k: Kernel, spec: KernelSpec | None) -> tuple[str, str]:
         inst = spec.template_args if spec is not None and k.template_params and spec.template_args else None
         tu = standalone(self.src, self.model, k, filename=self.file, instantiate=inst)
-        # An unusual file name is built under its alias (compiler.names); results kept from before the alias
-        # (SASS lines lost to a temporary name) are not reused. Other names keep their keys.
+        # Everything the result depends on besides the unit's text: the project's build (warpforge.toml or
+        # compile_commands.json: flags, defines, include folders) and the contents of the headers the unit
+        # reaches, so configuring the build or editing a header compiles again instead of replaying. An unusual
+        # file name is built under its alias (compiler.names); results kept from before the alias are not reused.
         alias = line_alias(self.file)
         renamed = f"\0{alias}" if alias != self.file else ""
-        key = hashlib.sha256(
-            f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0{tu}{renamed}".encode()).hexdigest()
+        key = hashlib.sha256(f"{self.arch}\0{sorted(_defines(spec).items())}\0{self.nvcc}\0"
+                             f"{self._project_key(tu)}\0{tu}{renamed}".encode()).hexdigest()
         return key, tu
+
+    def _project_key(self, tu: str) -> str:
+        """``project_key`` of a unit, once per set of include lines: the kernels of a file share them, and
+        the key reads every header they reach."""
+        includes = "\n".join(ln for ln in tu.splitlines() if _INCLUDE_LINE.match(ln))
+        got = self._project_keys.get(includes)
+        if got is None:
+            got = self._project_keys[includes] = project_key(includes, self.file)
+        return got
 
     def _tool_key(self) -> str:
         """Which nvcc and nvdisasm produced a cached result (a toolkit upgrade must not reuse old SASS)."""
         try:
-            nvdisasm = str(find_tool("nvdisasm"))
-        except ToolMissing:
+            tool = find_tool("nvdisasm")
+            st = tool.stat()
+            nvdisasm = f"{tool}:{st.st_size}:{st.st_mtime_ns}"  # a reinstalled nvdisasm is another tool
+        except (ToolMissing, OSError):
             nvdisasm = "-"
         return f"{toolchain(self.nvcc).key}\0{nvdisasm}"
 
     def _in_kernel(self, m: CompilerMessage, k: Kernel) -> bool:
+        if m.function and m.line <= 0:  # ptxas / nvlink name the function
+            return base_name(m.function) == k.name or m.function == k.name
         return Path(m.file).name == Path(self.file).name and k.start_line + 1 <= m.line <= k.end_line + 1
 
     def _split(self, messages: list[CompilerMessage], kernels: list[Kernel]) -> dict[str, list[CompilerMessage]]:
@@ -215,13 +246,16 @@ class _Compiler:
         return {name: ms + shared for name, ms in own.items()}
 
     def _store(self, key: str, kb: KernelBuild, out: dict[str, KernelBuild], k: Kernel) -> None:
-        """Keep a result in memory and on disk — unless it lacks SASS only because nvdisasm is missing
-        (installing it must bring the SASS hints back) or the compile timed out (it may succeed later)."""
+        """Keep a result in memory and, when the kernel compiled, on disk — unless it lacks SASS only because
+        nvdisasm is missing (installing it must bring the SASS hints back) or the compile timed out (it may
+        succeed later). A failed build stays in this process only: what made it fail (a header not found, a
+        build not configured yet) may be fixed outside anything the key can see, and an error replayed from
+        disk after the fix is a false error the user cannot clear."""
         out[k.name] = kb
         if (kb.ok and self.sass_missing is not None) or any(m.code == "timeout" for m in kb.messages):
             return
         _cache_put(key, kb)
-        if kb.sass is not None or not kb.ok:
+        if kb.ok and kb.sass is not None:
             _disk_put(self._disk_key(key), kb)
 
     def _disk_key(self, key: str) -> str:
@@ -262,7 +296,8 @@ class _Compiler:
                      if (s := specs.get(k.name)) is not None and k.template_params and s.template_args}
             batch_tu = standalone_many(self.src, self.model, [k for k, _, _ in pending], filename=self.file,
                                        instantiations=insts)
-            build = compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file, nvcc=self.nvcc)
+            build = self._logged(compile_cubin(batch_tu, arch=self.arch, defines=defines, filename=self.file,
+                                               nvcc=self.nvcc))
             self.compiled += 1
             per_kernel = self._split(build.messages, [k for k, _, _ in pending])
             if build.ok:
@@ -282,8 +317,8 @@ class _Compiler:
         # One at a time (in parallel): attributes errors to the kernel that has them, salvages the rest.
         def one(item: tuple[Kernel, str, str]) -> tuple[Kernel, str, KernelBuild]:
             k, key, tu = item
-            b = compile_cubin(tu, arch=self.arch, defines=_defines(specs.get(k.name)), filename=self.file,
-                              nvcc=self.nvcc)
+            b = self._logged(compile_cubin(tu, arch=self.arch, defines=_defines(specs.get(k.name)),
+                                           filename=self.file, nvcc=self.nvcc))
             return k, key, _kernel_build(k, b, self._disasm(b), self.file, b.messages)
 
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -305,16 +340,54 @@ def _message_findings(file: str, src: SourceText, kernel: Kernel, messages: Iter
         if key in seen:
             continue
         seen.add(key)
+        evidence: dict[str, str] = {}
+        if m.code:
+            evidence["compiler_code"] = m.code
+        if m.missing_header:
+            evidence["missing_header"] = m.missing_header
+        if m.origin:
+            evidence["reported_in"] = m.origin
         idx = max(0, min(line - 1, src.line_count - 1))
         text = src.line_text(idx)
         indent = len(text) - len(text.lstrip())
         rng = Range(Position(idx, len(text[:indent].encode("utf-16-le")) // 2),
                     Position(idx, len(text.rstrip().encode("utf-16-le")) // 2))
-        where = "" if same_file else f" (in {m.file}:{m.line})"
+        where = f" (in {m.origin})" if m.origin else "" if same_file or m.line <= 0 else f" (in {m.file}:{m.line})"
         code = "WF000" if m.severity == "error" else "WF001"
-        out.append(make(code, file, rng, f"{m.text}{where}", kernel=kernel.name,
-                        evidence={"compiler_code": m.code} if m.code else {}))
+        # ptxas and nvlink name functions mangled: say the name the user wrote
+        text = m.text.replace(f"'{m.function}'", f"'{base_name(m.function)}'") if m.function else m.text
+        out.append(make(code, file, rng, f"{text}{where}", kernel=kernel.name, evidence=evidence))
     return out
+
+
+_macro_cache: dict[tuple[str, int], dict[str, frozenset[str]]] = {}
+
+
+def header_macros(text: str | bytes, file: str) -> dict[str, frozenset[str]]:
+    """The qualifier macros (``#define DEV __forceinline__ __device__``) of the headers ``file`` reaches, so a
+    helper written ``DEV float f()`` with ``DEV`` from a project header parses as the device function it is.
+    Each header is read once per modification."""
+    out: dict[str, frozenset[str]] = {}
+    source = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    try:
+        headers = reached_headers(source, file)
+    except (OSError, ValueError):
+        return out
+    for h in sorted(headers):
+        try:
+            key = (str(h), h.stat().st_mtime_ns)
+            got = _macro_cache.get(key)
+            if got is None:
+                got = _macro_cache[key] = qualifier_macros(h.read_bytes())
+        except OSError:
+            continue
+        out.update(got)
+    return out
+
+
+def parse_file(file: str, data: bytes) -> FileModel:
+    """``file``'s model with the qualifier macros of its headers known (see ``header_macros``)."""
+    return parse(data, macros=header_macros(data, file) if b"#" in data else None)
 
 
 def analyze_source(
@@ -331,10 +404,11 @@ def analyze_source(
     """All static findings for a file's kernels (or the named ones), sorted by location; with ``merge``, those
     of one root cause folded into one (``rootcause``; off to see what each analyzer says on its own)."""
     src = SourceText(text)
-    model = model if model is not None else parse(src.data)
+    model = model if model is not None else parse_file(file, src.data)
     report = HintsReport(file)
     targets = [k for k in model.kernels if kernels is None or k.name in kernels]
     report.kernels = [k.name for k in targets]
+    arch_assumed = not arch and local_gpu_arch() is None  # neither configured nor seen: "your GPU" in hints
     arch = default_arch(arch)
     specs: dict[str, KernelSpec | None] = {}
     spec_errors: dict[str, str] = {}
@@ -360,12 +434,13 @@ def analyze_source(
             builds = compiler.run(to_compile, specs)
         except ToolMissing as e:
             compiler_missing = str(e)
-        report.compiled, report.cached = compiler.compiled, compiler.cached
+        report.compiled, report.cached, report.logs = compiler.compiled, compiler.cached, compiler.logs
     registry = load()
     seen_msgs: set[tuple[int, str]] = set()
     for k in targets:
         kb = builds.get(k.name)
-        ctx = KernelContext(file, src, model, k, arch=arch, spec=specs.get(k.name), spec_error=spec_errors.get(k.name),
+        ctx = KernelContext(file, src, model, k, arch=arch, arch_assumed=arch_assumed, spec=specs.get(k.name),
+                            spec_error=spec_errors.get(k.name),
                             resources=kb.resources if kb else None, sass=kb.sass if kb else None,
                             sass_lines=kb.sass_lines if kb else {})
         if kb is not None:

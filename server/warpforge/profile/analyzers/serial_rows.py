@@ -5,7 +5,8 @@ The pattern: ``row = blockIdx.x * blockDim.x + threadIdx.x`` and then ``for (j =
 - *coalescing*: at every step the 32 lanes of a warp read 32 different rows, ``C`` elements apart, so each
   request touches 32 sectors for 128 useful bytes (WF103 reports the individual accesses);
 - *parallelism*: only ``rows`` threads exist. 4096 rows are 128 warps — less than one warp per SM
-  scheduler on an H100 (132 SMs × 4) — and each of them does ``C`` dependent steps.
+  scheduler of the GPU (SMs × 4: 528 on an H100; the architecture's, or "your GPU" when none is known) — and
+  each of them does ``C`` dependent steps.
 
 One warp per row (lanes stride the row, ``__shfl_xor_sync`` reductions for max/sum) or one block per row
 makes every access coalesced and multiplies the thread count by 32 (or the block size). The action is
@@ -36,8 +37,6 @@ from . import analyzer
 define("WF111", "one thread per row: serial row walk", Severity.INFO, "source", "warp_per_row")
 
 MIN_ROW = 32
-#: 132 SMs x 4 warp schedulers: below this many warps an H100 cannot even issue from every scheduler
-H100_SCHEDULERS = 528
 
 
 def _rows_bound(th: Threads) -> tuple[str, int | None] | None:
@@ -100,9 +99,12 @@ def serial_rows(ctx: KernelContext) -> Iterator[Finding]:
     length = f"`{row_text}`" + (f" = {row_len}" if row_len is not None and row_text != str(row_len) else "")
     names = ", ".join(f"`{b}`" for b in buffers)
     parallel = more = ""
-    if threads_launched is not None and blocks is not None and threads_launched // 32 < H100_SCHEDULERS:
+    # below SMs x 4 warps the GPU cannot even issue from every warp scheduler
+    schedulers = ctx.warp_schedulers()
+    if threads_launched is not None and blocks is not None and threads_launched // 32 < schedulers:
         parallel = (f", and only {threads_launched} threads ({threads_launched // 32} warps in "
-                    f"{plural(blocks, 'block')}) run — fewer warps than an H100 has schedulers ({H100_SCHEDULERS})")
+                    f"{plural(blocks, 'block')}) run — fewer warps than {ctx.gpu()} has schedulers "
+                    f"({'about ' if ctx.arch_assumed else ''}{schedulers})")
         more = " and runs 32× as many threads"
     verb = "read and write" if kinds == {"read", "write"} else "write" if kinds == {"write"} else "read"
     reduces = any(_reduces(th, lp) for lp in ordered)
