@@ -4,9 +4,11 @@ It proposes, for a node, every applicable variant of every registered rule, orde
 motivated by the kernel's findings come first, then families that worked on this kernel before (search
 memory). ``combine`` (crossover) replays the steps of one branch on top of another.
 
-A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form
-(``cuda.normalize``: guards as early exits, bumped pointers as base + offset, macros and typedefs
-expanded, ...), and its rewrite then starts from that text. Rules therefore see one shape for equivalent
+A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form: the
+candidate lowered by ``policy.ir`` (the real preprocessor, then exact passes: device functions inlined,
+loop variables declared in their loops, ``while`` loops as ``for``, bumped indices affine, global
+accumulators in registers, typedefs and template arguments substituted, and ``cuda.normalize``'s guards
+as early exits and bumped pointers as base + offset), and its rewrite then starts from that text. Rules therefore see one shape for equivalent
 spellings without each learning every spelling; the canonical text alone is never proposed.
 """
 
@@ -24,6 +26,7 @@ from ..cuda.text import SourceText
 from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext
 from ..spec.model import KernelSpec
+from .ir import Declined, Lowered, build_settings, lower
 from .rules import REGISTRY, Rule, RuleContext, load
 from .rules._util import refresh_launch_bounds
 
@@ -41,6 +44,8 @@ class OfflinePolicy:
     families: set[str] | None = None  # restrict to these families (None: all)
     name: str = "rules"
     errors: list[str] = field(default_factory=list)
+    #: candidate text -> its lowered text (None: nothing to lower, or lowering declined)
+    _lowered: dict[tuple[str, tuple[str, ...]], str | None] = field(default_factory=dict, repr=False)
 
     def root_candidate(self) -> Candidate:
         return Candidate(self.kernel.name, self.source.slice(self.kernel.span), family="original",
@@ -72,8 +77,40 @@ class OfflinePolicy:
 
         return sorted(rules, key=key)
 
+    def lowered(self, candidate: Candidate) -> str | None:
+        """The candidate's definition lowered by ``policy.ir`` (None when unchanged or declined).
+
+        The build's defines and include folders are the project's (``compiler.project``); the spec's
+        tunables and the candidate's defines stay names. Without nvcc (or where it fails on the file)
+        the passes still run on the text as written."""
+        key = (candidate.source, tuple(sorted(candidate.defines)))
+        if key in self._lowered:
+            return self._lowered[key]
+        defines, includes, std = build_settings(self.file)
+        got: Lowered | Declined = Declined("not lowered")
+        for pre in (True, False):
+            got = lower(self.source.text, self.kernel.name, path=self.file, spec=self.spec, defines=defines,
+                        include_dirs=includes, definition=candidate.source, keep=tuple(candidate.defines),
+                        std=std, preprocess=pre)
+            if not (isinstance(got, Declined) and got.reason.startswith("the preprocessor failed")):
+                break
+        out: str | None = None
+        if isinstance(got, Declined):
+            self.errors.append(f"lower: {got.reason} (line {got.line})")
+        elif got.changed:
+            out = got.text
+        self._lowered[key] = out
+        return out
+
     def normalized(self, candidate: Candidate) -> Candidate | None:
         """The candidate in canonical form, or None when that is the text it already has."""
+        try:
+            low = self.lowered(candidate)
+        except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original
+            self.errors.append(f"lower: {type(e).__name__}: {e}")
+            low = None
+        if low is not None:
+            return replace(candidate, source=low)
         try:
             text = normalize_definition(candidate.source, candidate.kernel, file_facts(self.source.text))
         except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original
