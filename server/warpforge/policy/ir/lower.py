@@ -29,6 +29,7 @@ from .summary import Summary, summarize
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "signature_typedefs", "inline_calls", "hoisted_loop_variable", "while_to_for",
+         "copy_propagation",
          "induction_variable", "view_offset", "register_accumulator")
 
 

@@ -26,7 +26,7 @@ import re
 from tree_sitter import Node
 
 from ...cuda.parser import file_tree
-from ...cuda.tree import node_text, unparen, walk
+from ...cuda.tree import node_text, unparen, walk, written_names
 from .passes import (Changed, FunctionDef, Kernel, PassEnv, Result, Skipped, declared_names, register,
                      side_effect_free, splice, statements)
 
@@ -277,12 +277,20 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
     lines: list[str] = []
     rename: dict[str, str] = {}
     taken = kernel_names | body_locals | _free_names(f)
+    fbody, fdata = _parse_body(f)
+    fwritten = written_names(fbody, fdata)
+    types = _var_types(k)
     for (ptype, pname, ref), a in zip(f.params, _args(call), strict=True):
         if ref:
             if not side_effect_free(a) or unparen(a).type not in ("identifier", "subscript_expression",
                                                                   "field_expression"):
                 return f"the reference argument `{k.t(a)}` is not a plain name or element"
             rename[pname] = f"({k.t(a)})"
+            continue
+        ua = unparen(a)
+        if pname not in fwritten and ua.type == "identifier" and (
+                "*" in ptype or _strip_const(types.get(k.t(ua), "")) == _strip_const(ptype)):
+            rename[pname] = k.t(ua)  # the argument names a value of the parameter's type: use it directly
             continue
         new = f"{f.name}_{pname}".replace("operator()", "op")
         while new in taken:
@@ -293,6 +301,19 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
     lines += [_rename(s, rename) for s in pre]
     if expr is not None and assign is not None:
         lines.append(f"{assign}(({f.return_type})({_rename(expr, rename)}));")
-    block = "{ " + " ".join(lines) + " }"
-    text = f"{decl_head} {block}" if decl_head else block
+    ind = _indent_of(stmt, k)
+    # the block's braces are dropped when its names cannot clash with the kernel's (a flat body is what
+    # the rules read: a loop at the top level)
+    introduced = body_locals | {n for p, n in rename.items() if n.isidentifier() and n != p and n not in
+                                kernel_names and n.startswith(f.name.replace("operator()", "op"))}
+    flat = not (introduced & {m.group(0) for m in _WORD.finditer(k.text)})
+    inner = f"\n{ind}".join(lines)
+    block = inner if flat else "{\n" + ind + "    " + f"\n{ind}    ".join(lines) + "\n" + ind + "}"
+    text = f"{decl_head}\n{ind}{block}" if decl_head else block
     return splice(k.data, [(stmt.start_byte, stmt.end_byte, text)])
+
+
+def _indent_of(n: Node, k: Kernel) -> str:
+    start = k.data.rfind(b"\n", 0, n.start_byte) + 1
+    line = k.data[start:n.start_byte].decode("utf-8", "replace")
+    return line if not line.strip() else ""

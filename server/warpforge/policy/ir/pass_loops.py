@@ -136,6 +136,27 @@ def while_to_for(k: Kernel, env: PassEnv) -> Result:
     return skipped
 
 
+_INDEX_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "unsigned long",
+                          "unsigned long long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
+
+
+def _index_like(var: str, k: Kernel) -> bool:
+    """Whether ``var`` is declared (in the kernel or its parameters) as an integer or a pointer."""
+    for n in walk(k.fn, ("declaration", "parameter_declaration")):
+        t = n.child_by_field_name("type")
+        for d in n.children_by_field_name("declarator"):
+            d0 = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if d0 is None:
+                continue
+            if d0.type == "pointer_declarator":
+                inner = d0.child_by_field_name("declarator")
+                if inner is not None and k.t(inner) == var:
+                    return True
+            elif d0.type == "identifier" and k.t(d0) == var and t is not None:
+                return " ".join(k.t(t).replace("const", "").split()) in _INDEX_TYPES
+    return False
+
+
 def _counted(f: Node, k: Kernel) -> str | None:
     """The counter of ``for (T j = 0; j < E; j++)`` (``++j``, ``j += 1``), not written in the body."""
     init, cond, upd, body = (f.child_by_field_name(x) for x in ("initializer", "condition", "update", "body"))
@@ -191,6 +212,9 @@ def induction_variable(k: Kernel, env: PassEnv) -> Result:
         rest = [x for x in inner if x is not s]
         step_node = s.named_children[0].child_by_field_name("right")
         assert step_node is not None
+        if not _index_like(var, k) or next(walk(step_node, ("subscript_expression", "call_expression",
+                                                              "pointer_expression")), None) is not None:
+            continue  # an accumulator (``s += x[j]``), not an index: the summary reads it as one
         step_names = {k.t(n) for n in idents(step_node, k.data)}
         written = set().union(*(written_names(x, k.data) for x in rest)) if rest else set()
         if var in written or var in declared_names(body, k.data):
@@ -225,3 +249,37 @@ def induction_variable(k: Kernel, env: PassEnv) -> Result:
         else:
             return Changed(splice(k.data, edits), f"`{var} += ...` in the loop over `{j}` as `{var} + {j} * step`")
     return skipped
+
+
+@register("copy_propagation", "`T a = b;` with b a name of the same declared type, neither written after it")
+def copy_propagation(k: Kernel, env: PassEnv) -> Result:
+    """``int at = c;`` -> uses of ``at`` read ``c``: a second name for one value hides that an index is the
+    thread's (``A[at + j * cols]`` is ``A[c + j * cols]``). Exact because neither name changes afterwards."""
+    written = written_names(k.body, k.data)
+    types: dict[str, str] = {}
+    for n in walk(k.fn, ("declaration", "parameter_declaration")):
+        t = n.child_by_field_name("type")
+        for d in n.children_by_field_name("declarator"):
+            d0 = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if t is not None and d0 is not None and d0.type == "identifier":
+                types[k.t(d0)] = " ".join(k.t(t).replace("const", "").split())
+    counts: dict[str, int] = {}
+    for n in walk(k.fn, ("declaration", "parameter_declaration")):
+        for name in declared_names(n, k.data) if n.type == "declaration" else []:
+            counts[name] = counts.get(name, 0) + 1
+    for st in walk(k.body, ("declaration",)):
+        ds = st.children_by_field_name("declarator")
+        if len(ds) != 1 or ds[0].type != "init_declarator" or st.parent is None:
+            continue
+        a, b = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        if a is None or b is None or a.type != "identifier" or unparen(b).type != "identifier":
+            continue
+        an, bn = k.t(a), k.t(unparen(b))
+        if an in written or bn in written or counts.get(an, 0) != 1 or counts.get(bn, 0) > 1:
+            continue
+        if types.get(an) is None or types.get(an) != types.get(bn):
+            continue
+        uses = [u for u in idents(st.parent, k.data, an) if u.start_byte >= st.end_byte]
+        edits = [(st.start_byte, st.end_byte, "")] + [(u.start_byte, u.end_byte, bn) for u in uses]
+        return Changed(splice(k.data, edits), f"`{an}` is `{bn}`")
+    return None

@@ -94,9 +94,15 @@ def register_accumulator(k: Kernel, env: PassEnv) -> Result:
                 edits.append((init[0].start_byte, init[0].end_byte, f"{et} {acc} = {init[1]};"))
             else:
                 edits.append((loop.start_byte, loop.start_byte, f"{et} {acc} = {elem};\n"))
-            edits.append((loop.end_byte, loop.end_byte, f"\n{elem} = {acc};"))
+            edits.append((loop.end_byte, loop.end_byte, f"\n{_indent(loop, k)}{elem} = {acc};"))
             return Changed(splice(k.data, edits), f"`{elem}` accumulated in a register (line {k.line(loop)})")
     return skipped
+
+
+def _indent(n: Node, k: Kernel) -> str:
+    start = k.data.rfind(b"\n", 0, n.start_byte) + 1
+    line = k.data[start:n.start_byte].decode("utf-8", "replace")
+    return line if not line.strip() else ""
 
 
 def _initial_store(loop: Node, y: str, idx: set[str], k: Kernel) -> tuple[Node, str] | None:

@@ -265,13 +265,17 @@ def _parallel(k: Kernel, scope: Scope) -> list[ParallelDim]:
     """Thread-dependent indices: locals built from coordinates, and loops that start at one."""
     out: list[ParallelDim] = []
     sts = statements(k.body)
+    seen: list[dict[str, str]] = []
     for name, value in scope.values.items():
-        if not _thread_dependent(value, k, scope) or any(
-                _thread_dependent(v, k, scope) and name in {k.t(i) for i in walk(v, ("identifier",))}
-                for v in scope.values.values()) and not _guarded(name, sts, k):
-            continue  # an intermediate (``tid`` of ``i = bid * bs + tid``): reported inside its user
+        if not _thread_dependent(value, k, scope):
+            continue
         index, why = _affine(value, scope)
         form, guard, line = _guard_of(name, sts, k)
+        if index is not None and (index in seen or (form == "unguarded" and len(
+                [v for v in index if v.split(".")[0] in COORDS]) < 2)):
+            continue  # a copy of an index seen already, or a plain coordinate (``tid``) reported in its users
+        if index is not None:
+            seen.append(index)
         out.append(ParallelDim(name, index or {}, form, guard, line or value.start_point[0] + 1, why))
     for f in walk(k.body, ("for_statement",)):
         init, upd, cond = (f.child_by_field_name(x) for x in ("initializer", "update", "condition"))
@@ -288,10 +292,6 @@ def _parallel(k: Kernel, scope: Scope) -> list[ParallelDim]:
         out.append(ParallelDim(names[0], index or {}, form, k.t(cond) if cond is not None else "",
                                f.start_point[0] + 1, why))
     return out
-
-
-def _guarded(name: str, sts: list[Node], k: Kernel) -> bool:
-    return _guard_of(name, sts, k)[0] != "unguarded"
 
 
 def _guard_of(name: str, sts: list[Node], k: Kernel) -> tuple[str, str, int]:
@@ -347,17 +347,29 @@ def _accumulators(k: Kernel) -> list[Accumulator]:
     return out
 
 
+def index_text(index: dict[str, str]) -> str:
+    """``{"threadIdx.x": "1", "blockIdx.x": "blockDim.x"}`` -> ``blockDim.x*blockIdx.x + threadIdx.x``."""
+    parts = []
+    for v, c in index.items():
+        if v == "1":
+            parts.append(c)
+        elif c == "1":
+            parts.append(v)
+        else:
+            parts.append(f"({c})*{v}" if " " in c else f"{c}*{v}")
+    return " + ".join(parts) or "0"
+
+
 def describe(s: Summary) -> str:
     """The summary as a few lines of text (CLI, logs, the wide yardstick's report)."""
     lines = []
     for p in s.parallel:
-        idx = " + ".join(f"{c}*{v}" if v != "1" else c for v, c in p.index.items()) or f"non-affine ({p.why})"
+        idx = index_text(p.index) if p.index else f"non-affine ({p.why})"
         lines.append(f"parallel {p.var} = {idx} [{p.form}{': ' + p.guard if p.guard else ''}] line {p.line}")
     for lp in s.loops:
         lines.append(f"loop {lp.var} from {lp.start} {lp.bound} step {lp.step} line {lp.line}")
     for a in s.accesses:
-        idx = (" + ".join(f"{c}*{v}" if v != "1" else c for v, c in a.index.items()) if a.index is not None
-               else f"non-affine: {a.why}")
+        idx = index_text(a.index) if a.index is not None else f"non-affine: {a.why}"
         lines.append(f"{a.kind} {a.param}[{idx}] line {a.line}")
     for ac in s.accumulators:
         lines.append(f"accumulator {ac.name} ({ac.type}) {ac.op} over {ac.loop} line {ac.line}")
