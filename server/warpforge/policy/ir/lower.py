@@ -20,7 +20,7 @@ from ...cuda.model import KernelNotFound
 from ...cuda.normalize import file_facts, normalize_definition
 from ...cuda.parser import parse
 from ...spec.model import KernelSpec
-from . import pass_calls, pass_loops, pass_memory, pass_types  # noqa: F401  (they register the passes)
+from . import pass_calls, pass_loops, pass_mapping, pass_memory, pass_types  # noqa: F401  (they register the passes)
 from .pass_calls import file_functions
 from .passes import REGISTRY, PassEnv, find_kernel, run_passes
 from .preprocess import PreprocessError, expand
@@ -29,7 +29,7 @@ from .summary import Summary, summarize
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "signature_typedefs", "inline_calls", "hoisted_loop_variable", "while_to_for",
-         "copy_propagation",
+         "copy_propagation", "thread_index",
          "induction_variable", "view_offset", "register_accumulator")
 
 
@@ -67,13 +67,14 @@ class Lowered:
 def lower(source: str, kernel_name: str, *, path: str | None = None, spec: KernelSpec | None = None,
           defines: Sequence[tuple[str, str]] = (), include_dirs: Sequence[str] = (),
           definition: str | None = None, keep: Sequence[str] = (), std: str | None = None,
-          preprocess: bool = True) -> Lowered | Declined:
+          preprocess: bool = True, grid: Sequence[str] | None = None) -> Lowered | Declined:
     """Lower the kernel ``kernel_name`` of the file ``source`` (at ``path``).
 
     ``definition`` replaces the kernel's definition first (a candidate's text); ``spec`` gives the
     template instantiation and the tunables kept as names (``keep`` adds more); ``defines`` and
     ``include_dirs`` are the build's (``compiler.project``). ``preprocess=False`` skips nvcc (the text is
-    lowered as written)."""
+    lowered as written). ``grid`` is the launch's grid (the candidate's, else the spec's): on a 1-D grid
+    a 2-D index flattened by hand is the 1-D index."""
     model = parse(source)
     try:
         kernel = model.require(kernel_name, path or "the file")
@@ -106,7 +107,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if spec is not None and kernel.template_params:
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
-                  typedefs=dict(facts.typedefs), template_args=targs)
+                  typedefs=dict(facts.typedefs), template_args=targs,
+                  grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None))
     passes = [REGISTRY[p] for p in ORDER]
     applied: list[str] = []
     skipped: list[tuple[str, str, int]] = []
@@ -128,6 +130,16 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
         return Declined("the lowered kernel does not parse", kernel.start_line)
     return Lowered(kernel_name, text, original, summarize(k, targs), tuple(applied), tuple(skipped),
                    preprocessed, kernel.start_line)
+
+
+def _grid_dims(grid: Sequence[str] | None) -> int:
+    """How many dimensions a launch's grid has (trailing ``1``s do not count); 0 when unknown."""
+    if not grid:
+        return 0
+    dims = [g.strip() for g in grid]
+    while len(dims) > 1 and dims[-1] == "1":
+        dims.pop()
+    return len(dims)
 
 
 def build_settings(path: str | None) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], str | None]:

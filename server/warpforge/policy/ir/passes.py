@@ -42,6 +42,8 @@ class PassEnv:
     typedefs: dict[str, str] = field(default_factory=dict)
     #: template parameter name -> the spec's argument
     template_args: dict[str, str] = field(default_factory=dict)
+    #: dimensions of the launch's grid (1: ``blockIdx.y/z`` are 0); 0 when unknown
+    grid_dims: int = 0
 
 
 @dataclass(frozen=True)

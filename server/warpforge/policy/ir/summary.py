@@ -128,7 +128,7 @@ def _params(k: Kernel) -> tuple[list[tuple[str, str, bool, bool]], set[str]]:
     return out, {n for n, _, ptr, _ in out if not ptr}
 
 
-def _scope(k: Kernel, uniform: set[str], template_values: set[str]) -> Scope:
+def scope_of(k: Kernel, uniform: set[str], template_values: set[str]) -> Scope:
     values: dict[str, Node] = {}
     counts: dict[str, int] = {}
     for d in walk(k.body, ("init_declarator",)):
@@ -171,7 +171,7 @@ def summarize(k: Kernel, template_args: dict[str, str] | None = None) -> Summary
     """The summary of the kernel ``k`` (already lowered)."""
     targs = template_args or {}
     params, uniform = _params(k)
-    scope = _scope(k, uniform, {n for n, a in targs.items() if not a.replace("_", "").isalpha()})
+    scope = scope_of(k, uniform, {n for n, a in targs.items() if not a.replace("_", "").isalpha()})
     written_params: set[str] = set()
     accesses: list[Access] = []
     pointer_params = {n for n, _, ptr, _ in params if ptr}
