@@ -95,7 +95,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
         try:
             ex = expand(spliced, path=path, defines=defines, include_dirs=include_dirs, keep=keep_all, std=std)
         except PreprocessError as e:
-            line = e.line - 1 if e.line >= start else e.line  # back to the user's numbering
+            # back to the user's numbering (one line was added before the definition, one after it)
+            line = e.line if e.line < start else e.line - 1 if e.line < start + n else e.line - 2
             return Declined(f"the preprocessor failed: {e}", max(line, 0))
         full = ex.text
         preprocessed = any(start <= ln < start + n for ln in ex.changed)

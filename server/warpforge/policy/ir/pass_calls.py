@@ -22,6 +22,7 @@ declared in the kernel, where they would mean something else. Templates and recu
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from tree_sitter import Node
 
@@ -192,12 +193,14 @@ def inline_calls(k: Kernel, env: PassEnv) -> Result:
             continue
         why = _why_not(f, call, k, kernel_names)
         if why is None:
-            got = _expression(f, call, k)
-            if got is None:
+            text = _expression(f, call, k)
+            if text is None:
                 got = _statement(f, call, k, kernel_names)
-            if isinstance(got, str):
-                return Changed(got, f"`{f.name}` inlined (line {k.line(call)})")
-            why = got or "its result is used inside an expression and its body is more than `return E;`"
+                text = got if isinstance(got, Inlined) else None
+                why = got.why if isinstance(got, NotInlined) else None
+            if text is not None:
+                return Changed(str(text), f"`{f.name}` inlined (line {k.line(call)})")
+            why = why or "its result is used inside an expression and its body is more than `return E;`"
         skipped = skipped or Skipped(f"`{f.name}` not inlined: {why}", k.line(call))
     return skipped
 
@@ -214,6 +217,17 @@ def _why_not(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) -> s
     if args is None or len([a for a in args.named_children if a.type != "comment"]) != len(f.params):
         return "the arguments do not match its parameters (defaults or overloads)"
     return None
+
+
+class Inlined(str):
+    """The kernel text with a call inlined."""
+
+
+@dataclass(frozen=True)
+class NotInlined:
+    """Why a call was not inlined ("" when its position is not one a block can replace)."""
+
+    why: str
 
 
 def _args(call: Node) -> list[Node]:
@@ -238,10 +252,10 @@ def _expression(f: FunctionDef, call: Node, k: Kernel) -> str | None:
     return splice(k.data, [(call.start_byte, call.end_byte, text)])
 
 
-def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) -> str | None:
+def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) -> Inlined | NotInlined:
     got = _returns(f)
     if got is None:
-        return "a `return` before the end of its body"
+        return NotInlined("a `return` before the end of its body")
     pre, expr = got
     parent = call.parent
     stmt: Node | None = None
@@ -250,12 +264,12 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
     if parent is not None and parent.type == "expression_statement":
         stmt = parent
         if expr is not None and f.return_type != "void":
-            return "its value is dropped"  # would still have to be evaluated; not worth a special case
+            return NotInlined("its value is dropped")  # would still have to be evaluated; not worth a special case
     elif parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("right") == call \
             and parent.parent is not None and parent.parent.type == "expression_statement":
         left, op = parent.child_by_field_name("left"), parent.child_by_field_name("operator")
         if left is None or op is None or not side_effect_free(left):
-            return "assigned to an element with side effects"
+            return NotInlined("assigned to an element with side effects")
         stmt, assign = parent.parent, f"{k.t(left)} {k.t(op)} "
     elif parent is not None and parent.type == "init_declarator" and parent.child_by_field_name("value") == call \
             and parent.parent is not None and parent.parent.type == "declaration" \
@@ -263,17 +277,17 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
         d = parent.child_by_field_name("declarator")
         t = parent.parent.child_by_field_name("type")
         if d is None or t is None or d.type != "identifier":
-            return "declares something other than one variable"
+            return NotInlined("declares something other than one variable")
         tt = _strip_const(k.t(t))
         tt = f.return_type if tt == "auto" else tt
         stmt, assign, decl_head = parent.parent, f"{k.t(d)} = ", f"{tt} {k.t(d)};"
     else:
-        return None
+        return NotInlined("")
     if (assign is not None) != (expr is not None):
-        return "a value function without a value, or the reverse"
+        return NotInlined("a value function without a value, or the reverse")
     body_locals = declared_names(_parse_body(f)[0], _parse_body(f)[1])
     if assign is not None and {m.group(0) for m in _WORD.finditer(assign)} & body_locals:
-        return "the result's name is a local of the function"
+        return NotInlined("the result's name is a local of the function")
     lines: list[str] = []
     rename: dict[str, str] = {}
     taken = kernel_names | body_locals | _free_names(f)
@@ -284,7 +298,7 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
         if ref:
             if not side_effect_free(a) or unparen(a).type not in ("identifier", "subscript_expression",
                                                                   "field_expression"):
-                return f"the reference argument `{k.t(a)}` is not a plain name or element"
+                return NotInlined(f"the reference argument `{k.t(a)}` is not a plain name or element")
             rename[pname] = f"({k.t(a)})"
             continue
         ua = unparen(a)
@@ -306,11 +320,14 @@ def _statement(f: FunctionDef, call: Node, k: Kernel, kernel_names: set[str]) ->
     # the rules read: a loop at the top level)
     introduced = body_locals | {n for p, n in rename.items() if n.isidentifier() and n != p and n not in
                                 kernel_names and n.startswith(f.name.replace("operator()", "op"))}
-    flat = not (introduced & {m.group(0) for m in _WORD.finditer(k.text)})
+    in_block = stmt.parent is not None and stmt.parent.type == "compound_statement"
+    flat = in_block and not (introduced & {m.group(0) for m in _WORD.finditer(k.text)})
     inner = f"\n{ind}".join(lines)
     block = inner if flat else "{\n" + ind + "    " + f"\n{ind}    ".join(lines) + "\n" + ind + "}"
     text = f"{decl_head}\n{ind}{block}" if decl_head else block
-    return splice(k.data, [(stmt.start_byte, stmt.end_byte, text)])
+    if not in_block:  # the body of an ``if`` or a loop: one statement
+        text = "{ " + text + " }"
+    return Inlined(splice(k.data, [(stmt.start_byte, stmt.end_byte, text)]))
 
 
 def _indent_of(n: Node, k: Kernel) -> str:

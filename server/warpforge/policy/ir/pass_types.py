@@ -10,6 +10,8 @@ function passed as a template argument: ``op(x)`` becomes ``square(x)``, which `
 
 from __future__ import annotations
 
+import re
+
 from ...cuda.tree import walk
 from .passes import Changed, Kernel, PassEnv, Result, register, splice
 
@@ -42,8 +44,8 @@ def template_arguments(k: Kernel, env: PassEnv) -> Result:
         if p is not None and p.type == "field_expression" and p.child_by_field_name("field") == n:
             continue
         arg = env.template_args[name]
-        edits.append((n.start_byte, n.end_byte, arg if n.type == "type_identifier" or arg.isidentifier()
-                      else f"({arg})"))
+        plain = n.type == "type_identifier" or arg.isidentifier() or re.fullmatch(r"-?[\d.]+[uUlLfF]*", arg)
+        edits.append((n.start_byte, n.end_byte, arg if plain else f"({arg})"))
     if not edits:
         return None
     return Changed(splice(k.data, edits), "template parameters replaced by the spec's arguments in the body")

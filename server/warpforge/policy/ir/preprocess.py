@@ -183,12 +183,18 @@ def _user_lines(output: str, name: str, source: str, roots: tuple[str, ...] = ()
     expanded = [restore_qualifiers("".join(parts)).rstrip() for parts in lines[1:]]
     out_lines: list[str] = []
     take = False
+    depth = 0  # parentheses a taken line left open: a macro call continuing on the next line
     for orig, exp in zip(originals, expanded, strict=False):
         code = orig.strip()
         if code.startswith("#"):
             take = True  # a directive: resolved (its continuation lines follow the same decision)
+        elif depth > 0 and take:
+            pass  # still inside a call of the user's macro
         elif code and (exp.strip() or not take):
             take = bool(set(_CODE_ID.findall(orig)) & macros)
+            depth = 0
+        if take and not code.startswith("#"):
+            depth = max(0, depth + orig.count("(") - orig.count(")"))
         out_lines.append(exp if take else orig.rstrip())
         if not orig.rstrip().endswith("\\") and code.startswith("#"):
             take = False
