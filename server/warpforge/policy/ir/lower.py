@@ -12,6 +12,7 @@ ordinary candidate, and the edit the user accepts lands in their own file. It is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,9 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     n = original.count("\n") + 1
     full = spliced
     preprocessed = False
+    if preprocess and definition is not None and not _needs_expansion(original, source, path, defines,
+                                                                       include_dirs, std):
+        preprocess = False  # nothing of the user's macros in it: the expansion is the text itself
     if preprocess:
         keep_all = list(keep) + ([t.name for t in spec.tunables] if spec is not None else [])
         try:
@@ -131,6 +135,25 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
         return Declined("the lowered kernel does not parse", kernel.start_line)
     return Lowered(kernel_name, text, original, summarize(k, targs), tuple(applied), tuple(skipped),
                    preprocessed, kernel.start_line)
+
+
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _needs_expansion(definition: str, source: str, path: str | None, defines: Sequence[tuple[str, str]],
+                     include_dirs: Sequence[str], std: str | None) -> bool:
+    """Whether a candidate's definition uses one of the file's own macros (or holds a directive).
+
+    The expansion keeps every line without a user macro as written (``preprocess``), so a definition
+    with none is its own expansion; the search lowers one candidate per step, and this spares most of
+    them a run of nvcc. The macros are the file's, read once per file and build."""
+    if any(ln.lstrip().startswith("#") and not ln.lstrip().startswith("#pragma") for ln in definition.split("\n")):
+        return True
+    try:
+        macros = expand(source, path=path, defines=defines, include_dirs=include_dirs, std=std).user_macros
+    except PreprocessError:
+        return True
+    return bool(set(_WORD.findall(definition)) & macros)
 
 
 def _grid_dims(grid: Sequence[str] | None) -> int:
