@@ -121,6 +121,8 @@ def test_structural_rule_fires_on_the_lowered_spelling_and_builds(case: str, mon
     aliases = type_aliases(pol.source, pol.model)
     child = children[0]
     assert signature_findings(pol.kernel, child.definition, aliases) == []
+    # parameters the rewrite left alone are spelled as the user wrote them (lowering resolved them)
+    assert [p.text for p in parse(child.definition).kernels[0].params] == [p.text for p in pol.kernel.params]
     tu = standalone(pol.source, pol.model, pol.kernel, definition=child.definition, filename=pol.file)
     res = compile_cubin(tu, arch="sm_90", defines={t.name: t.values[0] for t in pol.spec.tunables},
                         filename=pol.file)

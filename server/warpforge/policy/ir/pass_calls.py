@@ -28,8 +28,19 @@ from tree_sitter import Node
 
 from ...cuda.parser import file_tree
 from ...cuda.tree import node_text, unparen, walk, written_names
-from .passes import (Changed, FunctionDef, Kernel, PassEnv, Result, Skipped, declared_names, register,
-                     side_effect_free, splice, statements)
+from .passes import (
+    Changed,
+    FunctionDef,
+    Kernel,
+    PassEnv,
+    Result,
+    Skipped,
+    declared_names,
+    register,
+    side_effect_free,
+    splice,
+    statements,
+)
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 

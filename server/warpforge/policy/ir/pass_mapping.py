@@ -9,8 +9,8 @@ rewrites an index whose value it proved equal to ``blockIdx.x * blockDim.x + thr
 
 from __future__ import annotations
 
-from ..rules._structural import global_index
 from ...cuda.tree import unparen, written_names
+from ..rules._structural import global_index
 from .affine import NonAffine, Poly, affine, poly
 from .passes import Changed, Kernel, PassEnv, Result, register, splice
 from .summary import _params, scope_of

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ...compiler.toolchain import UnsafeArgument, ToolMissing, find_tool, guard_argv
+from ...compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_argv
 
 #: seconds one ``nvcc -E`` may take (a file with a deep include tree takes ~1 s here)
 TIMEOUT_S = 60.0
@@ -131,7 +131,8 @@ def _expand_cached(source: str, folder: str, defines: tuple[tuple[str, str], ...
 def _system_roots(nvcc: Path) -> tuple[str, ...]:
     """Folders whose headers are the toolkit's or the system's (nvcc passes its own with ``-I``, so line
     markers do not flag them as system headers)."""
-    return (os.path.normpath(nvcc.resolve().parent.parent) + os.sep, "/usr/include/", "/usr/lib/", "/usr/local/include/")
+    return (os.path.normpath(nvcc.resolve().parent.parent) + os.sep, "/usr/include/", "/usr/lib/",
+            "/usr/local/include/")
 
 
 def _error(stderr: str, name: str) -> PreprocessError:
@@ -163,7 +164,7 @@ def _user_lines(output: str, name: str, source: str, roots: tuple[str, ...] = ()
             fname = m.group(2)
             mine = Path(fname).name == name
             system = fname == "<built-in>" or " 3" in ln[m.end(2):] or \
-                os.path.normpath(fname).startswith(roots) or "/cuda" in fname and "/include/" in fname
+                os.path.normpath(fname).startswith(roots) or ("/cuda" in fname and "/include/" in fname)
             cur = int(m.group(1))
             continue
         d = _DEFINE.match(ln)

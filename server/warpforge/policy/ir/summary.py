@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from ...cuda.tree import element_use, node_text, unparen, walk, written_names
+from ...cuda.tree import element_use, unparen, walk, written_names
 from .affine import COORDS, NonAffine, Scope, affine, poly
 from .passes import Kernel, declared_names, statements
 
