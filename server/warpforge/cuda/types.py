@@ -115,8 +115,8 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                     cur = cur.child_by_field_name("declarator")
                 if atype is not None and cur is None:
                     out[node_text(name, data)] = (node_text(atype, data), stars)
-    for name, target in macro_type_aliases(src.text).items():
-        out.setdefault(name, (target, 0))
+    for macro, target in macro_type_aliases(src.text).items():
+        out.setdefault(macro, (target, 0))
     return out
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
-from ..cuda.parser import parse
 from ..cuda.normalize import file_facts, normalize_definition
+from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext

@@ -108,11 +108,11 @@ def poly(node: Node, scope: Scope) -> Poly:
         return poly(v, Scope(scope.values, scope.counters, scope.uniform, scope.varying, scope.data,
                              scope.depth + 1))
     if t == "unary_expression":
-        op = n.child_by_field_name("operator")
+        un_op = n.child_by_field_name("operator")
         arg = n.child_by_field_name("argument")
-        if op is not None and arg is not None and node_text(op, scope.data) in ("-", "+"):
+        if un_op is not None and arg is not None and node_text(un_op, scope.data) in ("-", "+"):
             p = poly(arg, scope)
-            return {m: -c for m, c in p.items()} if node_text(op, scope.data) == "-" else p
+            return {m: -c for m, c in p.items()} if node_text(un_op, scope.data) == "-" else p
     if t == "binary_expression":
         op_n, a_n, b_n = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
         if op_n is not None and a_n is not None and b_n is not None:
