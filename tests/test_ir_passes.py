@@ -149,12 +149,20 @@ def test_global_accumulator_becomes_a_register() -> None:
     ("y[i] = 0.0f;\n  for (int j = 0; j < m; j++) y[i] += x[j];\n  y[i + 1] = 1.0f;", "another index"),
     # the index changes in the loop
     ("for (int j = 0; j < m; j++) { y[i] += x[j]; i += 1; }", "changes inside the loop"),
+    # an exit inside the loop would skip the store after it
+    ("for (int j = 0; j < m; j++) { y[i] += x[j]; if (x[j] < 0) return; }", "`return` inside the loop"),
 ])
 def test_global_accumulator_declines(body: str, why: str) -> None:
     got = low("__global__ void k(float* y, const float* x, int m) {\n"
               f"  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  {body}\n}}\n")
     assert "_acc" not in got.text
     assert any(p == "register_accumulator" and why in w for p, w, _ in got.skipped), got.skipped
+
+
+def test_global_accumulator_loop_under_an_if_without_braces_is_left() -> None:
+    got = low("__global__ void k(float* y, const float* x, int m) {\n"
+              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (m > 0) for (int j = 0; j < m; j++) y[i] += x[j];\n}\n")
+    assert "_acc" not in got.text
 
 
 def test_multi_term_view_offset_is_one_term() -> None:
@@ -184,9 +192,11 @@ def test_flattened_2d_index_on_a_1d_grid_is_the_1d_index() -> None:
     assert "int i = blockIdx.x * blockDim.x + threadIdx.x;" in low(text, grid=("cdiv(N, 256)",)).text
     # on a 2-D grid it is not
     assert "blockIdx.y" in low(text, grid=("64", "64")).text
-    # a 64-bit index keeps its width
-    wide = text.replace("int i =", "size_t i =")
+    # a 64-bit index keeps the width of its arithmetic
+    wide = text.replace("int i = (blockIdx.y", "size_t i = ((size_t)blockIdx.y")
     assert "size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;" in low(wide, grid=("N",)).text
+    narrow = text.replace("int i =", "size_t i =")
+    assert "size_t i = blockIdx.x * blockDim.x + threadIdx.x;" in low(narrow, grid=("N",)).text
 
 
 def test_copy_of_an_index_is_propagated() -> None:

@@ -9,6 +9,8 @@ rewrites an index whose value it proved equal to ``blockIdx.x * blockDim.x + thr
 
 from __future__ import annotations
 
+import re
+
 from ...cuda.tree import unparen, written_names
 from ..rules._structural import global_index
 from .affine import NonAffine, Poly, affine, poly
@@ -58,8 +60,9 @@ def thread_index(k: Kernel, env: PassEnv) -> Result:
         if got != _CANON:
             continue
         ty = " ".join(k.t(t).replace("const", "").split())
-        canon = f"({ty})blockIdx.x * blockDim.x + threadIdx.x" if ty in _WIDE else \
-            "blockIdx.x * blockDim.x + threadIdx.x"
+        # computed as wide as the original: 64-bit only where the original casts to a 64-bit type
+        wide = ty in _WIDE and re.search(r"\(\s*(?:" + "|".join(sorted(_WIDE)) + r")\s*\)", k.t(value))
+        canon = f"({ty})blockIdx.x * blockDim.x + threadIdx.x" if wide else "blockIdx.x * blockDim.x + threadIdx.x"
         if global_index(value, k.data) is not None:
             continue  # a spelling the rules read already
         return Changed(splice(k.data, [(value.start_byte, value.end_byte, canon)]),

@@ -51,8 +51,8 @@ def register_accumulator(k: Kernel, env: PassEnv) -> Result:
     taken = {node_text(n, k.data) for n in walk(k.fn, ("identifier",))}
     for loop in walk(k.body, ("for_statement", "while_statement")):
         lbody = loop.child_by_field_name("body")
-        if lbody is None:
-            continue
+        if lbody is None or loop.parent is None or loop.parent.type != "compound_statement":
+            continue  # the register's declaration must go in a block of its own, before the loop
         for y, et in elems.items():
             uses = idents(loop, k.data, y)
             if not uses:
@@ -80,6 +80,9 @@ def register_accumulator(k: Kernel, env: PassEnv) -> Result:
                           and n.parent.type == "subscript_expression" and element_use(n.parent)[1]]
             if any(_index_text(w, k) not in idx_texts for w in all_writes):
                 skipped = skipped or Skipped(f"`{y}` is also written at another index", k.line(loop))
+                continue
+            if next(walk(lbody, ("return_statement", "goto_statement")), None) is not None:
+                skipped = skipped or Skipped("a `return` inside the loop would skip the store after it", k.line(loop))
                 continue
             if et not in _SCALARS:
                 skipped = skipped or Skipped(f"`{y}`'s element type `{et}` is not a known scalar", k.line(loop))
