@@ -53,9 +53,28 @@ def test_build_defines_include_folders_and_kept_tunables(tmp_path: Path) -> None
 
 @needs_nvcc
 def test_preprocessor_error_declines_at_the_users_line(tmp_path: Path) -> None:
-    src = "__global__ void k(float* y) {\n  y[0] = 1;\n}\n#include \"missing.h\"\n"
+    src = "__global__ void k(float* y) {\n  y[0] = 1;\n}\n#error this build needs a define\n"
     got = lower(src, "k", path=str(tmp_path / "k.cu"))
-    assert isinstance(got, Declined) and "missing.h" in got.reason and got.line == 4
+    assert isinstance(got, Declined) and "this build needs a define" in got.reason and got.line == 4
+    assert "warpforge-pp" not in got.reason  # no temporary path in what the user reads
+
+
+@needs_nvcc
+def test_a_missing_header_is_read_as_empty_and_the_files_macros_still_expand(tmp_path: Path) -> None:
+    src = ('#include "generated/proto.pb.h"\n#include <cublas_not_here.h>\n#define TWICE(v) (2 * (v))\n'
+           "__global__ void k(float* y) { y[0] = TWICE(y[0]); }\n")
+    ex = expand(src, path=str(tmp_path / "k.cu"))
+    assert ex.stubbed == ("generated/proto.pb.h", "cublas_not_here.h")
+    assert ex.text.split("\n")[3] == "__global__ void k(float* y) { y[0] = (2 * (y[0])); }"
+
+
+@needs_nvcc
+def test_typedefs_and_helpers_of_the_projects_headers_are_known(tmp_path: Path) -> None:
+    (tmp_path / "common.h").write_text("#ifdef USE_HALF\ntypedef __half elem;\n#else\ntypedef float elem;\n#endif\n"
+                                       "__device__ float sq(float v) { return v * v; }\n")
+    src = '#include "common.h"\n__global__ void k(elem* y) { y[threadIdx.x] = sq(y[threadIdx.x]); }\n'
+    got = low(src, path=str(tmp_path / "k.cu"))
+    assert got.text.startswith("__global__ void k(float* y)") and "sq(" not in got.text
 
 
 def test_an_unknown_kernel_declines() -> None:

@@ -90,6 +90,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     start = prefix.count("\n") + 2
     n = original.count("\n") + 1
     full = spliced
+    headers = ""
     preprocessed = False
     if preprocess and definition is not None and not _needs_expansion(original, source, path, defines,
                                                                        include_dirs, std):
@@ -103,11 +104,13 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
             line = e.line if e.line < start else e.line - 1 if e.line < start + n else e.line - 2
             return Declined(f"the preprocessor failed: {e}", max(line, 0))
         full = ex.text
+        headers = ex.headers
         preprocessed = any(start <= ln < start + n for ln in ex.changed)
     lines = full.split("\n")
     text = "\n".join(lines[start - 1:start - 1 + n])
-    functions, functors = file_functions(full)
-    facts = file_facts(full)
+    # the project's headers first: what the file defines itself wins where both define a name
+    functions, functors = file_functions(headers + "\n" + full) if headers else file_functions(full)
+    facts = file_facts(headers + "\n" + full) if headers else file_facts(full)
     targs: dict[str, str] = {}
     if spec is not None and kernel.template_params:
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}

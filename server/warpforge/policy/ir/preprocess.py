@@ -42,6 +42,9 @@ from ...compiler.toolchain import ToolMissing, UnsafeArgument, find_tool, guard_
 
 #: seconds one ``nvcc -E`` may take (a file with a deep include tree takes ~1 s here)
 TIMEOUT_S = 60.0
+#: missing headers read as empty before giving up
+MAX_STUBS = 16
+_MISSING = re.compile(r"fatal error: ([^:\s]+): No such file or directory")
 
 _MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"(?: \d+)*\s*$')
 
@@ -71,6 +74,11 @@ class Expanded:
     changed: frozenset[int]
     #: macros defined outside system headers (the file, the project's headers, the build's ``-D``)
     user_macros: frozenset[str] = frozenset()
+    #: headers that could not be found and were read as empty (see ``expand``)
+    stubbed: tuple[str, ...] = ()
+    #: the project's own headers as expanded (not the toolkit's or the system's): their typedefs and
+    #: device functions mean the same in the kernel as the file's own
+    headers: str = ""
 
 
 def restore_qualifiers(text: str) -> str:
@@ -85,7 +93,12 @@ def expand(source: str, *, path: str | None = None, defines: Sequence[tuple[str,
     """``source`` (the text of the file at ``path``) through ``nvcc -E``; raises ``PreprocessError``.
 
     ``defines`` are the build's and the spec's ``-D``s, ``include_dirs`` the build's ``-I``s (the file's own
-    folder is searched first, as for the real build); ``keep`` names macros left unexpanded (tunables)."""
+    folder is searched first, as for the real build); ``keep`` names macros left unexpanded (tunables).
+
+    A header that cannot be found (a generated one, a library's that is not installed here) is read as
+    empty and the run repeated: the user's own macros still expand, and the result is only ever read by
+    the analysis (a candidate is built with the project's real include path). ``Expanded.stubbed`` says
+    which."""
     folder = str(Path(path).resolve().parent) if path else ""
     return _expand_cached(source, folder, tuple(defines), tuple(include_dirs), tuple(sorted(set(keep))), std)
 
@@ -109,23 +122,46 @@ def _expand_cached(source: str, folder: str, defines: tuple[tuple[str, str], ...
         for name, value in defines:
             args.append(f"-D{name}={value}" if value != "" else f"-D{name}")
         args += [f"-D{name}={name}" for name in keep]
-        args += [str(src), "-o", str(Path(tmp) / "out.ii")]
-        try:
-            argv = guard_argv("nvcc", args)
-        except UnsafeArgument as e:
-            raise PreprocessError(f"nvcc -E not run: {e}") from e
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, cwd=tmp)
-        except subprocess.TimeoutExpired as e:
-            raise PreprocessError(f"nvcc -E took longer than {TIMEOUT_S:.0f} s") from e
-        except OSError as e:
-            raise PreprocessError(f"nvcc -E did not run: {e}") from e
+        stubs = Path(tmp) / "stubs"
+        args += ["-I", str(stubs), str(src), "-o", str(Path(tmp) / "out.ii")]
+        stubbed: list[str] = []
+        while True:
+            proc = _run(args, tmp)
+            missing = _MISSING.search(proc.stderr) if proc.returncode != 0 else None
+            if missing is None or len(stubbed) >= MAX_STUBS or not _stub(stubs, missing.group(1)):
+                break
+            stubbed.append(missing.group(1))
         if proc.returncode != 0:
-            raise _error(proc.stderr, src.name)
+            raise _error(proc.stderr, src.name, str(Path(tmp)))
         out = (Path(tmp) / "out.ii").read_text(encoding="utf-8", errors="replace")
         out = out.replace(str(src), src.name)  # assert() spells the file: keep it the marker name
-    return _user_lines(out, src.name, source, _system_roots(nvcc))
+    got = _user_lines(out, src.name, source, _system_roots(nvcc))
+    return Expanded(got.text, got.changed, got.user_macros, tuple(stubbed), got.headers)
+
+
+def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
+    try:
+        argv = guard_argv("nvcc", args)
+    except UnsafeArgument as e:
+        raise PreprocessError(f"nvcc -E not run: {e}") from e
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              cwd=cwd)
+    except subprocess.TimeoutExpired as e:
+        raise PreprocessError(f"nvcc -E took longer than {TIMEOUT_S:.0f} s") from e
+    except OSError as e:
+        raise PreprocessError(f"nvcc -E did not run: {e}") from e
+
+
+def _stub(stubs: Path, name: str) -> bool:
+    """An empty header ``name`` under ``stubs`` (searched last); False for a name that is not a plain relative path."""
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not name.strip():
+        return False
+    target = stubs / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("", encoding="utf-8")
+    return True
 
 
 def _system_roots(nvcc: Path) -> tuple[str, ...]:
@@ -135,14 +171,16 @@ def _system_roots(nvcc: Path) -> tuple[str, ...]:
             "/usr/local/include/")
 
 
-def _error(stderr: str, name: str) -> PreprocessError:
+def _error(stderr: str, name: str, tmp: str) -> PreprocessError:
     """The first error nvcc reported, with its line in the user's file where it names one."""
-    for ln in stderr.splitlines():
+    lines = [ln.replace(tmp + os.sep, "") for ln in stderr.splitlines()]
+    for ln in lines:
         m = re.search(re.escape(name) + r"[:(](\d+)", ln)
         if m and "error" in ln:
             return PreprocessError(ln.split(name, 1)[-1].lstrip(":(0123456789) ").strip(), int(m.group(1)))
-    first = next((ln for ln in stderr.splitlines() if ln.strip()), "nvcc -E failed")
-    return PreprocessError(first.strip())
+    first = next((ln for ln in lines if "error" in ln), next((ln for ln in lines if ln.strip()), "nvcc -E failed"))
+    where = next((int(m.group(1)) for ln in lines if (m := re.search(re.escape(name) + r":(\d+)", ln))), 0)
+    return PreprocessError(first.strip(), where)
 
 
 _DEFINE = re.compile(r"^#define ([A-Za-z_]\w*)")
@@ -158,6 +196,7 @@ def _user_lines(output: str, name: str, source: str, roots: tuple[str, ...] = ()
     cur = 1
     last_written = 0
     macros: set[str] = set()
+    headers: list[str] = []
     for ln in output.split("\n"):
         m = _MARKER.match(ln)
         if m:
@@ -173,6 +212,8 @@ def _user_lines(output: str, name: str, source: str, roots: tuple[str, ...] = ()
                 macros.add(d.group(1))
             cur += 1
             continue
+        if not mine and not system and not fname.startswith("<"):
+            headers.append(ln)
         if mine and 1 <= cur <= n_lines:
             if cur == last_written and lines[cur]:
                 lines[cur].append(" " + ln.strip())  # a fragment of the same source line (after a marker)
@@ -202,4 +243,4 @@ def _user_lines(output: str, name: str, source: str, roots: tuple[str, ...] = ()
     out_lines += originals[len(out_lines):]
     changed = frozenset(i + 1 for i, (a, b) in enumerate(zip(originals, out_lines, strict=False))
                         if a.rstrip() != b)
-    return Expanded("\n".join(out_lines), changed, frozenset(macros))
+    return Expanded("\n".join(out_lines), changed, frozenset(macros), headers=restore_qualifiers("\n".join(headers)))

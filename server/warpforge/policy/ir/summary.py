@@ -266,8 +266,9 @@ def _parallel(k: Kernel, scope: Scope) -> list[ParallelDim]:
     out: list[ParallelDim] = []
     sts = statements(k.body)
     seen: list[dict[str, str]] = []
+    ints = _integer_locals(k)
     for name, value in scope.values.items():
-        if not _thread_dependent(value, k, scope):
+        if name not in ints or not _thread_dependent(value, k, scope):
             continue
         index, why = _affine(value, scope)
         form, guard, line = _guard_of(name, sts, k)
@@ -291,6 +292,16 @@ def _parallel(k: Kernel, scope: Scope) -> list[ParallelDim]:
         index, why = _affine(v, scope)
         out.append(ParallelDim(names[0], index or {}, form, k.t(cond) if cond is not None else "",
                                f.start_point[0] + 1, why))
+    return out
+
+
+def _integer_locals(k: Kernel) -> set[str]:
+    """Locals declared with an integer type (indices; a float computed from a thread's element is not one)."""
+    out: set[str] = set()
+    for d in walk(k.body, ("declaration",)):
+        t = d.child_by_field_name("type")
+        if t is not None and " ".join(k.t(t).replace("const", "").split()) in _INT_TYPES | {"auto"}:
+            out |= declared_names(d, k.data)
     return out
 
 
