@@ -93,7 +93,7 @@ class OfflinePolicy:
         for pre in (True, False):
             got = lower(self.source.text, self.kernel.name, path=self.file, spec=self.spec, defines=defines,
                         include_dirs=includes, definition=candidate.source, keep=tuple(candidate.defines),
-                        std=std, preprocess=pre, grid=candidate.grid)
+                        std=std, preprocess=pre, grid=candidate.grid, model=self.model)
             if not (isinstance(got, Declined) and got.reason.startswith("the preprocessor failed")):
                 break
         out: str | None = None

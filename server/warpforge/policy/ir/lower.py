@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...cuda.model import KernelNotFound
+from ...cuda.model import FileModel, KernelNotFound
 from ...cuda.normalize import file_facts, normalize_definition
 from ...cuda.parser import parse
 from ...spec.model import KernelSpec
@@ -68,15 +68,17 @@ class Lowered:
 def lower(source: str, kernel_name: str, *, path: str | None = None, spec: KernelSpec | None = None,
           defines: Sequence[tuple[str, str]] = (), include_dirs: Sequence[str] = (),
           definition: str | None = None, keep: Sequence[str] = (), std: str | None = None,
-          preprocess: bool = True, grid: Sequence[str] | None = None) -> Lowered | Declined:
+          preprocess: bool = True, grid: Sequence[str] | None = None,
+          model: FileModel | None = None) -> Lowered | Declined:
     """Lower the kernel ``kernel_name`` of the file ``source`` (at ``path``).
 
     ``definition`` replaces the kernel's definition first (a candidate's text); ``spec`` gives the
     template instantiation and the tunables kept as names (``keep`` adds more); ``defines`` and
     ``include_dirs`` are the build's (``compiler.project``). ``preprocess=False`` skips nvcc (the text is
     lowered as written). ``grid`` is the launch's grid (the candidate's, else the spec's): on a 1-D grid
-    a 2-D index flattened by hand is the 1-D index."""
-    model = parse(source)
+    a 2-D index flattened by hand is the 1-D index. ``model`` is the file's parse when the caller has it
+    (a job parses its file once)."""
+    model = model if model is not None else parse(source)
     try:
         kernel = model.require(kernel_name, path or "the file")
     except KernelNotFound as e:
