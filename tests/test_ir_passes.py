@@ -161,7 +161,8 @@ def test_global_accumulator_declines(body: str, why: str) -> None:
 
 def test_global_accumulator_loop_under_an_if_without_braces_is_left() -> None:
     got = low("__global__ void k(float* y, const float* x, int m) {\n"
-              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (m > 0) for (int j = 0; j < m; j++) y[i] += x[j];\n}\n")
+              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  if (m > 0) for (int j = 0; j < m; j++) y[i] += x[j];\n}\n")
     assert "_acc" not in got.text
 
 

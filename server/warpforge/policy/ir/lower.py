@@ -93,6 +93,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     n = original.count("\n") + 1
     full = spliced
     headers = ""
+    notes: list[str] = []
     preprocessed = False
     if preprocess and definition is not None and not _needs_expansion(original, source, path, defines,
                                                                        include_dirs, std):
@@ -107,6 +108,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
             return Declined(f"the preprocessor failed: {e}", max(line, 0))
         full = ex.text
         headers = ex.headers
+        if ex.stubbed:
+            notes.append("headers not found, read as empty: " + ", ".join(ex.stubbed))
         preprocessed = any(start <= ln < start + n for ln in ex.changed)
     lines = full.split("\n")
     text = "\n".join(lines[start - 1:start - 1 + n])
@@ -139,7 +142,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if k is None or parse(text).kernel(kernel_name) is None:
         return Declined("the lowered kernel does not parse", kernel.start_line)
     return Lowered(kernel_name, text, original, summarize(k, targs), tuple(applied), tuple(skipped),
-                   preprocessed, kernel.start_line)
+                   preprocessed, kernel.start_line, tuple(notes))
 
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")

@@ -71,9 +71,8 @@ def hoisted_loop_variable(k: Kernel, env: PassEnv) -> Result:
             fors = list(loops.values())
             if any(a is not b and a.start_byte <= b.start_byte < a.end_byte for a in fors for b in fors):
                 continue  # nested loops sharing the variable: the inner one's value flows out
-            if var in declared_names(scope, k.data) - {var} or sum(1 for n in walk(scope, ("declaration",))
-                                                                    if var in declared_names(n, k.data)) > 1:
-                continue
+            if sum(1 for n in walk(scope, ("declaration",)) if var in declared_names(n, k.data)) > 1:
+                continue  # declared again in an inner scope: uses may mean either
             rest = [k.t(x) for x in decls if x is not d]
             edits = [(decl.start_byte, decl.end_byte,
                       f"{prefix} {', '.join(rest)};" if rest else "")]

@@ -15,7 +15,7 @@ from ...cuda.tree import unparen, written_names
 from ..rules._structural import global_index
 from .affine import NonAffine, Poly, affine, poly
 from .passes import Changed, Kernel, PassEnv, Result, register, splice
-from .summary import _params, scope_of
+from .summary import params_of, scope_of
 
 _CANON = {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}
 _WIDE = frozenset({"size_t", "long", "long long", "unsigned long", "unsigned long long", "int64_t", "uint64_t",
@@ -36,7 +36,7 @@ def _on_1d_grid(p: Poly) -> Poly:
 @register("thread_index", "a local whose value equals blockIdx.x * blockDim.x + threadIdx.x on the launch "
                           "(a 1-D grid makes blockIdx.y/z zero)")
 def thread_index(k: Kernel, env: PassEnv) -> Result:
-    _, uniform = _params(k)
+    _, uniform = params_of(k)
     scope = scope_of(k, uniform, set())
     written = written_names(k.body, k.data)
     for d in k.body.children:

@@ -106,7 +106,7 @@ class Summary:
     notes: tuple[str, ...] = field(default=())
 
 
-def _params(k: Kernel) -> tuple[list[tuple[str, str, bool, bool]], set[str]]:
+def params_of(k: Kernel) -> tuple[list[tuple[str, str, bool, bool]], set[str]]:
     """(name, base type, is_pointer, is_const) of each parameter, and the scalar (uniform) ones."""
     out: list[tuple[str, str, bool, bool]] = []
     decl = k.fn.child_by_field_name("declarator")
@@ -170,7 +170,7 @@ def _enclosing_loops(n: Node, k: Kernel) -> tuple[str, ...]:
 def summarize(k: Kernel, template_args: dict[str, str] | None = None) -> Summary:
     """The summary of the kernel ``k`` (already lowered)."""
     targs = template_args or {}
-    params, uniform = _params(k)
+    params, uniform = params_of(k)
     scope = scope_of(k, uniform, {n for n, a in targs.items() if not a.replace("_", "").isalpha()})
     written_params: set[str] = set()
     accesses: list[Access] = []
