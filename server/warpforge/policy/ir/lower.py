@@ -13,7 +13,7 @@ ordinary candidate, and the edit the user accepts lands in their own file. It is
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +66,7 @@ class Lowered:
 
 
 def lower(source: str, kernel_name: str, *, path: str | None = None, spec: KernelSpec | None = None,
-          defines: Sequence[tuple[str, str]] = (), include_dirs: Sequence[str] = (),
+          defines: Sequence[tuple[str, str]] | Mapping[str, str] = (), include_dirs: Sequence[str] = (),
           definition: str | None = None, keep: Sequence[str] = (), std: str | None = None,
           preprocess: bool = True, grid: Sequence[str] | None = None,
           model: FileModel | None = None) -> Lowered | Declined:
@@ -79,6 +79,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     a 2-D index flattened by hand is the 1-D index. ``model`` is the file's parse when the caller has it
     (a job parses its file once)."""
     model = model if model is not None else parse(source)
+    defines = tuple(defines.items()) if isinstance(defines, Mapping) else tuple(defines)
     try:
         kernel = model.require(kernel_name, path or "the file")
     except KernelNotFound as e:
