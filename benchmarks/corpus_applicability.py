@@ -41,6 +41,7 @@ if str(ROOT / "server") not in sys.path:
 from warpforge.compiler.build import compile_cubin  # noqa: E402
 from warpforge.cuda import parse  # noqa: E402
 from warpforge.cuda.candidate import Candidate  # noqa: E402
+from warpforge.cuda.types import file_aliases  # noqa: E402
 from warpforge.gpu import guards, surgery  # noqa: E402
 from warpforge.gpu.inputs import Layout  # noqa: E402
 from warpforge.policy.offline import OfflinePolicy, offline_policy  # noqa: E402
@@ -117,12 +118,14 @@ class EvaluatorBuild:
         spec = policy.spec
         self.variants = ["spec"] + (["odd"] if odd and spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
+        # the file's typedef/using aliases, as the evaluator passes them to the signature guard
+        self.aliases = file_aliases(policy.source, policy.model, policy.file)
 
     def check(self, cand: Candidate) -> BuildCheck:
         t0 = time.perf_counter()
         p = self.policy
         if cand.source != self.original.source:
-            found = guards.check_candidate(p.kernel, self.original.source, cand.source)
+            found = guards.check_candidate(p.kernel, self.original.source, cand.source, self.aliases)
             if found:
                 return BuildCheck(False, "guard", "; ".join(f.text() for f in found), time.perf_counter() - t0)
         try:

@@ -115,7 +115,31 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                     cur = cur.child_by_field_name("declarator")
                 if atype is not None and cur is None:
                     out[node_text(name, data)] = (node_text(atype, data), stars)
+    for macro, target in macro_type_aliases(src.text).items():
+        out.setdefault(macro, (target, 0))
     return out
+
+
+#: builtin element types an object-like macro may stand for (``#define ELEM float``)
+_MACRO_TYPES = frozenset({
+    "float", "double", "int", "unsigned", "unsigned int", "long", "long long", "unsigned long long", "short",
+    "unsigned short", "char", "signed char", "unsigned char", "bool", "size_t", "int8_t", "int16_t", "int32_t",
+    "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "__half", "half", "__half2", "half2",
+    "__nv_bfloat16", "nv_bfloat16", "__nv_bfloat162", "float2", "float4", "double2", "int2", "int4",
+})
+_MACRO_DEF = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([A-Za-z_][\w \t]*?)[ \t]*$", re.M)
+
+
+def macro_type_aliases(text: str) -> dict[str, str]:
+    """Object-like macros naming a builtin element type (``#define ELEM float``), defined once in the file.
+
+    Why: the preprocessor makes ``ELEM* y`` a ``float* y``; a variant whose text was expanded (``policy.ir``)
+    spells it so. A macro defined more than once (under ``#if`` branches) is left out: which one holds
+    depends on the build."""
+    seen: dict[str, list[str]] = {}
+    for m in _MACRO_DEF.finditer(text):
+        seen.setdefault(m.group(1), []).append(" ".join(m.group(2).split()))
+    return {k: v[0] for k, v in seen.items() if len(v) == 1 and v[0] in _MACRO_TYPES}
 
 
 #: how far ``header_aliases`` follows quoted includes, and how much it reads

@@ -1,13 +1,15 @@
 """The offline policy: WarpForge's own transformation library as a search Policy (no API key needed).
 
-It proposes, for a node, every applicable variant of every registered rule, ordered so that rules
-motivated by the kernel's findings come first, then families that worked on this kernel before (search
-memory). ``combine`` (crossover) replays the steps of one branch on top of another.
+It proposes, for a node, every applicable variant of every registered rule, ordered so that rules motivated by
+the kernel's findings come first, then families that worked on this kernel before (search memory). ``combine``
+(crossover) replays the steps of one branch on top of another.
 
-A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form
-(``cuda.normalize``: guards as early exits, bumped pointers as base + offset, macros and typedefs
-expanded, ...), and its rewrite then starts from that text. Rules therefore see one shape for equivalent
-spellings without each learning every spelling; the canonical text alone is never proposed.
+A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form: the candidate
+lowered by ``policy.ir`` (the real preprocessor, then exact passes: device functions inlined, loop variables
+declared in their loops, ``while`` loops as ``for``, bumped indices affine, global accumulators in registers,
+typedefs and template arguments substituted, and ``cuda.normalize``'s guards as early exits and bumped
+pointers as base + offset), and its rewrite then starts from that text. Rules therefore see one shape for
+equivalent spellings without each learning every spelling; the canonical text alone is never proposed.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
 from ..cuda.normalize import file_facts, normalize_definition
+from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext
 from ..spec.model import KernelSpec
+from .ir import Declined, Lowered, build_settings, lower
 from .rules import REGISTRY, Rule, RuleContext, load
 from .rules._util import refresh_launch_bounds
 
@@ -41,6 +45,9 @@ class OfflinePolicy:
     families: set[str] | None = None  # restrict to these families (None: all)
     name: str = "rules"
     errors: list[str] = field(default_factory=list)
+    #: candidate text -> its lowered text (None: nothing to lower, or lowering declined)
+    _lowered: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None], str | None] = field(
+        default_factory=dict, repr=False)
 
     def root_candidate(self) -> Candidate:
         return Candidate(self.kernel.name, self.source.slice(self.kernel.span), family="original",
@@ -72,8 +79,40 @@ class OfflinePolicy:
 
         return sorted(rules, key=key)
 
+    def lowered(self, candidate: Candidate) -> str | None:
+        """The candidate's definition lowered by ``policy.ir`` (None when unchanged or declined).
+
+        The build's defines and include folders are the project's (``compiler.project``); the spec's
+        tunables and the candidate's defines stay names. Without nvcc (or where it fails on the file)
+        the passes still run on the text as written."""
+        key = (candidate.source, tuple(sorted(candidate.defines)), candidate.grid)
+        if key in self._lowered:
+            return self._lowered[key]
+        defines, includes, std = build_settings(self.file)
+        got: Lowered | Declined = Declined("not lowered")
+        for pre in (True, False):
+            got = lower(self.source.text, self.kernel.name, path=self.file, spec=self.spec, defines=defines,
+                        include_dirs=includes, definition=candidate.source, keep=tuple(candidate.defines),
+                        std=std, preprocess=pre, grid=candidate.grid, model=self.model)
+            if not (isinstance(got, Declined) and got.reason.startswith("the preprocessor failed")):
+                break
+        out: str | None = None
+        if isinstance(got, Declined):
+            self.errors.append(f"lower: {got.reason} (line {got.line})")
+        elif got.changed:
+            out = got.text
+        self._lowered[key] = out
+        return out
+
     def normalized(self, candidate: Candidate) -> Candidate | None:
         """The candidate in canonical form, or None when that is the text it already has."""
+        try:
+            low = self.lowered(candidate)
+        except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original
+            self.errors.append(f"lower: {type(e).__name__}: {e}")
+            low = None
+        if low is not None:
+            return replace(candidate, source=low)
         try:
             text = normalize_definition(candidate.source, candidate.kernel, file_facts(self.source.text))
         except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original
@@ -102,6 +141,26 @@ class OfflinePolicy:
             return None
         return child if fixed == child.source else replace(child, source=fixed)
 
+    def _as_written(self, child: Candidate, written: RuleContext, used: RuleContext) -> Candidate:
+        """A child made from the lowered text, with each parameter the rule left alone spelled as the user
+        wrote it (``real_t* y``, not the ``float* y`` lowering resolved it to): the diff changes no more of the
+        user's text than the rewrite needs."""
+        if used is written or written.cand_kernel is None or used.cand_kernel is None:
+            return child
+        src = SourceText(child.source)
+        k = parse(src.data).kernel(self.kernel.name)
+        if k is None or not (len(k.params) == len(written.cand_kernel.params) == len(used.cand_kernel.params)):
+            return child
+        edits = [(p.span.start, p.span.end, w.text) for p, w, u in
+                 zip(k.params, written.cand_kernel.params, used.cand_kernel.params, strict=True)
+                 if p.text == u.text != w.text]
+        if not edits:
+            return child
+        data = src.data
+        for start, end, text in sorted(edits, reverse=True):
+            data = data[:start] + text.encode("utf-8") + data[end:]
+        return replace(child, source=data.decode("utf-8"))
+
     def propose_sync(self, candidate: Candidate, memory: dict[str, tuple[int, int, float]] | None = None
                      ) -> list[Candidate]:
         ctx = self.context(candidate)
@@ -116,6 +175,7 @@ class OfflinePolicy:
                 for param in params:
                     child = rule.apply(use, param)
                     child = self._consistent(use, child) if child is not None else None
+                    child = self._as_written(child, ctx, use) if child is not None else None
                     if child is not None:
                         out.append(child)
             except Exception as e:  # a buggy rule must not stop the others from proposing
@@ -138,11 +198,13 @@ class OfflinePolicy:
             if ctx.cand_kernel is None:
                 return None
             norm = self.normalized(cur)
+            written = ctx
             ctx, params = self._rule_context(rule, ctx, self.context(norm) if norm is not None else None, param)
             if param not in params:
                 return None
             nxt = rule.apply(ctx, param)
             nxt = self._consistent(ctx, nxt) if nxt is not None else None
+            nxt = self._as_written(nxt, written, ctx) if nxt is not None else None
             if nxt is None:
                 return None
             cur = nxt
