@@ -8,6 +8,8 @@ need not import the profiler above it (docs/architecture.md).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 
 from .toolchain import ToolMissing, find_tool
@@ -45,10 +47,34 @@ def permission_message() -> str:
 
 def run_ncu(cmd: list[str], *, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run an ncu command line (already built and guarded) in its own session; a timeout or an ncu that
-    cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way."""
+    cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way.
+
+    On a timeout the whole session is killed, not only ``ncu``: the harness it launched (the process holding a
+    CUDA context and launching the kernel) must be gone before the caller gives the GPU back to timing
+    (``app.optimize``'s profile beside the search holds the GPU until this returns)."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
     except OSError as e:
         raise ProfilerUnavailable("missing", f"{cmd[0]} could not be started: {e}") from e
+    try:
+        out, err = proc.communicate(timeout=max(0.1, timeout))
+    except subprocess.TimeoutExpired as e:
+        _kill_session(proc)
+        raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
+    except BaseException:
+        _kill_session(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc``'s whole session (it was started as its leader) and reap ``proc``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
