@@ -143,8 +143,9 @@ class OptimizeJob:
     profile: ProfileReport | None = field(default=None, init=False)
     #: where the job's time went (``app.phases``), filled in as it runs
     phases: Phases = field(default_factory=Phases, init=False)
-    #: the blocking profiler (``profile_kernel``'s signature); tests on machines without ncu give a stand-in
-    profiler: Callable[..., ProfileReport] = field(default=profile_kernel)
+    #: the blocking profiler (``profile_kernel``'s signature; None: that one); tests on machines without ncu
+    #: give a stand-in
+    profiler: Callable[..., ProfileReport] | None = None
     _policy: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -399,7 +400,8 @@ class OptimizeJob:
         store = self._store()
         cap = max(0.0, deadline - time.monotonic())
         try:
-            report = await loop.run_in_executor(self.pool, lambda: self.profiler(
+            profiler = self.profiler or profile_kernel
+            report = await loop.run_in_executor(self.pool, lambda: profiler(
                 p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=device, parsed=p.parts(),
                 timeout=cap, max_bytes=PROFILE_MAX_BYTES, deadline=deadline))
         except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
