@@ -269,7 +269,10 @@ class SearchEngine:
         proposals = await self._propose(root)
         prebuild = getattr(self.evaluator, "prebuild", None)
         if prebuild is not None:
-            for c in self.first_round(list(proposals)):
+            first = self.first_round(list(proposals))
+            if self.budget.max_candidates is not None:  # the root is the budget's first candidate
+                first = first[: max(0, self.budget.max_candidates - 1)]
+            for c in first:
                 try:
                     prebuild(c)
                 except Exception as e:  # building ahead is an optimization: the evaluation builds it anyway
