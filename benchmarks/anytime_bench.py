@@ -141,8 +141,8 @@ def summarize(rows: Sequence[dict[str, Any]], times: Sequence[float] | None = No
 
 def table(summary: dict[str, Any]) -> str:
     times = summary["times"]
-    head = f"{'case':<30}" + "".join(f"{'first@' + format(t, 'g'):>10}{'best@' + format(t, 'g'):>10}" for t in times) + \
-        f"{'short/long':>11}"
+    cols = "".join(f"{'first@' + format(t, 'g'):>10}{'best@' + format(t, 'g'):>10}" for t in times)
+    head = f"{'case':<30}{cols}{'short/long':>11}"
     lines = [head]
     for e in summary["cases"]:
         cells = ""

@@ -37,7 +37,6 @@ from warpforge.profile.profiler import ProfileReport
 from warpforge.profile.roofline import Ceilings, KernelProfile, Perf, classify
 from warpforge.search.beam import BeamConfig, BeamSearch
 from warpforge.search.engine import Budget
-from warpforge.search.optimize import OptimizeRequest
 from warpforge.search.tree import Node, SearchContext
 
 load_analyzers()  # the profile codes (WF2xx) are defined by their analyzers
@@ -183,7 +182,7 @@ def test_with_two_gpus_the_profile_holds_one_and_the_search_times_on_the_other()
     job, _ = _job(ev, prof)
     asyncio.run(job.run())
     assert prof.span is not None
-    p_start, p_end = prof.span
+    _start, p_end = prof.span
     held = prof.calls[0]["device"]
     other = 1 - held
     # nothing on the profile's device while it profiles; the other device works meanwhile

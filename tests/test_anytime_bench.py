@@ -15,8 +15,9 @@ from conftest import ROOT, needs_nvcc
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import anytime_bench as ab  # noqa: E402
-from warpforge.gpu.supervisor import gpu_unavailable_reason  # noqa: E402
+import anytime_bench as ab
+
+from warpforge.gpu.supervisor import gpu_unavailable_reason
 
 
 def test_cases_and_the_command_it_runs() -> None:

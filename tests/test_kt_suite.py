@@ -23,7 +23,7 @@ from conftest import ROOT, needs_nvcc
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import kt_suite as kt  # noqa: E402
+import kt_suite as kt
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -32,7 +32,8 @@ def kt_source(p: kt.KTPlan, config: dict[str, Any]) -> str:
     """The source as Kernel Tuner prepares it for ``config``: its defines (grid, block, parameters) first."""
     grid, block, _smem = p.launch(config)
     lines = [f"#define grid_size_{d} {g}" for d, g in zip("xyz", grid, strict=True)]
-    lines += [f"#define block_size_{d} {b}" for d, b in zip("xyz", block, strict=True) if f"block_size_{d}" not in config]
+    lines += [f"#define block_size_{d} {b}" for d, b in zip("xyz", block, strict=True)
+              if f"block_size_{d}" not in config]
     lines += [f"#define {k} {v}" for k, v in config.items()]
     return "\n".join([*lines, "#define kernel_tuner 1", p.source])
 

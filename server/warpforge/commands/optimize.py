@@ -16,7 +16,8 @@ round (Nsight Compute where it is available, within a quarter of ``--time``; its
 later rounds, and say so in a note), a rich progress bar (round, candidates, best verified speedup), then the best
 verified variant as a unified diff with its speedup and interval, what was checked, and the findings that
 motivated it, and a last line with the seconds of each phase and of the first verified improvement
-(``phases`` and ``first_improvement_seconds`` in the JSON, ``app.phases``). ``--apply`` writes it (keeping a backup); nothing is written otherwise.
+(``phases`` and ``first_improvement_seconds`` in the JSON, ``app.phases``). ``--apply`` writes it (keeping a
+backup); nothing is written otherwise.
 
 The kernel's launches elsewhere in the workspace (``--workspace``, default the current folder when it holds
 FILE, else FILE's folder; ``cuda.workspace``) are part of the result: a variant verified with another launch

@@ -8,6 +8,7 @@ need not import the profiler above it (docs/architecture.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,7 +75,5 @@ def _kill_session(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass

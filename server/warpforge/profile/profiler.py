@@ -333,7 +333,8 @@ def profile_kernel(
             exp = ncu_mod.collect(built.build.cubin, built.resources.mangled, layout,
                                   (resolved.grid, resolved.block, resolved.smem),
                                   seed=spec.seeds[0] if spec.seeds else 0, device=device, sections=sections,
-                                  ncu=exe, timeout=timeout if deadline is None else max(0.0, min(timeout, left() or 0.0)))
+                                  ncu=exe,
+                                  timeout=timeout if deadline is None else max(0.0, min(timeout, left() or 0.0)))
             ncu_profile = parse_profile(exp.pages["details"], exp.pages.get("raw"), exp.pages.get("source"))
             report.seconds["ncu"] = exp.profile_seconds
             report.seconds["export"] = exp.export_seconds

@@ -121,7 +121,8 @@ def _slug(name: str) -> str:
 
 def ceilings_path(gpu: str, driver: str = "") -> Path:
     """Where ``gpu``'s ceilings under ``driver`` are kept (one file per GPU name, driver and measurement)."""
-    return user_cache_dir() / "roofline" / f"{_slug(gpu)}__{_slug(driver) if driver else 'any'}__m{MEASURE_VERSION}.json"
+    kept = _slug(driver) if driver else "any"
+    return user_cache_dir() / "roofline" / f"{_slug(gpu)}__{kept}__m{MEASURE_VERSION}.json"
 
 
 def cached_ceilings(gpu: str, driver: str | None = None) -> Ceilings | None:
