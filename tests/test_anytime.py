@@ -361,3 +361,41 @@ def test_prebuild_is_taken_by_the_real_evaluators_evaluation() -> None:
     finally:
         ev.backend.close()
     assert got == again and len(calls) == 2 and len(set(calls)) == 1
+
+
+class RecordingDevice:
+    """A device handle that records the requests a backend sends it (no worker behind it: SYNTHETIC answers)."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.key = f"local:{device}"
+        self.worker_pid = 1000 + device
+        self.ops: list[str] = []
+
+    async def request(self, msg: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+        self.ops.append(str(msg["op"]))
+        if msg["op"] == "info":
+            return {"status": "ok", "info": {"name": "SYNTHETIC", "pid": self.worker_pid}}
+        return {"status": "ok", "peak_gbps": 3000.0 + self.device}
+
+
+def test_the_warm_up_times_nothing_on_the_device_the_profile_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``warm_up`` measures each device's copy bandwidth (a timed copy) before candidates arrive: not on the
+    device the profile holds. Its worker is started (``info``); its bandwidth waits for the first candidate."""
+    backend = LocalBackend(devices=[0, 1])
+    devices = [RecordingDevice(0), RecordingDevice(1)]
+
+    async def all_devices() -> list[RecordingDevice]:
+        return devices
+
+    monkeypatch.setattr(backend, "all_devices", all_devices)
+    backend.reserved.add("local:0")
+    try:
+        asyncio.run(backend.warm_up())
+        assert devices[0].ops == ["info"] and devices[1].ops == ["info", "peak"]
+        backend.reserved.discard("local:0")
+        info, peak = asyncio.run(backend.facts(devices[0]))  # what a candidate holding it asks first
+        assert devices[0].ops == ["info", "peak"] and peak == 3000.0 and info["name"] == "SYNTHETIC"
+        assert asyncio.run(backend.facts(devices[0]))[1] == 3000.0 and devices[0].ops == ["info", "peak"]
+    finally:
+        backend.close()

@@ -300,14 +300,13 @@ class OptimizeJob:
         store = getattr(self.evaluator, "store", None)
         return store if isinstance(store, Store) else None
 
-    def _lease(self) -> Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None:
-        """How the profile takes a GPU from the evaluator's own pool (None: the evaluator has no local pool the
-        profile could share, see the module docstring)."""
+    def _lease(self) -> Any:
+        """The evaluator's local GPU pool the profile takes a device from (None: the evaluator has no local pool
+        the profile could share, see the module docstring)."""
         pool = getattr(self.evaluator, "backend", None)
         if getattr(pool, "kind", None) != "local" or not callable(getattr(pool, "acquire", None)):
             return None
-        acquire: Callable[[], contextlib.AbstractAsyncContextManager[Any]] = pool.acquire  # type: ignore[union-attr]
-        return acquire
+        return pool
 
     async def _start_profile(self) -> asyncio.Future[None] | None:
         """Reuse the stored profile, or start profiling: beside the search when the profile can hold a GPU of
@@ -340,8 +339,8 @@ class OptimizeJob:
             waiting.cancel()
         return task
 
-    async def _profile_beside(self, lease: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
-                              key: ProfileKey | None, deadline: float, holding: asyncio.Event) -> None:
+    async def _profile_beside(self, pool: Any, key: ProfileKey | None, deadline: float,
+                              holding: asyncio.Event) -> None:
         """Profile on a GPU held from the evaluator's pool, while the search builds (see the module docstring).
         The GPU is given back only once the profiler's thread has returned (Nsight Compute's session ended)."""
         share = profile_seconds(self.settings.seconds)
@@ -349,8 +348,10 @@ class OptimizeJob:
                             "first round: static findings order it"))
         self.phases.begin("profile")
         report: ProfileReport | None = None
-        async with lease() as dev:
+        reserved: set[str] = getattr(pool, "reserved", set())
+        async with pool.acquire() as dev:
             self.phases.begin("profile_gpu")
+            reserved.add(dev.key)  # the backend's warm-up measures nothing on it meanwhile
             holding.set()
             device = int(getattr(dev, "device", self.settings.device))
             made = asyncio.ensure_future(self._measure(key, device, deadline))
@@ -361,6 +362,7 @@ class OptimizeJob:
                     await made  # the GPU stays held until ncu has ended, even when the job is cancelled
                 raise
             finally:
+                reserved.discard(dev.key)
                 self.phases.end("profile_gpu")
         self.phases.end("profile")
         if report is not None:
