@@ -25,6 +25,7 @@ import pytest
 
 from conftest import ROOT
 from warpforge.app import JobEvent, OptimizeJob, OptimizeSettings, PreparedKernel, Profiled, Progress
+from warpforge.app import optimize as optimize_mod
 from warpforge.app.optimize import PROFILE_SHARE, profile_seconds
 from warpforge.app.phases import Phases
 from warpforge.compiler.nsight import ProfilerUnavailable, run_ncu
@@ -123,7 +124,7 @@ class SlowProfiler:
         return report
 
 
-def _job(evaluator: PooledEvaluator | Any, profiler: SlowProfiler | None, seconds: float = 30.0,
+def _job(evaluator: PooledEvaluator | Any, profiler: SlowProfiler | None, seconds: float = 60.0,
          budget: int = 8) -> tuple[OptimizeJob, list[tuple[float, JobEvent]]]:
     events: list[tuple[float, JobEvent]] = []
     p = PreparedKernel.from_text("saxpy.cu", SAXPY, "saxpy")
@@ -191,9 +192,12 @@ def test_with_two_gpus_the_profile_holds_one_and_the_search_times_on_the_other()
     assert job.phases.first_improvement is not None and job.phases.first_improvement < p_end
 
 
-def test_the_profile_gets_a_share_of_the_budget_and_the_search_goes_on_without_it() -> None:
-    """A 4 s job gives the profile 1 s (``PROFILE_SHARE``); a profile that needs longer is cut off there, the
-    search keeps the static findings, and says so."""
+def test_the_profile_gets_a_share_of_the_budget_and_the_search_goes_on_without_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 4 s job gives the profile 1 s (``PROFILE_SHARE``; the least share worth a profile lowered from 8 s to
+    keep the test short); a profile that needs longer is cut off there, the search keeps the static findings,
+    and says so."""
+    monkeypatch.setattr(optimize_mod, "PROFILE_MIN_SECONDS", 0.5)
     ev = PooledEvaluator([0])
     prof = SlowProfiler(30.0, ev.t0)
     job, events = _job(ev, prof, seconds=4.0)
@@ -213,6 +217,20 @@ def test_the_profile_gets_a_share_of_the_budget_and_the_search_goes_on_without_i
 def test_profile_seconds_is_a_quarter_of_the_budget_capped() -> None:
     assert profile_seconds(20) == 5.0 and profile_seconds(90) == 22.5
     assert profile_seconds(None) == 300.0 and profile_seconds(5000) == 300.0
+
+
+def test_a_share_too_short_for_a_profile_is_left_to_the_search() -> None:
+    """``--time 20``: a quarter is 5 s, less than Nsight Compute needs; no profile is started and the GPU is the
+    search's from the start."""
+    ev = PooledEvaluator([0])
+    prof = SlowProfiler(0.3, ev.t0)
+    job, events = _job(ev, prof, seconds=20.0)
+    static = list(job.request.findings)
+    asyncio.run(job.run())
+    assert prof.calls == [] and "profile" not in job.phases.spans and job.phases.profile_beside is None
+    (profiled,) = [e for _, e in events if isinstance(e, Profiled)]
+    assert profiled.findings == () and "share of a 20 s budget is 5 s" in (profiled.report.notice or "")
+    assert list(job.request.findings) == static and job.outcome is not None and job.outcome.result.improved
 
 
 class Unpooled:

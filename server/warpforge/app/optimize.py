@@ -13,7 +13,8 @@ a short budget spent waiting for it searches nothing. So, unless the workspace s
 (``profile.reuse``), the profile starts with the search: the static findings order the first round, and the
 measured findings order the rounds proposed after the profile arrives (``search.optimize.update_findings``).
 It gets ``PROFILE_SHARE`` of the time budget (``profile_seconds``); Nsight Compute is stopped at the end of
-that share (its whole session killed), and the search goes on without the profile and says so.
+that share (its whole session killed), and the search goes on without the profile and says so. A share too
+short for any profile to finish (``PROFILE_MIN_SECONDS``) is not spent: the GPU stays the search's.
 
 **Timing stays honest: the profile holds a GPU of the evaluator's own pool.** Candidates are timed on the
 devices of the evaluator's local pool (``gpu.backends.LocalBackend``), which hands each device to one piece
@@ -72,6 +73,9 @@ PROFILE_MAX_BYTES = 512 << 20
 PROFILE_SHARE = 0.25
 #: the profile's limit without a time budget (s)
 PROFILE_MAX_SECONDS = 300.0
+#: a share shorter than this (s) is not spent on a profile: Nsight Compute's default sections took 8-17 s on
+#: naive kernels (issue 28, H200), so a shorter profile is cut off unfinished, its GPU time lost to the search
+PROFILE_MIN_SECONDS = 8.0
 
 
 def profile_seconds(budget_seconds: float | None) -> float:
@@ -316,8 +320,16 @@ class OptimizeJob:
         if report is not None:
             self._apply_profile(report, beside=False)
             return None
+        share = profile_seconds(self.settings.seconds)
+        if share < PROFILE_MIN_SECONDS:
+            note = (f"not profiled: the profile's share of a {self.settings.seconds:g} s budget is {share:.0f} s, "
+                    f"less than Nsight Compute needs (~{PROFILE_MIN_SECONDS:.0f} s); the static findings guide the "
+                    "search (a stored profile, from `warpforge profile` or a longer run, would be reused)")
+            self._emit(Progress(note))
+            self._apply_profile(ProfileReport(self.prepared.file, self.kernel, notice=note), beside=False)
+            return None
         lease = self._lease()
-        deadline = self.phases.started + profile_seconds(self.settings.seconds)
+        deadline = self.phases.started + share
         if lease is None:
             self.phases.profile_beside = False
             self._emit(Progress("profiling the original kernel (Nsight Compute)"))
