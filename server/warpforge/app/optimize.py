@@ -195,7 +195,8 @@ class OptimizeJob:
             await backend.ready(evaluator)
             if self.settings.profile_baseline:
                 profiling = await self._start_profile()
-            self.phases.end("setup")
+            if self.phases.seconds("setup") is None:  # a profile before the search ended it already
+                self.phases.end("setup")
             # Built after a profile made before the search (or reused): the rules are ordered by the findings
             # they are given; a profile beside the search hands its findings over when it arrives.
             s = self.settings
@@ -204,11 +205,12 @@ class OptimizeJob:
                 on_notice=self.notices.append, nvcc=s.nvcc)
             if self.profile is not None and profiling is not None:  # arrived while the policy was being made
                 update_findings(policy, self.request.findings)
+            search_start = self.phases.now()
             self.outcome = await optimize(self.request, evaluator, policy=policy, cancel=self.cancel,
                                           on_event=self._on_search_event, memory=self.memory,
                                           on_search=self._on_search, limit_of=self._limit_of())
-            self._search_phases(self.outcome)
-            if profiling is not None and not profiling.done():
+            self._search_phases(self.outcome, search_start)
+            if profiling is not None and not profiling.done() and not self.cancel.is_set():
                 self._emit(Progress("the search is done; waiting for the baseline profile to end (within its "
                                     f"{profile_seconds(s.seconds):.0f} s share) so the next job can reuse it"))
                 try:
@@ -236,11 +238,10 @@ class OptimizeJob:
         assert self.outcome is not None
         return self.outcome
 
-    def _search_phases(self, outcome: OptimizeOutcome) -> None:
+    def _search_phases(self, outcome: OptimizeOutcome, search_start: float) -> None:
         """The baseline, search and checks spans from the search's own clock (it started with the job)."""
         r = outcome.result
         end = self.phases.now()
-        search_start = self.phases.seconds("setup") or 0.0
         baseline_end = r.history_seconds[0] if r.history_seconds else min(r.seconds, end)
         self.phases.span("baseline", search_start, baseline_end)
         self.phases.span("search", baseline_end, r.seconds)
@@ -333,6 +334,7 @@ class OptimizeJob:
         if lease is None:
             self.phases.profile_beside = False
             self._emit(Progress("profiling the original kernel (Nsight Compute)"))
+            self.phases.end("setup")
             self.phases.begin("profile")
             made = await self._measure(key, self.settings.device, deadline)
             self.phases.end("profile")
