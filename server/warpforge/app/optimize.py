@@ -212,7 +212,8 @@ class OptimizeJob:
             self._search_phases(self.outcome, search_start)
             if profiling is not None and not profiling.done() and not self.cancel.is_set():
                 self._emit(Progress("the search is done; waiting for the baseline profile to end (within its "
-                                    f"{profile_seconds(s.seconds):.0f} s share) so the next job can reuse it"))
+                                    f"{profile_seconds(s.seconds):.0f} s share) so the next job can reuse it",
+                                    self.outcome.result.evaluations))
                 try:
                     await profiling
                 except Exception as e:  # the search's result stands without it
@@ -447,12 +448,15 @@ class OptimizeJob:
         self._emit(Profiled(report, tuple(measured)))
         if beside:
             at = self.phases.now()
+            done = self.search.evaluations if self.search is not None else 0  # the progress bar stays where it is
             if measured:
                 self._emit(Progress(f"baseline profile arrived at {at:.1f} s: {len(measured)} measured finding"
-                                    f"{'s' if len(measured) != 1 else ''} order the rounds proposed from now on"))
+                                    f"{'s' if len(measured) != 1 else ''} order the rounds proposed from now on",
+                                    done))
             else:
                 self._emit(Progress(f"baseline profile ended at {at:.1f} s without measurements "
-                                    f"({report.notice or 'no profile'}): the search goes on with the static findings"))
+                                    f"({report.notice or 'no profile'}): the search goes on with the static findings",
+                                    done))
 
     def _on_search(self, search: SearchEngine) -> None:
         self.search = search
