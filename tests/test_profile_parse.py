@@ -529,8 +529,11 @@ def test_missing_ncu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def gpu_machine(fake_ncu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """profile_kernel as on the GPU machine: a GPU (said to be there), the fake ncu, cached ceilings."""
     monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "cache" / "roofline").mkdir(parents=True)
-    (tmp_path / "cache" / "roofline" / "NVIDIA_H200.json").write_text(json.dumps(CEILINGS.to_json()))
+    from warpforge.profile import roofline
+
+    kept = roofline.ceilings_path("NVIDIA H200")  # kept under the GPU's name (the driver unknown here)
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps(CEILINGS.to_json()))
     monkeypatch.setattr(profiler, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(ncu_mod, "ncu_path", lambda override=None: fake_ncu)
     return fake_ncu

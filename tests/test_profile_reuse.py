@@ -28,7 +28,7 @@ from warpforge.app import optimize as optimize_mod
 from warpforge.app.optimize import PROFILE_MAX_BYTES
 from warpforge.app.profile import ProfileSettings, measured_findings
 from warpforge.profile import ncu as ncu_mod
-from warpforge.profile import profiler, reuse
+from warpforge.profile import profiler, reuse, roofline
 from warpforge.profile.findings import Finding
 from warpforge.profile.ncu import DEFAULT_SECTIONS
 from warpforge.profile.ncu_parse import NcuProfile, load_profile
@@ -167,8 +167,9 @@ def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                                                        os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("WARPFORGE_FAKE_NCU_PAGES", str(NCU / "saxpy"))
     monkeypatch.setenv("WARPFORGE_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "cache" / "roofline").mkdir(parents=True)
-    (tmp_path / "cache" / "roofline" / "NVIDIA_H200.json").write_text(json.dumps(CEILINGS.to_json()))
+    kept = roofline.ceilings_path(*H200)  # kept under the GPU's name and driver
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps(CEILINGS.to_json()))
     monkeypatch.setattr(profiler, "gpu_unavailable_reason", lambda: None)
     monkeypatch.setattr(ncu_mod, "ncu_path", lambda override=None: str(exe))
     monkeypatch.setattr(reuse, "device_identity", lambda device: H200)

@@ -109,12 +109,20 @@ def test_optimize_keeps_its_store_out_of_the_workspace_and_labels_replayed_resul
     assert len(evs) == len([n for n in data["search"]["nodes"] if n["status"] != "pending"])
     assert evs[0]["family"] == "original" and all(e["status"] == "ok" and e["verified"] for e in evs[:1])
     assert all(isinstance(e["seconds"], float) and isinstance(e["time_split"], dict) for e in evs)
+    # where the time went: each phase from the job's start, and the first verified improvement (app.phases)
+    phases = data["phases"]["phases"]
+    assert {"setup", "profile", "baseline", "search", "checks"} <= set(phases)
+    assert phases["baseline"]["end"] <= phases["search"]["end"] <= phases["checks"]["end"] <= data["seconds"] + 0.1
+    assert data["phases"]["profile_beside_search"] is False  # this evaluator has no local GPU pool to share
+    assert data["improved"] and data["first_improvement_seconds"] == data["phases"]["first_improvement_seconds"]
+    assert phases["baseline"]["end"] <= data["first_improvement_seconds"] <= phases["search"]["end"]
     assert _git_status(workspace) == before and not (workspace / ".warpforge").exists()
     # the text says how many were replayed and from where
     assert main(["optimize", str(path), "--budget", "4", "--time", "60"]) == ExitCode.OK
     out = " ".join(capsys.readouterr().out.split())
     assert "replayed from the evaluation cache (" + str(workspace_db(workspace)) + "), measured by an earlier run" \
         in out
+    assert "time: setup " in out and "profile " in out and " s before the search" in out
 
 
 @needs_nvcc

@@ -6,11 +6,37 @@ findings replace the static ones and put the rules they motivate first), the pol
 model when a key is set), the search, the sanitizer's confirmation of the winner, reflection, and closing
 the policy and the evaluator whatever happens. Front ends pass the snapshot (``PreparedKernel``) and
 render the events; they never assemble the job themselves.
+
+**An anytime search: the profile runs beside the first round.** A profile takes seconds (Nsight Compute
+replays the kernel once per metric pass, then exports; the GPU's ceilings are measured the first time), and
+a short budget spent waiting for it searches nothing. So, unless the workspace store already holds it
+(``profile.reuse``), the profile starts with the search: the static findings order the first round, and the
+measured findings order the rounds proposed after the profile arrives (``search.optimize.update_findings``).
+It gets ``PROFILE_SHARE`` of the time budget (``profile_seconds``); Nsight Compute is stopped at the end of
+that share (its whole session killed), and the search goes on without the profile and says so. A share too
+short for any profile to finish (``PROFILE_MIN_SECONDS``) is not spent: the GPU stays the search's.
+
+**Timing stays honest: the profile holds a GPU of the evaluator's own pool.** Candidates are timed on the
+devices of the evaluator's local pool (``gpu.backends.LocalBackend``), which hands each device to one piece
+of GPU work at a time. The profile takes a device from that same pool before the search starts and keeps it
+until Nsight Compute's session has ended. On one GPU that means the original's and the first round's
+builds (CPU, the compile pool: ``SearchEngine`` builds the first round ahead) run while the profile holds
+the GPU, and every verification and timing waits until the profile has given it back: nothing is timed
+while ncu replays kernels, and ncu never measures a kernel that shares the GPU with a timed one. With
+several GPUs the profile holds one and candidates are verified and timed on the others from the start.
+Where the evaluator has no local pool the profile could share (a Ray cluster, whose GPUs may be this
+machine's; a plug-in evaluator), the profile runs before the search, as it did before, within the same share.
+The job waits for a profile still running when the search ends (it is bounded by its share), so the
+profile is kept for the next job and the profile's event always precedes the job's end.
+
+Where the time went is recorded in ``phases`` (``app.phases``): setup, the profile (and how long it held the
+GPU), the baseline, the search, the winner's checks, and the first verified improvement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +54,13 @@ from ..profile.reuse import profile_key, remember, reused
 from ..profile.roofline import Ceilings, cached_ceilings
 from ..search.engine import Budget, SearchEngine, SearchEvent, reserve_for
 from ..search.memory import SearchMemory
-from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize
+from ..search.optimize import HostCodeRefused, OptimizeOutcome, OptimizeRequest, optimize, update_findings
 from ..search.tree import EvaluatorLike, Node
 from ..store import ProfileKey, Store
 from . import backend
 from .events import CandidateFound, Evidence, JobEvent, JobFailed, JobFinished, JobStarted, OnEvent, Profiled, Progress
 from .events import ignore as _ignore
+from .phases import Phases
 from .prepared import PreparedKernel, log_failure
 from .profile import measured_findings
 
@@ -42,6 +69,21 @@ from .profile import measured_findings
 OFFER_ABOVE = 1.01
 #: the baseline's profile before a search runs at most this much data (``profile_kernel(max_bytes=...)``)
 PROFILE_MAX_BYTES = 512 << 20
+#: the part of the time budget the baseline's profile may take (Nsight Compute is stopped at its end)
+PROFILE_SHARE = 0.25
+#: the profile's limit without a time budget (s)
+PROFILE_MAX_SECONDS = 300.0
+#: a share shorter than this (s) is not spent on a profile: Nsight Compute's default sections took 8-17 s on
+#: naive kernels (issue 28, H200), so a shorter profile is cut off unfinished, its GPU time lost to the search
+PROFILE_MIN_SECONDS = 8.0
+
+
+def profile_seconds(budget_seconds: float | None) -> float:
+    """How long the baseline's profile may take of a ``budget_seconds`` job: ``PROFILE_SHARE`` of it, at most
+    ``PROFILE_MAX_SECONDS`` (that alone without a time budget)."""
+    if not budget_seconds:
+        return PROFILE_MAX_SECONDS
+    return min(PROFILE_MAX_SECONDS, PROFILE_SHARE * budget_seconds)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +145,12 @@ class OptimizeJob:
     ceilings: dict[str, Ceilings | None] = field(default_factory=dict, init=False)
     #: the baseline's profile, measured now or reused from the store (``report.reused`` says which)
     profile: ProfileReport | None = field(default=None, init=False)
+    #: where the job's time went (``app.phases``), filled in as it runs
+    phases: Phases = field(default_factory=Phases, init=False)
+    #: the blocking profiler (``profile_kernel``'s signature; None: that one); tests on machines without ncu
+    #: give a stand-in
+    profiler: Callable[..., ProfileReport] | None = None
+    _policy: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -131,27 +179,45 @@ class OptimizeJob:
         answer it by kind (no GPU, an unreachable cluster)."""
         self._emit(JobStarted("optimize", self.kernel, f"{self.settings.strategy} search: measuring the baseline"))
         policy: Any = None
+        profiling: asyncio.Future[None] | None = None
         final: JobEvent
         error: BaseException | None = None
         # The user's wait starts now: the time budget covers the baseline's profile and verification, the
         # search, and the winner's checks (a part of it is kept for those where the evaluator makes them).
         b = self.request.budget
-        self.request.budget = replace(b, started=time.monotonic(), reserve_seconds=0.0)
+        self.phases = Phases()
+        self.request.budget = replace(b, started=self.phases.started, reserve_seconds=0.0)
+        self.phases.begin("setup", 0.0)
         try:
             evaluator = self.start_evaluator()
             if getattr(evaluator, "sanitize", None) is not None:
                 self.request.budget = replace(self.request.budget, reserve_seconds=reserve_for(b.wall_seconds))
             await backend.ready(evaluator)
             if self.settings.profile_baseline:
-                await self._profile_baseline()
-            # Built after the profile: the rules are ordered by the findings they are given.
+                profiling = await self._start_profile()
+            if self.phases.seconds("setup") is None:  # a profile before the search ended it already
+                self.phases.end("setup")
+            # Built after a profile made before the search (or reused): the rules are ordered by the findings
+            # they are given; a profile beside the search hands its findings over when it arrives.
             s = self.settings
-            policy = policy_for_request(self.request, api_key=s.api_key, memory=self.memory,
-                                        settings={"model": s.model} if s.model else None,
-                                        on_notice=self.notices.append, nvcc=s.nvcc)
+            policy = self._policy = policy_for_request(
+                self.request, api_key=s.api_key, memory=self.memory, settings={"model": s.model} if s.model else None,
+                on_notice=self.notices.append, nvcc=s.nvcc)
+            if self.profile is not None and profiling is not None:  # arrived while the policy was being made
+                update_findings(policy, self.request.findings)
+            search_start = self.phases.now()
             self.outcome = await optimize(self.request, evaluator, policy=policy, cancel=self.cancel,
                                           on_event=self._on_search_event, memory=self.memory,
                                           on_search=self._on_search, limit_of=self._limit_of())
+            self._search_phases(self.outcome, search_start)
+            if profiling is not None and not profiling.done() and not self.cancel.is_set():
+                self._emit(Progress("the search is done; waiting for the baseline profile to end (within its "
+                                    f"{profile_seconds(s.seconds):.0f} s share) so the next job can reuse it",
+                                    self.outcome.result.evaluations))
+                try:
+                    await profiling
+                except Exception as e:  # the search's result stands without it
+                    log_failure(log, f"the baseline profile of {self.kernel}", e)
             await policy.reflect(self.outcome.result)
             best = self.outcome.result.best
             if self.outcome.result.improved and best.candidate.hash not in self.announced:
@@ -162,6 +228,8 @@ class OptimizeJob:
         except Exception as e:
             log_failure(log, f"optimize job for {self.kernel}", e)
             final, error = JobFailed(f"{type(e).__name__}: {e}", e), e
+        if profiling is not None and not profiling.done():
+            profiling.cancel()  # the profile's thread ends at its deadline; the job does not wait for it
         await self._close(policy)
         self.state = final.state if isinstance(final, JobFinished) else "failed"
         self.message = final.message
@@ -171,6 +239,19 @@ class OptimizeJob:
         assert self.outcome is not None
         return self.outcome
 
+    def _search_phases(self, outcome: OptimizeOutcome, search_start: float) -> None:
+        """The baseline, search and checks spans from the search's own clock (it started with the job)."""
+        r = outcome.result
+        end = self.phases.now()
+        baseline_end = r.history_seconds[0] if r.history_seconds else min(r.seconds, end)
+        self.phases.span("baseline", search_start, baseline_end)
+        self.phases.span("search", baseline_end, r.seconds)
+        self.phases.span("checks", r.seconds, end)
+        self.phases.busy(n.evaluation for n in r.nodes if n.evaluation is not None)
+        if self.phases.first_improvement is None:  # an engine that sent no events: read its history
+            first = next((t for (_, sp), t in zip(r.history, r.history_seconds, strict=False) if sp > 1.0), None)
+            if first is not None:
+                self.phases.improved(first)
     def node(self, candidate: str) -> Node | None:
         """A node of the search by candidate hash or node id (what View, Accept and Reject name)."""
         if candidate in self.announced:
@@ -225,13 +306,88 @@ class OptimizeJob:
         store = getattr(self.evaluator, "store", None)
         return store if isinstance(store, Store) else None
 
-    async def _profile_baseline(self) -> None:
-        """Profile the original kernel: its measured findings guide the search (rules motivated by them go
-        first). Best effort: without ncu or counter access the static findings stay and the search goes on.
+    def _lease(self) -> Any:
+        """The evaluator's local GPU pool the profile takes a device from (None: the evaluator has no local pool
+        the profile could share, see the module docstring)."""
+        pool = getattr(self.evaluator, "backend", None)
+        if getattr(pool, "kind", None) != "local" or not callable(getattr(pool, "acquire", None)):
+            return None
+        return pool
+
+    async def _start_profile(self) -> asyncio.Future[None] | None:
+        """Reuse the stored profile, or start profiling: beside the search when the profile can hold a GPU of
+        the evaluator's pool (returns its task once it holds the GPU), else before it (returns None when
+        done). Best effort: without ncu or counter access the static findings stay and the search goes on."""
+        key, report = await self._stored_profile()
+        if report is not None:
+            self._apply_profile(report, beside=False)
+            return None
+        share = profile_seconds(self.settings.seconds)
+        if share < PROFILE_MIN_SECONDS:
+            note = (f"not profiled: the profile's share of a {self.settings.seconds:g} s budget is {share:.0f} s, "
+                    f"less than Nsight Compute needs (~{PROFILE_MIN_SECONDS:.0f} s); the static findings guide the "
+                    "search (a stored profile, from `warpforge profile` or a longer run, would be reused)")
+            self._emit(Progress(note))
+            self._apply_profile(ProfileReport(self.prepared.file, self.kernel, notice=note), beside=False)
+            return None
+        lease = self._lease()
+        deadline = self.phases.started + share
+        if lease is None:
+            self.phases.profile_beside = False
+            self._emit(Progress("profiling the original kernel (Nsight Compute)"))
+            self.phases.end("setup")
+            self.phases.begin("profile")
+            made = await self._measure(key, self.settings.device, deadline)
+            self.phases.end("profile")
+            if made is not None:
+                self._apply_profile(made, beside=False)
+            return None
+        self.phases.profile_beside = True
+        holding = asyncio.Event()
+        task = asyncio.ensure_future(self._profile_beside(lease, key, deadline, holding))
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        waiting = asyncio.ensure_future(holding.wait())
+        try:
+            # the profile is first in the GPU queue: nothing is timed before it has had the GPU
+            await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        return task
+
+    async def _profile_beside(self, pool: Any, key: ProfileKey | None, deadline: float,
+                              holding: asyncio.Event) -> None:
+        """Profile on a GPU held from the evaluator's pool, while the search builds (see the module docstring).
+        The GPU is given back only once the profiler's thread has returned (Nsight Compute's session ended)."""
+        share = profile_seconds(self.settings.seconds)
+        self._emit(Progress(f"profiling the original kernel (Nsight Compute, at most {share:.0f} s) beside the "
+                            "first round: static findings order it"))
+        self.phases.begin("profile")
+        report: ProfileReport | None = None
+        reserved: set[str] = getattr(pool, "reserved", set())
+        async with pool.acquire() as dev:
+            self.phases.begin("profile_gpu")
+            reserved.add(dev.key)  # the backend's warm-up measures nothing on it meanwhile
+            holding.set()
+            device = int(getattr(dev, "device", self.settings.device))
+            made = asyncio.ensure_future(self._measure(key, device, deadline))
+            try:
+                report = await asyncio.shield(made)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await made  # the GPU stays held until ncu has ended, even when the job is cancelled
+                raise
+            finally:
+                reserved.discard(dev.key)
+                self.phases.end("profile_gpu")
+        self.phases.end("profile")
+        if report is not None:
+            self._apply_profile(report, beside=True)
+
+    async def _stored_profile(self) -> tuple[ProfileKey | None, ProfileReport | None]:
+        """The profile's key in the workspace store, and the profile stored under it (unless ``fresh_profile``).
 
         A profile of the same kernel text, spec, build and GPU made by an earlier job (or ``warpforge profile``)
-        is reused from the workspace store (``profile.reuse``), unless ``fresh_profile``; a complete profile
-        made now is kept there for the next job."""
+        is reused (``profile.reuse``); a complete profile made now is kept there for the next job."""
         s, p = self.settings, self.prepared
         loop = asyncio.get_running_loop()
         store = self._store()
@@ -251,20 +407,31 @@ class OptimizeJob:
             spent = report.seconds.get("measured")
             took = f"; measuring it took {spent:.1f} s" if spent else ""
             self._emit(Progress(f"baseline profile reused from {report.reused}{took}"))
-        else:
-            self._emit(Progress("profiling the original kernel (Nsight Compute)"))
-            try:
-                # at most a third of the time budget: the search is what the user asked for
-                cap = max(10.0, min(300.0, s.seconds / 3)) if s.seconds else 300.0
-                report = await loop.run_in_executor(self.pool, lambda: profile_kernel(
-                    p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=s.device, parsed=p.parts(),
-                    timeout=cap, max_bytes=PROFILE_MAX_BYTES))
-            except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
-                log_failure(log, f"profiling {self.kernel} before optimizing", e)
-                return
-            if store is not None and key is not None:
-                made, kept = key, report
-                await loop.run_in_executor(self.pool, lambda: remember(store, made, kept))
+        return key, report
+
+    async def _measure(self, key: ProfileKey | None, device: int, deadline: float) -> ProfileReport | None:
+        """Profile the original on ``device`` by ``deadline`` (its share of the budget) and keep a complete
+        profile in the store; None when the profiler failed outright (logged)."""
+        s, p = self.settings, self.prepared
+        loop = asyncio.get_running_loop()
+        store = self._store()
+        cap = max(0.0, deadline - time.monotonic())
+        try:
+            profiler = self.profiler or profile_kernel
+            report = await loop.run_in_executor(self.pool, lambda: profiler(
+                p.file, p.kernel.name, text=p.text, arch=s.arch, nvcc=s.nvcc, device=device, parsed=p.parts(),
+                timeout=cap, max_bytes=PROFILE_MAX_BYTES, deadline=deadline))
+        except Exception as e:  # no ncu, no counter access: one line; a bug keeps its traceback
+            log_failure(log, f"profiling {self.kernel} before optimizing", e)
+            return None
+        if store is not None and key is not None:
+            made, kept = key, report
+            await loop.run_in_executor(self.pool, lambda: remember(store, made, kept))
+        return report
+
+    def _apply_profile(self, report: ProfileReport, *, beside: bool) -> None:
+        """The profile's results into the job: the GPU's ceilings, and its measured findings for the proposals
+        made from now on (the policy's, when the search is already running)."""
         self.profile = report
         kp = report.profile
         if kp is not None and kp.ceilings is not None:
@@ -274,7 +441,22 @@ class OptimizeJob:
         measured = measured_findings(report, self.kernel) if report.profile is not None else []
         if measured:
             self.request.findings = measured
+            if self.search is not None and self.search.context is not None:
+                self.search.context.findings = measured
+            if self._policy is not None:
+                update_findings(self._policy, measured)
         self._emit(Profiled(report, tuple(measured)))
+        if beside:
+            at = self.phases.now()
+            done = self.search.evaluations if self.search is not None else 0  # the progress bar stays where it is
+            if measured:
+                self._emit(Progress(f"baseline profile arrived at {at:.1f} s: {len(measured)} measured finding"
+                                    f"{'s' if len(measured) != 1 else ''} order the rounds proposed from now on",
+                                    done))
+            else:
+                self._emit(Progress(f"baseline profile ended at {at:.1f} s without measurements "
+                                    f"({report.notice or 'no profile'}): the search goes on with the static findings",
+                                    done))
 
     def _on_search(self, search: SearchEngine) -> None:
         self.search = search
@@ -292,6 +474,7 @@ class OptimizeJob:
                     and (node.speedup or 0) > OFFER_ABOVE and SearchEngine._significant(node)):
                 self._announce(node)
         elif ev.kind == "improved" and ev.node is not None:
+            self.phases.improved()
             self._announce(ev.node)
         elif ev.kind == "at_limit":
             self._emit(Progress(f"within 5 % of the physical limit ({ev.message}): stopping the search",
@@ -321,6 +504,8 @@ class OptimizeJob:
         limit = self.limit(r.best if r.best.ok else None)
         if limit is not None and limit.pct_limit is not None and limit.text() not in message:
             message += f"; {limit.text()}"
+        if r.improved and self.phases.first_improvement is not None:
+            message += f"; first verified improvement after {self.phases.first_improvement:.1f} s"
         hot: Any = getattr(getattr(r.best.evaluation, "timing", None), "hot_ratio", None) if r.improved else None
         if isinstance(hot, int | float):
             message += f"; back-to-back (hot, L2 warm): {hot:.2f}×"

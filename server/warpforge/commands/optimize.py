@@ -11,11 +11,13 @@ Every option, the file and its spec are checked before anything runs (exit 2 and
 wrong). On a machine without a GPU (or without Ray, with ``--ray-address``) it still does the useful part —
 the static hints that would guide the search — and then says what needs a GPU, exiting 3 ("cannot run
 here", ``ExitCode.UNAVAILABLE``): the hints are printed, but the job, a verified variant, was not done.
-With a GPU it runs ``app.OptimizeJob``, the job the editor runs: the baseline is profiled first (Nsight
-Compute where it is available; its measured findings order the rules, and say so in a note), then a rich
-progress bar (round, candidates, best verified speedup), then the best
+With a GPU it runs ``app.OptimizeJob``, the job the editor runs: the baseline is profiled beside the first
+round (Nsight Compute where it is available, within a quarter of ``--time``; its measured findings order the
+later rounds, and say so in a note), a rich progress bar (round, candidates, best verified speedup), then the best
 verified variant as a unified diff with its speedup and interval, what was checked, and the findings that
-motivated it. ``--apply`` writes it (keeping a backup); nothing is written otherwise.
+motivated it, and a last line with the seconds of each phase and of the first verified improvement
+(``phases`` and ``first_improvement_seconds`` in the JSON, ``app.phases``). ``--apply`` writes it (keeping a
+backup); nothing is written otherwise.
 
 The kernel's launches elsewhere in the workspace (``--workspace``, default the current folder when it holds
 FILE, else FILE's folder; ``cuda.workspace``) are part of the result: a variant verified with another launch
@@ -334,6 +336,8 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "diff": diff, "needs": candidate_notes(best.candidate) if result.improved else [],
             "build_change": build_change(best.candidate) if result.improved else None,
             "families": list(best.families), "search": result.to_json(), "seconds": round(seconds, 1),
+            "phases": job.phases.to_json(),
+            "first_improvement_seconds": job.phases.to_json()["first_improvement_seconds"],
             "applied_backup": applied, "notices": notices, "report": args.report,
             "backend": backend.summary() if backend is not None else None, "errors": write_errors,
             "baseline_profile": _baseline_json(baseline[0]) if baseline else None,
@@ -396,6 +400,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
     out.print(f"[dim]{result.strategy} search: {result.evaluations} candidates in {seconds:.0f} s on {where}{lost}; "
               f"stopped: {result.stopped}" + (f"; report: {args.report}" if args.report and not write_errors
                                               else "") + "[/]")
+    out.print(f"[dim]{escape(job.phases.text())}[/]")
     return _finish(write_errors, code)
 
 

@@ -46,9 +46,13 @@ def permission_message() -> str:
 
 def run_ncu(cmd: list[str], *, timeout: float, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run an ncu command line (already built and guarded) in the sandbox (``compiler.sandbox``); a timeout or
-    an ncu that cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way."""
+    an ncu that cannot start is ``ProfilerUnavailable``, so profiling and confirmation degrade the same way.
+
+    On a timeout the sandbox kills ncu's whole process group, not only ``ncu``: the harness it launched (the
+    process holding a CUDA context and launching the kernel) is gone before the caller gives the GPU back to
+    timing (``app.optimize``'s profile beside the search holds the GPU until this returns)."""
     try:
-        return run_tool(cmd, tool="ncu", timeout=timeout, env=env)
+        return run_tool(cmd, tool="ncu", timeout=max(0.1, timeout), env=env)
     except subprocess.TimeoutExpired as e:
         raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s") from e
     except OSError as e:

@@ -289,6 +289,9 @@ class EvaluationBackend(abc.ABC):
         #: how many GPU parts of candidates each device served (by ``Device.key``): the spread, for reports
         self.served: Counter[str] = Counter()
         self._warm_task: asyncio.Task[None] | None = None
+        #: devices (by ``Device.key``) held outside the evaluator, by an optimize job's baseline profile
+        #: (``app.optimize``): ``warm_up`` starts their workers but measures nothing on them until they are back
+        self.reserved: set[str] = set()
 
     # ----------------------------------------------------------------- what implementations provide
     @abc.abstractmethod
@@ -368,24 +371,28 @@ class EvaluationBackend(abc.ABC):
             handles = await self.all_devices()
         except Exception:
             return  # e.g. a Ray cluster that cannot be reached: ``acquire`` raises it for the candidate
-        await asyncio.gather(*(self.facts(h) for h in handles), return_exceptions=True)
+        # a device the baseline profile holds gets its worker started (no timing), its bandwidth measured later,
+        # by the first candidate that holds it (``facts`` inside the lease): nothing is timed beside a profile
+        await asyncio.gather(*(self.facts(h, peak=h.key not in self.reserved) for h in handles),
+                             return_exceptions=True)
 
-    async def facts(self, handle: Device) -> tuple[Msg, float]:
-        """(device info, measured peak copy bandwidth in GB/s) of a device, measured once per worker."""
+    async def facts(self, handle: Device, *, peak: bool = True) -> tuple[Msg, float]:
+        """(device info, measured peak copy bandwidth in GB/s) of a device, measured once per worker.
+        ``peak=False`` asks for the info alone (the bandwidth, a timed copy, is measured at a later call)."""
         key = handle.key
-        if key not in self._facts or self._facts[key][0].get("pid") != handle.worker_pid:
+        known = self._facts.get(key)
+        if known is None or known[0].get("pid") != handle.worker_pid:
             info_r = await handle.request({"op": "info"}, 120.0)
             if info_r.get("status") == "unavailable":
                 raise GpuUnavailable(str(info_r.get("reason")))
             if info_r.get("status") != "ok":
                 raise GpuUnavailable(f"the GPU worker does not answer: {info_r.get('reason')}")
-            peak = self._facts[key][1] if key in self._facts else 0.0
-            if not peak:
-                pr = await handle.request({"op": "peak"}, 120.0)
-                peak = float(pr.get("peak_gbps") or 0.0)
-            self._facts[key] = (dict(info_r["info"]), peak)
+            known = self._facts[key] = (dict(info_r["info"]), known[1] if known is not None else 0.0)
             self.compare_note = self.compare_note or str(info_r.get("compare", ""))
-        return self._facts[key]
+        if peak and not known[1]:
+            pr = await handle.request({"op": "peak"}, 120.0)
+            known = self._facts[key] = (known[0], float(pr.get("peak_gbps") or 0.0))
+        return known
 
     async def identity(self) -> tuple[str, str]:
         """(GPU name, driver) of the devices, for cache keys (one model per backend: see ``select_gpus``)."""

@@ -219,6 +219,8 @@ class Evaluator:
         #: the original's median time per launch (ms), from the latest timing of it (any evaluation's baseline side)
         self.original_ms: float | None = None
         self._prestart_task: asyncio.Future[None] | None = None
+        #: builds started ahead of their evaluation (``prebuild``), by candidate hash; an evaluation takes its own
+        self._prebuilt: dict[str, asyncio.Future[_Built]] = {}
 
     # ----------------------------------------------------------------- keys
     def _spec_key(self) -> str:
@@ -286,6 +288,24 @@ class Evaluator:
             raise _Fail("compile_error", out.error)
         key = hashlib.sha256(out.cubin).hexdigest()[:24]
         return _Built(key, out.cubin, out.stats.symbol, out.stats, launches, list(out.sass), out.sass_note)
+
+    def prebuild(self, candidate: Candidate) -> None:
+        """Start building ``candidate`` now, before it is evaluated: the search's first round is built while the
+        original is verified, or while the job's baseline profile holds the GPU (``search.engine``). CPU only
+        (the compile pool); its evaluation takes the build instead of starting another. A candidate already
+        evaluated, in flight or of another kernel is left alone."""
+        h = candidate.hash
+        if (candidate.kernel != self.kernel.name or h in self._prebuilt or h in self._inflight
+                or candidate.source == self.original.source):
+            return
+        fut = asyncio.ensure_future(self._build(candidate))
+        fut.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        self._prebuilt[h] = fut
+
+    async def _built(self, cand: Candidate) -> _Built:
+        """``cand``'s build: the one ``prebuild`` started, else a new one."""
+        ahead = self._prebuilt.pop(cand.hash, None)
+        return await ahead if ahead is not None else await self._build(cand)
 
     async def _baseline_built(self) -> _Built:
         if self._baseline_task is None:
@@ -429,7 +449,7 @@ class Evaluator:
             built = await base_task
         else:
             try:
-                built = await self._build(cand)
+                built = await self._built(cand)
             except _Fail as f:
                 base_task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
                 if f.status == "compile_error":

@@ -1165,16 +1165,16 @@ class Engine:
 
         def stop() -> bool:
             nonlocal abandoned
-            if converged(samples, settings, time.monotonic() - start):
-                return True
+            # Given up on before "converged" is asked: a candidate clearly slower than the best verified so far
+            # cannot win, so its exact time is not worth the GPU, and saying so (``abandoned``) is what lets a
+            # two-step check skip its remaining runs; a timing that converges in the same repetition (fast,
+            # steady samples) must not hide that. Stopped with its interval (wider), which the report keeps.
             if abandon is not None and len(refs) == 2 and len(samples[1]) >= abandon_after:
-                # Clearly slower than the best verified so far: it cannot win, so its exact time is not
-                # worth the GPU. Stopped with its interval (wider), which the report keeps.
                 sp = speedup(samples[0], samples[1])
                 if sp.high < float(abandon):
                     abandoned = {"below": float(abandon), "high": sp.high, "samples": len(samples[1])}
                     return True
-            return False
+            return converged(samples, settings, time.monotonic() - start)
 
         try:
             if hot_only:

@@ -185,6 +185,10 @@ class OfflinePolicy:
     async def propose(self, node: Node, context: SearchContext) -> list[Candidate]:
         return await asyncio.to_thread(self.propose_sync, node.candidate, context.memory)
 
+    def update_findings(self, findings: Sequence[Any]) -> None:
+        """Order later proposals by these findings (the baseline's profile, arriving mid-search)."""
+        self.findings = tuple(findings)
+
     def replay(self, start: Candidate, steps: Sequence[str]) -> Candidate | None:
         """Apply ``steps`` (``family:param``) in order on top of ``start``; None if one no longer applies."""
         load()

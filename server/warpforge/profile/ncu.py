@@ -236,7 +236,8 @@ def collect(
     """Profile one launch of ``symbol`` from ``cubin`` on the spec's inputs; raises ``ProfilerUnavailable``.
 
     A metric this Nsight version does not know makes ``ncu`` refuse the whole run, so a failed run is
-    retried without ``metrics`` (the sections alone) before giving up.
+    retried without ``metrics`` (the sections alone) before giving up. ``timeout`` bounds all of it: every
+    retry and the export get what is left of it (a share of an optimize job's budget, ``app.optimize``).
     """
     if not KERNEL_SYMBOL.fullmatch(symbol):
         raise ProfilerUnavailable("failed", f"Nsight Compute was not run: the kernel symbol {symbol[:80]!r} is "
@@ -265,7 +266,10 @@ def collect(
                                       metrics=list(metrics) if use_metrics else [], python=python, marked=marked)
             except UnsafeArgument as e:
                 raise ProfilerUnavailable("failed", f"Nsight Compute was not run: {e}") from e
-            proc = run_ncu(cmd, timeout=timeout, env=env)
+            left = timeout - (time.perf_counter() - t0)
+            if left <= 0:
+                raise ProfilerUnavailable("timeout", f"Nsight Compute did not finish within {timeout:.0f} s")
+            proc = run_ncu(cmd, timeout=left, env=env)
             text = (proc.stdout or "") + "\n" + (proc.stderr or "")
             log += f"$ {' '.join(cmd)}\n{text}\n"
             if proc.returncode == 0 and Path(report + ".ncu-rep").is_file():
@@ -283,7 +287,8 @@ def collect(
             raise _classify_failure(text, proc.returncode)
         profile_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        exported = export_pages(exe, report + ".ncu-rep", pages or PAGES)
+        exported = export_pages(exe, report + ".ncu-rep", pages or PAGES,
+                                timeout=max(5.0, min(120.0, timeout - (time.perf_counter() - t0))))
         export_seconds = time.perf_counter() - t1
         if "details" in (pages or PAGES) and "details" not in exported:
             raise ProfilerUnavailable("failed", "Nsight Compute wrote a report but could not export it")

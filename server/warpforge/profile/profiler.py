@@ -7,7 +7,7 @@ The pipeline for one kernel of one file:
    the build cache is shared), and its SASS line table;
 3. ``ncu.collect``: one launch, profiled, in a harness process (``ncu`` runs only on a machine with the
    GPU and Nsight Compute; nothing in this process touches CUDA);
-4. the GPU's ceilings (``roofline.ceilings_for``: measured once per GPU, then read from the disk cache)
+4. the GPU's ceilings (``roofline.ceilings_for``: measured once per GPU and driver, then read from the disk cache)
    and the bottleneck class (``roofline.classify``);
 5. the profile-aware analyzers (``needs=("profile",)``, codes WF2xx), gated by the class (tool affinity);
 6. the profiler-grounded findings *replace* the static ones on the same subject (WF103 coalescing, WF104
@@ -47,6 +47,10 @@ from .roofline import Ceilings, KernelProfile, ceilings_for, classify, from_ncu,
 from .sass import SassFunction, disassemble
 
 define("WF299", "profiler unavailable: static findings and timing only", Severity.INFO, "profile", None)
+
+#: the least time (s) a profile with a deadline must have left to time the kernel without Nsight Compute, or to
+#: measure the GPU's ceilings for the first time (each takes a few seconds on the GPU)
+FALLBACK_MIN_SECONDS = 5.0
 
 #: static codes a profile speaks for with measurements (static code -> the profile code that replaces it)
 REPLACED_BY_PROFILE: dict[str, str] = {"WF103": "WF205", "WF104": "WF210", "WF105": "WF206", "WF012": "WF207",
@@ -271,6 +275,7 @@ def profile_kernel(
     timeout: float = 300.0,
     parsed: Parsed | None = None,
     max_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> ProfileReport:
     """Profile one kernel (see the module docstring). Raises ``KeyError`` for an unknown kernel and
     ``SpecError`` when the kernel has no usable spec; everything else degrades into the report.
@@ -280,9 +285,18 @@ def profile_kernel(
     90 ms kernel made the profile before an optimize run take 14 s of a 60 s budget. A problem many times
     the L2 size behaves as the large one does for what the findings read (memory, occupancy, stalls).
 
+    ``deadline`` (``time.monotonic()``) bounds the GPU steps: Nsight Compute is stopped by it (its session
+    killed), and the timing fallback and a first measurement of the ceilings are skipped, each said in a note,
+    when less than ``FALLBACK_MIN_SECONDS`` is left. An optimize job gives its profile a share of its budget
+    this way (``app.optimize``).
+
     Blocking (seconds: ``ncu`` runs in a subprocess, and the timing fallback runs its own event loop), so
     asynchronous callers run it in an executor thread, never on their event loop."""
     t_start = time.perf_counter()
+
+    def left() -> float | None:
+        return None if deadline is None else deadline - time.monotonic()
+
     body = text if text is not None else Path(file).read_text(encoding="utf-8")
     why = gpu_unavailable_reason()
     src, k, spec, report, static, built, arch = _static_and_build(file, body, kernel, arch, nvcc, True,
@@ -320,7 +334,8 @@ def profile_kernel(
             exp = ncu_mod.collect(built.build.cubin, built.resources.mangled, layout,
                                   (resolved.grid, resolved.block, resolved.smem),
                                   seed=spec.seeds[0] if spec.seeds else 0, device=device, sections=sections,
-                                  ncu=exe, timeout=timeout)
+                                  ncu=exe,
+                                  timeout=timeout if deadline is None else max(0.0, min(timeout, left() or 0.0)))
             ncu_profile = parse_profile(exp.pages["details"], exp.pages.get("raw"), exp.pages.get("source"))
             report.seconds["ncu"] = exp.profile_seconds
             report.seconds["export"] = exp.export_seconds
@@ -336,6 +351,10 @@ def profile_kernel(
         notice += "; profiler-grounded findings are off, showing static findings and timing only"
     median_ms: float | None = None
     gpu = ncu_profile.gpu if ncu_profile is not None else ""
+    short = left()
+    if ncu_profile is None and short is not None and short < FALLBACK_MIN_SECONDS:
+        report.notes.append("no time was left in the profile's share of the budget to time the kernel instead")
+        return finish(static, notice or "the profile ran out of its share of the time budget: static findings only")
     if ncu_profile is None:
         t0 = time.perf_counter()
         try:
@@ -345,7 +364,15 @@ def profile_kernel(
             return finish(static, notice or "the kernel could not be timed: static findings only")
         report.seconds["timing"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ceilings = ceilings_for(gpu or (gpu_identity(device) or ("", ""))[0], device, measure=measure)
+    ident = gpu_identity(device)
+    remaining = left()
+    may_measure = measure and (remaining is None or remaining >= FALLBACK_MIN_SECONDS)
+    ceilings = ceilings_for(gpu or (ident or ("", ""))[0], device, measure=may_measure,
+                            driver=ident[1] if ident is not None else None,
+                            timeout=180.0 if remaining is None else max(1.0, remaining))
+    if ceilings is None and measure and not may_measure:
+        report.notes.append("the GPU's ceilings were not measured: no time was left in the profile's share of "
+                            "the budget (the next profile on this GPU measures them once)")
     report.seconds["ceilings"] = time.perf_counter() - t0
     if ncu_profile is not None:
         kp = from_ncu(ncu_profile, ceilings)

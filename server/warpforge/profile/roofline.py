@@ -1,7 +1,10 @@
 """Where a kernel sits on the roofline, and what bounds it: one class that decides which analyzers run.
 
 Ceilings: the GPU's copy bandwidth, FP32 FMA rate and tensor (mma.sync) rate, *measured* once per GPU by
-``roofline_measure`` in a child process and cached on disk by GPU name (``~/.cache/warpforge/roofline``).
+``roofline_measure`` in a child process and kept on disk (``~/.cache/warpforge/roofline``) keyed by the GPU's
+name, its driver and the measurement's version (``MEASURE_VERSION``): a driver update can change clocks and
+power limits, and a changed measurement must not read old numbers. They are measured once per GPU and driver,
+so an optimize job pays for them only the first time on a machine (in its profile's share of the budget).
 
 Classes, decided in this order (the first that holds):
 
@@ -90,6 +93,8 @@ class Ceilings:
     l2_bytes: int = 0
     theoretical_gbps: float = 0.0
     measured_at: str = ""
+    #: the driver they were measured under ("" where unknown, as in caches written before it was kept)
+    driver: str = ""
 
     @property
     def ridge(self) -> float | None:
@@ -107,23 +112,44 @@ class Ceilings:
         return cls(**known)
 
 
+#: bump when ``roofline_measure`` measures differently: ceilings kept by an older measurement are measured again
+MEASURE_VERSION = 1
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "gpu"
 
 
-def ceilings_path(gpu: str) -> Path:
-    return user_cache_dir() / "roofline" / f"{_slug(gpu)}.json"
+def ceilings_path(gpu: str, driver: str = "") -> Path:
+    """Where ``gpu``'s ceilings under ``driver`` are kept (one file per GPU name, driver and measurement)."""
+    kept = _slug(driver) if driver else "any"
+    return user_cache_dir() / "roofline" / f"{_slug(gpu)}__{kept}__m{MEASURE_VERSION}.json"
 
 
-def cached_ceilings(gpu: str) -> Ceilings | None:
-    try:
-        return Ceilings.from_json(json.loads(ceilings_path(gpu).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+def cached_ceilings(gpu: str, driver: str | None = None) -> Ceilings | None:
+    """The kept ceilings of ``gpu`` under ``driver``; with no driver given, the newest kept under any driver
+    (a reader that knows only the GPU's name: the job's physical-limit readings, ``warpforge profile``)."""
+    if driver:
+        candidates = [ceilings_path(gpu, driver)]
+    else:
+        folder = user_cache_dir() / "roofline"
+        try:
+            candidates = sorted(folder.glob(f"{_slug(gpu)}__*__m{MEASURE_VERSION}.json"),
+                                key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            candidates = []
+    for path in candidates:
+        try:
+            return Ceilings.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+    return None
 
 
-def measure_ceilings(device: int = 0, *, python: str = sys.executable, timeout: float = 180.0) -> Ceilings:
-    """Measure in a child process (it imports pycuda; this process never touches CUDA) and cache the result."""
+def measure_ceilings(device: int = 0, *, python: str = sys.executable, timeout: float = 180.0,
+                     driver: str = "") -> Ceilings:
+    """Measure in a child process (it imports pycuda; this process never touches CUDA) and keep the result
+    under the GPU's name and ``driver`` (nvidia-smi's, looked up when not given)."""
     env = dict(os.environ)
     proc = run_tool([python, "-m", "warpforge.profile.roofline_measure", "--device", str(device)],
                     tool="cuda-python", timeout=timeout, env=env)
@@ -133,8 +159,13 @@ def measure_ceilings(device: int = 0, *, python: str = sys.executable, timeout: 
     data = json.loads(lines[-1])
     if "error" in data:
         raise RuntimeError(f"measuring the GPU's ceilings failed: {data['error']}")
-    c = Ceilings.from_json(data)
-    path = ceilings_path(c.gpu)
+    if not driver:
+        from ..gpu.supervisor import gpu_identity
+
+        ident = gpu_identity(device)
+        driver = ident[1] if ident is not None else ""
+    c = Ceilings.from_json({**data, "driver": driver})
+    path = ceilings_path(c.gpu, driver)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -145,16 +176,18 @@ def measure_ceilings(device: int = 0, *, python: str = sys.executable, timeout: 
     return c
 
 
-def ceilings_for(gpu: str | None, device: int = 0, *, measure: bool = True) -> Ceilings | None:
-    """The cached ceilings of ``gpu``, else measured now (once) when ``measure``; None if neither works."""
+def ceilings_for(gpu: str | None, device: int = 0, *, measure: bool = True, driver: str | None = None,
+                 timeout: float = 180.0) -> Ceilings | None:
+    """The kept ceilings of ``gpu`` (under ``driver`` when given), else measured now (once) when ``measure``,
+    within ``timeout`` seconds; None if neither works."""
     if gpu:
-        hit = cached_ceilings(gpu)
+        hit = cached_ceilings(gpu, driver)
         if hit is not None:
             return hit
     if not measure:
         return None
     try:
-        return measure_ceilings(device)
+        return measure_ceilings(device, timeout=timeout, driver=driver or "")
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

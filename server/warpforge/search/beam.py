@@ -81,6 +81,11 @@ class BeamSearch(SearchEngine):
                     out.append(by_family[fam].pop(0))
         return out
 
+    def first_round(self, proposals: list[Candidate]) -> list[Candidate]:
+        """The root's children round 1 takes (``_take`` with the root's fan-out)."""
+        cfg = self.config
+        return self._take(proposals, cfg.root_fanout or cfg.width * cfg.branching)
+
     async def _crossover(self, beam: list[Node]) -> list[Node]:
         combine = getattr(self.policy, "combine", None)
         if not self.config.crossover or combine is None:

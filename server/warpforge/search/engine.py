@@ -10,6 +10,11 @@ The physical limit is not computed here (the roofline lives in ``profile``, abov
 caller passes ``limit_of``, which reads a node's measured time against the limit, and the engine stops once
 the best verified node (the original included: a kernel already at its limit has nothing left to find)
 reaches ``LIMIT_STOP_PCT`` of it, with an ``at_limit`` event and a stop reason that say so.
+
+The first round does not wait for the original's evaluation: while the root is verified and timed (or waits
+for a GPU the job's baseline profile holds, ``app.optimize``), the root's children are proposed and the ones
+the strategy takes first (``first_round``) are handed to the evaluator's ``prebuild``, so their compiles run
+beside it. Their GPU work still starts only once the root is evaluated, as before.
 """
 
 from __future__ import annotations
@@ -182,6 +187,8 @@ class SearchEngine:
         self.root: Node | None = None
         self.best: Node | None = None
         self._t0 = 0.0
+        #: proposals made ahead of time, by node id (the root's, while it is evaluated): ``propose`` takes them
+        self._ahead: dict[int, asyncio.Future[list[Candidate]]] = {}
 
     # ----------------------------------------------------------------- helpers for strategies
     def new_node(self, candidate: Candidate, parent: Node | None) -> Node:
@@ -245,8 +252,37 @@ class SearchEngine:
             self.on_event(SearchEvent(kind, self.round, self.evaluations, best, node, message))
 
     async def propose(self, node: Node) -> list[Candidate]:
-        assert self.context is not None
         node.proposed = True
+        ahead = self._ahead.pop(node.id, None)
+        if ahead is not None:
+            return await ahead
+        return await self._propose(node)
+
+    def first_round(self, proposals: list[Candidate]) -> list[Candidate]:
+        """The root's proposals this strategy evaluates first (what is built ahead, beside the root's
+        evaluation); a strategy that knows its first batch overrides it."""
+        return proposals
+
+    async def _propose_ahead(self, root: Node) -> list[Candidate]:
+        """The root's proposals, made while the root itself is evaluated, with the first round's builds
+        started at once (``prebuild``: CPU only, nothing on the GPU; an evaluator without it is left alone)."""
+        proposals = await self._propose(root)
+        prebuild = getattr(self.evaluator, "prebuild", None)
+        if prebuild is not None:
+            first = self.first_round(list(proposals))
+            if self.budget.max_candidates is not None:  # the root is the budget's first candidate
+                first = first[: max(0, self.budget.max_candidates - 1)]
+            for c in first:
+                try:
+                    prebuild(c)
+                except Exception as e:  # building ahead is an optimization: the evaluation builds it anyway
+                    self.emit("policy_error", root, f"building ahead: {type(e).__name__}: {e}")
+        return proposals
+
+    async def _propose(self, node: Node) -> list[Candidate]:
+        """The policy's fresh proposals for ``node`` (``proposed`` is set by ``propose``: a strategy reads it as
+        "asked already", which proposals made ahead are not until it asks)."""
+        assert self.context is not None
         try:
             return self.fresh(await self.policy.propose(node, self.context))
         except Exception as e: # a failing policy is a dead end, not a failed search
@@ -338,6 +374,10 @@ class SearchEngine:
         self.root = root
         self._seen.add(root_candidate.hash)
         stopped = "finished"
+        # the first round is proposed (and built) while the root is evaluated; ``propose(root)`` takes it
+        ahead = asyncio.ensure_future(self._propose_ahead(root))
+        ahead.add_done_callback(_consume)
+        self._ahead[root.id] = ahead
         try:
             # The root is evaluated like any candidate: it must run and verify against itself (the oracle),
             # and its timing is the baseline the others are compared with.
@@ -351,6 +391,9 @@ class SearchEngine:
             await self._run(root)
         except StopSearch as s:
             stopped = s.reason
+        finally:
+            if self._ahead.pop(root.id, None) is not None and not ahead.done():
+                ahead.cancel()  # stopped before the first round: its proposals are not needed
         if self.at_limit is not None and stopped != "cancelled":
             stopped = self._limit_reason()  # the reason, whichever limit the strategy met at the same time
         # Proposals created but never evaluated (a stop between proposing and evaluating) leave the tree.
@@ -364,6 +407,12 @@ class SearchEngine:
 
     async def _run(self, root: Node) -> None:
         raise NotImplementedError
+
+
+def _consume(f: asyncio.Future[Any]) -> None:
+    """Retrieve a background future's outcome (so a cancelled or failed one is not reported as lost)."""
+    if not f.cancelled():
+        f.exception()
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,10 @@ class MCTS(SearchEngine):
 
         return sorted(candidates, key=lambda c: -prior(c))
 
+    def first_round(self, proposals: list[Candidate]) -> list[Candidate]:
+        """The root's children of the first batch: the ``parallel`` most promising."""
+        return self._order(proposals)[: max(1, self.config.parallel)]
+
     async def _select(self, root: Node, claimed: set[int]) -> Node | None:
         """Descend to a node that should get a new child; None when nothing is left to try this batch."""
         node = root

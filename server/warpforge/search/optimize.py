@@ -485,8 +485,22 @@ class LaunchKeeping:
                 self.dropped += 1
         return out
 
+    def update_findings(self, findings: Sequence[Any]) -> None:
+        update_findings(self.inner, findings)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def update_findings(policy: Policy, findings: Sequence[Any]) -> bool:
+    """Hand a policy findings that arrived mid-search (the baseline's profile, ``app.optimize``): proposals
+    made after this are ordered (rules) or briefed (model) by them. False for a policy that cannot take them
+    (a plug-in's): it keeps the findings it started with."""
+    fn = getattr(policy, "update_findings", None)
+    if fn is None:
+        return False
+    fn(findings)
+    return True
 
 
 #: a winner whose launch can be written at every site is preferred over a faster one that needs a launch change

@@ -174,6 +174,12 @@ class LLMPolicy:
                 "lessons": self.lessons_written}
 
     # ----------------------------------------------------------------- the Policy protocol
+    def update_findings(self, findings: Sequence[Any]) -> None:
+        """Brief the model with these findings from now on (the baseline's profile, arriving mid-search)."""
+        self.findings = tuple(findings)
+        self.brief = build_brief(self.source, self.model, self.kernel, self.spec, self.findings,
+                                 send_context=self.config.send_context)
+
     async def propose(self, node: Node, context: SearchContext) -> list[Candidate]:
         if not self.enabled or node.depth >= self.config.max_depth:
             return []
@@ -420,6 +426,10 @@ class MixedPolicy:
         # Model-written variants first: the beam takes families round-robin in first-seen order, and MCTS
         # keeps this order among equally promising families.
         return [*written, *tuned]
+
+    def update_findings(self, findings: Sequence[Any]) -> None:
+        self.llm.update_findings(findings)
+        self.offline.update_findings(findings)
 
     async def combine(self, a: Node, b: Node, context: SearchContext | None) -> Candidate | None:
         """Crossover by the rules: b's rule steps replayed on a (or a's on b, when a is model-written)."""
