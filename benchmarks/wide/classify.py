@@ -87,9 +87,8 @@ def _memory_touches(body: Node, data: bytes, ptrs: set[str]) -> set[str]:
     out: set[str] = set()
     for n in _walk(body):
         base: Node | None = None
-        if n.type == "subscript_expression":
-            base = n.child_by_field_name("argument")
-        elif n.type == "pointer_expression" and n.children and _text(n.children[0], data) == "*":
+        deref = n.type == "pointer_expression" and bool(n.children) and _text(n.children[0], data) == "*"
+        if n.type == "subscript_expression" or deref:
             base = n.child_by_field_name("argument")
         while base is not None and base.type in ("subscript_expression", "parenthesized_expression",
                                                  "binary_expression", "field_expression"):
@@ -117,10 +116,7 @@ def classify(definition: str) -> LoopClass:
         if n.type == "call_expression":
             fname = n.child_by_field_name("function")
             name = _text(fname, data) if fname is not None else ""
-            if name.startswith("atomic") and not reduction:
-                reduction = True
-                why.append(f"{name} call")
-            elif name.startswith("__shfl") and not reduction:
+            if (name.startswith("atomic") and not reduction) or (name.startswith("__shfl") and not reduction):
                 reduction = True
                 why.append(f"{name} call")
         if n.type not in _LOOPS:

@@ -164,7 +164,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
     src = SourceText(text)
     try:
         model = parse(src.data)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return [KernelRecord(job.project, rel, "?", 0, parsed=False, parse_note=f"{type(e).__name__}: {e}")]
     if not model.kernels:
         return []
@@ -188,7 +188,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
         try:
             facts = facts or file_facts(text)
             canonical = normalize_definition(ktext, kernel.name, facts)
-        except Exception:  # noqa: BLE001 - the classification falls back to the text as written
+        except Exception:
             canonical = ktext
         lc = classify(canonical)
         if not lc.counts and canonical != ktext:
@@ -204,7 +204,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
             try:
                 _families(rec, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start, sp.spec,
                           job.build)
-            except Exception as e:  # noqa: BLE001 - one kernel's failure is its record, not the run's end
+            except Exception as e:
                 rec.error = f"{type(e).__name__}: {e}"
         rec.seconds = round(time.perf_counter() - t0, 2)
         out.append(rec)
@@ -281,11 +281,25 @@ def vendor_includes(out: Path, dirs: Sequence[Path] = ()) -> list[Path]:
 
 def run(root: Path, out: Path, *, workers: int = 2, only: Sequence[str] = (), build: bool = True,
         specs: Path | None = None, limit: int | None = None, vendor: Sequence[Path] = ()) -> list[KernelRecord]:
-    projs, jobs, dups = plan(root, only=only, build=build, specs=specs, limit=limit)
+    """The funnel over every project under ``root``; writes ``out/kernels.jsonl``, ``meta.json``, ``summary.md``."""
     out.mkdir(parents=True, exist_ok=True)
-    vendor_includes(out, vendor)
-    # the build cache is keyed by source, not by CPATH: a cache of its own keeps results of other header sets out
-    os.environ.setdefault("WARPFORGE_CACHE", str(out / "cache"))
+    saved = {k: os.environ.get(k) for k in ("CPATH", "WARPFORGE_CACHE")}
+    try:
+        vendor_includes(out, vendor)
+        # the build cache is keyed by source, not by CPATH: a cache of its own keeps other header sets' results out
+        os.environ["WARPFORGE_CACHE"] = str(out / "cache")
+        return _run(root, out, workers=workers, only=only, build=build, specs=specs, limit=limit, vendor=vendor)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run(root: Path, out: Path, *, workers: int, only: Sequence[str], build: bool, specs: Path | None,
+         limit: int | None, vendor: Sequence[Path]) -> list[KernelRecord]:
+    projs, jobs, dups = plan(root, only=only, build=build, specs=specs, limit=limit)
     records: list[KernelRecord] = []
     t0 = time.perf_counter()
     with (out / "kernels.jsonl").open("w", encoding="utf-8") as fh:
@@ -374,7 +388,8 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
         lines += [f"{title}:", "", "| kernels | reason |", "|---|---|"]
         lines += [f"| {c} | {reason.replace('|', '/')} |" for reason, c in counter.most_common(15)]
         lines.append("")
-    lines += ["| project | commit | kernels | dup. skipped | parsed | preproc. | spec | loop/red. | proposed | builds |",
+    lines += ["| project | commit | kernels | dup. skipped | parsed | preproc. | spec | loop/red. | proposed "
+              "| builds |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     by: dict[str, list[KernelRecord]] = {}
     for r in records:

@@ -217,7 +217,7 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
                 continue
             spec = build_spec(jsrc, jmodel, jk, str(file))
             return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
-        except Exception as e:  # noqa: BLE001 - a host file that does not give a spec is one try of several
+        except Exception as e:
             first = first or f"{type(e).__name__}: {e}"
     if hand is not None and hand.is_file():
         block = hand.read_text(encoding="utf-8")
@@ -228,7 +228,7 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
             jmodel = parse(jsrc.data)
             jk = jmodel.require(kernel.name, str(file))
             return SpecResult(build_spec(jsrc, jmodel, jk, str(file)), "hand-written", text=joined)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return SpecResult(None, "", f"hand-written spec {hand}: {type(e).__name__}: {e}")
     return SpecResult(None, "", _short_error(first, project))
 
@@ -266,7 +266,7 @@ class _Rejections:
                         _orig(self, *a, **k)
                         log.append(str(a[0]) if a and str(a[0]) else _raise_site(sys._getframe(1)))
 
-                    obj.__init__ = init  # type: ignore[misc]
+                    obj.__init__ = init  # type: ignore[method-assign]
                     obj._wide_patched = True  # type: ignore[attr-defined]
         self._patched = True
 
@@ -309,12 +309,12 @@ def _decline_reason(rule: Rule, ctx: RuleContext) -> str:
     if isinstance(rule, StructuralRule):
         try:
             got = rule.analyse(ctx)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return f"analysis raised {type(e).__name__}: {e}"
         if got is not None:
             try:
                 launches = rule.launches(ctx, got[0], got[1])
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 return f"launch planning raised {type(e).__name__}: {e}"
             return "shape recognized, but no launch fits the spec" if not launches else "no child could be written"
         if REJECTIONS.log:
@@ -322,7 +322,7 @@ def _decline_reason(rule: Rule, ctx: RuleContext) -> str:
         return "shape not recognized"
     try:
         rule.variants(ctx)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"raised {type(e).__name__}: {e}"
     return REJECTIONS.log[-1] if REJECTIONS.log else "shape not recognized"
 
@@ -342,7 +342,7 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
         REJECTIONS.log.clear()
         try:
             use, params = policy._rule_context(rule, ctx, canonical)
-        except Exception as e:  # noqa: BLE001 - a buggy rule is a decline with its error, not a crash
+        except Exception as e:
             out.declined = f"rule error: {type(e).__name__}: {e}"
             continue
         if not params:
@@ -354,7 +354,7 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
             try:
                 child = rule.apply(use, p)
                 child = policy._consistent(use, child) if child is not None else None
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 out.build_failures.append(f"{rule.family}:{p}: apply raised {type(e).__name__}: {e}")
                 continue
             if child is not None:
@@ -371,7 +371,7 @@ def build_children(policy: OfflinePolicy, outcomes: dict[str, FamilyOutcome], ch
     (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up."""
     try:
         builder = EvaluatorBuild(policy, arch, compile_timeout=timeout)
-    except Exception as e:  # noqa: BLE001 - a spec the layouts cannot resolve: no candidate can build
+    except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         for o in outcomes.values():
             if o.proposed:
@@ -398,7 +398,7 @@ def nvcc_path() -> str:
         from warpforge.compiler.toolchain import toolchain
 
         return str(toolchain().nvcc)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return os.environ.get("NVCC", "nvcc")
 
 

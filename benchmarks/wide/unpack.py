@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: what a kernel, its headers and its build need; nothing else is unpacked
-SOURCE = re.compile(r"\.(cu|cuh|h|hh|hpp|hxx|c|cc|cpp|cxx|inl|inc|cmake)$|(^|/)(Makefile[^/]*|CMakeLists\.txt|[^/]*\.mk)$")
+SOURCE = re.compile(r"\.(cu|cuh|h|hh|hpp|hxx|c|cc|cpp|cxx|inl|inc|cmake)$"
+                    r"|(^|/)(Makefile[^/]*|CMakeLists\.txt|[^/]*\.mk)$")
 
 
 def _git(git_dir: Path, *args: str, stdin: bytes | None = None) -> bytes:
@@ -41,7 +42,7 @@ def unpack(git_dir: Path, dest: Path, origin: str = "") -> tuple[str, int, int]:
     # one cat-file process for all blobs; an absent blob answers "<sha> missing"
     out = _git(git_dir, "cat-file", "--batch", stdin="".join(f"{s}\n" for s, _ in entries).encode())
     pos, written, absent = 0, 0, 0
-    for sha, name in entries:
+    for _sha, name in entries:
         end = out.index(b"\n", pos)
         head = out[pos:end].decode().split()
         pos = end + 1
