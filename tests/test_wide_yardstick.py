@@ -167,7 +167,7 @@ def test_sample_folder_is_self_contained(records: dict[str, funnel.KernelRecord]
     (fdir / "meta.json").write_text(json.dumps({"projects": [
         {"name": "me+demo", "origin": "me/demo", "commit": "0123456789abcdef", "duplicates": 1}]}))
     out = tmp_path / "sample"
-    entries = sample.prepare(fdir, corpus, out, n=3, seed=1, specs=None, vendor=())
+    entries = sample.prepare(fdir, corpus, out, n=3, seed=1, specs=None, vendor=(), every_kernel=True)
     assert len([e for e in entries if e.role == "sample"]) == 3
     for e in entries:
         unit = out / e.unit
@@ -177,3 +177,25 @@ def test_sample_folder_is_self_contained(records: dict[str, funnel.KernelRecord]
         assert "@warpforge launch" in (out / shift.unit).read_text()
     man = json.loads((out / "manifest.json").read_text())
     assert man["seed"] == 1 and len(man["entries"]) == len(entries)
+
+
+def test_aggregate_reads_optimize_and_bench_results(tmp_path: Path) -> None:
+    """Geomean over measured kernels, structural winners by the registry's flag, best ÷ author from bench times."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"seed": 5, "pool": "test", "entries": [
+        {"id": "s000", "role": "sample", "origin": "me/a", "kernel": "k1", "author": "a000"},
+        {"id": "a000", "role": "author", "origin": "me/a", "kernel": "k4", "author": ""},
+        {"id": "s001", "role": "sample", "origin": "me/b", "kernel": "m", "author": ""},
+        {"id": "s002", "role": "sample", "origin": "me/c", "kernel": "broken", "author": ""}]}))
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "s000.json").write_text(json.dumps({"improved": True, "speedup": 4.0, "families": ["warp_per_row"]}))
+    (res / "s001.json").write_text(json.dumps({"improved": True, "speedup": 1.0, "families": ["block_size"]}))
+    (res / "s002.json").write_text(json.dumps({"message": "the original kernel could not be evaluated"}))
+    (res / "s000.bench.json").write_text(json.dumps({"median_ms": 8.0}))
+    (res / "a000.bench.json").write_text(json.dumps({"median_ms": 1.0}))
+    text = sample.aggregate(tmp_path, res)
+    assert "2 kernels measured of 3 sampled" in text
+    assert "geomean speedup **2.00x**" in text
+    assert "structural family in the winner: **1/2**" in text
+    assert "k1: best 4.00x, author 8.00x, best/author 0.50" in text
+    assert "broken: the original kernel could not be evaluated" in text

@@ -25,15 +25,18 @@ Kernels with the same text in one project are measured once (the duplicates are 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,13 +205,41 @@ def run_file(job: FileJob) -> list[KernelRecord]:
         rec.ir, rec.ir_reason = ir.status, ir.reason
         if sp.spec is not None:
             try:
-                _families(rec, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start, sp.spec,
-                          job.build)
-            except Exception as e:
+                with _time_limit(KERNEL_LIMIT):
+                    _families(rec, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start,
+                              sp.spec, job.build)
+            except Exception as e:  # one kernel's failure is its record, not the run's end
                 rec.error = f"{type(e).__name__}: {e}"
         rec.seconds = round(time.perf_counter() - t0, 2)
         out.append(rec)
     return out
+
+
+#: seconds one kernel's proposals and builds may take (a rule's analysis that runs away is a finding, not a hang)
+KERNEL_LIMIT = 240
+
+
+class KernelTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    """Raise ``KernelTimeout`` in this (main) thread after ``seconds``; a no-op where SIGALRM is unavailable."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(_sig: int, _frame: object) -> None:
+        raise KernelTimeout(f"proposals and builds exceeded {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _families(rec: KernelRecord, file: Path, text: str, name: str, start: int, spec: Any, build: bool) -> None:
@@ -315,8 +346,8 @@ def _run(root: Path, out: Path, *, workers: int, only: Sequence[str], build: boo
                 take(run_file(j))
         else:
             with ProcessPoolExecutor(max_workers=workers) as ex:
-                for recs in ex.map(run_file, jobs):
-                    take(recs)
+                for fut in as_completed([ex.submit(run_file, j) for j in jobs]):
+                    take(fut.result())
     meta = {"projects": [{"name": p.name, "origin": p.origin, "commit": p.commit, "duplicates": dups.get(p.name, 0)}
                          for p in projs], "seconds": round(time.perf_counter() - t0, 1), "build": build,
             "vendor_include": [str(v) for v in vendor]}

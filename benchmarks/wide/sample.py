@@ -18,6 +18,7 @@ speedup, how often a structural family is in the winner, and best ÷ author's op
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -110,6 +111,13 @@ def _copy_headers(text: str, search: list[Path], dest: Path, budget: list[int], 
         _copy_headers(htext, [found.parent, *search], target.parent, budget, depth + 1)
 
 
+@functools.lru_cache(maxsize=64)
+def _hosts(root: str) -> dict[str, list[Path]]:
+    from .funnel import host_index
+
+    return host_index(Path(root))
+
+
 def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None) -> str:
     """The kernel's unit with its spec above it under ``dest``; returns "" or why it cannot be written."""
     from warpforge.cuda import parse
@@ -117,7 +125,6 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     from warpforge.cuda.text import SourceText
     from warpforge.spec.resolve import load_spec
 
-    from .funnel import host_index
     from .stages import include_dirs, infer_spec
 
     root = corpus / rec["project"]
@@ -128,7 +135,7 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     kernel = next((k for k in model.kernels if k.name == rec["kernel"] and k.start_line + 1 == rec["line"]), None)
     if kernel is None:
         return "kernel not found again"
-    hosts = {k: v for k, v in host_index(root).items() if k == kernel.name}
+    hosts = {k: v for k, v in _hosts(str(root)).items() if k == kernel.name}
     hand = specs / rec["project"] / f"{kernel.name}.txt" if specs else None
     sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
     if sp.spec is None:
@@ -156,11 +163,16 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
 
 
 def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Path | None,
-            vendor: Sequence[Path]) -> list[Entry]:
+            vendor: Sequence[Path], every_kernel: bool = False) -> list[Entry]:
+    """Write the sample folder. The pool is the kernels with a spec that have a serial loop over global memory
+    or a reduction (the funnel's denominator: an empty kernel or a timing helper has nothing to optimize), or
+    every kernel with a spec with ``every_kernel``; the pool is shuffled with ``seed`` and taken in order."""
     recs = [json.loads(line) for line in (funnel / "kernels.jsonl").read_text().splitlines() if line]
     meta = json.loads((funnel / "meta.json").read_text())
     proj = {p["name"]: p for p in meta["projects"]}
-    with_spec = [r for r in recs if r["spec"]]
+    with_spec = [r for r in recs if r["spec"] and (every_kernel or r["serial_or_reduction"])]
+    pool = ("every kernel with a spec" if every_kernel else
+            "kernels with a spec and a serial loop over global memory or a reduction") + f" ({len(with_spec)})"
     rng = random.Random(seed)
     order = with_spec[:]
     rng.shuffle(order)
@@ -173,7 +185,8 @@ def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Pat
     for r in order:
         if sum(e.role == "sample" for e in entries) >= n:
             break
-        eid = f"s{len(entries):03d}"
+        num = sum(e.role == "sample" for e in entries)
+        eid = f"s{num:03d}"
         why = write_unit(corpus, r, out / "units" / eid, specs)
         if why:
             skipped.append(f"{r['project']}/{r['file']}:{r['kernel']}: {why}")
@@ -187,14 +200,14 @@ def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Pat
         tuned = author_versions([s["kernel"] for s in siblings]).get(r["kernel"])
         ar = next((s for s in siblings if s["kernel"] == tuned and s["spec"]), None)
         if ar is not None:
-            aid = f"a{len(entries) - 1:03d}"
+            aid = f"a{num:03d}"
             if not write_unit(corpus, ar, out / "units" / aid, specs):
                 entries.append(Entry(aid, "author", r["project"], p["origin"], p["commit"], ar["file"], ar["kernel"],
                                      str(next((out / "units" / aid).glob("*.cu")).relative_to(out))))
                 e.author = aid
     for v in vendor:
         shutil.copytree(v, out / "vendor", dirs_exist_ok=True)
-    (out / "manifest.json").write_text(json.dumps({"seed": seed, "n": n, "funnel": str(funnel),
+    (out / "manifest.json").write_text(json.dumps({"seed": seed, "n": n, "funnel": str(funnel), "pool": pool,
                                                    "entries": [asdict(e) for e in entries], "skipped": skipped},
                                                   indent=2) + "\n")
     (out / "ids.txt").write_text("".join(f"{e.id} {e.role} {e.kernel} {e.unit}\n" for e in entries))
@@ -263,7 +276,8 @@ def aggregate(sample: Path, results: Path) -> str:
     n = len(speedups)
     lines = ["# Wide yardstick: GPU sample", "",
              f"{n} kernels measured of {sum(e['role'] == 'sample' for e in entries.values())} sampled "
-             f"(seed {man['seed']}); geomean speedup **{_geomean(speedups):.2f}x**; structural family in the winner: "
+             f"(seed {man['seed']}, from {man.get('pool', '?')}); geomean speedup **{_geomean(speedups):.2f}x**; "
+             "structural family in the winner: "
              f"**{structural_wins}/{n}**" + (f" ({100 * structural_wins / n:.0f} %)" if n else ""), "",
              "| id | project | kernel | speedup | winner's families | structural | best ÷ author |",
              "|---|---|---|---|---|---|---|", *rows, ""]
@@ -292,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=48)
     p.add_argument("--seed", type=int, default=27)
     p.add_argument("--specs", type=Path, default=None, help="hand-written spec blocks, as for the funnel")
+    p.add_argument("--every-kernel", action="store_true",
+                   help="sample every kernel with a spec (default: those with a serial loop or a reduction)")
     p.add_argument("--vendor-include", type=Path, action="append", default=[],
                    help="vendor headers to ship as vendor/ (the run script puts it on CPATH)")
     a = sub.add_parser("aggregate", help="summarize a run's results")
@@ -299,7 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("results", type=Path, help="the folder with <id>.json (and <id>.bench.json) results")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
-        entries = prepare(args.funnel, args.corpus, args.out, args.n, args.seed, args.specs, args.vendor_include)
+        entries = prepare(args.funnel, args.corpus, args.out, args.n, args.seed, args.specs, args.vendor_include,
+                          args.every_kernel)
         size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
         print(f"{sum(e.role == 'sample' for e in entries)} sampled kernels, "
               f"{sum(e.role == 'author' for e in entries)} author versions, {size / 1e6:.1f} MB in {args.out}")
