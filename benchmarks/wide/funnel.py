@@ -56,6 +56,7 @@ from .stages import (
     nvcc_path,
     preprocess,
     propose_families,
+    reason_class,
     structural_rules,
 )
 
@@ -206,7 +207,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
         if sp.spec is not None:
             try:
                 with _time_limit(KERNEL_LIMIT):
-                    _families(rec, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start,
+                    _families(rec, root, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start,
                               sp.spec, job.build)
             except Exception as e:  # one kernel's failure is its record, not the run's end
                 rec.error = f"{type(e).__name__}: {e}"
@@ -242,13 +243,18 @@ def _time_limit(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _families(rec: KernelRecord, file: Path, text: str, name: str, start: int, spec: Any, build: bool) -> None:
+def _families(rec: KernelRecord, root: Path, file: Path, text: str, name: str, start: int, spec: Any,
+              build: bool) -> None:
     src = SourceText(text)
     model = parse(src.data)
     kernel = next((k for k in model.kernels if k.name == name and k.span.start == start), None) or \
         model.require(name, str(file))
     policy = OfflinePolicy(str(file), src, model, kernel, spec,
                            families={r.family for r in structural_rules()})
+    # the build finds the project's headers as nvcc -E did: its include folders on CPATH (with the vendor ones)
+    base = os.environ.get("WIDE_CPATH_BASE", os.environ.get("CPATH", ""))
+    os.environ["WIDE_CPATH_BASE"] = base
+    os.environ["CPATH"] = os.pathsep.join([str(d) for d in include_dirs(root, file)] + ([base] if base else []))
     outcomes, children = propose_families(policy, policy.root_candidate())
     if build and children:
         build_children(policy, outcomes, children)
@@ -314,7 +320,7 @@ def run(root: Path, out: Path, *, workers: int = 2, only: Sequence[str] = (), bu
         specs: Path | None = None, limit: int | None = None, vendor: Sequence[Path] = ()) -> list[KernelRecord]:
     """The funnel over every project under ``root``; writes ``out/kernels.jsonl``, ``meta.json``, ``summary.md``."""
     out.mkdir(parents=True, exist_ok=True)
-    saved = {k: os.environ.get(k) for k in ("CPATH", "WARPFORGE_CACHE")}
+    saved = {k: os.environ.get(k) for k in ("CPATH", "WARPFORGE_CACHE", "WIDE_CPATH_BASE")}
     try:
         vendor_includes(out, vendor)
         # the build cache is keyed by source, not by CPATH: a cache of its own keeps other header sets' results out
@@ -405,7 +411,7 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
     lines.append("")
     for title, counter in (
         ("Top decline reasons (family: reason, kernels with a spec)", Counter(
-            f"{f}: {error_class(o.get('declined') or '')}" for r in with_spec for f, o in r.families.items()
+            f"{f}: {reason_class(o.get('declined') or '')}" for r in with_spec for f, o in r.families.items()
             if o.get("declined"))),
         ("Top build failures of proposed candidates", Counter(
             f"{f}: {error_class(o['build_failures'][0].split(': ', 1)[-1])}" for r in records

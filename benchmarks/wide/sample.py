@@ -89,12 +89,14 @@ class Entry:
     author: str = ""  # the id of the author's optimized version, when there is one
 
 
-_QUOTED = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+#: an include, quoted or angled: an angled one is copied too when the project has it (``<helper_cuda.h>``)
+_QUOTED = re.compile(r'^\s*#\s*include\s*["<]([^">]+)[">]', re.M)
 _LINE = re.compile(r"^#line .*\n", re.M)
 
 
 def _copy_headers(text: str, search: list[Path], dest: Path, budget: list[int], depth: int = 0) -> None:
-    """Copy the quoted includes of ``text`` (found along ``search``) under ``dest`` at the path as written."""
+    """Copy the includes of ``text`` found along ``search`` (the project's folders) under ``dest`` at the path as
+    written; system and toolkit headers are not in those folders and stay includes."""
     if depth > 8:
         return
     for inc in _QUOTED.findall(text):

@@ -280,13 +280,25 @@ def _raise_site(frame: FrameType) -> str:
     code = frame.f_code
     mod = Path(code.co_filename).stem
     line = frame.f_lineno
-    text = linecache.getline(code.co_filename, line).strip()
+    raw = linecache.getline(code.co_filename, line)
+    text = raw.strip()
     check = text
     if text.startswith("raise"):
-        prev = linecache.getline(code.co_filename, line - 1).strip()
-        if prev.startswith(("if ", "elif ", "for ", "while ", "else")):
-            check = f"{prev} {text}"
-    return f"{mod}.{code.co_name}:{line}: {check}"[:240]
+        # the enclosing statement: the nearest line above that is indented less than the raise
+        indent = len(raw) - len(raw.lstrip())
+        for i in range(line - 1, max(0, line - 40), -1):
+            up = linecache.getline(code.co_filename, i)
+            if up.strip() and len(up) - len(up.lstrip()) < indent:
+                if up.strip().startswith(("if ", "elif ", "else", "for ", "while ", "except", "with ")):
+                    check = f"{up.strip()} … {text}"
+                break
+    return f"in {mod}.{code.co_name} line {line}: {check}"[:240]
+
+
+def reason_class(message: str) -> str:
+    """A decline reason for the "top reasons" table: names in backticks and quotes folded, the site kept."""
+    m = re.sub(r"`[^`]*`", "`…`", message)
+    return re.sub(r'"[^"]*"', '"…"', m)[:200]
 
 
 @dataclass
