@@ -145,6 +145,15 @@ def host_index(project: Path) -> dict[str, list[Path]]:
     return out
 
 
+def hand_spec(specs: Path, project: str, rel_file: str, kernel: str) -> Path | None:
+    """A hand-written annotation block for a kernel: ``SPECS/<project>/<file as in the project>/<kernel>.txt``
+    (kernel names repeat across files), else ``SPECS/<project>/<kernel>.txt``."""
+    for p in (specs / project / rel_file / f"{kernel}.txt", specs / project / f"{kernel}.txt"):
+        if p.is_file():
+            return p
+    return None
+
+
 @dataclass
 class FileJob:
     project: str
@@ -199,7 +208,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
             lc = classify(ktext) if classify(ktext).counts else lc
         rec.serial_or_reduction, rec.serial_loop, rec.reduction = lc.counts, lc.serial_loop, lc.reduction
         rec.grid_stride, rec.loop_why = lc.grid_stride, lc.why
-        hand = Path(job.specs) / job.project / f"{kernel.name}.txt" if job.specs else None
+        hand = hand_spec(Path(job.specs), job.project, rel, kernel.name) if job.specs else None
         sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
         rec.spec, rec.spec_source, rec.spec_error = sp.spec is not None, sp.source, sp.error
         ir = lower_kernel(str(file), text, src, model, kernel, sp.spec, incs)

@@ -127,6 +127,7 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     from warpforge.cuda.text import SourceText
     from warpforge.spec.resolve import load_spec
 
+    from .funnel import hand_spec
     from .stages import include_dirs, infer_spec
 
     root = corpus / rec["project"]
@@ -138,7 +139,7 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     if kernel is None:
         return "kernel not found again"
     hosts = {k: v for k, v in _hosts(str(root)).items() if k == kernel.name}
-    hand = specs / rec["project"] / f"{kernel.name}.txt" if specs else None
+    hand = hand_spec(specs, rec["project"], rec["file"], kernel.name) if specs else None
     sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
     if sp.spec is None:
         return f"no spec: {sp.error}"

@@ -222,7 +222,7 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
     if hand is not None and hand.is_file():
         block = hand.read_text(encoding="utf-8")
         at = src.line_starts[src.line_of(kernel.span.start)]
-        joined = (src.data[:at] + block.encode() + b"\n" + src.data[at:]).decode("utf-8", "replace")
+        joined = (src.data[:at] + block.rstrip("\n").encode() + b"\n" + src.data[at:]).decode("utf-8", "replace")
         try:
             jsrc = SourceText(joined)
             jmodel = parse(jsrc.data)
