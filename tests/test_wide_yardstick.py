@@ -99,13 +99,21 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (proj / ".wide_commit").write_text("0123456789abcdef0123456789abcdef01234567\n")
     # a second copy of the elementwise kernel in another file: measured once, counted as a duplicate
     (proj / "copy.cu").write_text(KERNELS.split("__global__ void row_sum")[0])
+    # a kernel no file launches: its spec is hand-written, outside the project, per file and kernel
+    (proj / "lonely.cu").write_text("__global__ void lonely(float* y, int n) {\n"
+                                    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                    "    if (i < n) y[i] = 0.0f;\n}\n")
+    hand = root.parent / f"{root.name}-specs" / "me+demo" / "lonely.cu"
+    hand.mkdir(parents=True)
+    (hand / "lonely.txt").write_text("// @warpforge size N = 4096\n// @warpforge arg y: out float[N]\n"
+                                     "// @warpforge arg n = N\n// @warpforge launch grid=cdiv(N, 128), block=128\n")
     return root
 
 
 @pytest.fixture(scope="module")
 def records(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, funnel.KernelRecord]:
     out = tmp_path_factory.mktemp("wide-out")
-    recs = funnel.run(corpus, out, workers=1)
+    recs = funnel.run(corpus, out, workers=1, specs=corpus.parent / f"{corpus.name}-specs")
     assert (out / "summary.md").is_file() and (out / "kernels.jsonl").is_file()
     return {r.kernel: r for r in recs}
 
@@ -130,11 +138,12 @@ def test_author_versions_pairs_numbered_and_named_versions() -> None:
 
 @needs_nvcc
 def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelRecord]) -> None:
-    assert set(records) == {"scale", "row_sum", "block_sum", "shift"}  # the copy of `scale` counted once
+    assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely"}  # the copy of `scale` counted once
     assert all(r.parsed and r.preprocessed for r in records.values()), \
         {k: (r.parse_note, r.preprocess_error) for k, r in records.items()}
     assert all(r.spec for r in records.values()), {k: r.spec_error for k, r in records.items()}
     assert records["shift"].spec_source == "host file main.cu"
+    assert records["lonely"].spec_source == "hand-written"
     assert records["row_sum"].serial_or_reduction and records["block_sum"].reduction
     assert not records["scale"].serial_or_reduction
     row = records["row_sum"]
@@ -151,7 +160,7 @@ def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelR
 def test_summary_names_projects_commits_and_rates(records: dict[str, funnel.KernelRecord], corpus: Path) -> None:
     text = funnel.summary(list(records.values()), {"projects": [
         {"name": "me+demo", "origin": "me/demo", "commit": "0123456789abcdef", "duplicates": 1}]})
-    assert "| me/demo | 0123456789ab | 4 | 1 |" in text
+    assert "| me/demo | 0123456789ab | 5 | 1 |" in text
     assert "over the kernels with a serial loop over global memory or a reduction" in text
     assert "| warp_per_row |" in text
 
