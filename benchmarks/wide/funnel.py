@@ -209,17 +209,21 @@ def run_file(job: FileJob) -> list[KernelRecord]:
         rec.serial_or_reduction, rec.serial_loop, rec.reduction = lc.counts, lc.serial_loop, lc.reduction
         rec.grid_stride, rec.loop_why = lc.grid_stride, lc.why
         hand = hand_spec(Path(job.specs), job.project, rel, kernel.name) if job.specs else None
-        sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
-        rec.spec, rec.spec_source, rec.spec_error = sp.spec is not None, sp.source, sp.error
-        ir = lower_kernel(str(file), text, src, model, kernel, sp.spec, incs)
-        rec.ir, rec.ir_reason = ir.status, ir.reason
-        if sp.spec is not None:
-            try:
-                with _time_limit(KERNEL_LIMIT):
-                    _families(rec, root, file, text if sp.text is None else sp.text, kernel.name, kernel.span.start,
-                              sp.spec, job.build)
-            except Exception as e:  # one kernel's failure is its record, not the run's end
-                rec.error = f"{type(e).__name__}: {e}"
+        # every stage that runs the project's analyses is under the limit: spec inference follows callers too
+        stage = "spec inference"
+        try:
+            with _time_limit(KERNEL_LIMIT):
+                sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
+                rec.spec, rec.spec_source, rec.spec_error = sp.spec is not None, sp.source, sp.error
+                stage = "lowering"
+                ir = lower_kernel(str(file), text, src, model, kernel, sp.spec, incs)
+                rec.ir, rec.ir_reason = ir.status, ir.reason
+                if sp.spec is not None:
+                    stage = "proposals and builds"
+                    _families(rec, root, file, text if sp.text is None else sp.text, kernel.name,
+                              kernel.span.start, sp.spec, job.build)
+        except Exception as e:  # one kernel's failure is its record, not the run's end
+            rec.error = f"{stage}: {type(e).__name__}: {e}"
         rec.seconds = round(time.perf_counter() - t0, 2)
         out.append(rec)
     return out
@@ -241,7 +245,7 @@ def _time_limit(seconds: int) -> Iterator[None]:
         return
 
     def fire(_sig: int, _frame: object) -> None:
-        raise KernelTimeout(f"proposals and builds exceeded {seconds} s")
+        raise KernelTimeout(f"exceeded {seconds} s")
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.alarm(seconds)
@@ -467,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.summary:
         recs, meta = load(args.out)
+        if not meta.get("projects"):  # a run stopped before its end: the projects from ROOT
+            meta["projects"] = [{"name": p.name, "origin": p.origin, "commit": p.commit, "duplicates": "?"}
+                                for p in projects(args.root)]
         (args.out / "summary.md").write_text(summary(recs, meta))
         print((args.out / "summary.md").read_text())
         return 0
