@@ -50,15 +50,12 @@ BUILD_TRIES = 3
 
 
 def include_dirs(project: Path, file: Path, limit: int = 24) -> list[Path]:
-    """The folders nvcc -E gets for ``file``: its own, its parents up to the project root, then the project's
-    folders named like include folders (``INCLUDE_NAMES``), nearest first."""
-    out: list[Path] = []
-    d = file.parent
-    while True:
-        out.append(d)
-        if d == project or project not in d.parents:
-            break
-        d = d.parent
+    """The folders nvcc -E gets for ``file``: its own, the project root, then the project's folders named like
+    include folders (``INCLUDE_NAMES``), nearest first. Not every parent folder: a project's shim for another
+    platform (llm.c's ``dev/unistd.h`` for Windows) would shadow the system header of the same name."""
+    out: list[Path] = [file.parent]
+    if project not in out:
+        out.append(project)
     named = sorted((p for p in project.rglob("*") if p.is_dir() and p.name in INCLUDE_NAMES),
                    key=lambda p: (len(p.relative_to(project).parts), str(p)))
     for p in named:
