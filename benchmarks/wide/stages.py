@@ -214,8 +214,9 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
                 continue
             spec = build_spec(jsrc, jmodel, jk, str(file))
             return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
-        except Exception as e:
-            first = first or f"{type(e).__name__}: {e}"
+        except Exception as e:  # one host file of several; its reason is the telling one (no launch in the own)
+            first = f"with host file {host.relative_to(project)}: " + (
+                f"{e}".splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}")
     if hand is not None and hand.is_file():
         block = hand.read_text(encoding="utf-8")
         at = src.line_starts[src.line_of(kernel.span.start)]
