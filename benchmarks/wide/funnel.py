@@ -57,6 +57,7 @@ from .stages import (
     preprocess,
     propose_families,
     reason_class,
+    start_in,
     structural_rules,
 )
 
@@ -221,8 +222,8 @@ def run_file(job: FileJob) -> list[KernelRecord]:
                 if sp.spec is not None:
                     stage = "proposals and builds"
                     _families(rec, root, file, text if sp.text is None else sp.text, kernel.name,
-                              kernel.span.start, sp.spec, job.build)
-        except Exception as e:  # one kernel's failure is its record, not the run's end
+                              start_in(sp, text, kernel.span.start), sp.spec, job.build)
+        except (Exception, KernelTimeout) as e:  # one kernel's failure is its record, not the run's end
             rec.error = f"{stage}: {type(e).__name__}: {e}"
         rec.seconds = round(time.perf_counter() - t0, 2)
         out.append(rec)
@@ -233,8 +234,8 @@ def run_file(job: FileJob) -> list[KernelRecord]:
 KERNEL_LIMIT = 240
 
 
-class KernelTimeout(Exception):
-    pass
+class KernelTimeout(BaseException):
+    """A BaseException: the project's analyses catch ``Exception`` broadly, and must not swallow the limit."""
 
 
 @contextlib.contextmanager

@@ -128,7 +128,7 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     from warpforge.spec.resolve import load_spec
 
     from .funnel import hand_spec
-    from .stages import include_dirs, infer_spec
+    from .stages import include_dirs, infer_spec, start_in
 
     root = corpus / rec["project"]
     file = root / rec["file"]
@@ -146,7 +146,8 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     if sp.text is not None:
         src = SourceText(sp.text)
         model = parse(src.data)
-        kernel = next(k for k in model.kernels if k.name == rec["kernel"] and k.span.start == kernel.span.start)
+        at = start_in(sp, text, kernel.span.start)
+        kernel = next(k for k in model.kernels if k.name == rec["kernel"] and k.span.start == at)
     unit = _LINE.sub("", standalone(src, model, kernel, filename=str(file)))
     ktext = src.slice(kernel.span)
     at = unit.rfind(ktext)

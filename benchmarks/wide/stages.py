@@ -173,6 +173,14 @@ def lower_kernel(file: str, text: str, src: SourceText, model: FileModel, kernel
 # ----------------------------------------------------------------------------- spec
 
 
+def start_in(sp: SpecResult, original: str, start: int) -> int:
+    """Where a kernel that starts at byte ``start`` of ``original`` starts in the spec's text: a hand-written
+    block is inserted above it (shifting it by the block's bytes), a host file is appended after it."""
+    if sp.text is None or sp.source != "hand-written":
+        return start
+    return start + len(sp.text.encode()) - len(original.encode())
+
+
 @dataclass
 class SpecResult:
     spec: KernelSpec | None
