@@ -24,7 +24,7 @@ t0=$(date +%s)
 for g in $(seq 0 $((NG-1))); do
   k=$((SO+g)); (( k < NS )) || continue
   (
-    export CUDA_VISIBLE_DEVICES=$g
+    export CUDA_VISIBLE_DEVICES=$g; mkdir -p /tmp/wfw$k
     end=$(( $(date +%s) + CT ))
     for i in "${!rows[@]}"; do
       (( i % NS == k )) || continue

@@ -21,6 +21,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -122,8 +123,9 @@ def _hosts(root: str) -> dict[str, list[Path]]:
 
 def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None) -> str:
     """The kernel's unit with its spec above it under ``dest``; returns "" or why it cannot be written."""
+    from warpforge.compiler.build import compile_cubin
     from warpforge.cuda import parse
-    from warpforge.cuda.extract import standalone
+    from warpforge.cuda.extract import instantiation, standalone
     from warpforge.cuda.text import SourceText
     from warpforge.spec.resolve import load_spec
 
@@ -160,9 +162,22 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     _copy_headers(unit, [file.parent, *include_dirs(root, file)], dest, [2_000_000])
     try:
         load_spec(path, kernel.name)
-    except Exception as e:
+    except Exception as e:  # a unit whose spec does not read back is not sampled
         shutil.rmtree(dest, ignore_errors=True)
         return f"the unit's spec does not read back: {type(e).__name__}: {e}"
+    # the original must build alone, as the evaluator builds it, or the GPU run measures nothing; not cached:
+    # the build cache is keyed by source, and this build depends on the headers copied beside the unit
+    # a template gets code only when instantiated: with the spec's arguments, as the evaluator's unit does
+    built = path.read_text(encoding="utf-8")
+    if kernel.template_params and sp.spec.template_args:
+        built += "\n" + instantiation(kernel, sp.spec.template_args) + "\n"
+    res = compile_cubin(built, arch="sm_90", filename=str(path), use_cache=False)
+    if not res.ok or res.resources_for(kernel.name) is None:
+        fatal = next((ln.strip() for ln in res.log.splitlines() if "fatal error" in ln or ": error" in ln), "")
+        shutil.rmtree(dest, ignore_errors=True)
+        why = fatal.replace(str(dest) + "/", "") if fatal else (
+            "no code for the kernel in the cubin" if res.ok else (res.log.strip().splitlines() or ["nvcc failed"])[-1])
+        return f"the unit does not build alone: {why[:200]}"
     return ""
 
 
@@ -171,6 +186,9 @@ def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Pat
     """Write the sample folder. The pool is the kernels with a spec that have a serial loop over global memory
     or a reduction (the funnel's denominator: an empty kernel or a timing helper has nothing to optimize), or
     every kernel with a spec with ``every_kernel``; the pool is shuffled with ``seed`` and taken in order."""
+    if vendor:  # the units' builds here find the vendor headers as the GPU run will (run_sample.sh: CPATH)
+        os.environ["CPATH"] = os.pathsep.join([str(v) for v in vendor] + [os.environ.get("CPATH", "")]).rstrip(
+            os.pathsep)
     recs = [json.loads(line) for line in (funnel / "kernels.jsonl").read_text().splitlines() if line]
     meta = json.loads((funnel / "meta.json").read_text())
     proj = {p["name"]: p for p in meta["projects"]}
