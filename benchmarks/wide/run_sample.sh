@@ -19,7 +19,7 @@ export CPATH=$(cd $SAMPLE && pwd)/vendor${CPATH:+:$CPATH}
 R=$OUT/wide; mkdir -p $R
 NG=$(nvidia-smi -L | wc -l); nvidia-smi -L > $R/gpus.txt
 S=${S:-45}; B=${B:-48}; CT=${CT:-540}; NS=${NS:-$NG}; SO=${SO:-0}
-mapfile -t rows < <(grep ' sample ' $SAMPLE/ids.txt)
+mapfile -t rows < <(grep -E ' (sample|pair) ' $SAMPLE/ids.txt)
 t0=$(date +%s)
 for g in $(seq 0 $((NG-1))); do
   k=$((SO+g)); (( k < NS )) || continue

@@ -77,7 +77,9 @@ def author_versions(names: Sequence[str]) -> dict[str, str]:
 @dataclass
 class Entry:
     id: str
-    role: str  # "sample" (the random sample) | "author" (an author's optimized version, timed only)
+    #: "sample" (the random sample), "pair" (a naive kernel with an author's version, outside the random
+    #: sample: only for best ÷ author) or "author" (an author's optimized version, timed only)
+    role: str
     project: str
     origin: str
     commit: str
@@ -182,10 +184,12 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
 
 
 def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Path | None,
-            vendor: Sequence[Path], every_kernel: bool = False) -> list[Entry]:
+            vendor: Sequence[Path], every_kernel: bool = False, pairs: bool = True) -> list[Entry]:
     """Write the sample folder. The pool is the kernels with a spec that have a serial loop over global memory
     or a reduction (the funnel's denominator: an empty kernel or a timing helper has nothing to optimize), or
-    every kernel with a spec with ``every_kernel``; the pool is shuffled with ``seed`` and taken in order."""
+    every kernel with a spec with ``every_kernel``; the pool is shuffled with ``seed`` and taken in order.
+    With ``pairs``, every other naive kernel that has an author's optimized version (both with specs) is added
+    as a "pair" entry: measured for best ÷ author, not counted in the random sample's numbers."""
     if vendor:  # the units' builds here find the vendor headers as the GPU run will (run_sample.sh: CPATH)
         os.environ["CPATH"] = os.pathsep.join([str(v) for v in vendor] + [os.environ.get("CPATH", "")]).rstrip(
             os.pathsep)
@@ -204,29 +208,43 @@ def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Pat
         by_file.setdefault((r["project"], r["file"]), []).append(r)
     entries: list[Entry] = []
     skipped: list[str] = []
-    for r in order:
-        if sum(e.role == "sample" for e in entries) >= n:
-            break
-        num = sum(e.role == "sample" for e in entries)
-        eid = f"s{num:03d}"
+
+    def tuned_of(r: dict[str, Any]) -> dict[str, Any] | None:
+        siblings = by_file[(r["project"], r["file"])]
+        tuned = author_versions([s["kernel"] for s in siblings]).get(r["kernel"])
+        return next((s for s in siblings if s["kernel"] == tuned and s["spec"]), None)
+
+    def add(r: dict[str, Any], role: str, num: int) -> bool:
+        eid = f"{role[0]}{num:03d}"
         why = write_unit(corpus, r, out / "units" / eid, specs)
         if why:
             skipped.append(f"{r['project']}/{r['file']}:{r['kernel']}: {why}")
-            continue
+            return False
         p = proj[r["project"]]
-        e = Entry(eid, "sample", r["project"], p["origin"], p["commit"], r["file"], r["kernel"],
+        e = Entry(eid, role, r["project"], p["origin"], p["commit"], r["file"], r["kernel"],
                   str(next((out / "units" / eid).glob("*.cu")).relative_to(out)), r["proposed"], r["built"],
                   r["serial_or_reduction"])
         entries.append(e)
-        siblings = by_file[(r["project"], r["file"])]
-        tuned = author_versions([s["kernel"] for s in siblings]).get(r["kernel"])
-        ar = next((s for s in siblings if s["kernel"] == tuned and s["spec"]), None)
-        if ar is not None:
-            aid = f"a{num:03d}"
-            if not write_unit(corpus, ar, out / "units" / aid, specs):
-                entries.append(Entry(aid, "author", r["project"], p["origin"], p["commit"], ar["file"], ar["kernel"],
-                                     str(next((out / "units" / aid).glob("*.cu")).relative_to(out))))
-                e.author = aid
+        ar = tuned_of(r)
+        aid = f"a{eid}"
+        if ar is not None and not write_unit(corpus, ar, out / "units" / aid, specs):
+            entries.append(Entry(aid, "author", r["project"], p["origin"], p["commit"], ar["file"], ar["kernel"],
+                                 str(next((out / "units" / aid).glob("*.cu")).relative_to(out))))
+            e.author = aid
+        return True
+
+    taken: set[tuple[str, str, str]] = set()
+    for r in order:
+        num = sum(e.role == "sample" for e in entries)
+        if num >= n:
+            break
+        if add(r, "sample", num):
+            taken.add((r["project"], r["file"], r["kernel"]))
+    if pairs:  # every naive kernel with a spec whose author's version has one too, beyond the random sample
+        for r in recs:
+            if (r["spec"] and (r["project"], r["file"], r["kernel"]) not in taken and tuned_of(r) is not None
+                    and tuned_of(r) is not r):
+                add(r, "pair", sum(e.role == "pair" for e in entries))
     for v in vendor:
         shutil.copytree(v, out / "vendor", dirs_exist_ok=True)
     (out / "manifest.json").write_text(json.dumps({"seed": seed, "n": n, "funnel": str(funnel), "pool": pool,
@@ -267,7 +285,7 @@ def aggregate(sample: Path, results: Path) -> str:
     failed: list[str] = []
     ratios: list[str] = []
     for eid, e in entries.items():
-        if e["role"] != "sample":
+        if e["role"] not in ("sample", "pair"):
             continue
         f = results / f"{eid}.json"
         try:
@@ -283,8 +301,9 @@ def aggregate(sample: Path, results: Path) -> str:
         sp = float(sp) if data.get("improved") else 1.0
         fams = [str(x) for x in data.get("families") or []]
         won = bool(structural & set(fams))
-        structural_wins += won
-        speedups.append(sp)
+        if e["role"] == "sample":  # pairs are outside the random sample: only their best ÷ author is read
+            structural_wins += won
+            speedups.append(sp)
         author = ""
         if e.get("author"):
             tn = _bench_ms(_read(results / f"{eid}.bench.json"))
@@ -328,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=48)
     p.add_argument("--seed", type=int, default=27)
     p.add_argument("--specs", type=Path, default=None, help="hand-written spec blocks, as for the funnel")
+    p.add_argument("--no-pairs", action="store_true",
+                   help="do not add the naive kernels with an author's version outside the random sample")
     p.add_argument("--every-kernel", action="store_true",
                    help="sample every kernel with a spec (default: those with a serial loop or a reduction)")
     p.add_argument("--vendor-include", type=Path, action="append", default=[],
@@ -338,9 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         entries = prepare(args.funnel, args.corpus, args.out, args.n, args.seed, args.specs, args.vendor_include,
-                          args.every_kernel)
+                          args.every_kernel, not args.no_pairs)
         size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
-        print(f"{sum(e.role == 'sample' for e in entries)} sampled kernels, "
+        print(f"{sum(e.role == 'sample' for e in entries)} sampled kernels, {sum(e.role == 'pair' for e in entries)} "
+              "naive kernels with an author's version beside them, "
               f"{sum(e.role == 'author' for e in entries)} author versions, {size / 1e6:.1f} MB in {args.out}")
         return 0
     text = aggregate(args.sample, args.results)
