@@ -1,0 +1,425 @@
+"""The funnel's stages for one kernel: preprocess, IR, spec, structural proposals (or why not), nvcc builds.
+
+Each stage is a function returning a small record instead of raising: a kernel that stops at one stage is a
+count in the funnel, never a crash of the run. The project's own parts do the work (``cuda.parse``,
+``spec.build_spec``, ``policy.offline.OfflinePolicy``, the evaluator's build path as
+``benchmarks/corpus_applicability.EvaluatorBuild`` mirrors it); this module only asks them and records.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import linecache
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from warpforge.cuda import parse
+from warpforge.cuda.candidate import Candidate
+from warpforge.cuda.model import FileModel, Kernel
+from warpforge.cuda.text import SourceText
+from warpforge.policy.offline import OfflinePolicy
+from warpforge.policy.rules import REGISTRY, Rule, RuleContext, load
+from warpforge.policy.rules._structural_rule import StructuralRule
+from warpforge.spec import build_spec
+from warpforge.spec.model import KernelSpec, SpecError
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(_ROOT / "benchmarks"))
+
+from corpus_applicability import EvaluatorBuild  # noqa: E402
+
+#: folders searched for a project's own headers (besides the file's folder and its parents)
+INCLUDE_NAMES = frozenset({"include", "inc", "common", "Common", "util", "utils", "src", "llmc", "csrc"})
+#: nvcc -E's limit per file
+PREPROCESS_TIMEOUT = 60.0
+#: children built per proposed family before giving up on it (the first that builds counts)
+BUILD_TRIES = 3
+
+
+# ----------------------------------------------------------------------------- preprocess
+
+
+def include_dirs(project: Path, file: Path, limit: int = 24) -> list[Path]:
+    """The folders nvcc -E gets for ``file``: its own, the project root, then the project's folders named like
+    include folders (``INCLUDE_NAMES``), nearest first. Not every parent folder: a project's shim for another
+    platform (llm.c's ``dev/unistd.h`` for Windows) would shadow the system header of the same name."""
+    out: list[Path] = [file.parent]
+    if project not in out:
+        out.append(project)
+    named = sorted((p for p in project.rglob("*") if p.is_dir() and p.name in INCLUDE_NAMES),
+                   key=lambda p: (len(p.relative_to(project).parts), str(p)))
+    for p in named:
+        if p not in out:
+            out.append(p)
+    return out[:limit]
+
+
+@dataclass
+class Preprocessed:
+    ok: bool
+    seconds: float = 0.0
+    error: str = ""
+    lines: int = 0
+
+
+def preprocess(project: Path, file: Path, nvcc: str = "nvcc", arch: str = "sm_90") -> Preprocessed:
+    """``nvcc -E`` of the whole file as CUDA with its project's include folders; the first error on failure."""
+    import time
+
+    t0 = time.perf_counter()
+    argv = [nvcc, "-E", "-x", "cu", "-std=c++17", f"-arch={arch}", "--expt-relaxed-constexpr",
+            *(f"-I{d}" for d in include_dirs(project, file)), str(file)]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=PREPROCESS_TIMEOUT, cwd=file.parent)
+    except subprocess.TimeoutExpired:
+        return Preprocessed(False, time.perf_counter() - t0, f"nvcc -E exceeded {PREPROCESS_TIMEOUT:g} s")
+    dt = time.perf_counter() - t0
+    if res.returncode != 0:
+        err = res.stderr.decode("utf-8", errors="replace")
+        first = next((ln for ln in err.splitlines() if "error" in ln), err.strip().splitlines()[0] if err.strip()
+                     else f"nvcc exit {res.returncode}")
+        return Preprocessed(False, dt, _short_error(first, project))
+    return Preprocessed(True, dt, "", res.stdout.count(b"\n"))
+
+
+def _short_error(line: str, project: Path) -> str:
+    """An nvcc message without the absolute path (the report groups messages by their text)."""
+    return line.replace(str(project) + "/", "").strip()[:300]
+
+
+def error_class(message: str) -> str:
+    """A message reduced to its kind, for the "top reasons" tables (file names and identifiers stripped)."""
+    m = message
+    if "No such file or directory" in m or "cannot open source file" in m:
+        inc = re.search(r'["<]([^">]+)[">]', m) or re.search(r"fatal error: ([^:]+):", m)
+        return f"missing header {inc.group(1) if inc else ''}".strip()
+    m = re.sub(r"^[^:]*:\d+(:\d+)?:\s*", "", m)
+    m = re.sub(r"`[^`]*`", "`…`", m)
+    m = re.sub(r'"[^"]*"', '"…"', m)
+    m = re.sub(r"\b\d+\b", "N", m)
+    return m[:160]
+
+
+# ----------------------------------------------------------------------------- the IR (pluggable)
+
+
+@dataclass
+class IrResult:
+    status: str  # "not available" | "lowered" | "declined" | "error"
+    reason: str = ""
+
+
+def _ir_lower() -> Callable[..., Any] | None:
+    try:
+        mod = importlib.import_module("warpforge.policy.ir")
+    except ImportError:
+        return None
+    fn = getattr(mod, "lower", None)
+    return fn if callable(fn) else None
+
+
+def lower_kernel(file: str, text: str, src: SourceText, model: FileModel, kernel: Kernel,
+                 spec: KernelSpec | None, include: Iterable[Path]) -> IrResult:
+    """Ask ``warpforge.policy.ir.lower`` for the kernel's IR, when that module exists.
+
+    Its signature is not fixed yet, so the arguments are given by parameter name: ``text``/``source_text``
+    (str), ``source``/``src`` (SourceText), ``model``, ``kernel`` (the ``Kernel``), ``kernel_name``/``name``,
+    ``file``/``filename``/``path``, ``spec``, ``include_dirs``/``includes``. A raised exception or a result
+    with a truthy ``declined``/``reason`` (or a falsy ``ok``) counts as a decline with that reason.
+    """
+    fn = _ir_lower()
+    if fn is None:
+        return IrResult("not available")
+    offer: dict[str, object] = {
+        "text": text, "source_text": text, "source": src, "src": src, "model": model, "kernel": kernel,
+        "kernel_name": kernel.name, "name": kernel.name, "file": file, "filename": file, "path": file,
+        "spec": spec, "include_dirs": [str(p) for p in include], "includes": [str(p) for p in include],
+    }
+    try:
+        sig = inspect.signature(fn)
+        args: list[object] = []
+        kwargs: dict[str, object] = {}
+        for p in sig.parameters.values():
+            if p.name not in offer:
+                if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    return IrResult("error", f"lower() wants `{p.name}`, which the funnel does not know how to give")
+                continue
+            if p.kind is p.POSITIONAL_ONLY:
+                args.append(offer[p.name])
+            else:
+                kwargs[p.name] = offer[p.name]
+        got = fn(*args, **kwargs)
+    except Exception as e:  # a decline raised as an exception carries its reason in the message
+        return IrResult("declined", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+    if got is None:
+        return IrResult("declined", "lower() returned None")
+    reason = getattr(got, "reason", None) or getattr(got, "declined", None)
+    ok = getattr(got, "ok", True)
+    if reason or not ok:
+        return IrResult("declined", str(reason or "not ok"))
+    return IrResult("lowered")
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+def start_in(sp: SpecResult, original: str, start: int) -> int:
+    """Where a kernel that starts at byte ``start`` of ``original`` starts in the spec's text: a hand-written
+    block is inserted above it (shifting it by the block's bytes), a host file is appended after it."""
+    if sp.text is None or sp.source != "hand-written":
+        return start
+    return start + len(sp.text.encode()) - len(original.encode())
+
+
+@dataclass
+class SpecResult:
+    spec: KernelSpec | None
+    source: str  # "own file" | "host file <path>" | "hand-written" | ""
+    error: str = ""
+    #: the text the spec was built from, when it is not the kernel's own file (a host file's launch joined)
+    text: str | None = None
+
+
+_INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*["<]([^">]+)[">]', re.M)
+
+
+def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: FileModel, kernel: Kernel,
+               hosts: dict[str, list[Path]], hand: Path | None) -> SpecResult:
+    """The kernel's spec: inferred from its own file's launch; else from a host file of the project that
+    launches it (the host file's text after the kernel file's, its include of the kernel file blanked); else
+    a hand-written annotation block from ``hand`` (``<wide-specs>/<project>/<kernel>.txt``)."""
+    try:
+        return SpecResult(build_spec(src, model, kernel, str(file)), "own file")
+    except SpecError as e:
+        first = f"{e}".splitlines()[0]
+    except Exception as e:  # inference must not stop the run; the message is the funnel's record
+        first = f"{type(e).__name__}: {e}"
+    for host in hosts.get(kernel.name, []):
+        if host == file:
+            continue
+        try:
+            htext = host.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        htext = _INCLUDE_LINE.sub(lambda m: "" if Path(m.group(1)).name == file.name else m.group(0), htext)
+        joined = text.rstrip("\n") + "\n" + htext
+        try:
+            jsrc = SourceText(joined)
+            jmodel = parse(jsrc.data)
+            jk = next((k for k in jmodel.kernels if k.name == kernel.name and k.span.start == kernel.span.start),
+                      None)
+            if jk is None:
+                continue
+            spec = build_spec(jsrc, jmodel, jk, str(file))
+            return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
+        except Exception as e:  # one host file of several; its reason is the telling one (no launch in the own)
+            first = f"with host file {host.relative_to(project)}: " + (
+                f"{e}".splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}")
+    if hand is not None and hand.is_file():
+        block = hand.read_text(encoding="utf-8")
+        at = src.line_starts[src.line_of(kernel.span.start)]
+        joined = (src.data[:at] + block.rstrip("\n").encode() + b"\n" + src.data[at:]).decode("utf-8", "replace")
+        try:
+            jsrc = SourceText(joined)
+            jmodel = parse(jsrc.data)
+            jk = jmodel.require(kernel.name, str(file))
+            return SpecResult(build_spec(jsrc, jmodel, jk, str(file)), "hand-written", text=joined)
+        except Exception as e:
+            return SpecResult(None, "", f"hand-written spec {hand}: {type(e).__name__}: {e}")
+    return SpecResult(None, "", _short_error(first, project))
+
+
+# ----------------------------------------------------------------------------- rule proposals and declines
+
+
+class _Rejections:
+    """Messages of the exceptions the rule modules raise to decline (``_Reject("…")``, ``_No``), recorded as
+    they are constructed: the last one before a rule answers "no variants" is its reason in its own words.
+
+    The rules catch these internally and return nothing, so the funnel learns the reason without any rule
+    changing. Only exception classes defined in ``warpforge.policy.rules.*`` are wrapped.
+    """
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self._local = threading.local()
+        self._patched = False
+
+    def patch(self) -> None:
+        if self._patched:
+            return
+        load()
+        log = self.log
+        for name, mod in list(sys.modules.items()):
+            if not name.startswith("warpforge.policy.rules") or mod is None:
+                continue
+            for obj in list(vars(mod).values()):
+                if (isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == name
+                        and not getattr(obj, "_wide_patched", False)):
+                    orig = obj.__init__
+
+                    def init(self: BaseException, *a: object, _orig: Any = orig, **k: object) -> None:
+                        _orig(self, *a, **k)
+                        log.append(str(a[0]) if a and str(a[0]) else _raise_site(sys._getframe(1)))
+
+                    obj.__init__ = init  # type: ignore[method-assign]
+                    obj._wide_patched = True  # type: ignore[attr-defined]
+        self._patched = True
+
+
+REJECTIONS = _Rejections()
+
+
+def _raise_site(frame: FrameType) -> str:
+    """Where a bare ``raise _Reject`` declined: ``module.function:line`` and the check (the ``if`` above the
+    raise, or the raise's own line) with its comment; most rules raise without a message."""
+    code = frame.f_code
+    mod = Path(code.co_filename).stem
+    line = frame.f_lineno
+    raw = linecache.getline(code.co_filename, line)
+    text = raw.strip()
+    check = text
+    if text.startswith("raise"):
+        # the enclosing statement: the nearest line above that is indented less than the raise
+        indent = len(raw) - len(raw.lstrip())
+        for i in range(line - 1, max(0, line - 40), -1):
+            up = linecache.getline(code.co_filename, i)
+            if up.strip() and len(up) - len(up.lstrip()) < indent:
+                if up.strip().startswith(("if ", "elif ", "else", "for ", "while ", "except", "with ")):
+                    check = f"{up.strip()} … {text}"
+                break
+    return f"in {mod}.{code.co_name} line {line}: {check}"[:240]
+
+
+def reason_class(message: str) -> str:
+    """A decline reason for the "top reasons" table: names in backticks and quotes folded, the site kept."""
+    m = re.sub(r"`[^`]*`", "`…`", message)
+    return re.sub(r'"[^"]*"', '"…"', m)[:200]
+
+
+@dataclass
+class FamilyOutcome:
+    family: str
+    proposed: int = 0
+    declined: str = ""  # the reason, when nothing was proposed
+    on_canonical: bool = False  # proposed only on the canonical form (``cuda.normalize``)
+    built: str = ""  # the steps of the first child that built
+    build_failures: list[str] = field(default_factory=list)
+
+
+def structural_rules() -> list[Rule]:
+    return [r for _, r in sorted(load().items()) if r.structural]
+
+
+def _decline_reason(rule: Rule, ctx: RuleContext) -> str:
+    """Why ``rule`` has no variants in ``ctx``: its own rejection message, else which step came back empty."""
+    REJECTIONS.log.clear()
+    if isinstance(rule, StructuralRule):
+        try:
+            got = rule.analyse(ctx)
+        except Exception as e:
+            return f"analysis raised {type(e).__name__}: {e}"
+        if got is not None:
+            try:
+                launches = rule.launches(ctx, got[0], got[1])
+            except Exception as e:
+                return f"launch planning raised {type(e).__name__}: {e}"
+            return "shape recognized, but no launch fits the spec" if not launches else "no child could be written"
+        if REJECTIONS.log:
+            return REJECTIONS.log[-1]
+        return "shape not recognized"
+    try:
+        rule.variants(ctx)
+    except Exception as e:
+        return f"raised {type(e).__name__}: {e}"
+    return REJECTIONS.log[-1] if REJECTIONS.log else "shape not recognized"
+
+
+def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, FamilyOutcome], list[Candidate]]:
+    """Every structural rule asked for variants of the original (and, when it has none there, of the
+    canonical form, as ``OfflinePolicy.propose_sync`` does); declines carry their reason."""
+    REJECTIONS.patch()
+    ctx = policy.context(root)
+    norm = policy.normalized(root)
+    canonical = policy.context(norm) if norm is not None else None
+    outcomes: dict[str, FamilyOutcome] = {}
+    children: list[Candidate] = []
+    for rule in structural_rules():
+        out = FamilyOutcome(rule.family)
+        outcomes[rule.family] = out
+        REJECTIONS.log.clear()
+        try:
+            use, params = policy._rule_context(rule, ctx, canonical)
+        except Exception as e:
+            out.declined = f"rule error: {type(e).__name__}: {e}"
+            continue
+        if not params:
+            where = canonical if canonical is not None and canonical.cand_kernel is not None else ctx
+            out.declined = _decline_reason(rule, where)
+            continue
+        out.on_canonical = use is not ctx
+        for p in params:
+            try:
+                child = rule.apply(use, p)
+                child = policy._consistent(use, child) if child is not None else None
+            except Exception as e:
+                out.build_failures.append(f"{rule.family}:{p}: apply raised {type(e).__name__}: {e}")
+                continue
+            if child is not None:
+                out.proposed += 1
+                children.append(child)
+        if out.proposed == 0:
+            out.declined = "variants offered, but no child could be written"
+    return outcomes, children
+
+
+def build_children(policy: OfflinePolicy, outcomes: dict[str, FamilyOutcome], children: list[Candidate],
+                   arch: str = "sm_90", timeout: float = 60.0) -> str:
+    """Build proposed children with nvcc through the evaluator's build path, per family until one builds
+    (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up."""
+    try:
+        builder = EvaluatorBuild(policy, arch, compile_timeout=timeout)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        for o in outcomes.values():
+            if o.proposed:
+                o.build_failures.append(f"build setup: {msg}")
+        return msg
+    by_family: dict[str, list[Candidate]] = {}
+    for c in children:
+        by_family.setdefault(c.family, []).append(c)
+    for fam, cands in by_family.items():
+        out = outcomes[fam]
+        for c in cands[:BUILD_TRIES]:
+            got = builder.check(c)
+            steps = "+".join(c.steps) or c.family
+            if got.ok:
+                out.built = steps
+                break
+            out.build_failures.append(f"{steps}: {got.stage}: {got.reason[:300]}")
+    return ""
+
+
+def nvcc_path() -> str:
+    """nvcc as the project's toolchain finds it (``WARPFORGE_NVCC`` honoured there), else on PATH."""
+    try:
+        from warpforge.compiler.toolchain import toolchain
+
+        return str(toolchain().nvcc)
+    except Exception:
+        return os.environ.get("NVCC", "nvcc")
+
+
+__all__ = ["REGISTRY", "FamilyOutcome", "IrResult", "Preprocessed", "SpecResult", "build_children",
+           "error_class", "include_dirs", "infer_spec", "lower_kernel", "preprocess", "propose_families",
+           "structural_rules"]
