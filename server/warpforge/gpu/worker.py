@@ -105,7 +105,7 @@ CACHE_FRACTION = 0.4
 MAX_MODULES = 64
 #: buffer sets the timed sides rotate through (see ``Engine.op_time``)
 TIMING_SETS = 2
-#: a launch this long (s) needs no CUDA graph: its per-launch time comes from the warm-up
+#: a launch this long (s) needs no CUDA graph: its per-launch time comes from the events around its warm-up launch
 LONG_LAUNCH_S = 0.002
 #: kernels this long (s) may stop after LONG_KERNEL_MIN_REPS repetitions (when stable to the target)
 LONG_KERNEL_S = 0.02
@@ -1110,24 +1110,33 @@ class Engine:
         warm, min_reps = self._warmup_plan(settings)
         t0 = time.monotonic()
         reps = 0
+        # events around each side's warm-up launch (after its preparation), read once the repetition is done
+        marks = [(cuda.Event(), cuda.Event()) for _ in refs]
+        lone_ms = [0.0] * len(refs)
         while True:
             for i in range(len(refs)):
                 prep(reps % TIMING_SETS)
+                marks[i][0].record(self.stream)
                 launch(i, reps % TIMING_SETS)
+                marks[i][1].record(self.stream)
             reps += 1
             self._sync(timeout * len(refs))
+            lone_ms = [float(e.time_since(s)) for s, e in marks]
             if time.monotonic() - t0 >= warm and reps >= min_reps:
                 break
         warmed = time.monotonic() - t0
-        # What a launch costs, from the warm-up itself when that shows a long kernel (no CUDA graph needed, and
-        # five more launches of a 90 ms kernel would cost half a second); else measured back to back.
-        rough = warmed / (reps * len(refs))
+        # What a launch of each side costs: from the events around its last warm-up launch where that is a long
+        # launch (no CUDA graph needed, and five more launches of a 90 ms kernel would cost half a second), else
+        # measured back to back (a lone event-timed launch of microseconds is not its time). Per side and on the
+        # device's clock, not the warm-up's wall time per launch: that also holds the host's work (resets, the
+        # L2 flush: a 64 MB memset on the CPU stand-in, ~20 ms) and is one mean of both sides, so a 25 ms
+        # original beside a 72 ms candidate read as two 11-18 ms kernels, and the candidate, timed as a short
+        # one, was given up on only after 10 repetitions, not 2 (``LONG_KERNEL_ABANDON_REPS``).
         graph_info: Msg | None = None
         cold: list[list[_ColdGraph]] = []
-        if rough >= LONG_LAUNCH_S:
-            estimates = [rough * 1e3] * len(refs)
-        else:
-            estimates = self._per_launch_ms(len(refs), prep, launch, timeout)
+        short = [i for i, ms in enumerate(lone_ms) if ms < LONG_LAUNCH_S * 1e3]
+        measured = self._per_launch_ms(short, prep, launch, timeout)
+        estimates = [measured.get(i, ms) for i, ms in enumerate(lone_ms)]
         # Cold launches are timed on the stream, events around each, as users' own harnesses do: the L2 flush
         # just before each launch keeps the GPU busy while the CPU submits the start event and the launch, so
         # no CPU gap falls inside the events. A graph of cold launches only where asked (``graph``), or where
@@ -1249,16 +1258,16 @@ class Engine:
             return 0.0, 1
         return settings.warmup_seconds, 2 * TIMING_SETS
 
-    def _per_launch_ms(self, sides: int, prep: Callable[[int], None], launch: Callable[[int, int], None],
-                       timeout: float) -> list[float]:
-        """Each side's time per launch (ms) from a few back-to-back launches: decides graph mode and its size.
+    def _per_launch_ms(self, sides: list[int], prep: Callable[[int], None], launch: Callable[[int, int], None],
+                       timeout: float) -> dict[int, float]:
+        """These sides' time per launch (ms) from a few back-to-back launches: decides graph mode and its size.
 
         Back-to-back launches keep the queue full, so this is close to the kernel's own time even for a
         microsecond kernel (a single event-timed launch is not).
         """
         cuda = self.cuda
-        out: list[float] = []
-        for i in range(sides):
+        out: dict[int, float] = {}
+        for i in sides:
             prep(0)
             s, e = cuda.Event(), cuda.Event()
             s.record(self.stream)
@@ -1266,7 +1275,7 @@ class Engine:
                 launch(i, 0)
             e.record(self.stream)
             self._sync(timeout * 5)
-            out.append(max(float(e.time_since(s)) / 5, 1e-4))
+            out[i] = max(float(e.time_since(s)) / 5, 1e-4)
         return out
 
     def _prep_ms(self, prep: Callable[..., None], timeout: float) -> float:
