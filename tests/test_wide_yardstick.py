@@ -210,37 +210,22 @@ def test_aggregate_reads_optimize_and_bench_results(tmp_path: Path) -> None:
     assert "broken: the original kernel could not be evaluated" in text
 
 
-def test_ir_stage_calls_lower_by_parameter_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The IR stage is pluggable: absent, it reads "not available"; present, ``lower`` gets the arguments it names
-    and a raised exception or a result with a reason is a decline with that reason. (The IR package is built
-    elsewhere; a stand-in module exercises the contract the funnel offers it.)"""
-    import types
-
+@needs_nvcc
+def test_ir_stage_lowers_with_the_real_ir_and_records_a_decline_with_its_line(tmp_path: Path) -> None:
+    """The IR stage calls ``warpforge.policy.ir.lower`` itself: a kernel behind a loop macro lowers; a kernel
+    whose file includes a device file is declined at that line (the include check runs before nvcc -E)."""
     from benchmarks.wide.stages import lower_kernel
 
     from warpforge.cuda import parse
     from warpforge.cuda.text import SourceText
 
-    text = "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n"
-    src = SourceText(text)
-    model = parse(src.data)
-    kernel = model.kernels[0]
-    seen: dict[str, object] = {}
-
-    def lower(kernel: object, text: str, spec: object = None) -> object:
-        seen.update(kernel=kernel, text=text, spec=spec)
-        if "threadIdx" in text:
-            raise ValueError("one-thread write: nothing to lower")
-        return types.SimpleNamespace(ok=True)
-
-    mod = types.ModuleType("warpforge.policy.ir")
-    monkeypatch.setitem(sys.modules, "warpforge.policy.ir", mod)
-    assert lower_kernel("k.cu", text, src, model, kernel, None, []).status == "not available"
-    mod.lower = lower  # type: ignore[attr-defined]
-    got = lower_kernel("k.cu", text, src, model, kernel, None, [])
-    assert (got.status, got.reason) == ("declined", "ValueError: one-thread write: nothing to lower")
-    assert seen["kernel"] is kernel and seen["text"] == text
-    plain = "__global__ void k(float* y) { y[0] = 1.0f; }\n"
-    assert lower_kernel("k.cu", plain, src, model, kernel, None, []).status == "lowered"
-    mod.lower = lambda mystery: None  # type: ignore[attr-defined]
-    assert lower_kernel("k.cu", text, src, model, kernel, None, []).status == "error"
+    good = ("#define LOOP(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
+            "i += blockDim.x * gridDim.x)\n__global__ void k(float* y, int n) { LOOP(i, n) { y[i] = 2.0f * y[i]; } }\n")
+    bad = '#include "/dev/zero"\n__global__ void k(float* y) { y[0] = 1.0f; }\n'
+    for text, want in ((good, "lowered"), (bad, "declined")):
+        (tmp_path / "k.cu").write_text(text)
+        src = SourceText(text)
+        model = parse(src.data)
+        got = lower_kernel(str(tmp_path / "k.cu"), text, src, model, model.kernels[0], None, [])
+        assert got.status == want, got
+    assert "/dev/zero" in got.reason and got.reason.endswith("(line 1)"), got

@@ -8,15 +8,13 @@ count in the funnel, never a crash of the run. The project's own parts do the wo
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import linecache
 import os
 import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -119,54 +117,19 @@ class IrResult:
     reason: str = ""
 
 
-def _ir_lower() -> Callable[..., Any] | None:
-    try:
-        mod = importlib.import_module("warpforge.policy.ir")
-    except ImportError:
-        return None
-    fn = getattr(mod, "lower", None)
-    return fn if callable(fn) else None
-
-
 def lower_kernel(file: str, text: str, src: SourceText, model: FileModel, kernel: Kernel,
                  spec: KernelSpec | None, include: Iterable[Path]) -> IrResult:
-    """Ask ``warpforge.policy.ir.lower`` for the kernel's IR, when that module exists.
+    """The kernel lowered to the IR (``warpforge.policy.ir.lower``) with the funnel's include folders, or why not.
 
-    Its signature is not fixed yet, so the arguments are given by parameter name: ``text``/``source_text``
-    (str), ``source``/``src`` (SourceText), ``model``, ``kernel`` (the ``Kernel``), ``kernel_name``/``name``,
-    ``file``/``filename``/``path``, ``spec``, ``include_dirs``/``includes``. A raised exception or a result
-    with a truthy ``declined``/``reason`` (or a falsy ``ok``) counts as a decline with that reason.
-    """
-    fn = _ir_lower()
-    if fn is None:
-        return IrResult("not available")
-    offer: dict[str, object] = {
-        "text": text, "source_text": text, "source": src, "src": src, "model": model, "kernel": kernel,
-        "kernel_name": kernel.name, "name": kernel.name, "file": file, "filename": file, "path": file,
-        "spec": spec, "include_dirs": [str(p) for p in include], "includes": [str(p) for p in include],
-    }
+    ``src`` is unused (the IR reads the text); kept so every stage takes the same arguments."""
+    from warpforge.policy.ir import Declined, lower
+
     try:
-        sig = inspect.signature(fn)
-        args: list[object] = []
-        kwargs: dict[str, object] = {}
-        for p in sig.parameters.values():
-            if p.name not in offer:
-                if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                    return IrResult("error", f"lower() wants `{p.name}`, which the funnel does not know how to give")
-                continue
-            if p.kind is p.POSITIONAL_ONLY:
-                args.append(offer[p.name])
-            else:
-                kwargs[p.name] = offer[p.name]
-        got = fn(*args, **kwargs)
-    except Exception as e:  # a decline raised as an exception carries its reason in the message
-        return IrResult("declined", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
-    if got is None:
-        return IrResult("declined", "lower() returned None")
-    reason = getattr(got, "reason", None) or getattr(got, "declined", None)
-    ok = getattr(got, "ok", True)
-    if reason or not ok:
-        return IrResult("declined", str(reason or "not ok"))
+        got = lower(text, kernel.name, path=file, spec=spec, include_dirs=[str(p) for p in include], model=model)
+    except Exception as e:  # an analysis that crashes is recorded, never the end of the run
+        return IrResult("error", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+    if isinstance(got, Declined):
+        return IrResult("declined", got.reason + (f" (line {got.line})" if got.line else ""))
     return IrResult("lowered")
 
 
