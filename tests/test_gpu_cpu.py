@@ -49,7 +49,15 @@ from warpforge.gpu.inputs import (
 from warpforge.gpu.reports import Evaluation
 from warpforge.gpu.sanitizer import parse_output
 from warpforge.gpu.supervisor import WorkerSupervisor
-from warpforge.gpu.timing import TimingSettings, converged, interleave, median_ci, speedup, summarize
+from warpforge.gpu.timing import (
+    TimingSettings,
+    converged,
+    estimates_agree,
+    interleave,
+    median_ci,
+    speedup,
+    summarize,
+)
 from warpforge.spec import load_spec
 from warpforge.store import SCHEMA_VERSION, EvalKey, Store, StoreError
 
@@ -201,6 +209,37 @@ def test_adaptive_repetitions_stop_when_the_median_is_stable() -> None:
     assert not converged([steady, noisy], st, 0.1)
     assert not converged([steady[:5]], st, 0.1)  # too few
     assert converged([noisy], st, 6.0)  # out of time
+
+
+def test_sampling_goes_on_while_the_ratio_of_medians_and_the_pair_ratios_disagree() -> None:
+    """Each side's median stable to 1 %, yet the medians sit on different modes: the per-pair ratios (ABBA)
+    say otherwise, so the rule keeps sampling until they agree or the budget is spent."""
+    st = TimingSettings(min_reps=10, max_reps=1000, target=0.01, max_seconds=2.0)
+    rng = np.random.default_rng(2)
+    tiny = lambda n: rng.normal(0, 1e-4, n)  # noqa: E731
+    # pairs: (0.90, 1.00) x100, (1.04, 1.14) x100, (1.04, 1.00) x100 -> medians 1.04 / 1.00, pairs ~0.91
+    base = np.concatenate([0.90 + tiny(100), 1.04 + tiny(100), 1.04 + tiny(100)]).tolist()
+    cand = np.concatenate([1.00 + tiny(100), 1.14 + tiny(100), 1.00 + tiny(100)]).tolist()
+    assert summarize(base).ci_rel <= 0.01 and summarize(cand).ci_rel <= 0.01
+    assert not estimates_agree(base, cand, 0.01)
+    assert not converged([base, cand], st, 0.1)
+    assert converged([base, cand], st, 2.5)  # the budget still ends it
+    same = (1.0 + rng.normal(0, 0.002, 300)).tolist()
+    assert estimates_agree(same, same[::-1], 0.01) and converged([same, same[::-1]], st, 0.1)
+
+
+def test_identical_code_on_two_close_modes_measures_one() -> None:
+    """A microsecond kernel's times on two event ticks ~3.6 % apart, each side about half on either: the two
+    medians land on different modes (the ratio of medians said 0.97x or 1.03x for identical code), the
+    interquartile means do not."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        a = rng.choice([4.352, 4.512], size=301, p=[0.5, 0.5]).tolist()
+        b = rng.choice([4.352, 4.512], size=301, p=[0.5, 0.5]).tolist()
+        sp = speedup(a, b)
+        assert 0.99 < sp.ratio < 1.01 and sp.low <= 1.0 <= sp.high, sp
+    clear = speedup([2.0 + 0.01 * (i % 3) for i in range(40)], [1.0 + 0.005 * (i % 3) for i in range(40)])
+    assert abs(clear.ratio - 2.0) < 0.01  # a single mode: the median's ratio
 
 
 # --------------------------------------------------------------------------- supervisor with a real child

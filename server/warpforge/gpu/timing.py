@@ -1,7 +1,9 @@
 """Timing statistics and the adaptive-repetition rule (pure Python; the worker takes the samples).
 
 Why these choices:
-- **Median**, not mean: GPU timings have a long right tail (preemption, clock dips, a stray interrupt).
+- **Median**, not mean: GPU timings have a long right tail (preemption, clock dips, a stray interrupt). The
+  speedup divides interquartile means (``central``), which ignore that tail as well but do not jump between
+  the two close modes a microsecond kernel's times often have.
 - **Adaptive repetitions**: a 5 µs kernel needs hundreds of samples for a 1 % answer, a 5 ms kernel a dozen.
   Sampling stops once the 95 % confidence interval of each side's median (from order statistics, which
   assume nothing about the distribution) is within ``target`` of it, or a repetition/time budget is spent.
@@ -9,10 +11,15 @@ Why these choices:
   fast variant whose buffers fit in L2 timed back to back runs warm while a slow original hardly benefits:
   sixteen winners timed with one flush per many launches claimed up to 1.5x more than an independent
   harness that flushes before each launch (issue 28; a layernorm: 44.0x claimed, 29.7x independent).
-- **Events around each launch, microsecond kernels too**: the flush (a memset of >= 64 MB) is the
-  last thing submitted before the start event and the launch, so the GPU is still busy with it while the CPU
-  submits them and no CPU gap falls inside the events; this is how users' own harnesses time (Triton's
-  ``do_bench``, nvbench's cold mode, ``gpu.independent``). The same cold sequence can be captured in a CUDA
+- **Events around each launch, microsecond kernels too, one launch at a time**: the flush (a memset of
+  >= 64 MB) is the last thing submitted before the start event and the launch, so the GPU is still busy with
+  it while the CPU submits them and no CPU gap falls inside the events; each launch is waited for before the
+  next one's reset and flush are submitted, as nvbench's cold mode and ``gpu.independent`` do. Queued in
+  batches instead (reset, flush, event, launch, event, reset, ... then one wait), every launch took ~0.5 µs
+  more and microsecond kernels' times went bimodal: on an H200 a 16.6 µs variant measured 17.4 µs (its ratio
+  4 % below the per-launch harness's), an identical pair of 4.7 µs kernels 0.96x-1.06x; waiting per launch,
+  16.6 µs and 1.00x, as the harness (benchmarks/RESULTS.md, "Cold timing"). Buffer sets, what is reset, the
+  flush size and value, and the pages touched moved nothing there. The same cold sequence can be captured in a CUDA
   graph (event-record nodes around each launch; ``graph``): on an H200 it measured a 32 MB variant at
   14.0 µs where the stream did 14.5 µs (two runs), so the graph buys little, and it is there where asked for
   and where L2 is not flushed (nothing else then keeps the GPU ahead of the CPU).
@@ -26,8 +33,10 @@ Why these choices:
   ``launches_per_replay`` launches), the figure other tools report as warm; it is shown beside the cold one
   where the two differ by more than the cold interval (``hot_differs``), named as such.
 - **Interleaving** (ABBA order): clocks drift with temperature and power; measuring baseline and candidate
-  alternately exposes both to the same drift, and the speedup is the ratio of the two medians, with an
-  interval from the per-pair ratios.
+  alternately exposes both to the same drift, and the speedup is the ratio of the two sides' interquartile
+  means (``central``: the median's indifference to tails, without its jumps between the few event ticks a
+  microsecond kernel's times sit on), with an interval from the per-pair ratios; sampling stops only once
+  that ratio and the per-pair ratios agree within twice ``target`` (``estimates_agree``).
 """
 
 from __future__ import annotations
@@ -175,7 +184,8 @@ def summarize(samples: Sequence[float]) -> Stats:
 
 
 def converged(sides: Sequence[Sequence[float]], settings: TimingSettings, elapsed: float) -> bool:
-    """Stop sampling? Every side has ``min_reps`` samples and a median stable to ``target``, or a budget ran out."""
+    """Stop sampling? Every side has ``min_reps`` samples and a median stable to ``target``, and for a pair the
+    two estimates of their ratio agree (``estimates_agree``); or a budget ran out."""
     if not sides or any(len(s) == 0 for s in sides):
         return elapsed >= settings.max_seconds
     n = min(len(s) for s in sides)
@@ -183,7 +193,23 @@ def converged(sides: Sequence[Sequence[float]], settings: TimingSettings, elapse
         return True
     if n < settings.min_reps:
         return False
-    return all(summarize(s).ci_rel <= settings.target for s in sides)
+    if not all(summarize(s).ci_rel <= settings.target for s in sides):
+        return False
+    return len(sides) != 2 or estimates_agree(sides[0], sides[1], 2 * settings.target)
+
+
+def estimates_agree(baseline: Sequence[float], candidate: Sequence[float], target: float) -> bool:
+    """Do the reported ratio (``speedup``: of the sides' ``central`` values) and the median of the per-pair
+    ratios agree within ``target``? Each side's median can look stable while the two sides' samples still
+    differ in shape (the times of a microsecond kernel cluster on a few event ticks): identical code once
+    measured 1.04x with each median's interval within 1 %, the pairs, taken in ABBA order, saying 1.00x.
+    Sampling goes on (within the budget) until the two agree within twice the stopping target (skewed but
+    stable samples may keep the two estimates ~0.5 % apart; that is no reason to sample to the budget)."""
+    pairs = [x / y for x, y in zip(baseline, candidate, strict=False) if y > 0]
+    c = central(candidate) if candidate else 0.0
+    if c <= 0 or len(pairs) < 6:
+        return True
+    return abs((central(baseline) / c) / statistics.median(pairs) - 1) <= target
 
 
 def interleave(rep: int, sides: int) -> list[int]:
@@ -212,11 +238,28 @@ class Speedup:
         return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
 
 
+def central(values: Sequence[float]) -> float:
+    """The interquartile mean (the mean of the middle half of the samples): the center a speedup divides.
+
+    As indifferent as the median to a tail under a quarter of the samples (preemption, a clock dip), but it
+    moves smoothly where the median jumps: a microsecond kernel's event times sit on a few ticks 32 ns apart,
+    often two modes ~0.15 µs apart, and each side's median lands on either, so identical code measured
+    0.97x-1.03x by the ratio of medians (H200, benchmarks/RESULTS.md "Cold timing"). For a single mode it
+    is the median within a fraction of the spread."""
+    s = sorted(float(x) for x in values)
+    if not s:
+        raise ValueError("no samples")
+    cut = len(s) // 4
+    return statistics.fmean(s[cut:len(s) - cut]) if len(s) >= 4 else statistics.median(s)
+
+
 def speedup(baseline: Sequence[float], candidate: Sequence[float]) -> Speedup:
-    """Ratio of medians; the interval is that of the median of per-pair ratios (samples taken in pairs)."""
+    """Ratio of the sides' interquartile means (``central``); the interval is that of the median of per-pair
+    ratios (samples taken in pairs)."""
     b = summarize(baseline)
     c = summarize(candidate)
-    ratio = b.median / c.median if c.median > 0 else math.inf
+    cb, cc = central(baseline), central(candidate)
+    ratio = cb / cc if cc > 0 else math.inf
     pairs = sorted(x / y for x, y in zip(baseline, candidate, strict=False) if y > 0)
     if len(pairs) >= 6:
         lo, hi = median_ci(pairs)

@@ -26,8 +26,10 @@ What the worker does for the verification rules (see docs/architecture.md "Verif
   memset of a buffer twice its size, as Triton's ``do_bench`` and nvbench flush), inout buffers restored and
   outputs re-poisoned before every launch (outside the events), sides interleaved ABBA on buffer sets
   they rotate through together (placement cannot favour a side), adaptive repetitions (``timing``);
-  the flush just before each launch keeps the GPU busy while the CPU submits the events and the launch, so
-  microsecond kernels see no CPU gap either; where asked (``graph``), the same sequence (reset, flush,
+  each timed launch is waited for before the next one's reset and flush are submitted (a queue of them added
+  ~0.5 µs per launch, see ``op_time``), and the flush just before each launch keeps the GPU busy while the CPU
+  submits the events and the launch, so microsecond kernels see no CPU gap either; where asked
+  (``graph``), the same sequence (reset, flush,
   event, launch, event) is captured in a CUDA graph per side instead (``_cold_graphs_for``); on request
   both sides are also timed back to back with no flush (the "hot" figure, ``_time_hot``: CUDA graphs of
   many launches for microsecond kernels, ``timing.use_graphs``);
@@ -540,10 +542,29 @@ class Engine:
         grid, block, smem = launch
         mod.function.prepared_async_call(grid, block, self.stream, *args, shared_size=smem)
 
+    def _launcher(self, mod: _Module, launch: Launch, layout: Layout, ptrs: dict[str, int]) -> Callable[[], None]:
+        """``_launch`` with everything but the submission done once: timing calls it per repetition."""
+        fmt = self._format(layout)
+        if mod.prepared != fmt:
+            mod.function.prepare(fmt)
+            mod.prepared = fmt
+        args = [ptrs[a.name] if a.is_buffer else scalar_value(a) for a in layout.args]
+        grid, block, smem = launch
+        call, stream = mod.function.prepared_async_call, self.stream
+
+        def go() -> None:
+            call(grid, block, stream, *args, shared_size=smem)
+
+        return go
+
     def _sync(self, timeout: float) -> None:
         """Wait for the stream, polling so that a hung kernel becomes a timeout instead of a hung worker."""
         ev = self.cuda.Event()
         ev.record(self.stream)
+        self._wait(ev, timeout)
+
+    def _wait(self, ev: Any, timeout: float) -> None:
+        """Wait for an event recorded on the stream (``_sync``)."""
         start = time.monotonic()
         deadline = start + timeout
         while not ev.query():
@@ -1100,8 +1121,13 @@ class Engine:
             if flush is not None and flush_l2:
                 self._flush_l2(flush, counter)
 
+        # each (side, set)'s launch with its arguments bound once: a timed launch is submitted in a few µs of
+        # CPU, well inside the flush the GPU is still running (see the stream loop below)
+        bound = [[self._launcher(mods[i], launches[i], layout, ptrs[si]) for si in range(TIMING_SETS)]
+                 for i in range(len(refs))]
+
         def launch(i: int, si: int) -> None:
-            self._launch(mods[i], launches[i], layout, ptrs[si])
+            bound[i][si]()
 
         # Warm-up by state: from idle, clocks need time to ramp up (warm up by time); right after other work at
         # full clock (the check runs that precede timing, the previous candidate), one repetition loads what
@@ -1203,21 +1229,26 @@ class Engine:
                     if stop():
                         break
             else:
-                events = [[(cuda.Event(), cuda.Event()) for _ in range(batch)] for _ in refs]
+                # One cold launch at a time, waited for before the next one's reset and flush are submitted, as
+                # the per-launch harnesses users compare against do (nvbench's cold mode, ``gpu.independent``).
+                # Queueing a batch of them instead (reset, flush, event, launch, event, reset, ...) added ~0.5 µs
+                # to every launch and made the times of microsecond kernels bimodal: a 16.6 µs variant measured
+                # 17.4 µs, an identical pair of 4.7 µs kernels 0.96x-1.06x (H200, benchmarks/RESULTS.md "Cold
+                # timing"). No CPU gap falls inside the events: the flush, submitted last before them, keeps the
+                # GPU busy while the CPU submits the start event and the launch (its arguments bound above).
+                events = [(cuda.Event(), cuda.Event()) for _ in refs]
                 while True:
-                    for b in range(batch):
+                    for _ in range(batch):
                         si = rep % TIMING_SETS
                         for i in interleave(rep, len(refs)):
                             prep(si)
-                            s, e = events[i][b]
+                            s, e = events[i]
                             s.record(self.stream)
                             launch(i, si)
                             e.record(self.stream)
-                        rep += 1
-                    self._sync(timeout * batch * len(refs))
-                    for i in range(len(refs)):
-                        for s, e in events[i]:
+                            self._wait(e, timeout)
                             samples[i].append(float(e.time_since(s)))
+                        rep += 1
                     if stop():
                         break
         finally:
