@@ -417,3 +417,21 @@ def test_the_warm_up_times_nothing_on_the_device_the_profile_holds(monkeypatch: 
         assert asyncio.run(backend.facts(devices[0]))[1] == 3000.0 and devices[0].ops == ["info", "peak"]
     finally:
         backend.close()
+
+
+class NothingWinsEvaluator(PooledEvaluator):
+    """SYNTHETIC: the original timed against itself reads 1.002x (as a real one can), every variant is slower."""
+
+    async def evaluate(self, c: Candidate) -> Ev:
+        got = await super().evaluate(c)
+        return Ev(got.status, got.reason, 1.002 if c.family == "original" else 0.9, got.time_split)
+
+
+def test_a_job_that_finds_nothing_faster_has_no_first_improvement() -> None:
+    """Found on the wide sample (H200): a search that stopped with "no variant beat the baseline" reported a
+    first improvement at the end of the baseline, the original's own 1.002x read from the history."""
+    job, _ = _job(NothingWinsEvaluator([0]), None, budget=6)
+    outcome = asyncio.run(job.run())
+    assert not outcome.result.improved
+    assert job.phases.first_improvement is None and job.phases.to_json()["first_improvement_seconds"] is None
+    assert "first verified improvement" not in job.phases.text()

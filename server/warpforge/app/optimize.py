@@ -248,8 +248,14 @@ class OptimizeJob:
         self.phases.span("search", baseline_end, r.seconds)
         self.phases.span("checks", r.seconds, end)
         self.phases.busy(n.evaluation for n in r.nodes if n.evaluation is not None)
-        if self.phases.first_improvement is None:  # an engine that sent no events: read its history
-            first = next((t for (_, sp), t in zip(r.history, r.history_seconds, strict=False) if sp > 1.0), None)
+        if not r.improved:
+            # nothing beat the original: no "first improvement" (the original timed against itself can read
+            # 1.002x, which an engine's history or event must not turn into one)
+            self.phases.first_improvement = None
+        elif self.phases.first_improvement is None:  # an engine that sent no events: read its history
+            # the history's first entry is the original's own evaluation, never an improvement
+            first = next((t for (_, sp), t in zip(r.history[1:], r.history_seconds[1:], strict=False) if sp > 1.0),
+                         None)
             if first is not None:
                 self.phases.improved(first)
     def node(self, candidate: str) -> Node | None:
