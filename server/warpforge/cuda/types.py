@@ -250,7 +250,15 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
 
 def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,
                  include_dirs: Sequence[str | Path] = ()) -> dict[str, tuple[str, int]]:
-    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``)."""
+    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``), looked up in
+    ``include_dirs``, else in the ``-I`` folders of the project's build description (``compiler.project``):
+    ``#include "real.h"`` found through ``-Iinclude``."""
+    if not include_dirs and file is not None:
+        from ..compiler.project import project_build  # the build description is read only when asked
+
+        build = project_build(file)
+        if build is not None:
+            include_dirs = (*build.include_dirs, *build.system_dirs)
     return {**header_aliases(file, model, include_dirs), **type_aliases(source, model)}
 
 

@@ -10,6 +10,7 @@ take long on a big file); a document the server does not analyze (see ``limits``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,8 @@ from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
 from ..cuda.text import Position, SourceText
 from ..spec.annotations import annotation_edits, has_annotation
 from ..spec.model import SpecError
-from ..spec.resolve import guess_spec
+from ..spec.elsewhere import find_host
+from ..spec.resolve import Draft, draft_spec
 from . import limits
 from .convert import text_edit
 
@@ -42,9 +44,27 @@ def kernel_at(src: SourceText, model: FileModel, pos: lsp.Position) -> Kernel | 
     return best
 
 
-def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel) -> list[TextEdit]:
+def spec_draft(src: SourceText, kernel: Kernel, file: str, model: FileModel, root: Path | None = None,
+               overlay: Mapping[Path, str] | None = None) -> Draft:
+    """The spec to write above ``kernel``: inferred from its file, else from the launch in another file of
+    the workspace folder ``root`` (``spec.elsewhere``; ``overlay`` holds the editor's unsaved texts), with
+    its guessed lines marked."""
+    host = None
+    searched = False
+    if root is not None and not model.readable_launches_of(kernel.name):
+        host = find_host(file, kernel.name, root, overlay)
+        searched = True
+    return draft_spec(src, model, kernel, file, host, searched)
+
+
+def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel, root: Path | None = None,
+               overlay: Mapping[Path, str] | None = None) -> list[TextEdit]:
     """Replace the kernel's @warpforge lines with a complete, filled-in block."""
-    return annotation_edits(src, kernel, guess_spec(src, model, kernel, file).to_annotation())
+    return annotation_edits(src, kernel, spec_draft(src, kernel, file, model, root, overlay).annotation())
+
+
+#: a server command that shows its argument as a notice (run after the "Add benchmark spec" edit is applied)
+NOTICE_COMMAND = "warpforge.specNotice"
 
 
 def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp.WorkspaceEdit:
@@ -124,9 +144,11 @@ def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileMode
 
 
 def actions(uri: str, version: int | None, path: str, text: str,
-            params: lsp.CodeActionParams, root: Path | None = None) -> list[lsp.CodeAction]:
+            params: lsp.CodeActionParams, root: Path | None = None,
+            overlay: Mapping[Path, str] | None = None) -> list[lsp.CodeAction]:
     """The actions at ``params.range`` for a snapshot of the document (runs in the thread pool); ``root`` is
-    the workspace folder searched for a missing header's fixes."""
+    the workspace folder searched for a missing header's fixes and for the kernel's launches in other files
+    (``overlay``: the open documents' texts)."""
     src = SourceText(text)
     model = parse(src.data)
     k = kernel_at(src, model, params.range.start)
@@ -147,7 +169,8 @@ def actions(uri: str, version: int | None, path: str, text: str,
     annotated = has_annotation(src, k)
     title = f"WarpForge: {'Edit' if annotated else 'Add'} benchmark spec for `{k.name}`"
     try:
-        edits = spec_edits(src, k, path, model)
+        draft = spec_draft(src, k, path, model, root, overlay)
+        edits = annotation_edits(src, k, draft.annotation())
     except SpecError as e:
         # A spec the user is still typing (or got wrong) must not take the other actions down with it: the
         # spec action is shown disabled with the error (the hint at the line says it too).
@@ -158,8 +181,12 @@ def actions(uri: str, version: int | None, path: str, text: str,
         out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor, disabled=lsp.CodeActionDisabled(
             reason=f"the benchmark spec of `{k.name}` is complete: nothing to add")))
         return out
+    notice = draft.notice()
+    # the edit is applied first, then the command tells which values came from another file or are guesses
     out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
-                              edit=_workspace_edit(uri, version, edits)))
+                              edit=_workspace_edit(uri, version, edits),
+                              command=lsp.Command("Benchmark spec notice", NOTICE_COMMAND,
+                                                  arguments=[f"`{k.name}`: {notice}"]) if notice else None))
     return out
 
 
@@ -176,4 +203,5 @@ def register(server: WarpForgeServer) -> None:
             return []
         version, path = doc.version, doc.path or uri
         root = ls.jobs.workspace_root(doc.path)
-        return await ls.off_loop(lambda: actions(uri, version, path, text, params, root))
+        overlay = {Path(d.path): d.source for u, d in ls.workspace.text_documents.items() if d.path and u != uri}
+        return await ls.off_loop(lambda: actions(uri, version, path, text, params, root, overlay))

@@ -174,7 +174,8 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
             continue
         ann.present = True
         line = lineno + 1
-        body = raw.split(MARK, 1)[1].strip()
+        # a remark after the directive (`// guessed: ...`, written by "Add benchmark spec") is no part of it
+        body = re.sub(r"\s+//.*$", "", raw.split(MARK, 1)[1].strip())
         directive, _, rest = body.partition(" ")
         rest = rest.strip()
         if directive not in DIRECTIVES:
@@ -480,5 +481,7 @@ def annotation_edits(src: SourceText, kernel: Kernel, block: str) -> list[TextEd
 
 
 def _normal(line: str) -> str:
-    """A directive line with its spacing normalized (``a=1`` and ``a = 1`` say the same)."""
+    """A directive line with its spacing normalized (``a=1`` and ``a = 1`` say the same), without a remark
+    after it (``// guessed: ...``)."""
+    line = re.sub(r"(@warpforge\b.*?)\s+//.*$", r"\1", line.strip())
     return " ".join(re.sub(r"\s*([=,:()\[\]*+])\s*", r" \1 ", line.strip()).split())
