@@ -21,8 +21,8 @@ from ..compiler.fixes import ConfigFix, missing_header_fixes
 from ..cuda.access import param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
-from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
-from ..cuda.text import Position, SourceText
+from ..cuda.rewrite import TextEdit, add_const, add_restrict, make_edit, set_launch_bounds
+from ..cuda.text import Position, SourceText, Span
 from ..spec.annotations import annotation_edits, has_annotation
 from ..spec.model import SpecError
 from ..spec.elsewhere import find_host
@@ -132,6 +132,18 @@ def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileMode
                         missing.add(qual)
             what = " ".join(q for q in ("const", "__restrict__") if q in missing)
             title = f"Mark {', '.join(names)} {what}"
+        elif d.code == "WF003" and isinstance(fix := (data.get("evidence") or {}).get("spec_fix"), dict):
+            # a spec problem's own fix: the line as it should read, or a line to add (spec.problems)
+            line = fix.get("line")
+            new = fix.get("text")
+            if isinstance(line, int) and isinstance(new, str) and 1 <= line <= src.line_count:
+                start = src.line_starts[line - 1]
+                if fix.get("kind") == "replace":
+                    end = start + len(src.line_text(line - 1).encode("utf-8"))
+                    edits.append(make_edit(src, Span(start, end), new))
+                else:
+                    edits.append(make_edit(src, Span(start, start), new + "\n"))
+                title = str(fix.get("title") or "Fix the spec line")
         elif d.code == "WF010":
             block = (data.get("evidence") or {}).get("block_threads")
             if isinstance(block, int) and block > 0:
