@@ -472,12 +472,20 @@ class Draft:
     guesses: dict[str, str] = field(default_factory=dict)
     #: the project file whose launch gave the values (the kernel's own file has none)
     host: HostFile | None = None
+    #: scalars whose type the kernel's file alone cannot resolve (``real a`` with ``real`` known only through
+    #: the host file's include): written with their type, ``arg a: float = ...``, so the block stands alone
+    typed: frozenset[str] = frozenset()
 
     def annotation(self) -> str:
         """The block, each guessed line ending in ``// guessed: WHY`` (the parser ignores it)."""
         out = []
         for line in self.spec.to_annotation().splitlines():
-            why = self.guesses.get(_line_key(line))
+            key = _line_key(line)
+            name = key.removeprefix("arg ")
+            a = self.spec.arg(name) if key.startswith("arg ") and name in self.typed else None
+            if a is not None and not a.is_buffer:
+                line = line.replace(f"arg {name} = ", f"arg {name}: {C_SPELLING.get(a.dtype, a.dtype)} = ", 1)
+            why = self.guesses.get(key)
             out.append(f"{line}  // guessed: {_one_line(why)}" if why else line)
         return "\n".join(out) + "\n"
 
@@ -522,7 +530,8 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     user edits. Each guessed line is named in ``Draft.guesses`` with why.
     """
     try:
-        return Draft(build_spec(src, model, kernel, file, host=host, searched=searched), {}, host)
+        return _typed(Draft(build_spec(src, model, kernel, file, host=host, searched=searched), {}, host), src,
+                      model, kernel)
     except SpecError as e:
         # A mistake in the user's own block is reported, not papered over with a guess that would
         # overwrite it: only what inference could not finish is guessed.
@@ -533,7 +542,7 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                 raise
         proposed = _with_block(src, kernel, file, e.block, host, searched) if e.block else None
         if proposed is not None:
-            return Draft(proposed, dict(e.guesses), host)
+            return _typed(Draft(proposed, dict(e.guesses), host), src, model, kernel)
     ann = parse_annotation(src, kernel, file)
     inf = infer(src, model, kernel, file, ann.template_args, host, searched)
     why = f"no launch of `{kernel.name}` in {inf.nowhere}" if inf.site is None else \
@@ -572,7 +581,18 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     spec = KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
                       ("guessed: check every line",))
-    return Draft(spec, guesses, host)
+    return _typed(Draft(spec, guesses, host), src, model, kernel)
+
+
+def _typed(draft: Draft, src: SourceText, model: FileModel, kernel: Kernel) -> Draft:
+    """``draft`` with the scalars its block must type itself (``Draft.typed``): only when read from another file,
+    whose includes may resolve a type the kernel's file alone does not."""
+    if draft.host is None:
+        return draft
+    scope = kernel_scope(src, model, kernel, draft.spec.file, draft.spec.template_args)
+    typed = frozenset(a.name for a in draft.spec.args if not a.is_buffer and a.dtype
+                      and (p := kernel.param(a.name)) is not None and scope.dtype(p.type) is None)
+    return replace(draft, typed=typed)
 
 
 def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ...],
