@@ -26,9 +26,9 @@ from .cuda import Kernel, KernelNotFound, SourceText
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode, error_json
 from .spec import KernelSpec, SpecError, build_spec
+from .spec.annotations import annotation_edits, has_annotation
 from .spec.elsewhere import find_host, search_roots
 from .spec.resolve import draft_spec
-from .spec.annotations import annotation_edits, has_annotation
 
 # The contract's codes under the names the commands have always imported.
 EXIT_OK = ExitCode.OK

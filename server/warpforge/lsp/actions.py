@@ -24,8 +24,8 @@ from ..cuda.parser import parse
 from ..cuda.rewrite import TextEdit, add_const, add_restrict, make_edit, set_launch_bounds
 from ..cuda.text import Position, SourceText, Span
 from ..spec.annotations import annotation_edits, has_annotation
-from ..spec.model import SpecError
 from ..spec.elsewhere import find_host
+from ..spec.model import SpecError
 from ..spec.resolve import Draft, draft_spec
 from . import limits
 from .convert import text_edit

@@ -456,10 +456,10 @@ def analyze_source(
                             sass_lines=kb.sass_lines if kb else {})
         if kb is not None:
             report.findings.extend(_message_findings(file, src, k, kb.messages, seen_msgs))
-        for prob in spec_problems.get(k.name, ()):  # each at its line, or the job fails later
-            fix = {"title": prob.fix.title, "kind": prob.fix.kind, "line": prob.fix.line, "text": prob.fix.text} \
-                if prob.fix is not None else None
-            report.findings.append(make("WF003", file, ctx.line_range(prob.line or k.start_line + 1), prob.message,
+        for sp in spec_problems.get(k.name, ()):  # each at its line, or the job fails later
+            fix = {"title": sp.fix.title, "kind": sp.fix.kind, "line": sp.fix.line, "text": sp.fix.text} \
+                if sp.fix is not None else None
+            report.findings.append(make("WF003", file, ctx.line_range(sp.line or k.start_line + 1), sp.message,
                                         kernel=k.name, evidence={"spec_fix": fix} if fix else None))
         have = {"source"}
         if ctx.spec is not None:

@@ -8,7 +8,8 @@ configuration there (``spec.infer``'s ``host``).
 
 The project root is the folder of the build description that governs the file (``warpforge.toml`` or a
 compilation database, ``compiler.project``), else the nearest folder holding ``.git``, else the file's own
-folder and the one above it (``search_roots``). Results are kept for a few seconds: an editor asks for code actions at every cursor move.
+folder and the one above it (``search_roots``); the editor searches its workspace folder. Results are kept
+for a few seconds: an editor asks for code actions at every cursor move.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
 from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases
 from .ctypes import TypeScope, enum_types, enumerators, with_enumerators
+from .elsewhere import HostFile
 from .expr import ExprError, parse
 from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
-from .elsewhere import HostFile
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -127,9 +127,9 @@ def infer(
         aliases = {**file_aliases(hsrc, hmodel, hfile), **aliases}
         flow = HostFlow(hsrc, hmodel, aliases)
         own = file_env(src, model)
-        for name, text in own.defs.items():
+        for name, definition in own.defs.items():
             if name not in flow.file_env.defs:
-                flow.file_env.defs[name] = text
+                flow.file_env.defs[name] = definition
                 flow.file_env.toplevel.add(name)
     env = launch_env(flow, site) if site is not None else flow.file_env.copy()
     inf.env = env

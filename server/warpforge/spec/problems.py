@@ -211,9 +211,7 @@ def near_misses(src: SourceText, kernel: Kernel) -> list[Problem]:
             break
         rest: str | None = None
         if not is_directive_line(text):
-            if (m := _BLOCK.match(text)) is not None:
-                rest = m.group("rest")
-            elif (m := _NO_AT.match(text)) is not None:
+            if (m := _BLOCK.match(text)) is not None or (m := _NO_AT.match(text)) is not None:
                 rest = m.group("rest")
             elif (m := _AT_WORD.match(text)) is not None:
                 word = m.group("word").lower()

@@ -20,9 +20,9 @@ from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
 from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, MARK, Annotation, parse_annotation
 from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
+from .elsewhere import HostFile
 from .expr import ExprError
 from .expr import parse as expr_parse
-from .elsewhere import HostFile
 from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
