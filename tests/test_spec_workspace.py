@@ -163,3 +163,19 @@ def test_a_fixed_block_leaves_no_problem() -> None:
              .replace("// @warpforge arg cols = C", "// @warpforge arg cols = C\n// @warpforge arg rows = ROWS"))
     report = analyze_source("bad.cu", fixed, use_compiler=False)
     assert [f.message for f in report.findings if f.code == "WF003"] == []
+
+
+def test_sizes_from_a_header_macro(tmp_path: Path) -> None:
+    """A project that keeps its sizes in a header (the wide yardstick's most common reason for no spec)."""
+    (tmp_path / "config.h").write_text("#pragma once\n#define N (1 << 16)  // elements\n#define BLOCK 128\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('#include "config.h"\n__global__ void k(float* y, int n) {\n'
+                  "    int i = blockIdx.x * BLOCK + threadIdx.x;\n    if (i < n) y[i] = 2.0f;\n}\n"
+                  "int main() {\n    float* d; cudaMalloc(&d, N * sizeof(float));\n"
+                  "    k<<<N / BLOCK, BLOCK>>>(d, N);\n}\n")
+    spec = load_spec(cu, "k")
+    sizes = {s.name: s for s in spec.sizes}
+    assert sizes["N"].expr == "(1 << 16)" and not sizes["N"].fixed
+    assert sizes["BLOCK"].expr == "128" and sizes["BLOCK"].fixed  # the kernel is compiled with it
+    assert spec.arg("y").count == "N"  # type: ignore[union-attr]
+    assert spec.resolve().grid[0] == 512

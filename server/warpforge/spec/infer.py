@@ -20,7 +20,7 @@ from ..cuda.access import index_bounds, param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
-from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases
+from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases, header_defines, project_include_dirs
 from .ctypes import TypeScope, enum_types, enumerators, with_enumerators
 from .elsewhere import HostFile
 from .expr import ExprError, parse
@@ -130,6 +130,12 @@ def infer(
         for name, definition in own.defs.items():
             if name not in flow.file_env.defs:
                 flow.file_env.defs[name] = definition
+                flow.file_env.toplevel.add(name)
+    # sizes a project keeps in its headers (`#define N (1 << 20)` in `config.h`), under the files' own
+    for f, fmodel in {file: model, hfile: hmodel}.items():
+        for name, value in header_defines(f, fmodel, project_include_dirs(f)).items():
+            if name not in flow.file_env.defs and _expression(value):
+                flow.file_env.defs[name] = value
                 flow.file_env.toplevel.add(name)
     env = launch_env(flow, site) if site is not None else flow.file_env.copy()
     inf.env = env
@@ -276,6 +282,14 @@ def infer(
         if inf.launch is not None:
             inf.launch = replace(inf.launch, line=None)
     return inf
+
+
+def _expression(text: str) -> bool:
+    try:
+        parse(text)
+    except ExprError:
+        return False
+    return True
 
 
 _CONSTRUCTED = re.compile(r"^\s*([A-Za-z_][\w:]*(?:\s*<[^{}()]*>)?)\s*(?:\{[^{}]*\}|\([^()]*\))\s*$")
