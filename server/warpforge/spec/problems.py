@@ -3,8 +3,8 @@
 ``build_spec`` stops at the first error, which is right for a job but slow for a person: five mistakes took
 four rounds of edit-and-look. The editor asks here instead: every line that cannot be read, every name an
 expression uses that is no size, tunable or ``#define`` (``arg w: in float[M]`` names ``M``), every element
-type that is not the parameter's, and every parameter nothing gives a value, in one pass; the full check of
-``build_spec`` runs once those are gone. Two warnings that are no errors come from here too: a launch with
+type that is not the parameter's, and every parameter nothing gives a value, in one pass. ``build_spec`` runs
+first (a good block costs one inference); when it fails and this pass finds nothing, its error is the one. Two warnings that are no errors come from here too: a launch with
 fewer dimensions than the kernel indexes (``blockIdx.y`` under a 1-D grid is always 0), and comment lines
 that look like a directive but are not read (``// warpforge: size N = 4096``, ``// @warpfroge``,
 ``/* @warpforge ... */``).
@@ -82,6 +82,10 @@ def annotation_problems(src: SourceText, model: FileModel, kernel: Kernel, file:
     """The spec (None when it has errors) and every problem of ``kernel``'s block (module docstring)."""
     from .resolve import build_spec, param_dtype  # resolve builds on this module's neighbours
 
+    try:  # the usual case, a good block, costs one inference
+        return build_spec(src, model, kernel, file, limits), []
+    except SpecError as first:
+        failed = first
     errors: list[SpecError] = []
     ann = parse_annotation(src, kernel, file, errors)
     problems = [Problem(e.line, _text(e), _line_fix(e, src)) for e in errors]
@@ -150,10 +154,7 @@ def annotation_problems(src: SourceText, model: FileModel, kernel: Kernel, file:
                                     None if "..." in line else LineFix(f"Add `arg {p.name}`", "insert", kline,
                                                                         line)))
         return None, problems
-    try:
-        return build_spec(src, model, kernel, file, limits), []
-    except SpecError as e:
-        return None, [Problem(e.line, _text(e), _line_fix(e, src))]
+    return None, [Problem(failed.line, _text(failed), _line_fix(failed, src))]
 
 
 def _retyped(src: SourceText, line: int | None, old: str, new: str) -> str:
