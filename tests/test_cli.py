@@ -239,12 +239,18 @@ def test_spec_write_guesses_when_inference_fails(capsys: pytest.CaptureFixture[s
     code, _, err = run(capsys, "spec", str(copy), "-k", "no_launch")
     assert code == 2 and "cannot infer the length of `x`" in one_line_error(err)
     code, out, err = run(capsys, "spec", str(copy), "-k", "no_launch", "--write", "--json")
-    assert code == 0 and err == ""
+    # the guesses are said (a note on stderr) and marked on their lines, never inserted silently
+    assert code == 0 and err.startswith("note: ") and "guessed, check them: `size n`, `arg n`, `arg x`" in err
     written = json.loads(out)
     assert written["written"] is True and written["guessed"] is True
+    assert set(written["guesses"]) == {"size n", "arg n", "arg x", "launch"}
     text = copy.read_text(encoding="utf-8")
-    assert ("// @warpforge size n = 1 << 20\n// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
-            "// @warpforge arg n = n\n// @warpforge launch grid=cdiv(n, 256), block=256\n"
+    nowhere = "// guessed: no launch of `no_launch` in this file or its project"
+    assert (f"// @warpforge size n = 1 << 20  {nowhere}\n"
+            "// @warpforge arg x: inout float[n] uniform(-1, 1)  // guessed: length from the kernel's guards "
+            "(its subscripts stay below `n`)\n"
+            f"// @warpforge arg n = n  {nowhere}\n"
+            f"// @warpforge launch grid=cdiv(n, 256), block=256  {nowhere}; one thread per element of `n` assumed\n"
             "__global__ void no_launch(") in text
     code, out, err = run(capsys, "spec", str(copy), "-k", "no_launch", "--json")
     assert code == 0 and err == ""

@@ -29,6 +29,7 @@ from ..spec.model import SpecError
 from ..spec.resolve import Draft, draft_spec
 from . import limits
 from .convert import text_edit
+from .protocol import CMD_SPEC_NOTICE
 
 if TYPE_CHECKING:
     from .server import WarpForgeServer
@@ -64,7 +65,7 @@ def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel, roo
 
 
 #: a server command that shows its argument as a notice (run after the "Add benchmark spec" edit is applied)
-NOTICE_COMMAND = "warpforge.specNotice"
+NOTICE_COMMAND = CMD_SPEC_NOTICE
 
 
 def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp.WorkspaceEdit:

@@ -4,10 +4,10 @@
 four rounds of edit-and-look. The editor asks here instead: every line that cannot be read, every name an
 expression uses that is no size, tunable or ``#define`` (``arg w: in float[M]`` names ``M``), every element
 type that is not the parameter's, and every parameter nothing gives a value, in one pass. ``build_spec`` runs
-first (a good block costs one inference); when it fails and this pass finds nothing, its error is the one. Two warnings that are no errors come from here too: a launch with
-fewer dimensions than the kernel indexes (``blockIdx.y`` under a 1-D grid is always 0), and comment lines
-that look like a directive but are not read (``// warpforge: size N = 4096``, ``// @warpfroge``,
-``/* @warpforge ... */``).
+first (a good block costs one inference); when it fails and this pass finds nothing, its error is the one.
+Two warnings that are no errors come from here too: a launch with fewer dimensions than the kernel indexes
+(``blockIdx.y`` under a 1-D grid is always 0), and comment lines that look like a directive but are not read
+(``// warpforge: size N = 4096``, ``// @warpfroge``, ``/* @warpforge ... */``).
 """
 
 from __future__ import annotations
