@@ -179,3 +179,20 @@ def test_sizes_from_a_header_macro(tmp_path: Path) -> None:
     assert sizes["BLOCK"].expr == "128" and sizes["BLOCK"].fixed  # the kernel is compiled with it
     assert spec.arg("y").count == "N"  # type: ignore[union-attr]
     assert spec.resolve().grid[0] == 512
+
+
+def test_a_grid_sized_with_ceil_and_casts_from_header_sizes(tmp_path: Path) -> None:
+    """The PolyBench way: sizes in a header, `dim3 grid((size_t)ceil(((float)NY) / ((float)block.x)), ...)`."""
+    (tmp_path / "k.cuh").write_text("#define NX 1000\n#define NY 600\n#define DIM_X 32\n#define DIM_Y 8\n")
+    cu = tmp_path / "k.cu"
+    cu.write_text('#include "k.cuh"\n__global__ void k(float* a, int nx, int ny) {\n'
+                  "    int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                  "    if (i < nx && j < ny) a[i * ny + j] *= 2.0f;\n}\n"
+                  "int main() {\n    float* d; cudaMalloc((void**)&d, NX * NY * sizeof(float));\n"
+                  "    dim3 block(DIM_X, DIM_Y);\n"
+                  "    dim3 grid((size_t)ceil(((float)NY) / ((float)block.x)),\n"
+                  "              (size_t)ceil(((float)NX) / ((float)block.y)));\n"
+                  "    k<<<grid, block>>>(d, NX, NY);\n}\n")
+    r = load_spec(cu, "k").resolve()
+    assert r.grid == (19, 125, 1) and r.block == (32, 8, 1)
+    assert r.sizes["NX"] == 1000 and [a.count for a in r.args if a.name == "a"] == [600_000]
