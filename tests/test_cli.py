@@ -377,8 +377,14 @@ def test_hints_show_an_annotation_error_at_its_line_and_not_for_an_inferred_spec
     code, out, _ = run(capsys, "hints", str(bad), "--no-compile", "--json")
     assert code == 0
     found = [f for f in json.loads(out)[0]["findings"] if f["code"] == "WF003"]
-    assert len(found) == 1 and found[0]["range"]["start"]["line"] == 2, found
-    assert "tunable `BLOCK`" in found[0]["message"]
+    assert found[0]["range"]["start"]["line"] == 2 and "tunable `BLOCK`" in found[0]["message"], found
+    # and, in the same pass, what the block leaves out (no launch to infer it from), each with the line to add
+    rest = {f["message"].split(":")[0]: f["evidence"]["spec_fix"]["text"] for f in found[1:]}
+    assert rest == {"no length for `x`": "// @warpforge arg x: in float[N]",
+                    "no length for `y`": "// @warpforge arg y: out float[N]",
+                    "no launch configuration for `k`": "// @warpforge launch grid=cdiv(N, 256), block=256  "
+                                                       "// guessed: one thread per element"}
+    assert all(f["range"]["start"]["line"] == 3 for f in found[1:])
     plain = tmp_path / "plain.cu"
     plain.write_text(body)
     code, out, _ = run(capsys, "hints", str(plain), "--no-compile", "--json")

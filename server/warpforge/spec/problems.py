@@ -91,6 +91,10 @@ def annotation_problems(src: SourceText, model: FileModel, kernel: Kernel, file:
     problems = [Problem(e.line, _text(e), _line_fix(e, src)) for e in errors]
     failed_args = {m.group(1) for e in errors if e.line is not None
                    and (m := _NAME_OF_ARG.search(src.line_text(e.line - 1))) is not None}
+    for e in errors:  # a launch line that failed (`launch` or a misspelling of it) is its own problem
+        word = src.line_text(e.line - 1).split(MARK, 1)[-1].split()[:1] if e.line is not None else []
+        if word and difflib.get_close_matches(word[0], ["launch"], cutoff=0.6):
+            failed_args.add("launch")
     inf = infer(src, model, kernel, file, ann.template_args)
     known = {s.name for s in ann.sizes} | {s.name for s in inf.sizes} | {t.name for t in ann.tunables}
     known |= {n for n in inf.env.toplevel if inf.env.is_constant(n)}
@@ -142,17 +146,33 @@ def annotation_problems(src: SourceText, model: FileModel, kernel: Kernel, file:
     unknown(ann.lines.get("flops"), "flops", ann.flops)
     unknown(ann.lines.get("bytes"), "bytes", ann.bytes)
     if problems:
-        # the parameters nothing gives a value (a line that failed above is its own problem)
+        # the parameters nothing gives a value (a line that failed above is its own problem), and the launch
+        values = {n: a.value for n, a in (inf.args | ann.args).items() if not a.is_buffer and a.value}
+        first_size = next((sz.name for sz in ann.sizes), None)
         for p in kernel.params:
             if p.name in ann.args or p.name in inf.args or p.name in failed_args:
                 continue
             what = "length" if p.is_pointer else "value"
-            line = f"// {MARK} arg {p.name}: {inf.roles[p.name].value} float[N]" if p.is_pointer \
-                and p.name in inf.roles else f"// {MARK} arg {p.name} = ..."
+            line = None
+            if p.name in inf.roles:
+                bound = inf.bounds.get(p.name, ())
+                count = " * ".join(values[b] for b in bound) if bound and all(b in values for b in bound) \
+                    else first_size
+                if count is not None:
+                    ctype = C_SPELLING.get(inf.ctypes.get(p.name, ""), inf.ctypes.get(p.name, ""))
+                    line = f"// {MARK} arg {p.name}: {inf.roles[p.name].value} {ctype or 'float'}[{count}]"
             problems.append(Problem(kline, f"no {what} for `{p.name}`: no annotation line gives it and "
                                     f"{inf.problems.get(p.name, 'inference cannot').split(': ', 1)[-1]}",
-                                    None if "..." in line else LineFix(f"Add `arg {p.name}`", "insert", kline,
-                                                                        line)))
+                                    None if line is None else LineFix(f"Add `arg {p.name}`", "insert", kline,
+                                                                      line)))
+        if ann.launch is None and inf.launch is None and "launch" not in failed_args:
+            n = next((v for n, v in values.items() if (q := kernel.param(n)) is not None and not q.is_pointer),
+                     first_size)
+            why = inf.problems.get("launch", f"no launch of `{kernel.name}` in this file")
+            problems.append(Problem(kline, f"no launch configuration for `{kernel.name}`: no annotation line gives "
+                                    f"it and {why}",
+                                    LineFix("Add a launch", "insert", kline, f"// {MARK} launch grid=cdiv({n}, 256), "
+                                            "block=256  // guessed: one thread per element") if n else None))
         return None, problems
     return None, [Problem(failed.line, _text(failed), _line_fix(failed, src))]
 
