@@ -9,7 +9,7 @@ configuration there (``spec.infer``'s ``host``).
 The project root is the folder of the build description that governs the file (``warpforge.toml`` or a
 compilation database, ``compiler.project``), else the nearest folder holding ``.git``, else the file's own
 folder and the one above it (``search_roots``); the editor searches its workspace folder. Results are kept
-for a few seconds: an editor asks for code actions at every cursor move.
+for half a minute: an editor asks for code actions at every cursor move.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..cuda.text import SourceText
 from ..cuda.workspace import find_launches
 
 #: seconds a search result is reused (code actions are asked for at every cursor move)
-TTL_S = 10.0
+TTL_S = 30.0
 
 
 @dataclass(frozen=True)
