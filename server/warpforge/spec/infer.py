@@ -133,9 +133,9 @@ def infer(
                 flow.file_env.toplevel.add(name)
     # sizes a project keeps in its headers (`#define N (1 << 20)` in `config.h`), under the files' own
     for f, fmodel in {file: model, hfile: hmodel}.items():
-        for name, value in header_defines(f, fmodel, project_include_dirs(f)).items():
-            if name not in flow.file_env.defs and _expression(value):
-                flow.file_env.defs[name] = value
+        for name, macro in header_defines(f, fmodel, project_include_dirs(f)).items():
+            if name not in flow.file_env.defs and _expression(macro):
+                flow.file_env.defs[name] = macro
                 flow.file_env.toplevel.add(name)
     env = launch_env(flow, site) if site is not None else flow.file_env.copy()
     inf.env = env
