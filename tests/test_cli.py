@@ -239,12 +239,18 @@ def test_spec_write_guesses_when_inference_fails(capsys: pytest.CaptureFixture[s
     code, _, err = run(capsys, "spec", str(copy), "-k", "no_launch")
     assert code == 2 and "cannot infer the length of `x`" in one_line_error(err)
     code, out, err = run(capsys, "spec", str(copy), "-k", "no_launch", "--write", "--json")
-    assert code == 0 and err == ""
+    # the guesses are said (a note on stderr) and marked on their lines, never inserted silently
+    assert code == 0 and err.startswith("note: ") and "guessed, check them: `size n`, `arg n`, `arg x`" in err
     written = json.loads(out)
     assert written["written"] is True and written["guessed"] is True
+    assert set(written["guesses"]) == {"size n", "arg n", "arg x", "launch"}
     text = copy.read_text(encoding="utf-8")
-    assert ("// @warpforge size n = 1 << 20\n// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
-            "// @warpforge arg n = n\n// @warpforge launch grid=cdiv(n, 256), block=256\n"
+    nowhere = "// guessed: no launch of `no_launch` in this file or its project"
+    assert (f"// @warpforge size n = 1 << 20  {nowhere}\n"
+            "// @warpforge arg x: inout float[n] uniform(-1, 1)  // guessed: length from the kernel's guards "
+            "(its subscripts stay below `n`)\n"
+            f"// @warpforge arg n = n  {nowhere}\n"
+            f"// @warpforge launch grid=cdiv(n, 256), block=256  {nowhere}; one thread per element of `n` assumed\n"
             "__global__ void no_launch(") in text
     code, out, err = run(capsys, "spec", str(copy), "-k", "no_launch", "--json")
     assert code == 0 and err == ""
@@ -371,8 +377,14 @@ def test_hints_show_an_annotation_error_at_its_line_and_not_for_an_inferred_spec
     code, out, _ = run(capsys, "hints", str(bad), "--no-compile", "--json")
     assert code == 0
     found = [f for f in json.loads(out)[0]["findings"] if f["code"] == "WF003"]
-    assert len(found) == 1 and found[0]["range"]["start"]["line"] == 2, found
-    assert "tunable `BLOCK`" in found[0]["message"]
+    assert found[0]["range"]["start"]["line"] == 2 and "tunable `BLOCK`" in found[0]["message"], found
+    # and, in the same pass, what the block leaves out (no launch to infer it from), each with the line to add
+    rest = {f["message"].split(":")[0]: f["evidence"]["spec_fix"]["text"] for f in found[1:]}
+    assert rest == {"no length for `x`": "// @warpforge arg x: in float[N]",
+                    "no length for `y`": "// @warpforge arg y: out float[N]",
+                    "no launch configuration for `k`": "// @warpforge launch grid=cdiv(N, 256), block=256  "
+                                                       "// guessed: one thread per element"}
+    assert all(f["range"]["start"]["line"] == 3 for f in found[1:])
     plain = tmp_path / "plain.cu"
     plain.write_text(body)
     code, out, _ = run(capsys, "hints", str(plain), "--no-compile", "--json")

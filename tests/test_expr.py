@@ -398,7 +398,7 @@ def test_log2_of_non_power_of_two_is_float() -> None:
 @pytest.mark.parametrize(
     ("text", "column", "fragment"),
     [
-        ("foo(1)", 0, "unknown function `foo` (allowed: abs, cdiv, ceil_div, log2, max, min, sqrt)"),
+        ("foo(1)", 0, "unknown function `foo` (allowed: abs, cdiv, ceil, ceil_div, floor, log2, max, min, sqrt)"),
         ("1 + pow(2, 3)", 4, "unknown function `pow`"),
         ("N(3)", 0, "unknown function `N`"),
         ("min(1)", 0, "`min` takes 2 or more arguments"),

@@ -67,7 +67,7 @@ def test_command_and_notification_names_match() -> None:
     assert cmds == {"optimize": protocol.CMD_OPTIMIZE, "cancel": protocol.CMD_CANCEL, "accept": protocol.CMD_ACCEPT,
                     "reject": protocol.CMD_REJECT, "showCandidate": protocol.CMD_SHOW_CANDIDATE,
                     "addSpec": protocol.CMD_ADD_SPEC, "profile": protocol.CMD_PROFILE,
-                    "acceptHunks": protocol.CMD_ACCEPT_HUNKS}
+                    "acceptHunks": protocol.CMD_ACCEPT_HUNKS, "specNotice": protocol.CMD_SPEC_NOTICE}
     assert consts == {"CandidateNotification": protocol.CANDIDATE_NOTIFICATION,
                       "JobDoneNotification": protocol.JOB_DONE_NOTIFICATION,
                       "SearchTreeRequest": protocol.SEARCH_TREE_REQUEST,

@@ -346,7 +346,8 @@ def test_the_good_annotation() -> None:
 
 ERRORS = [
     # (changes, extra lines, line of the error, words of the message, words of the fix)
-    ([(0, "// @warpforge sise N = 1")], (), 2, "unknown @warpforge directive `sise`", "use one of: size, arg"),
+    ([(0, "// @warpforge sise N = 1")], (), 2, "unknown @warpforge directive `sise`: did you mean `size`?",
+     "write `size N = 1`"),
     ([(1, "// @warpforge arg x: input float[N]")], (), 3, "unknown role `input` for `x`", "write in, out or inout"),
     ([(1, "// @warpforge arg x: in floatt[N]")], (), 3, "unknown element type `floatt`", "write a C or numpy type"),
     ([(1, "// @warpforge arg z: in float[N]")], (), 3, "`z` is not a parameter of `k`",

@@ -14,6 +14,7 @@ export const Cmd = {
   addSpec: 'warpforge.addSpec', // [uri, kernel] -> AddSpecResult
   profile: 'warpforge.profile', // [uri, kernel] -> ProfileResult; jobDone with kind "profile"
   acceptHunks: 'warpforge.acceptHunks', // [job, candidate, hunk indices] -> AcceptResult (only those hunks)
+  specNotice: 'warpforge.specNotice', // [message] -> null; the server shows it (run after "Add benchmark spec")
 } as const;
 
 export const CandidateNotification = 'warpforge/candidate';

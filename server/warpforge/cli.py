@@ -25,8 +25,10 @@ from .commands.inputs import launch_limits, load_file, parse_failure, pick_kerne
 from .cuda import Kernel, KernelNotFound, SourceText
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode, error_json
-from .spec import KernelSpec, SpecError, build_spec, guess_spec
+from .spec import KernelSpec, SpecError, build_spec
 from .spec.annotations import annotation_edits, has_annotation
+from .spec.elsewhere import find_host, search_roots
+from .spec.resolve import draft_spec
 
 # The contract's codes under the names the commands have always imported.
 EXIT_OK = ExitCode.OK
@@ -167,9 +169,20 @@ def _annotation_edit(src: SourceText, kernel: Kernel, block: str) -> str:
 def cmd_spec(args: argparse.Namespace) -> int:
     src, model = load_file(args.file)
     kernel = pick_kernel(args.file, model, args.kernel, src)
+    # A kernel launched only from another file (ops.cu defines it, main.cu launches it): inference reads
+    # that launch, found under the project root (bounded, nothing runs).
+    host = None
+    searched = False
+    if not model.readable_launches_of(kernel.name):
+        for root in search_roots(args.file):
+            host = find_host(args.file, kernel.name, root)
+            if host is not None:
+                break
+        searched = True
     if args.write:
-        spec = guess_spec(src, model, kernel, args.file)
-        text = _annotation_edit(src, kernel, spec.to_annotation())
+        draft = draft_spec(src, model, kernel, args.file, host, searched)
+        spec = draft.spec
+        text = _annotation_edit(src, kernel, draft.annotation())
         try:
             Path(args.file).write_text(text, encoding="utf-8")
         except OSError as e:
@@ -177,13 +190,18 @@ def cmd_spec(args: argparse.Namespace) -> int:
         guessed = "guessed: check every line" in spec.notes
         msg = (f"{args.file}:{kernel.start_line + 1}: wrote the spec of `{kernel.name}`"
                + (" (a starting point: sizes and lengths are guesses, edit them)" if guessed else ""))
+        notice = draft.notice()
+        if notice:  # which values came from another file, and which lines are guesses (`// guessed:`)
+            print(f"note: {args.file}:{kernel.start_line + 1}: `{kernel.name}`: {notice}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"written": True, "guessed": guessed, "spec": spec.to_json()}, indent=2))
+            print(json.dumps({"written": True, "guessed": guessed, "guesses": draft.guesses,
+                              "launch_file": str(host.path) if host is not None else None,
+                              "spec": spec.to_json()}, indent=2))
         else:
             print(msg)
         return EXIT_OK
     # Checked against this machine's GPU when it has one, as `optimize` will check it.
-    spec = build_spec(src, model, kernel, args.file, launch_limits(None))
+    spec = build_spec(src, model, kernel, args.file, launch_limits(None), host=host, searched=searched)
     if args.json:
         out = spec.to_json()
         out["resolved"] = _resolved_json(spec, False)

@@ -274,3 +274,41 @@ def _covered(key: str, read: Node, writes: list[tuple[str, Node]], assigned: dic
 def _is_const_param(kernel: Kernel, name: str) -> bool:
     p = kernel.param(name)
     return p is not None and p.is_const
+
+
+_BOUND = re.compile(r"\b([A-Za-z_]\w*)\s*<\s*([A-Za-z_]\w*)\b(?!\s*[\[(.])")
+_BOUND_RETURN = re.compile(r"\bif\s*\(\s*([A-Za-z_]\w*)\s*>=\s*([A-Za-z_]\w*)\s*\)\s*(?:\{\s*)?return\b")
+_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "y", "z", "warpSize"})
+
+
+def index_bounds(source: str | SourceText, kernel: Kernel) -> dict[str, tuple[str, ...]]:
+    """For each pointer parameter, the integer parameters whose product bounds its subscripts, where the
+    kernel's guards say so: ``w[c]`` under ``for (int c = ...; c < cols; ...)`` gives ``("cols",)``,
+    ``x[r * cols + c]`` under ``r < rows`` and ``c < cols`` gives ``("rows", "cols")``.
+
+    A length proposed for an annotation comes from here (``spec.resolve.proposal``): the kernel's first
+    integer argument, the old proposal, gave a row-length vector the number of rows. Textual and cautious:
+    a subscript with a variable no guard bounds by a parameter gives nothing."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace")
+    scalars = {p.name for p in kernel.params if not p.is_pointer}
+    bound: dict[str, str] = {}
+    for rx in (_BOUND, _BOUND_RETURN):
+        for m in rx.finditer(body):
+            if m.group(2) in scalars and m.group(1) not in scalars:
+                bound.setdefault(m.group(1), m.group(2))
+    out: dict[str, tuple[str, ...]] = {}
+    for p in kernel.params:
+        if not p.is_pointer:
+            continue
+        best: tuple[str, ...] = ()
+        for m in re.finditer(rf"\b{re.escape(p.name)}\s*\[([^\[\]]+)\]", body):
+            names = [n for n in _IDENT.findall(m.group(1)) if n not in scalars and n not in _BUILTINS]
+            if not names or any(n not in bound for n in names):
+                continue
+            factors = tuple(dict.fromkeys(bound[n] for n in names))
+            if len(factors) > len(best):
+                best = factors
+        if best:
+            out[p.name] = best
+    return out

@@ -156,6 +156,8 @@ class _Header:
 
     includes: tuple[str, ...]
     aliases: tuple[tuple[str, tuple[str, int]], ...]
+    #: its object-like ``#define NAME VALUE`` lines, as written (``header_defines``)
+    macros: tuple[tuple[str, str], ...] = ()
 
 
 #: (resolved path, mtime_ns, size) -> the header as read then (None: tree-sitter could not read it)
@@ -171,8 +173,10 @@ def _read_header(path: Path) -> _Header | None:
         hmodel = parse_model(hsrc.data)
     except Exception:  # a header tree-sitter cannot read is skipped, never fatal
         return None
+    macros = tuple((m.group(1), re.sub(r"/\*.*?\*/|//.*$", " ", m.group(2)).strip())
+                   for m in _OBJECT_MACRO.finditer(text))
     return _Header(tuple(inc.path for inc in hmodel.includes if not inc.system),
-                   tuple(type_aliases(hsrc, hmodel).items()))
+                   tuple(type_aliases(hsrc, hmodel).items()), tuple((n, v) for n, v in macros if v))
 
 
 def _header(path: Path, mtime_ns: int, size: int) -> _Header | None:
@@ -192,6 +196,20 @@ def _header(path: Path, mtime_ns: int, size: int) -> _Header | None:
     return entry
 
 
+_OBJECT_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n\\]+)$", re.M)
+
+
+def header_defines(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> dict[
+        str, str]:
+    """The object-like ``#define``s of the headers a file reaches through quoted includes, as written (nearer
+    headers win, like ``header_aliases``): a size a project keeps in a header (``#define N (1 << 20)`` in
+    ``config.h``) is a size of every file that includes it. The caller keeps those that are constants."""
+    out: dict[str, str] = {}
+    for h in _reached(file, model, include_dirs):
+        out.update(h.macros)
+    return out
+
+
 def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> dict[
         str, tuple[str, int]]:
     """The type aliases of the headers a file reaches through quoted includes (``#include "llmc/common.cuh"``):
@@ -203,20 +221,29 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
     depth, files and bytes; a header that cannot be read or parsed is skipped. Read only, nothing runs.
     Nearer declarations win: the file's own aliases (``type_aliases``) override these at the caller, and an
     including header's override the ones it includes."""
+    found: dict[str, tuple[str, int]] = {}
+    for h in _reached(file, model, include_dirs):
+        found.update(h.aliases)
+    return found
+
+
+def _reached(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> list[_Header]:
+    """The headers ``file`` reaches through quoted includes, each after the headers it includes (so that a
+    later entry's declarations win when merged in order); bounded in depth, files and bytes."""
     if file is None:
-        return {}
+        return []
     try:
         start = Path(file).resolve()
     except OSError:
-        return {}
+        return []
     if not start.is_file():
-        return {}
+        return []
     dirs = [Path(d) for d in include_dirs]
     seen: set[Path] = {start}
     budget = [HEADER_MAX_FILES, HEADER_MAX_BYTES]
 
-    def visit(path: Path, includes: Sequence[str], depth: int) -> dict[str, tuple[str, int]]:
-        found: dict[str, tuple[str, int]] = {}
+    def visit(path: Path, includes: Sequence[str], depth: int) -> list[_Header]:
+        found: list[_Header] = []
         if depth >= HEADER_DEPTH:
             return found
         for inc in includes:
@@ -240,8 +267,8 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
                 if header is None:
                     break
                 # what this header includes first, then its own declarations over them
-                found.update(visit(cand, header.includes, depth + 1))
-                found.update(header.aliases)
+                found.extend(visit(cand, header.includes, depth + 1))
+                found.append(header)
                 break
         return found
 
@@ -250,8 +277,20 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
 
 def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,
                  include_dirs: Sequence[str | Path] = ()) -> dict[str, tuple[str, int]]:
-    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``)."""
+    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``), looked up in
+    ``include_dirs``, else in the ``-I`` folders of the project's build description (``compiler.project``):
+    ``#include "real.h"`` found through ``-Iinclude``."""
+    if not include_dirs and file is not None:
+        include_dirs = project_include_dirs(file)
     return {**header_aliases(file, model, include_dirs), **type_aliases(source, model)}
+
+
+def project_include_dirs(file: str | Path) -> tuple[str, ...]:
+    """The ``-I`` folders of the build description governing ``file`` (``compiler.project``), or none."""
+    from ..compiler.project import project_build  # the build description is read only when asked
+
+    build = project_build(file)
+    return (*build.include_dirs, *build.system_dirs) if build is not None else ()
 
 
 def empty_struct(source: str | SourceText, model: FileModel, name: str) -> bool:

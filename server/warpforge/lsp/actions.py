@@ -10,6 +10,7 @@ take long on a big file); a document the server does not analyze (see ``limits``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,15 @@ from ..compiler.fixes import ConfigFix, missing_header_fixes
 from ..cuda.access import param_access
 from ..cuda.model import FileModel, Kernel
 from ..cuda.parser import parse
-from ..cuda.rewrite import TextEdit, add_const, add_restrict, set_launch_bounds
-from ..cuda.text import Position, SourceText
+from ..cuda.rewrite import TextEdit, add_const, add_restrict, make_edit, set_launch_bounds
+from ..cuda.text import Position, SourceText, Span
 from ..spec.annotations import annotation_edits, has_annotation
+from ..spec.elsewhere import find_host
 from ..spec.model import SpecError
-from ..spec.resolve import guess_spec
+from ..spec.resolve import Draft, draft_spec
 from . import limits
 from .convert import text_edit
+from .protocol import CMD_SPEC_NOTICE
 
 if TYPE_CHECKING:
     from .server import WarpForgeServer
@@ -42,9 +45,27 @@ def kernel_at(src: SourceText, model: FileModel, pos: lsp.Position) -> Kernel | 
     return best
 
 
-def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel) -> list[TextEdit]:
+def spec_draft(src: SourceText, kernel: Kernel, file: str, model: FileModel, root: Path | None = None,
+               overlay: Mapping[Path, str] | None = None) -> Draft:
+    """The spec to write above ``kernel``: inferred from its file, else from the launch in another file of
+    the workspace folder ``root`` (``spec.elsewhere``; ``overlay`` holds the editor's unsaved texts), with
+    its guessed lines marked."""
+    host = None
+    searched = False
+    if root is not None and not model.readable_launches_of(kernel.name):
+        host = find_host(file, kernel.name, root, overlay)
+        searched = True
+    return draft_spec(src, model, kernel, file, host, searched)
+
+
+def spec_edits(src: SourceText, kernel: Kernel, file: str, model: FileModel, root: Path | None = None,
+               overlay: Mapping[Path, str] | None = None) -> list[TextEdit]:
     """Replace the kernel's @warpforge lines with a complete, filled-in block."""
-    return annotation_edits(src, kernel, guess_spec(src, model, kernel, file).to_annotation())
+    return annotation_edits(src, kernel, spec_draft(src, kernel, file, model, root, overlay).annotation())
+
+
+#: a server command that shows its argument as a notice (run after the "Add benchmark spec" edit is applied)
+NOTICE_COMMAND = CMD_SPEC_NOTICE
 
 
 def _workspace_edit(uri: str, version: int | None, edits: list[TextEdit]) -> lsp.WorkspaceEdit:
@@ -112,6 +133,18 @@ def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileMode
                         missing.add(qual)
             what = " ".join(q for q in ("const", "__restrict__") if q in missing)
             title = f"Mark {', '.join(names)} {what}"
+        elif d.code == "WF003" and isinstance(fix := (data.get("evidence") or {}).get("spec_fix"), dict):
+            # a spec problem's own fix: the line as it should read, or a line to add (spec.problems)
+            line = fix.get("line")
+            new = fix.get("text")
+            if isinstance(line, int) and isinstance(new, str) and 1 <= line <= src.line_count:
+                start = src.line_starts[line - 1]
+                if fix.get("kind") == "replace":
+                    end = start + len(src.line_text(line - 1).encode("utf-8"))
+                    edits.append(make_edit(src, Span(start, end), new))
+                else:
+                    edits.append(make_edit(src, Span(start, start), new + "\n"))
+                title = str(fix.get("title") or "Fix the spec line")
         elif d.code == "WF010":
             block = (data.get("evidence") or {}).get("block_threads")
             if isinstance(block, int) and block > 0:
@@ -124,9 +157,11 @@ def _quick_fixes(uri: str, version: int | None, src: SourceText, model: FileMode
 
 
 def actions(uri: str, version: int | None, path: str, text: str,
-            params: lsp.CodeActionParams, root: Path | None = None) -> list[lsp.CodeAction]:
+            params: lsp.CodeActionParams, root: Path | None = None,
+            overlay: Mapping[Path, str] | None = None) -> list[lsp.CodeAction]:
     """The actions at ``params.range`` for a snapshot of the document (runs in the thread pool); ``root`` is
-    the workspace folder searched for a missing header's fixes."""
+    the workspace folder searched for a missing header's fixes and for the kernel's launches in other files
+    (``overlay``: the open documents' texts)."""
     src = SourceText(text)
     model = parse(src.data)
     k = kernel_at(src, model, params.range.start)
@@ -147,7 +182,8 @@ def actions(uri: str, version: int | None, path: str, text: str,
     annotated = has_annotation(src, k)
     title = f"WarpForge: {'Edit' if annotated else 'Add'} benchmark spec for `{k.name}`"
     try:
-        edits = spec_edits(src, k, path, model)
+        draft = spec_draft(src, k, path, model, root, overlay)
+        edits = annotation_edits(src, k, draft.annotation())
     except SpecError as e:
         # A spec the user is still typing (or got wrong) must not take the other actions down with it: the
         # spec action is shown disabled with the error (the hint at the line says it too).
@@ -158,8 +194,12 @@ def actions(uri: str, version: int | None, path: str, text: str,
         out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor, disabled=lsp.CodeActionDisabled(
             reason=f"the benchmark spec of `{k.name}` is complete: nothing to add")))
         return out
+    notice = draft.notice()
+    # the edit is applied first, then the command tells which values came from another file or are guesses
     out.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Refactor,
-                              edit=_workspace_edit(uri, version, edits)))
+                              edit=_workspace_edit(uri, version, edits),
+                              command=lsp.Command("Benchmark spec notice", NOTICE_COMMAND,
+                                                  arguments=[f"`{k.name}`: {notice}"]) if notice else None))
     return out
 
 
@@ -176,4 +216,5 @@ def register(server: WarpForgeServer) -> None:
             return []
         version, path = doc.version, doc.path or uri
         root = ls.jobs.workspace_root(doc.path)
-        return await ls.off_loop(lambda: actions(uri, version, path, text, params, root))
+        overlay = {Path(d.path): d.source for u, d in ls.workspace.text_documents.items() if d.path and u != uri}
+        return await ls.off_loop(lambda: actions(uri, version, path, text, params, root, overlay))

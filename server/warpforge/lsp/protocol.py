@@ -21,6 +21,9 @@ CMD_SHOW_CANDIDATE = "warpforge.showCandidate"
 CMD_ADD_SPEC = "warpforge.addSpec"
 CMD_PROFILE = "warpforge.profile"
 CMD_ACCEPT_HUNKS = "warpforge.acceptHunks"
+#: run by the "Add benchmark spec" code action after its edit: shows its argument (where the values came from,
+#: which lines are guesses) as window/showMessage
+CMD_SPEC_NOTICE = "warpforge.specNotice"
 CANDIDATE_NOTIFICATION = "warpforge/candidate"
 JOB_DONE_NOTIFICATION = "warpforge/jobDone"
 SEARCH_TREE_REQUEST = "warpforge/searchTree"

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, BinaryIO, NoReturn, TypeVar
 
 from lsprotocol import types as lsp
@@ -29,6 +30,7 @@ from ..compiler.includes import set_workspace_roots
 from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
+from ..spec.annotations import annotation_edits
 from ..spec.model import SpecError
 from . import actions, diagnostics, framing, hover, lenses, limits
 from .diagnostics import Diagnostics
@@ -321,15 +323,27 @@ def create_server() -> WarpForgeServer:
         doc = ls.workspace.get_text_document(uri)
         version = doc.version  # of the text being parsed: a later edit makes the client refuse these edits
 
-        def edits_for() -> list[Any]:
+        root = ls.jobs.workspace_root(doc.path)
+        overlay = {Path(d.path): d.source for u, d in ls.workspace.text_documents.items() if d.path and u != uri}
+
+        def edits_for() -> tuple[list[Any], str]:
             model = parse(src.data)
             k = model.require(kernel, doc.path or uri)
-            return actions.spec_edits(src, k, doc.path or uri, model)
+            draft = actions.spec_draft(src, k, doc.path or uri, model, root, overlay)
+            return annotation_edits(src, k, draft.annotation()), draft.notice()
 
-        edits = await ls.off_loop(edits_for)
+        edits, notice = await ls.off_loop(edits_for)
         result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
             label=f"WarpForge: benchmark spec for {kernel}", edit=actions._workspace_edit(uri, version, edits)))
+        if notice and result is not None and result.applied:
+            ls.window_show_message(lsp.ShowMessageParams(lsp.MessageType.Info, f"WarpForge: `{kernel}`: {notice}"))
         return wire(AddSpecResult(bool(result.applied) if result is not None else False))  # type: ignore[no-any-return]
+
+    @server.command(actions.NOTICE_COMMAND)
+    async def spec_notice(ls: WarpForgeServer, message: str) -> None:
+        """Run by the "Add benchmark spec" code action after its edit: where the values came from, and which
+        lines are guesses (marked `// guessed:` in the block)."""
+        ls.window_show_message(lsp.ShowMessageParams(lsp.MessageType.Info, f"WarpForge: {message}"))
 
     @server.feature(GPU_STATUS_REQUEST)
     @guarded

@@ -37,6 +37,7 @@ from ..cuda.text import Position, Range, SourceText
 from ..defaults import user_cache_dir
 from ..spec.annotations import has_annotation
 from ..spec.model import KernelSpec, SpecError
+from ..spec.problems import Problem, annotation_problems, launch_dimension_problems, near_misses
 from ..spec.resolve import build_spec
 from .analyzers import load
 from .context import KernelContext
@@ -412,16 +413,26 @@ def analyze_source(
     arch = default_arch(arch)
     specs: dict[str, KernelSpec | None] = {}
     spec_errors: dict[str, str] = {}
-    #: errors in an annotation block the user wrote (an inferred spec that cannot be completed is no finding)
-    spec_errors_at: dict[str, SpecError] = {}
+    #: problems of an annotation block the user wrote, all of them (an inferred spec that cannot be completed
+    #: is no finding), and the warnings: a launch with too few dimensions, directives that are not read
+    spec_problems: dict[str, list[Problem]] = {}
     for k in targets:
-        try:
-            specs[k.name] = build_spec(src, model, k, file)
-        except SpecError as e:
-            specs[k.name] = None
-            spec_errors[k.name] = str(e)
-            if has_annotation(src, k):
-                spec_errors_at[k.name] = e
+        spec_problems[k.name] = near_misses(src, k)
+        if has_annotation(src, k):
+            spec, problems = annotation_problems(src, model, k, file)
+            specs[k.name] = spec
+            spec_problems[k.name] += problems
+            if spec is None and problems:
+                spec_errors[k.name] = f"{file}:{problems[0].line or k.start_line + 1}: {problems[0].message}"
+        else:
+            try:
+                specs[k.name] = build_spec(src, model, k, file)
+            except SpecError as e:
+                specs[k.name] = None
+                spec_errors[k.name] = str(e)
+        spec = specs[k.name]
+        if spec is not None:
+            spec_problems[k.name] += launch_dimension_problems(src, k, spec)
     builds: dict[str, KernelBuild] = {}
     compiler_missing: str | None = None
     compiler = _Compiler(file, src, model, arch, nvcc)
@@ -445,11 +456,11 @@ def analyze_source(
                             sass_lines=kb.sass_lines if kb else {})
         if kb is not None:
             report.findings.extend(_message_findings(file, src, k, kb.messages, seen_msgs))
-        spec_error = spec_errors_at.get(k.name)
-        if spec_error is not None:  # the user's own annotation is wrong: say where, or the job fails later
-            report.findings.append(make("WF003", file, ctx.line_range(spec_error.line or k.start_line + 1),
-                                        spec_error.message + (f"; {spec_error.fix}" if spec_error.fix else ""),
-                                        kernel=k.name))
+        for sp in spec_problems.get(k.name, ()):  # each at its line, or the job fails later
+            fix = {"title": sp.fix.title, "kind": sp.fix.kind, "line": sp.fix.line, "text": sp.fix.text} \
+                if sp.fix is not None else None
+            report.findings.append(make("WF003", file, ctx.line_range(sp.line or k.start_line + 1), sp.message,
+                                        kernel=k.name, evidence={"spec_fix": fix} if fix else None))
         have = {"source"}
         if ctx.spec is not None:
             have.add("spec")

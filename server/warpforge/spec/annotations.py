@@ -6,6 +6,7 @@ in the middle of writing the block.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -160,8 +161,12 @@ def parse_distribution(text: str, file: str, line: int) -> Distribution:
     return Distribution(kind, exprs[0], exprs[1] if want == 2 else "0")
 
 
-def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
-    """Parse the kernel's annotation block; an empty ``Annotation`` when there is none."""
+def parse_annotation(src: SourceText, kernel: Kernel, file: str,
+                     errors: list[SpecError] | None = None) -> Annotation:
+    """Parse the kernel's annotation block; an empty ``Annotation`` when there is none.
+
+    With ``errors``, a line that cannot be read is appended there and skipped, and the other lines are still
+    read: the editor shows every mistake of a block at once (``spec.problems``), not one per edit."""
     ann = Annotation()
     if kernel.comment_span is None:
         return ann
@@ -173,58 +178,71 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str) -> Annotation:
         if not is_directive_line(raw):
             continue
         ann.present = True
-        line = lineno + 1
-        body = raw.split(MARK, 1)[1].strip()
-        directive, _, rest = body.partition(" ")
-        rest = rest.strip()
-        if directive not in DIRECTIVES:
-            raise SpecError(file, line, f"unknown @warpforge directive `{directive}`",
-                            f"use one of: {', '.join(DIRECTIVES)} (see docs/spec-format.md)")
-        if directive == "size":
-            size = _size(rest, file, line)
-            earlier = next((s for s in ann.sizes if s.name == size.name), None)
-            if earlier is not None:
-                # The later line would silently win; which one the user meant is theirs to say.
-                raise SpecError(file, line, f"size `{size.name}` is defined twice (first at line {earlier.line})",
-                                "keep one `@warpforge size` line per name")
-            ann.sizes.append(size)
-        elif directive == "arg":
-            a, written = _arg(rest, file, line, params, kernel)
-            if written is not None:
-                ann.types[a.name] = written
-            if a.name in ann.args:
-                raise SpecError(file, line, f"argument `{a.name}` is described twice",
-                                "keep one `@warpforge arg` line per argument")
-            ann.args[a.name] = a
-        elif directive == "launch":
-            ann.launch = _launch(rest, file, line)
-        elif directive == "tol":
-            ann.tolerance = _tol(rest, file, line)
-        elif directive == "tune":
-            m = _SIZE.match(rest)
-            if not m:
-                raise SpecError(file, line, f"cannot read `tune {rest}`", "write `tune NAME = V1, V2, ...`")
-            values = tuple(_tune_value(v, file, line, m.group(1)) for v in _split_top(m.group(2)) if v)
-            if not values:
-                raise SpecError(file, line, f"tunable `{m.group(1)}` has no values", "list at least one value")
-            ann.tunables.append(Tunable(m.group(1), values, line))
-        elif directive == "template":
-            ann.template_args = _template(rest, kernel, file, line)
-            ann.lines["template"] = line
-        elif directive == "seeds":
-            try:
-                ann.seeds = tuple(int(s) for s in _split_top(rest))
-            except ValueError as e:
-                raise SpecError(file, line, f"seeds must be integers, got `{rest}`", "write `seeds 0, 1, 2`") from e
-            if not ann.seeds:
-                raise SpecError(file, line, "no seeds given", "write `seeds 0, 1, 2`")
-        elif directive == "flops":
-            ann.flops = _check_expr(rest, file, line, "flops")
-            ann.lines["flops"] = line
-        elif directive == "bytes":
-            ann.bytes = _check_expr(rest, file, line, "bytes")
-            ann.lines["bytes"] = line
+        try:
+            _directive(ann, raw, lineno + 1, file, params, kernel)
+        except SpecError as e:
+            if errors is None:
+                raise
+            errors.append(e)
     return ann
+
+
+def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str, Param], kernel: Kernel) -> None:
+    """Read one ``// @warpforge`` line into ``ann``."""
+    # a remark after the directive (`// guessed: ...`, written by "Add benchmark spec") is no part of it
+    body = re.sub(r"\s+//.*$", "", raw.split(MARK, 1)[1].strip())
+    directive, _, rest = body.partition(" ")
+    rest = rest.strip()
+    if directive not in DIRECTIVES:
+        close = difflib.get_close_matches(directive, DIRECTIVES, n=1, cutoff=0.6)
+        raise SpecError(file, line, f"unknown @warpforge directive `{directive}`"
+                        + (f": did you mean `{close[0]}`?" if close else ""),
+                        f"write `{close[0]} {rest}`" if close else
+                        f"use one of: {', '.join(DIRECTIVES)} (see docs/spec-format.md)")
+    if directive == "size":
+        size = _size(rest, file, line)
+        earlier = next((s for s in ann.sizes if s.name == size.name), None)
+        if earlier is not None:
+            # The later line would silently win; which one the user meant is theirs to say.
+            raise SpecError(file, line, f"size `{size.name}` is defined twice (first at line {earlier.line})",
+                            "keep one `@warpforge size` line per name")
+        ann.sizes.append(size)
+    elif directive == "arg":
+        a, written = _arg(rest, file, line, params, kernel)
+        if written is not None:
+            ann.types[a.name] = written
+        if a.name in ann.args:
+            raise SpecError(file, line, f"argument `{a.name}` is described twice",
+                            "keep one `@warpforge arg` line per argument")
+        ann.args[a.name] = a
+    elif directive == "launch":
+        ann.launch = _launch(rest, file, line)
+    elif directive == "tol":
+        ann.tolerance = _tol(rest, file, line)
+    elif directive == "tune":
+        m = _SIZE.match(rest)
+        if not m:
+            raise SpecError(file, line, f"cannot read `tune {rest}`", "write `tune NAME = V1, V2, ...`")
+        values = tuple(_tune_value(v, file, line, m.group(1)) for v in _split_top(m.group(2)) if v)
+        if not values:
+            raise SpecError(file, line, f"tunable `{m.group(1)}` has no values", "list at least one value")
+        ann.tunables.append(Tunable(m.group(1), values, line))
+    elif directive == "template":
+        ann.template_args = _template(rest, kernel, file, line)
+        ann.lines["template"] = line
+    elif directive == "seeds":
+        try:
+            ann.seeds = tuple(int(s) for s in _split_top(rest))
+        except ValueError as e:
+            raise SpecError(file, line, f"seeds must be integers, got `{rest}`", "write `seeds 0, 1, 2`") from e
+        if not ann.seeds:
+            raise SpecError(file, line, "no seeds given", "write `seeds 0, 1, 2`")
+    elif directive == "flops":
+        ann.flops = _check_expr(rest, file, line, "flops")
+        ann.lines["flops"] = line
+    elif directive == "bytes":
+        ann.bytes = _check_expr(rest, file, line, "bytes")
+        ann.lines["bytes"] = line
 
 
 def _size(rest: str, file: str, line: int) -> SizeSpec:
@@ -480,5 +498,7 @@ def annotation_edits(src: SourceText, kernel: Kernel, block: str) -> list[TextEd
 
 
 def _normal(line: str) -> str:
-    """A directive line with its spacing normalized (``a=1`` and ``a = 1`` say the same)."""
+    """A directive line with its spacing normalized (``a=1`` and ``a = 1`` say the same), without a remark
+    after it (``// guessed: ...``)."""
+    line = re.sub(r"(@warpforge\b.*?)\s+//.*$", r"\1", line.strip())
     return " ".join(re.sub(r"\s*([=,:()\[\]*+])\s*", r" \1 ", line.strip()).split())

@@ -759,6 +759,10 @@ FUNCTIONS: Final[Mapping[str, _Function]] = MappingProxyType(
         "abs": _Function("abs(x)", 1, 1, lambda args: abs(args[0])),
         "sqrt": _Function("sqrt(x)", 1, 1, _sqrt),
         "log2": _Function("log2(x)", 1, 1, _log2),
+        # C's: a double result, so `(int)ceil((float)N / 32)`, the way host code often sizes a grid, means
+        # what it means there
+        "ceil": _Function("ceil(x)", 1, 1, lambda args: float(math.ceil(args[0]))),
+        "floor": _Function("floor(x)", 1, 1, lambda args: float(math.floor(args[0]))),
     }
 )
 """The only functions an expression may call."""

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..cuda.access import param_access
+from ..cuda.access import index_bounds, param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
-from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases
+from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases, header_defines, project_include_dirs
 from .ctypes import TypeScope, enum_types, enumerators, with_enumerators
+from .elsewhere import HostFile
 from .expr import ExprError, parse
-from .hostenv import HostEnv, HostFlow, launch_env, strip_parens
+from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,6 +46,21 @@ class Inference:
     ctypes: dict[str, str] = field(default_factory=dict)
     #: the host environment at the launch (sizes in scope for an error's proposal)
     env: HostEnv = field(default_factory=HostEnv)
+    #: the other file of the project whose launch was read, when the kernel's own file has none
+    host: HostFile | None = None
+    #: whether the project was searched for a launch (messages then say where inference looked)
+    searched: bool = False
+    #: the integer parameters bounding each buffer's subscripts (``cuda.access.index_bounds``): proposals
+    bounds: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def at(self, line: int) -> str:
+        """A launch line (1-based) as the user finds it: ``line 12``, or ``main.cu:12`` in another file."""
+        return f"line {line}" if self.host is None else f"{self.host.path.name}:{line}"
+
+    @property
+    def nowhere(self) -> str:
+        """Where no launch was found."""
+        return "this file or its project" if self.searched else "this file"
 
 
 
@@ -70,16 +86,25 @@ _TAG = re.compile(r"^(?:(?:cuda::)?std::)?(?:integral_constant|bool_constant|tru
 
 
 def infer(
-    src: SourceText, model: FileModel, kernel: Kernel, file: str, template_args: tuple[str, ...] = ()
+    src: SourceText, model: FileModel, kernel: Kernel, file: str, template_args: tuple[str, ...] = (),
+    host: HostFile | None = None, searched: bool = False,
 ) -> Inference:
     """Infer sizes, arguments and launch from the first launch site of ``kernel`` in the file.
 
     ``template_args`` (from an annotation) override the launch's, so that ``T* y`` of a kernel annotated
-    ``template T=float`` is known to hold floats.
+    ``template T=float`` is known to hold floats. When the file launches the kernel nowhere, ``host`` (another
+    file of the project that does, ``spec.elsewhere``) is read instead: its sizes, scalars and launch, with
+    the kernel's own file's types and constants; ``searched`` says the project was looked through.
     """
-    inf = Inference()
+    inf = Inference(searched=searched)
     access = param_access(src, kernel)
+    inf.bounds = index_bounds(src, kernel)
     sites = model.readable_launches_of(kernel.name)
+    hsrc, hmodel, hfile = src, model, file
+    if not sites and host is not None and host.model.readable_launches_of(kernel.name):
+        hsrc, hmodel, hfile = host.src, host.model, str(host.path)
+        sites = host.model.readable_launches_of(kernel.name)
+        inf.host = host
     site = sites[0] if sites else None
     inf.site = site
     tsubst: dict[str, str] = {}
@@ -92,11 +117,30 @@ def infer(
                                             strict=False)}
     # the file's aliases over its headers' (``typedef float floatX;`` in a project header)
     aliases = file_aliases(src, model, file)
-    flow = HostFlow(src, model, aliases)
+    if inf.host is None:
+        flow = HostFlow(src, model, aliases)
+    else:
+        # the host file's types and constants, under the kernel file's own (a `#define BLOCK` the kernel
+        # is compiled with means what the kernel's file says)
+        # the host's aliases under the kernel file's: a header the host reaches (`include/real.h`) may be
+        # one the kernel file's include is not found at without the build's -I folders
+        aliases = {**file_aliases(hsrc, hmodel, hfile), **aliases}
+        flow = HostFlow(hsrc, hmodel, aliases)
+        own = file_env(src, model)
+        for name, definition in own.defs.items():
+            if name not in flow.file_env.defs:
+                flow.file_env.defs[name] = definition
+                flow.file_env.toplevel.add(name)
+    # sizes a project keeps in its headers (`#define N (1 << 20)` in `config.h`), under the files' own
+    for f, fmodel in {file: model, hfile: hmodel}.items():
+        for name, macro in header_defines(f, fmodel, project_include_dirs(f)).items():
+            if name not in flow.file_env.defs and _expression(macro):
+                flow.file_env.defs[name] = macro
+                flow.file_env.toplevel.add(name)
     env = launch_env(flow, site) if site is not None else flow.file_env.copy()
     inf.env = env
     if site is not None and len(site.args) != len(kernel.params):
-        inf.problems["*"] = (f"the launch at line {site.line + 1} passes {len(site.args)} arguments "
+        inf.problems["*"] = (f"the launch at {inf.at(site.line + 1)} passes {len(site.args)} arguments "
                              f"but `{kernel.name}` takes {len(kernel.params)}")
         site = None
     used_texts: list[str] = []
@@ -144,8 +188,8 @@ def infer(
                 if inf.site is not None and site is None:
                     continue  # the launch does not match the kernel: that (problems["*"]) is the reason
                 where = f"`{site.function}` or its callers" if site is not None and site.function else "this file"
-                why = (f"no launch of `{kernel.name}` in this file" if site is None else
-                       f"`{site.args[i]}` at the launch on line {site.line + 1} is not allocated "
+                why = (f"no launch of `{kernel.name}` in {inf.nowhere}" if site is None else
+                       f"`{site.args[i]}` at the launch on {inf.at(site.line + 1)} is not allocated "
                        f"(cudaMalloc, cudaMallocAsync, cudaMallocManaged, a sized vector) in {where}")
                 inf.problems[p.name] = f"cannot infer the length of `{p.name}`: {why}"
                 continue
@@ -162,7 +206,7 @@ def infer(
             if site is None:
                 if inf.site is None:
                     inf.problems[p.name] = (f"cannot infer the value of `{p.name}`: "
-                                            f"no launch of `{kernel.name}` in this file")
+                                            f"no launch of `{kernel.name}` in {inf.nowhere}")
                 continue
             value: str | None = strip_parens(inline(with_enumerators(site.args[i], enum_values)))
             try:
@@ -195,7 +239,7 @@ def infer(
         else:
             bad = next(t for t, ok in ((site.grid, grid), (site.block, block), (site.smem or "", smem))
                        if ok is None)
-            inf.problems["launch"] = (f"`{bad}` at the launch on line {site.line + 1} is not an arithmetic "
+            inf.problems["launch"] = (f"`{bad}` at the launch on {inf.at(site.line + 1)} is not an arithmetic "
                                       "expression of the host's constants")
     if inf.template_args:
         inf.template_args = _template_values(kernel, inf.template_args, env)
@@ -229,7 +273,23 @@ def infer(
             inf.problems["launch"] = (f"cannot infer the launch configuration: it uses "
                                       f"{', '.join(sorted(unknown))}, which is not a constant here")
             inf.launch = None
+    if inf.host is not None:
+        # lines of another file mean nothing in this one: only the kernel file's own constants keep theirs
+        own_env = file_env(src, model)
+        inf.sizes = [replace(sz, line=own_env.lines.get(sz.name) if own_env.defs.get(sz.name) == sz.expr else None)
+                     for sz in inf.sizes]
+        inf.args = {n: replace(a, line=None) for n, a in inf.args.items()}
+        if inf.launch is not None:
+            inf.launch = replace(inf.launch, line=None)
     return inf
+
+
+def _expression(text: str) -> bool:
+    try:
+        parse(text)
+    except ExprError:
+        return False
+    return True
 
 
 _CONSTRUCTED = re.compile(r"^\s*([A-Za-z_][\w:]*(?:\s*<[^{}()]*>)?)\s*(?:\{[^{}]*\}|\([^()]*\))\s*$")

@@ -31,6 +31,8 @@ class SpecError(ValueError):
         #: annotation lines that, written above the kernel, give a spec that validates (when inference
         #: could not finish: ``spec.resolve.proposal``); the fix quotes them on one line
         self.block = block
+        #: why each line of ``block`` that is a guess (``size N``, ``arg a``, ``launch``) could not be inferred
+        self.guesses: dict[str, str] = {}
         where = f"{file}:{line}" if line is not None else file
         # One line, always: the CLI prints it as is and editors show it as a diagnostic.
         text = f"{where}: {message}" + (f"; {fix}" if fix else "")

@@ -8,8 +8,9 @@ GPU worker.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cuda.model import DeclKind, FileModel, Kernel, Param
@@ -17,8 +18,9 @@ from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
 from ..cuda.types import canonical_type
-from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, Annotation, parse_annotation
+from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, MARK, Annotation, parse_annotation
 from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
+from .elsewhere import HostFile
 from .expr import ExprError
 from .expr import parse as expr_parse
 from .infer import Inference, infer
@@ -40,7 +42,8 @@ from .model import (
 _DEFAULT_SIZE = "1 << 20"
 
 
-def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
+def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str, str] | None = None,
+             bounds: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """Annotation lines that complete what inference left open, and that validate when written above
     the kernel (``tests/test_spec_hostflow.py`` writes them and builds the spec).
 
@@ -50,8 +53,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
     argument's value (the usual bound of its index), else the first size in scope. Roles are the access
     analysis's (a write-only output is ``out``), element types are read through typedefs and template
     arguments.
+
+    ``reasons`` receives, per line it guesses (``size N``, ``arg a``, ``launch``), why no better value was found;
+    a value read from the host code is no guess. ``bounds`` (``cuda.access.index_bounds``) gives a buffer the
+    integer arguments its subscripts are bounded by: ``w[c]`` under ``c < cols`` is ``float[cols's value]``.
     """
     env = inf.env
+    why_here: dict[str, str] = reasons if reasons is not None else {}
+    no_launch = f"no launch of `{kernel.name}` in {inf.nowhere}"
     site = inf.site
     known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
     new_sizes: dict[str, str] = {}
@@ -69,11 +78,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
         for n in sorted(expr_parse(text).names()):
             if n not in known and n not in new_sizes:
                 new_sizes[n] = env.defs[n] if env.is_constant(n) else _DEFAULT_SIZE
+                if not env.is_constant(n):
+                    why_here[f"size {n}"] = f"`{n}` has no constant value at the launch"
         return text
 
     def fresh(name: str) -> str:
         if name not in known and name not in new_sizes:
             new_sizes[name] = _DEFAULT_SIZE
+            why_here[f"size {name}"] = no_launch if site is None else f"no value for `{name}` at the launch"
         return name
 
     def integer(p: Param) -> bool:
@@ -89,6 +101,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
             values[p.name] = a.value
         elif p.name not in inf.roles and a is None:
             raw = launch_args[i].strip() if launch_args is not None else ""
+            why = no_launch if site is None else f"`{raw}` at the launch is not a constant"
             if raw and usable(raw):
                 values[p.name] = adopt(raw)
             elif p.unnamed:
@@ -97,8 +110,10 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
                 # a size of the same name in another case (`n` and `size N`) is the usual meaning
                 same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
                 values[p.name] = same or fresh(p.name)
+                why_here[f"arg {p.name}"] = why
             else:
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
+                why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
     first_int = next((values[p.name] for p in kernel.params
                       if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
@@ -106,8 +121,21 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
     for p in kernel.params:
         if p.name not in inf.roles or p.name in args:
             continue
-        count = first_int or (adopt(scope_size) if scope_size is not None else None) \
-            or next(iter(sorted(known)), None) or fresh("N")
+        bounded = [values[b] for b in (bounds or {}).get(p.name, ()) if b in values]
+        if bounded and len(bounded) == len((bounds or {})[p.name]):
+            count = " * ".join(_factor(v) for v in bounded)
+            names = " * ".join((bounds or {})[p.name])
+            how = f"length from the kernel's guards (its subscripts stay below `{names}`)"
+            if len(bounded) > 1:  # a product of placeholder sizes: keep the buffer near 2^20 elements
+                for v in bounded:
+                    if new_sizes.get(v) == _DEFAULT_SIZE:
+                        new_sizes[v] = f"1 << {max(20 // len(bounded), 5)}"
+        else:
+            count = first_int or (adopt(scope_size) if scope_size is not None else None) \
+                or next(iter(sorted(known)), None) or fresh("N")
+            how = f"length assumed to be `{count}`"
+        problem = inf.problems.get(p.name, "").partition(": ")[2]
+        why_here[f"arg {p.name}"] = f"{problem}; {how}" if problem and site is not None else how
         role = inf.roles[p.name].value
         lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
     if ann.launch is None and inf.launch is None:
@@ -116,12 +144,20 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation) -> list[str]:
         if not (grid and block and usable(grid) and usable(block)):
             n = first_int or fresh("N")
             grid, block = f"cdiv({n}, 256)", "256"
+            why_here["launch"] = (no_launch if site is None else inf.problems.get("launch", "")) \
+                + "; one thread per element of `" + n + "` assumed"
         else:
             adopt(grid)
             adopt(block)
         lines.append(f"// @warpforge launch grid={grid}, block={block}")
     head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
     return head + lines
+
+
+def _factor(text: str) -> str:
+    """``text`` as a factor of a product: parenthesized unless a name or a number."""
+    t = text.strip()
+    return t if re.fullmatch(r"[A-Za-z_]\w*|\d+", t) else f"({t})"
 
 
 def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> SpecError | None:
@@ -143,11 +179,14 @@ def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) 
 def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
     """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
     that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
-    lines = tuple(proposal(kernel, inf, ann))
+    reasons: dict[str, str] = {}
+    lines = tuple(proposal(kernel, inf, ann, reasons, inf.bounds))
     scope = inf.env.in_scope
     where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
     quoted = " ".join(f"`{line}`" for line in lines)
-    return SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
+    err = SpecError(file, line, message, f"add above the kernel{where}: {quoted}", lines)
+    err.guesses = reasons
+    return err
 
 
 def param_dtype(src: SourceText, kernel: Kernel, name: str, template_args: tuple[str, ...] = (),
@@ -245,13 +284,15 @@ def _check_element_types(src: SourceText, kernel: Kernel, args: Iterable[ArgSpec
 
 
 def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
-               limits: LaunchLimits = DEFAULT_LIMITS) -> KernelSpec:
+               limits: LaunchLimits = DEFAULT_LIMITS, host: HostFile | None = None,
+               searched: bool = False) -> KernelSpec:
     """The effective spec of ``kernel``; raises ``SpecError`` naming file:line and the fix.
 
     ``limits`` are the target GPU's (grid, block, shared memory, memory): a spec it cannot launch is an
-    error at its line now, not a launch failure of every candidate later."""
+    error at its line now, not a launch failure of every candidate later. ``host`` is another file of the
+    project that launches the kernel (``spec.elsewhere``), read when this file has no launch of it."""
     ann = parse_annotation(src, kernel, file)
-    inf = infer(src, model, kernel, file, ann.template_args)
+    inf = infer(src, model, kernel, file, ann.template_args, host, searched)
     kline = kernel.start_line + 1
     sizes: dict[str, SizeSpec] = {s.name: s for s in inf.sizes}
     for s in ann.sizes:
@@ -265,7 +306,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                 raise syntax
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
-                f"no launch of `{kernel.name}` in this file")
+                f"no launch of `{kernel.name}` in {inf.nowhere}")
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
@@ -275,7 +316,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                          or inf.template_args, file, scope)
     launch: LaunchSpec | None = ann.launch or inf.launch
     if launch is None:
-        why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in this file"
+        why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in {inf.nowhere}"
         raise _failed(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}", kernel, inf,
                       ann)
     template_args = ann.template_args or inf.template_args
@@ -286,7 +327,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
     if inf.site is not None and any(a.source == "inferred" for a in args):
-        notes.append(f"inferred from the launch at line {inf.site.line + 1}")
+        notes.append(f"inferred from the launch at {inf.at(inf.site.line + 1)}")
     spec = KernelSpec(
         file=file,
         kernel=kernel.name,
@@ -421,15 +462,76 @@ def _names(text: str) -> frozenset[str]:
         return frozenset()
 
 
-def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
-    """A starting-point spec for ``--write`` when inference cannot finish.
+@dataclass(frozen=True)
+class Draft:
+    """A spec to write above a kernel (``warpforge spec --write``, the editor's "Add benchmark spec"), with
+    which of its lines are guesses and why, and the other file it was read from, if any."""
 
-    Whatever can be inferred or is annotated is kept; the rest is the error's proposal (``proposal``:
-    sizes from the launch site's expressions and the variables in scope there, roles from the access
-    analysis), or, should that not validate, an obvious guess (sizes N, 1D launch) the user edits.
+    spec: KernelSpec
+    #: ``size N`` / ``arg a`` / ``launch`` -> why no value could be inferred for that line
+    guesses: dict[str, str] = field(default_factory=dict)
+    #: the project file whose launch gave the values (the kernel's own file has none)
+    host: HostFile | None = None
+    #: scalars whose type the kernel's file alone cannot resolve (``real a`` with ``real`` known only through
+    #: the host file's include): written with their type, ``arg a: float = ...``, so the block stands alone
+    typed: frozenset[str] = frozenset()
+
+    def annotation(self) -> str:
+        """The block, each guessed line ending in ``// guessed: WHY`` (the parser ignores it)."""
+        out = []
+        for line in self.spec.to_annotation().splitlines():
+            key = _line_key(line)
+            name = key.removeprefix("arg ")
+            a = self.spec.arg(name) if key.startswith("arg ") and name in self.typed else None
+            if a is not None and not a.is_buffer:
+                line = line.replace(f"arg {name} = ", f"arg {name}: {C_SPELLING.get(a.dtype, a.dtype)} = ", 1)
+            why = self.guesses.get(key)
+            out.append(f"{line}  // guessed: {_one_line(why)}" if why else line)
+        return "\n".join(out) + "\n"
+
+    def notice(self) -> str:
+        """What the user is told after writing the block: where the values came from and which are guesses."""
+        parts = []
+        if self.host is not None:
+            at = next((n for n in self.spec.notes if n.startswith("inferred from")), "")
+            parts.append(at or f"values read from {self.host.path.name}")
+        if self.guesses:
+            parts.append(f"guessed, check them: {', '.join(f'`{k}`' for k in self.guesses)}")
+        return "; ".join(parts)
+
+
+def _line_key(line: str) -> str:
+    """``// @warpforge arg x: in float[N]`` -> ``arg x``; ``// @warpforge launch ...`` -> ``launch``."""
+    body = line.split(MARK, 1)[-1].strip()
+    directive, _, rest = body.partition(" ")
+    if directive in ("size", "arg"):
+        m = re.match(r"\s*([A-Za-z_]\w*)", rest)
+        return f"{directive} {m.group(1)}" if m else directive
+    return directive
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> KernelSpec:
+    """``draft_spec(...).spec``: a starting-point spec for a kernel whose file alone is read."""
+    return draft_spec(src, model, kernel, file).spec
+
+
+def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
+               host: HostFile | None = None, searched: bool = False) -> Draft:
+    """A starting-point spec for ``--write`` when inference cannot finish, with its guesses.
+
+    Whatever can be inferred or is annotated is kept (from ``host``, another file of the project that
+    launches the kernel, when this file does not); the rest is the error's proposal (``proposal``: sizes
+    from the launch site's expressions and the variables in scope there, lengths from the subscripts' guards,
+    roles from the access analysis), or, should that not validate, an obvious guess (sizes N, 1D launch) the
+    user edits. Each guessed line is named in ``Draft.guesses`` with why.
     """
     try:
-        return build_spec(src, model, kernel, file)
+        return _typed(Draft(build_spec(src, model, kernel, file, host=host, searched=searched), {}, host), src,
+                      model, kernel)
     except SpecError as e:
         # A mistake in the user's own block is reported, not papered over with a guess that would
         # overwrite it: only what inference could not finish is guessed.
@@ -438,15 +540,19 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
             last = src.line_of(kernel.comment_span.end) + 1
             if first <= e.line <= last:
                 raise
-        proposed = _with_block(src, kernel, file, e.block) if e.block else None
+        proposed = _with_block(src, kernel, file, e.block, host, searched) if e.block else None
         if proposed is not None:
-            return proposed
+            return _typed(Draft(proposed, dict(e.guesses), host), src, model, kernel)
     ann = parse_annotation(src, kernel, file)
-    inf = infer(src, model, kernel, file, ann.template_args)
+    inf = infer(src, model, kernel, file, ann.template_args, host, searched)
+    why = f"no launch of `{kernel.name}` in {inf.nowhere}" if inf.site is None else \
+        f"not inferred from the launch at {inf.at(inf.site.line + 1)}"
+    guesses: dict[str, str] = {}
     sizes = {s.name: s for s in inf.sizes}
     sizes.update({s.name: s for s in ann.sizes})
     if not sizes:
         sizes["N"] = SizeSpec("N", "1 << 20", source="guessed")
+        guesses["size N"] = why
     n = next(iter(sizes))
     args: list[ArgSpec] = []
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
@@ -462,16 +568,35 @@ def guess_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str) -> 
             else:
                 a = ArgSpec(p.name, Role.SCALAR, dtype, value=n if dtype.startswith(("int", "uint")) else "1.0",
                             source="guessed")
+            guesses[f"arg {p.name}"] = inf.problems.get(p.name, "").partition(": ")[2] or why
         args.append(a)
-    launch = ann.launch or inf.launch or LaunchSpec((f"cdiv({n}, 256)",), ("256",), "0", "guessed")
+    launch = ann.launch or inf.launch
+    if launch is None:
+        launch = LaunchSpec((f"cdiv({n}, 256)",), ("256",), "0", "guessed")
+        guesses["launch"] = inf.problems.get("launch") or why
     targs = ann.template_args or inf.template_args or tuple(
         t.default or ("float" if t.kind == "type" else "256") for t in kernel.template_params)
-    return KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
+    if kernel.template_params and not (ann.template_args or inf.template_args):
+        guesses["template"] = "no launch instantiates the template"
+    spec = KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
                       ("guessed: check every line",))
+    return _typed(Draft(spec, guesses, host), src, model, kernel)
 
 
-def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ...]) -> KernelSpec | None:
+def _typed(draft: Draft, src: SourceText, model: FileModel, kernel: Kernel) -> Draft:
+    """``draft`` with the scalars its block must type itself (``Draft.typed``): only when read from another file,
+    whose includes may resolve a type the kernel's file alone does not."""
+    if draft.host is None:
+        return draft
+    scope = kernel_scope(src, model, kernel, draft.spec.file, draft.spec.template_args)
+    typed = frozenset(a.name for a in draft.spec.args if not a.is_buffer and a.dtype
+                      and (p := kernel.param(a.name)) is not None and scope.dtype(p.type) is None)
+    return replace(draft, typed=typed)
+
+
+def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ...],
+                host: HostFile | None = None, searched: bool = False) -> KernelSpec | None:
     """The spec the file would have with ``block`` added at the end of the kernel's annotation block, what
     the block gave marked ``guessed``; None when it does not validate."""
     at = src.line_starts[src.line_of(kernel.span.start)]
@@ -482,7 +607,7 @@ def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ..
         pk = pmodel.kernel(kernel.name)
         if pk is None:
             return None
-        spec = build_spec(psrc, pmodel, pk, file)
+        spec = build_spec(psrc, pmodel, pk, file, host=host, searched=searched)
     except SpecError:
         return None
     named = {line.split()[3].rstrip(":") for line in block if len(line.split()) > 3}
