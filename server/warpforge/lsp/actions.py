@@ -175,5 +175,5 @@ def register(server: WarpForgeServer) -> None:
         if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:
             return []
         version, path = doc.version, doc.path or uri
-        root = ls.jobs.workspace_root(doc.path)
+        root = ls.workspace_root(doc.path)
         return await ls.off_loop(lambda: actions(uri, version, path, text, params, root))
