@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from lsprotocol import types as lsp
-from pygls.uris import to_fs_path
 
 from ..app import (
     CandidateFound,
