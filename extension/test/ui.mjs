@@ -278,14 +278,24 @@ async function editorText() {
 }
 
 async function openFile(rel) {
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('Control+P');
-  const input = page.locator('.quick-input-widget .quick-input-box input');
-  await input.waitFor({ state: 'visible' });
-  await input.fill(rel);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: path.basename(rel) }).first().waitFor();
-  await page.keyboard.press('Enter');
-  await page.locator(`.tab[aria-label^="${path.basename(rel)}"]`).first().waitFor();
+  // Quick Open can still show the recently opened files while it searches: Enter may open another one, so
+  // wait until the file's tab is the active one (and try again if it is not)
+  const active = page.locator(`.tab.active[aria-label^="${path.basename(rel)}"]`).first();
+  for (let attempt = 0; ; attempt++) {
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+P');
+    const input = page.locator('.quick-input-widget .quick-input-box input');
+    await input.waitFor({ state: 'visible' });
+    await input.fill(rel);
+    await page.locator('.quick-input-list .monaco-list-row.focused', { hasText: path.basename(rel) }).first().waitFor();
+    await page.keyboard.press('Enter');
+    try {
+      await active.waitFor({ timeout: 5000 });
+      break;
+    } catch (e) {
+      if (attempt >= 2) throw e;
+    }
+  }
   await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().waitFor();
 }
 
@@ -654,106 +664,6 @@ try {
   await ctx.close();
   await stopCodeServer(current);
 
-  // ---- a multi-file CUDA project (issue 29's "done when"), the .vsix alone with the clean interpreter:
-  // tests/projects/ui_multi (headers in include/, a typedef'd element type, an enum parameter, a kernel
-  // launched only from src/main.cu, a CMake build that writes compile_commands.json when configured).
-  if (HAVE_NVCC) {
-    const PROJ = path.join(TMP, 'ui_multi');
-    fs.cpSync(path.join(REPO, 'tests/projects/ui_multi'), PROJ, { recursive: true });
-    current = await startCodeServer(makeProfile('project', { machine: { 'warpforge.pythonPath': cleanPython } }), cleanEnv, PROJ);
-    sessions.push(current);
-    step(`code-server up on 127.0.0.1:${current.port} (multi-file project, the .vsix alone)`);
-    ctx = await openWorkbench(current, PROJ);
-    const errors = () => page.locator('.editor-group-container.active .squiggly-error');
-    const problemRows = async () => {
-      await page.keyboard.press('Escape');
-      await page.keyboard.press('Control+Shift+M');
-      return page.locator('.markers-panel .monaco-list-row').allInnerTexts();
-    };
-    await check('project, build not configured: the missing header is an error on its #include, nothing else is red', async () => {
-      await openFile('src/kernels.cu');
-      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor({ timeout: 240_000 });
-      await errors().first().waitFor({ timeout: 120_000 });
-      await languageStatus('WarpForge', /hints up to date/);
-      const rows = await problemRows();
-      const wf000 = rows.filter((r) => r.includes('WF000'));
-      if (wf000.length !== 1 || !/real\.h/.test(wf000[0]) || !/Ln 2\b/.test(wf000[0])) {
-        throw new Error(`expected one error, real.h on line 2: ${rows.join(' | ')}`);
-      }
-      if (rows.some((r) => /compilation terminated/.test(r))) throw new Error(`nvcc's last line reported: ${rows.join(' | ')}`);
-      await shot('project-missing-header');
-    });
-    await check('project: the quick fix on the #include writes warpforge.toml with include/, and the error clears', async () => {
-      await line('#include "real.h"').click();
-      await page.keyboard.press('Control+.');
-      const fix = page.locator('.action-widget .monaco-list-row', { hasText: 'include folder include/' }).first();
-      await fix.waitFor({ state: 'visible', timeout: 15_000 });
-      await shot('project-header-quick-fix');
-      await page.locator('.action-widget .monaco-list-row.focused', { hasText: 'include folder include/' }).waitFor();
-      await page.keyboard.press('Enter');
-      const toml = path.join(PROJ, 'warpforge.toml');
-      await until(() => fs.existsSync(toml) && /include\s*=\s*\[\s*"include"\s*\]/.test(fs.readFileSync(toml, 'utf8')),
-        'warpforge.toml with include = ["include"] on disk');
-      await openFile('src/kernels.cu');
-      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
-      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor();
-    });
-    await check('project: saving an edited header refreshes the hints of the file that includes it', async () => {
-      await openFile('include/blend.cuh');
-      await line('x + a;').click();
-      await page.keyboard.press('End');
-      for (let i = 0; i < 'x + a;'.length - 'x + '.length; i++) await page.keyboard.press('Backspace');
-      await page.keyboard.type('undefined_in_header;');
-      await page.keyboard.press('Control+S');
-      await page.locator('.tab.active.dirty').waitFor({ state: 'detached' });
-      await openFile('src/kernels.cu');
-      await errors().first().waitFor({ timeout: 120_000 });
-      const rows = await problemRows();
-      if (!rows.some((r) => /undefined_in_header/.test(r) && /blend\.cuh/.test(r))) {
-        throw new Error(`no error from the edited header in kernels.cu's hints: ${rows.join(' | ')}`);
-      }
-      await shot('project-header-edit');
-      await openFile('include/blend.cuh');
-      await line('undefined_in_header;').click();
-      await page.keyboard.press('End');
-      for (let i = 0; i < 'undefined_in_header;'.length; i++) await page.keyboard.press('Backspace');
-      await page.keyboard.type('a;');
-      await line('x + a;').waitFor();
-      await page.keyboard.press('Control+S');
-      await page.locator('.tab.active.dirty').waitFor({ state: 'detached' });
-      await openFile('src/kernels.cu');
-      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
-    });
-    await check('project: after cmake writes build/compile_commands.json (no warpforge.toml), no false error', async () => {
-      fs.rmSync(path.join(PROJ, 'warpforge.toml'));
-      await errors().first().waitFor({ timeout: 120_000 }); // the header is unknown again
-      const cm = spawnSync('cmake', ['-S', '.', '-B', 'build', '-DCMAKE_EXPORT_COMPILE_COMMANDS=ON'], { cwd: PROJ, encoding: 'utf8' });
-      if (cm.status !== 0) throw new Error(`cmake failed: ${cm.stdout}\n${cm.stderr}`);
-      if (!fs.existsSync(path.join(PROJ, 'build', 'compile_commands.json'))) throw new Error('cmake wrote no compile_commands.json');
-      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
-      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor();
-      const rows = await problemRows();
-      if (rows.some((r) => r.includes('WF000'))) throw new Error(`an error remains: ${rows.join(' | ')}`);
-      await shot('project-configured');
-    });
-    await check('project: Add benchmark spec fills sizes and scalars from main.cu\'s launch, guesses marked', async () => {
-      await page.keyboard.press('Escape');
-      await lens('Add benchmark spec').click();
-      await line('@warpforge').waitFor({ timeout: 60_000 });
-      const text = await editorText();
-      const block = text.split('\n').filter((l) => l.includes('warpforge') || l.includes('guessed'));
-      if (!block.some((l) => l.includes('1 << 22'))) throw new Error(`the size is not main.cu's 1 << 22: ${block.join(' / ')}`);
-      if (!block.some((l) => /\b0\.5f?\b/.test(l))) throw new Error(`the scalar is not main.cu's 0.5f: ${block.join(' / ')}`);
-      const placeholders = block.filter((l) => /1 << 20|= 1\.0\b/.test(l) && !/guessed/.test(l));
-      if (placeholders.length) throw new Error(`placeholder values not marked // guessed: ${placeholders.join(' / ')}`);
-      await shot('project-add-spec');
-    });
-    await ctx.close();
-    await stopCodeServer(current);
-  } else {
-    step('SKIP the multi-file project checks: no nvcc here (the missing-header and SASS checks need it)');
-  }
-
   current = await startCodeServer(makeProfile('trusted'));
   sessions.push(current);
   step(`code-server up on 127.0.0.1:${current.port} (trusted workspace)`);
@@ -1051,6 +961,111 @@ try {
     if (fs.existsSync(PWNED)) throw new Error(`a workspace module was imported: ${fs.readFileSync(PWNED, 'utf8')}`);
   });
   await ctx.close();
+  await stopCodeServer(current);
+
+  // ---- a multi-file CUDA project (issue 29's "done when"), the .vsix alone with the clean interpreter:
+  // tests/projects/ui_multi (headers in include/, a typedef'd element type, an enum parameter, a kernel
+  // launched only from src/main.cu, a CMake build that writes compile_commands.json when configured).
+  if (HAVE_NVCC) {
+    const PROJ = path.join(TMP, 'ui_multi');
+    fs.cpSync(path.join(REPO, 'tests/projects/ui_multi'), PROJ, { recursive: true });
+    current = await startCodeServer(makeProfile('project', { machine: { 'warpforge.pythonPath': cleanPython } }), cleanEnv, PROJ);
+    sessions.push(current);
+    step(`code-server up on 127.0.0.1:${current.port} (multi-file project, the .vsix alone)`);
+    ctx = await openWorkbench(current, PROJ);
+    const errors = () => page.locator('.editor-group-container.active .squiggly-error');
+    /** The Problems panel's rows, once a row with `ready` is there (the panel fills after it opens). */
+    const problemRows = async (ready) => {
+      await page.keyboard.press('Escape');
+      await page.keyboard.press('Control+Shift+M');
+      const rows = page.locator('.markers-panel .monaco-list-row');
+      await rows.filter({ hasText: ready }).first().waitFor({ timeout: 60_000 });
+      return rows.allInnerTexts();
+    };
+    await check('project, build not configured: the missing header is an error on its #include, nothing else is red', async () => {
+      await openFile('src/kernels.cu');
+      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor({ timeout: 240_000 });
+      await errors().first().waitFor({ timeout: 120_000 });
+      await languageStatus('WarpForge', /hints up to date/);
+      const rows = await problemRows('WF000');
+      const wf000 = rows.filter((r) => r.includes('WF000'));
+      if (wf000.length !== 1 || !/real\.h/.test(wf000[0]) || !/Ln 2\b/.test(wf000[0])) {
+        throw new Error(`expected one error, real.h on line 2: ${rows.join(' | ')}`);
+      }
+      if (rows.some((r) => /compilation terminated/.test(r))) throw new Error(`nvcc's last line reported: ${rows.join(' | ')}`);
+      await shot('project-missing-header');
+    });
+    await check('project: the quick fix on the #include writes warpforge.toml with include/, and the error clears', async () => {
+      await line('#include "real.h"').click();
+      await page.keyboard.press('Control+.');
+      const fix = page.locator('.action-widget .monaco-list-row', { hasText: 'include folder include/' }).first();
+      await fix.waitFor({ state: 'visible', timeout: 15_000 });
+      await shot('project-header-quick-fix');
+      await page.locator('.action-widget .monaco-list-row.focused', { hasText: 'include folder include/' }).waitFor();
+      await page.keyboard.press('Enter');
+      const toml = path.join(PROJ, 'warpforge.toml');
+      await until(() => fs.existsSync(toml) && /include\s*=\s*\[\s*"include"\s*\]/.test(fs.readFileSync(toml, 'utf8')),
+        'warpforge.toml with include = ["include"] on disk');
+      await openFile('src/kernels.cu');
+      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
+      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor();
+    });
+    await check('project: saving an edited header refreshes the hints of the file that includes it', async () => {
+      await openFile('include/blend.cuh');
+      await line('x + a;').click();
+      await page.keyboard.press('End');
+      for (let i = 0; i < 'x + a;'.length - 'x + '.length; i++) await page.keyboard.press('Backspace');
+      await page.keyboard.type('undefined_in_header;');
+      await page.keyboard.press('Control+S');
+      await page.locator('.tab.active.dirty').waitFor({ state: 'detached' });
+      await openFile('src/kernels.cu');
+      await errors().first().waitFor({ timeout: 120_000 });
+      const rows = await problemRows('undefined_in_header');
+      if (!rows.some((r) => /undefined_in_header/.test(r) && /blend\.cuh/.test(r))) {
+        throw new Error(`no error from the edited header in kernels.cu's hints: ${rows.join(' | ')}`);
+      }
+      await shot('project-header-edit');
+      await openFile('include/blend.cuh');
+      await line('undefined_in_header;').click();
+      await page.keyboard.press('End');
+      for (let i = 0; i < 'undefined_in_header;'.length; i++) await page.keyboard.press('Backspace');
+      await page.keyboard.type('a;');
+      await line('x + a;').waitFor();
+      await page.keyboard.press('Control+S');
+      await page.locator('.tab.active.dirty').waitFor({ state: 'detached' });
+      await openFile('src/kernels.cu');
+      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
+    });
+    await check('project: after cmake writes build/compile_commands.json (no warpforge.toml), no false error', async () => {
+      fs.rmSync(path.join(PROJ, 'warpforge.toml'));
+      await errors().first().waitFor({ timeout: 120_000 }); // the header is unknown again
+      const cm = spawnSync('cmake', ['-S', '.', '-B', 'build', '-DCMAKE_EXPORT_COMPILE_COMMANDS=ON'], { cwd: PROJ, encoding: 'utf8' });
+      if (cm.status !== 0) throw new Error(`cmake failed: ${cm.stdout}\n${cm.stderr}`);
+      if (!fs.existsSync(path.join(PROJ, 'build', 'compile_commands.json'))) throw new Error('cmake wrote no compile_commands.json');
+      await errors().first().waitFor({ state: 'detached', timeout: 120_000 });
+      await page.locator('.editor-group-container.active .squiggly-info').first().waitFor();
+      const rows = await problemRows('WF101');
+      if (rows.some((r) => r.includes('WF000'))) throw new Error(`an error remains: ${rows.join(' | ')}`);
+      await shot('project-configured');
+    });
+    await check('project: Add benchmark spec fills sizes and scalars from main.cu\'s launch, guesses marked', async () => {
+      await page.keyboard.press('Escape');
+      await lens('Add benchmark spec').click();
+      await line('@warpforge').waitFor({ timeout: 60_000 });
+      const text = await editorText();
+      const block = text.split('\n').filter((l) => l.includes('warpforge') || l.includes('guessed'));
+      if (!block.some((l) => l.includes('1 << 22'))) throw new Error(`the size is not main.cu's 1 << 22: ${block.join(' / ')}`);
+      if (!block.some((l) => /\b0\.5f?\b/.test(l))) throw new Error(`the scalar is not main.cu's 0.5f: ${block.join(' / ')}`);
+      if (block.some((l) => /arg op = -?\d*\.\d/.test(l))) throw new Error(`the enum parameter op is given a float: ${block.join(' / ')}`);
+      const placeholders = block.filter((l) => /1 << 20|= 1\.0\b/.test(l) && !/guessed/.test(l));
+      if (placeholders.length) throw new Error(`placeholder values not marked // guessed: ${placeholders.join(' / ')}`);
+      await shot('project-add-spec');
+    });
+    await ctx.close();
+    await stopCodeServer(current);
+  } else {
+    step('SKIP the multi-file project checks: no nvcc here (the missing-header and SASS checks need it)');
+  }
 } catch (e) {
   if (failures === 0) {
     failures += 1;
