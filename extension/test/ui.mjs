@@ -6,6 +6,12 @@
 // "python:lsp_fixture_evaluator:make"): candidates are compiled with the real nvcc, their speedups are
 // synthetic, and the GPU name says "deterministic fixture (no GPU)". CI has no GPU.
 //
+// Sessions: the .vsix alone with a clean interpreter (bundled server, SASS from the bundled nvdisasm, the
+// language status item, Install GPU Support offline); a trusted workspace (hints, review, jobs); Restricted
+// Mode; and last, the .vsix alone on a multi-file CMake project (tests/projects/ui_multi, issue 29): a missing
+// header on its #include and its quick fix, a header save refreshing its includer, no false error once cmake
+// writes compile_commands.json, Add benchmark spec filled from the other file's launch.
+//
 // Usage: node extension/test/ui.mjs --code-server DIR --vsix FILE [--python PY] [--keep]
 // Screenshots: extension/test/screenshots/*.png.
 import { spawn, spawnSync } from 'node:child_process';
