@@ -113,13 +113,29 @@ def test_every_install_is_pinned_and_matches_the_package() -> None:
     assert not pinned & {"pycuda", "ray"}
 
 
+def test_gpu_packages_leave_the_bundle_at_the_locks_pin(tmp_path: Path) -> None:
+    """numpy is installed with pycuda (Install GPU Support), not carried once per CPython in the .vsix: its pin
+    there is the lock's, and the requirements the build installs are the lock less exactly those names."""
+    lock = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower(): line
+            for line in (ROOT / "extension" / "bundle" / "requirements.txt").read_text().splitlines()
+            if line and not line.startswith("#")}
+    assert SPEC["gpuPackages"] == [lock["numpy"]]
+    built = bundle.bundled_requirements(SPEC, tmp_path / "r.txt").read_text().splitlines()
+    assert "numpy" not in {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in built}
+    assert sorted(built) == sorted(v for k, v in lock.items() if k != "numpy")
+    gpu_support = (ROOT / "extension" / "src" / "gpuSupport.ts").read_text()
+    assert "PYCUDA_REQUIREMENT, ...GPU_PACKAGES]" in gpu_support  # the install command carries them
+
+
 @pytest.mark.skipif(not (ROOT / "bundled" / "libs" / bundle.MANIFEST).exists(), reason="no bundle built here")
 def test_a_built_bundle_serves_this_interpreter() -> None:
     """After `npm run bundle`: this interpreter imports the server from the bundle alone (-I: no site-packages,
-    no PYTHONPATH of its own; the bundle's folders on sys.path as the extension puts them on PYTHONPATH)."""
+    no PYTHONPATH of its own; the bundle's folders on sys.path as the extension puts them on PYTHONPATH), and
+    the bundle carries no numpy (Install GPU Support brings it)."""
     tag = bundle.version_tag(f"{sys.version_info[0]}.{sys.version_info[1]}")
     paths = [str(ROOT / "bundled" / f"libs-{tag}"), str(ROOT / "bundled" / "libs")]
-    code = (f"import sys; sys.path[:0] = {paths!r}; import warpforge.lsp.server, numpy, tree_sitter_cuda; "
+    assert not any((Path(p) / "numpy").exists() for p in paths), "numpy is bundled"
+    code = (f"import sys; sys.path[:0] = {paths!r}; import warpforge.lsp.server, tree_sitter_cuda, pydantic_core; "
             "print(warpforge.__file__)")
     r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -48,6 +48,33 @@ def test_the_language_server_imports_no_optional_sdk() -> None:
     assert loaded("import warpforge.lsp.server\nwarpforge.lsp.server.create_server()") == []
 
 
+JOB_MODULES = ("warpforge.lsp.jobs", "warpforge.app.optimize", "warpforge.search.engine", "warpforge.gpu.backends")
+
+
+def test_the_server_loads_the_job_machinery_only_when_a_job_needs_it() -> None:
+    """Issue 29 item 6: the first hints must not wait for search, the GPU pool and the LLM policy (~0.3 s of
+    imports). A made server, and the lenses of a file (no job yet), leave them out; the first use of the job
+    manager brings them in."""
+    probe = (
+        "import json, sys\n"
+        "from warpforge.lsp.server import create_server\n"
+        "from warpforge.lsp.lenses import assemble, kernel_rows\n"
+        "s = create_server()\n"
+        "rows = kernel_rows(open({saxpy!r}).read())\n"
+        "lenses = [l.command.title for l in assemble(s, 'file:///k.cu', rows)]\n"
+        "before = sorted(m for m in {mods!r} if m in sys.modules)\n"
+        "s.jobs.ready('file:///k.cu')\n"
+        "after = sorted(m for m in {mods!r} if m in sys.modules)\n"
+        "print(json.dumps([lenses, before, after]))\n"
+    ).format(saxpy=str(KERNELS_DIR / "saxpy.cu"), mods=JOB_MODULES)
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lenses, before, after = json.loads(r.stdout.strip().splitlines()[-1])
+    assert lenses == ["Optimize", "Profile", "Edit benchmark spec"]
+    assert before == []
+    assert after == sorted(JOB_MODULES)
+
+
 @pytest.mark.parametrize("argv", [
     ["--version"],
     ["kernels", str(KERNELS_DIR / "saxpy.cu")],

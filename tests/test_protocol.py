@@ -72,6 +72,7 @@ def test_command_and_notification_names_match() -> None:
                       "JobDoneNotification": protocol.JOB_DONE_NOTIFICATION,
                       "SearchTreeRequest": protocol.SEARCH_TREE_REQUEST,
                       "GpuStatusRequest": protocol.GPU_STATUS_REQUEST,
+                      "AnalysisNotification": protocol.ANALYSIS_NOTIFICATION,
                       "JOB_TOKEN_PREFIX": protocol.JOB_TOKEN_PREFIX}
 
 

@@ -11,8 +11,8 @@ Layout (``bundled/`` at the repository root, the .vsix root)::
 
     bundled/libs/            pure-Python wheels, abi3 and interpreter-independent binaries (tree-sitter-cuda,
                              nvdisasm), and warpforge itself built from this checkout
-    bundled/libs-cp311/ ...  wheels built for one CPython version (numpy, tree-sitter, msgspec, pydantic-core,
-                             jiter, orjson): one folder per version in ``bundle.json``'s ``pythonVersions``
+    bundled/libs-cp311/ ...  wheels built for one CPython version (tree-sitter, msgspec, pydantic-core, jiter,
+                             orjson): one folder per version in ``bundle.json``'s ``pythonVersions``
     bundled/pip/             a pinned pip, so pycuda can be installed on first GPU use even by an interpreter
                              without pip (uv venvs, Debian's python3 without python3-pip)
     bundled/libs/warpforge_bundle.json   what was built: target, platforms, versions (the extension reads it)
@@ -20,6 +20,11 @@ Layout (``bundled/`` at the repository root, the .vsix root)::
 A .vsix is platform-specific (``vsce package --target``) because binary wheels are: ``--target`` picks the
 platform tags from ``extension/src/bundle.json``. The wheels for another platform are downloaded, never built
 (``--only-binary=:all:``), so any Linux machine can build every target.
+
+Not bundled: ``bundle.json``'s ``gpuPackages`` (numpy). Only GPU work imports it (the server's start, hints,
+specs and the CLI's static commands never do: tests/test_lazy_imports.py), and one copy per CPython version
+was 70 of the .vsix's 90 MB. "Install GPU Support" installs it with pycuda, at the lock's pin, for the one
+interpreter that runs the server (pycuda needs the package index and numpy anyway).
 
 Usage::
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +102,24 @@ def owners(stage: Path) -> dict[str, Path]:
     return owned
 
 
+def gpu_package_names(spec: dict[str, object]) -> set[str]:
+    """Normalised names of ``gpuPackages``: left out of the bundle, installed with GPU support."""
+    return {normalise(p.split("==")[0]) for p in spec["gpuPackages"]}  # type: ignore[attr-defined]
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def bundled_requirements(spec: dict[str, object], out: Path) -> Path:
+    """The lock less ``gpuPackages``, written to ``out`` (what ``build`` installs)."""
+    skip = gpu_package_names(spec)
+    lines = [line for line in LOCK_FILE.read_text().splitlines()
+             if line and not line.startswith("#") and normalise(line.split("==")[0]) not in skip]
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
 def pip(python: str, *args: str) -> None:
     cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", "--no-compile",
            *args]
@@ -157,11 +181,12 @@ def build(target: str, python: str, out: Path) -> None:
     libs = bundled / "libs"
     libs.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="warpforge-bundle-") as tmp:
+        requirements = bundled_requirements(spec, Path(tmp) / "requirements.txt")
         for i, version in enumerate(versions):
             tag = version_tag(version)
             stage = Path(tmp) / tag
             pip(python, "--target", str(stage), "--no-deps", *platform_args(platforms[target], version),
-                "-r", str(LOCK_FILE))
+                "-r", str(requirements))
             distribute(stage, tag, libs, bundled / f"libs-{tag}", first=i == 0)
     # warpforge itself, from this checkout (pure Python: one copy serves every version)
     pip(python, "--target", str(libs), "--no-deps", str(ROOT))
@@ -178,6 +203,7 @@ def build(target: str, python: str, out: Path) -> None:
             check=True).stdout),
         "pip": spec["pip"],
         "pycuda": spec["pycuda"],
+        "gpuPackages": spec["gpuPackages"],
     }
     (libs / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     sizes = ", ".join(f"{f.name} {size_mb(f):.0f} MB" for f in sorted(bundled.iterdir()))

@@ -20,6 +20,8 @@ export interface Bundle {
 
 export const MIN_PYTHON = spec.pythonMin as [number, number];
 export const PYCUDA_REQUIREMENT = spec.pycuda;
+/** Installed with pycuda (not carried in the .vsix: only GPU work imports them), by their exact pins. */
+export const GPU_PACKAGES: string[] = spec.gpuPackages;
 
 /** The bundle of the installed extension; undefined in a development build that was never packaged. */
 export function findBundle(extensionPath: string): Bundle | undefined {

@@ -5,6 +5,7 @@
 // editor UI around jobs (progress notification, diff view, Accept/Reject, search view), keeps the API key
 // in the secret store, and keeps optimization off in untrusted workspaces.
 import * as vscode from 'vscode';
+import { AnalysisStatusItem } from './analysisStatus';
 import { GpuStatusItem } from './gpuStatus';
 import { GpuSupport } from './gpuSupport';
 import { explainRestricted, Jobs } from './jobs';
@@ -82,6 +83,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const gpu = new GpuStatusItem(server, log, gpuSupport);
   jobs = new Jobs(server, variants, log, (what, kernel) => gpu.allows(what, kernel));
   const search = new SearchView(context.extensionUri, server, jobs);
+  const analysis = new AnalysisStatusItem(server);
   const s = server;
   const j = jobs;
 
@@ -90,6 +92,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     variants,
     s,
     gpu,
+    analysis,
     j,
     search,
     vscode.workspace.registerTextDocumentContentProvider(VARIANT_SCHEME, variants),

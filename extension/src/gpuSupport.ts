@@ -8,14 +8,16 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { PYCUDA_REQUIREMENT, versionText } from './bundle';
+import { GPU_PACKAGES, PYCUDA_REQUIREMENT, versionText } from './bundle';
 import { pythonEnv } from './launch';
 import { Runtime, Server } from './server';
 
-/** The arguments of the install (after the interpreter): a pinned requirement into a target folder. */
+/** The arguments of the install (after the interpreter): pinned requirements into a target folder. numpy
+ *  comes here too, at the bundle's lock pin: the .vsix does not carry it (only GPU work imports it, and one
+ *  copy per CPython version made the .vsix 90 MB), so it is installed once, for the interpreter in use. */
 export function pipInstallArgs(target: string): string[] {
   return ['-P', '-m', 'pip', 'install', '--target', target, '--upgrade', '--no-input', '--disable-pip-version-check',
-    '--progress-bar', 'off', PYCUDA_REQUIREMENT];
+    '--progress-bar', 'off', PYCUDA_REQUIREMENT, ...GPU_PACKAGES];
 }
 
 /** The line of pip's output that says best why it failed. */

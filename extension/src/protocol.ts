@@ -21,6 +21,7 @@ export const CandidateNotification = 'warpforge/candidate';
 export const JobDoneNotification = 'warpforge/jobDone';
 export const SearchTreeRequest = 'warpforge/searchTree';
 export const GpuStatusRequest = 'warpforge/gpuStatus';
+export const AnalysisNotification = 'warpforge/analysis';
 
 /** Progress tokens of optimize jobs start with this (the server's Job.token). */
 export const JOB_TOKEN_PREFIX = 'warpforge-';
@@ -222,4 +223,10 @@ export interface GpuStatus {
   driver: string;
   /** nvcc, ncu, compute_sanitizer, pycuda: where each was found, or "not found" */
   tools: Record<string, string>;
+}
+
+/** warpforge/analysis: where the hints of a document are ("source", "compiler" or "done"). */
+export interface AnalysisParams {
+  uri: string;
+  phase: string;
 }

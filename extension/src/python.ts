@@ -87,7 +87,7 @@ export function checkWarpforge(python: string, env: NodeJS.ProcessEnv, cwd: stri
   // go wrong there is a compiled wheel that does not load (another platform or CPython), so it imports the
   // package and its compiled dependencies only: every restart pays for this probe, and the full import of
   // the server doubled it (tens of seconds on a busy machine).
-  const modules = bundled ? 'warpforge, numpy, tree_sitter, tree_sitter_cuda' : 'warpforge, warpforge.cli, warpforge.lsp.server';
+  const modules = bundled ? 'warpforge, tree_sitter, tree_sitter_cuda' : 'warpforge, warpforge.cli, warpforge.lsp.server';
   return new Promise((resolve) => {
     execFile(
       python,

@@ -15,7 +15,9 @@ import {
   WorkDoneProgressEnd,
   WorkDoneProgressReport,
 } from 'vscode-languageclient/node';
-import { CandidateNotification, CandidateParams, JobDoneNotification, JobDoneParams } from './protocol';
+import {
+  AnalysisNotification, AnalysisParams, CandidateNotification, CandidateParams, JobDoneNotification, JobDoneParams,
+} from './protocol';
 import { neutralDir, serverLaunch } from './launch';
 import {
   Bundle, bundlePaths, findBundle, gpuLibsDir, joinPythonPath, MIN_PYTHON, probePython, PYCUDA_REQUIREMENT,
@@ -61,6 +63,9 @@ export class Server implements vscode.Disposable {
   private starting: Promise<boolean> | undefined;
   private readonly stateEmitter = new vscode.EventEmitter<void>();
   readonly onDidChangeState = this.stateEmitter.event;
+  private readonly analysisEmitter = new vscode.EventEmitter<AnalysisParams>();
+  /** warpforge/analysis: a document's hints began a phase or are published (the language status item) */
+  readonly onAnalysis = this.analysisEmitter.event;
   /** why the server is not running, when it is not */
   problem: string | undefined;
   /** the interpreter and libraries of the running server (the GPU installer uses the same) */
@@ -76,6 +81,11 @@ export class Server implements vscode.Disposable {
     private readonly hooks: ServerHooks,
   ) {
     this.channel = new RedactingChannel(log);
+  }
+
+  /** true from the start of (re)starting until the server answers or gives up */
+  get isStarting(): boolean {
+    return this.starting !== undefined;
   }
 
   get running(): boolean {
@@ -198,6 +208,7 @@ export class Server implements vscode.Disposable {
     const client = new LanguageClient('warpforge', 'WarpForge', serverOpts, clientOpts);
     client.onNotification(CandidateNotification, (p: CandidateParams) => hooks.candidate(p));
     client.onNotification(JobDoneNotification, (p: JobDoneParams) => hooks.jobDone(p));
+    client.onNotification(AnalysisNotification, (p: AnalysisParams) => this.analysisEmitter.fire(p));
     client.onDidChangeState((e) => {
       if (e.newState === State.Stopped && this.client === client) {
         hooks.stopped();

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..search.optimize import OptimizeRequest
 from ..search.tree import EvaluatorLike
-from .prepared import JobError
+from .errors import JobError
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,7 @@ from ..search.optimize import WorkspaceChange, apply_candidate, apply_workspace,
 from ..spec.limits import LaunchLimits
 from ..spec.model import KernelSpec, SpecError
 from ..spec.resolve import build_spec
-
-
-class JobError(Exception):
-    """A job that cannot start, or a request about one that cannot be honoured; the message is for the user."""
+from .errors import JobError as JobError  # re-exported: callers import it from here
 
 
 def log_failure(log: logging.Logger, what: str, e: BaseException) -> None:

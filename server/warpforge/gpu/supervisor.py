@@ -63,6 +63,8 @@ def gpu_unavailable_reason() -> str | None:
     """Why GPU work cannot run here, without importing pycuda or touching the driver; None if it may."""
     if importlib.util.find_spec("pycuda") is None:
         return "pycuda is not installed"
+    if importlib.util.find_spec("numpy") is None:  # the .vsix leaves it to Install GPU Support, with pycuda
+        return "numpy is not installed"
     if driver_missing():
         return "no NVIDIA GPU or driver was found"
     return None

@@ -215,6 +215,6 @@ def register(server: WarpForgeServer) -> None:
         if limits.skip_reason(text, ls.settings.max_document_bytes) is not None:
             return []
         version, path = doc.version, doc.path or uri
-        root = ls.jobs.workspace_root(doc.path)
+        root = ls.workspace_root(doc.path)
         overlay = {Path(d.path): d.source for u, d in ls.workspace.text_documents.items() if d.path and u != uri}
         return await ls.off_loop(lambda: actions(uri, version, path, text, params, root, overlay))

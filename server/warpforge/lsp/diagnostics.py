@@ -33,6 +33,7 @@ from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
 from . import limits
 from .convert import diagnostic, ranked_severity
+from .protocol import ANALYSIS_NOTIFICATION, AnalysisParams, wire
 
 if TYPE_CHECKING:
     from .server import WarpForgeServer
@@ -100,7 +101,21 @@ class Diagnostics:
                                                      reason, severity=Severity.INFO)])
         self.publish(uri)
 
+    def _say(self, uri: str, phase: str) -> None:
+        """Tell the editor where this document's analysis is (its language status item shows it). A client that
+        has gone away is not an error here: the analysis ends the same way."""
+        try:
+            self.server.protocol.notify(ANALYSIS_NOTIFICATION, wire(AnalysisParams(uri, phase)))
+        except Exception:  # the connection is closing
+            log.debug("could not send %s for %s", phase, uri)
+
     async def _run(self, uri: str, delay: float) -> None:
+        try:
+            await self._run_phases(uri, delay)
+        finally:
+            self._say(uri, "done")
+
+    async def _run_phases(self, uri: str, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
         try:
@@ -137,6 +152,7 @@ class Diagnostics:
             return report, kernel_texts, headers
 
         for use_compiler in phases:
+            self._say(uri, "compiler" if use_compiler else "source")
             try:
                 result = await loop.run_in_executor(self.server.analysis_pool, analyze, use_compiler)
             except Exception as e:

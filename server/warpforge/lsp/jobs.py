@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from lsprotocol import types as lsp
-from pygls.uris import to_fs_path
 
 from ..app import (
     CandidateFound,
@@ -192,19 +191,8 @@ class JobManager(Generic[W]):
                 if d.path and d.uri.startswith("file://")}
 
     def workspace_root(self, path: str | None) -> Path | None:
-        """The workspace folder holding ``path`` (the first folder, else the root, when none holds it): where
-        the kernel's launch sites are looked for."""
-        ws = self.server.workspace
-        if ws is None:
-            return None
-        folders = [Path(p) for f in getattr(ws, "folders", {}).values() if (p := to_fs_path(f.uri))]
-        if path:
-            for f in folders:
-                if Path(path).resolve().is_relative_to(f.resolve()):
-                    return f
-        if folders:
-            return folders[0]
-        return Path(ws.root_path) if ws.root_path else None
+        """The workspace folder holding ``path`` (see ``WarpForgeServer.workspace_root``)."""
+        return self.server.workspace_root(path)
 
     def with_launch_sites(self, prepared: PreparedKernel, path: str | None,
                           overlay: dict[Path, str]) -> PreparedKernel:

@@ -47,6 +47,8 @@ def kernel_rows(text: str) -> list[KernelRow]:
 
 def result_lens(server: WarpForgeServer, uri: str, k: KernelRow, line: lsp.Range) -> lsp.CodeLens | None:
     """The last job's result when no variant waits: said until the kernel changes or another job starts."""
+    if not server.jobs_started:
+        return None
     job = server.jobs.last_result(uri, k.name)
     if job is None or job.id in server.jobs.accepted or (k.text and k.text != job.prepared.kernel_text):
         return None
@@ -65,18 +67,20 @@ def result_lens(server: WarpForgeServer, uri: str, k: KernelRow, line: lsp.Range
 def assemble(server: WarpForgeServer, uri: str, rows: list[KernelRow]) -> list[lsp.CodeLens]:
     if not server.settings.code_lens_enabled:
         return []
-    ready = server.jobs.ready(uri)
+    # before the first job the job managers do not exist (nor their modules): nothing runs, nothing waits
+    started = server.jobs_started
+    ready = server.jobs.ready(uri) if started else {}
     out: list[lsp.CodeLens] = []
     for k in rows:
         line = lsp.Range(lsp.Position(k.line, 0), lsp.Position(k.line, 0))
-        running = server.jobs.running_for(uri, k.name)
+        running = server.jobs.running_for(uri, k.name) if started else None
         if running is not None:
             out.append(lsp.CodeLens(line, lsp.Command("$(sync~spin) Optimizing… (cancel)", "warpforge.cancel",
                                                       arguments=[running.id])))
         else:
             out.append(lsp.CodeLens(line, lsp.Command("Optimize", "warpforge.optimize",
                                                       arguments=[uri, k.name, ""])))
-        profiling = server.profiles.running_for(uri, k.name)
+        profiling = server.profiles.running_for(uri, k.name) if started else None
         out.append(lsp.CodeLens(line, lsp.Command(
             "Profiling… (cancel)" if profiling else "Profile", "warpforge.cancel" if profiling else "warpforge.profile",
             arguments=[profiling.id] if profiling else [uri, k.name])))

@@ -28,6 +28,8 @@ CANDIDATE_NOTIFICATION = "warpforge/candidate"
 JOB_DONE_NOTIFICATION = "warpforge/jobDone"
 SEARCH_TREE_REQUEST = "warpforge/searchTree"
 GPU_STATUS_REQUEST = "warpforge/gpuStatus"
+#: the analysis of a document began a phase or ended (the editor's "starting / analysing" language status)
+ANALYSIS_NOTIFICATION = "warpforge/analysis"
 #: progress tokens of optimize jobs start with this (the client routes their progress by it)
 JOB_TOKEN_PREFIX = "warpforge-"
 
@@ -289,7 +291,16 @@ class GpuStatus:
 
 
 #: every protocol type, by the name of its TypeScript interface (tests/test_protocol.py compares them)
+@dataclass(frozen=True)
+class AnalysisParams:
+    """``warpforge/analysis``: where the hints of ``uri`` are. ``phase`` is "source" (pattern hints, tens of
+    milliseconds), "compiler" (nvcc and nvdisasm, about a second) or "done" (published, nothing running)."""
+
+    uri: str
+    phase: str
+
+
 INTERFACES: dict[str, type] = {t.__name__: t for t in (
     OptimizeResult, ProfileResult, CancelResult, AcceptResult, RejectResult, AddSpecResult, DiffHunk, CandidateTexts,
     Evidence, PhysicalLimit, CandidateParams, Withdrawn, JobDoneParams, TreeNode, HistoryPoint, SearchTree,
-    GpuStatus)}
+    GpuStatus, AnalysisParams)}

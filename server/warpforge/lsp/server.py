@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from .. import __version__
-from ..app.capabilities import Capabilities, probe
+from ..app.errors import JobError
 from ..compiler.includes import set_workspace_roots
 from ..cuda.model import KernelNotFound
 from ..cuda.parser import parse
@@ -34,8 +34,6 @@ from ..spec.annotations import annotation_edits
 from ..spec.model import SpecError
 from . import actions, diagnostics, framing, hover, lenses, limits
 from .diagnostics import Diagnostics
-from .jobs import JobError, OptimizeJobs, backend_name
-from .profiling import ProfileJobs
 from .protocol import (
     GPU_STATUS_REQUEST,
     AddSpecResult,
@@ -47,6 +45,11 @@ from .protocol import (
 )
 from .restricted import Trust
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..app.capabilities import Capabilities
+    from .jobs import OptimizeJobs
+    from .profiling import ProfileJobs
 
 log = logging.getLogger("warpforge.lsp")
 
@@ -65,8 +68,10 @@ class WarpForgeServer(LanguageServer):
         #: diagnostics runs (tree-sitter, analyzers, nvcc, nvdisasm)
         self.analysis_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="wf-analysis")
         self.diagnostics = Diagnostics(self)
-        self.jobs = OptimizeJobs(self)
-        self.profiles = ProfileJobs(self)
+        # The job managers (and with them search, the GPU pool, the LLM policy: ~0.3 s of imports) are made on
+        # first use, so the first hints of a fresh server are not held up by machinery no hint needs.
+        self._jobs: OptimizeJobs | None = None
+        self._profiles: ProfileJobs | None = None
         #: why the connection was closed, when the client broke the framing (see ``framing``)
         self.framing_error: str | None = None
         #: the process's exit status once the connection is over
@@ -74,9 +79,50 @@ class WarpForgeServer(LanguageServer):
         #: (backend, nvcc setting) -> what GPU work can run with them (``gpu_status``)
         self._gpu_status: dict[tuple[str, str], Capabilities] = {}
 
+    @property
+    def jobs(self) -> OptimizeJobs:
+        """The optimize jobs, made (and their modules imported) on first use."""
+        if self._jobs is None:
+            from .jobs import OptimizeJobs
+
+            self._jobs = OptimizeJobs(self)
+        return self._jobs
+
+    @property
+    def profiles(self) -> ProfileJobs:
+        """The profile jobs, made on first use."""
+        if self._profiles is None:
+            from .profiling import ProfileJobs
+
+            self._profiles = ProfileJobs(self)
+        return self._profiles
+
+    @property
+    def jobs_started(self) -> bool:
+        """Whether any job manager exists yet: before that there is no job, running or finished, to show."""
+        return self._jobs is not None or self._profiles is not None
+
+    def workspace_root(self, path: str | None) -> Path | None:
+        """The workspace folder holding ``path`` (the first folder, else the root, when none holds it): where
+        the kernel's launch sites are looked for."""
+        ws = self.workspace
+        if ws is None:
+            return None
+        folders = [Path(p) for f in getattr(ws, "folders", {}).values() if (p := to_fs_path(f.uri))]
+        if path:
+            for f in folders:
+                if Path(path).resolve().is_relative_to(f.resolve()):
+                    return f
+        if folders:
+            return folders[0]
+        return Path(ws.root_path) if ws.root_path else None
+
     def gpu_status(self) -> Capabilities:
         """What GPU work can run with the current settings; probed once per backend and nvcc setting (it runs
         nvidia-smi and nvcc: call it off the event loop)."""
+        from ..app.capabilities import probe
+        from .jobs import backend_name
+
         key = (backend_name(self.settings), str(self.settings.nvcc_path or ""))
         if key not in self._gpu_status:
             self._gpu_status[key] = probe(key[0], key[1] or None)
@@ -263,8 +309,9 @@ def create_server() -> WarpForgeServer:
 
     @server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)
     def progress_cancel(ls: WarpForgeServer, params: lsp.WorkDoneProgressCancelParams) -> None:
-        ls.jobs.cancel_token(params.token)
-        ls.profiles.cancel_token(params.token)
+        if ls.jobs_started:
+            ls.jobs.cancel_token(params.token)
+            ls.profiles.cancel_token(params.token)
 
     @server.command("warpforge.optimize")
     @guarded
@@ -323,7 +370,7 @@ def create_server() -> WarpForgeServer:
         doc = ls.workspace.get_text_document(uri)
         version = doc.version  # of the text being parsed: a later edit makes the client refuse these edits
 
-        root = ls.jobs.workspace_root(doc.path)
+        root = ls.workspace_root(doc.path)
         overlay = {Path(d.path): d.source for u, d in ls.workspace.text_documents.items() if d.path and u != uri}
 
         def edits_for() -> tuple[list[Any], str]:
