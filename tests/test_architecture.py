@@ -26,7 +26,7 @@ PKG = Path(__file__).resolve().parents[1] / "server" / "warpforge"
 #: ``__main__.py`` and ``commands/`` (the subcommands ``cli`` registers by name at run time).
 ORDER: tuple[str, ...] = (
     "warpforge", "exitcodes", "defaults", "install", "store",
-    "cuda", "spec", "compiler", "rag", "gpu", "profile", "search", "policy", "selftest",
+    "compiler", "cuda", "spec", "rag", "gpu", "profile", "search", "policy", "selftest",
     "app", "lsp", "cli",
 )
 
@@ -39,8 +39,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "defaults": frozenset(),
     "install": frozenset(),
     "store": frozenset({"defaults"}),
-    "cuda": frozenset({"warpforge"}),
-    "spec": frozenset({"warpforge", "cuda"}),
+    # cuda and spec read the project's build description (compiler.project: its -I folders hold the headers
+    # whose typedefs and macros a kernel's types and sizes use; its folder is the project root where launch
+    # sites in other files are looked for); compiler imports neither, so this adds no cycle
+    "cuda": frozenset({"warpforge", "compiler"}),
+    "spec": frozenset({"warpforge", "cuda", "compiler"}),
     "compiler": frozenset({"warpforge", "defaults"}),
     "rag": frozenset({"warpforge", "defaults", "cuda", "store"}),
     "gpu": _TOOLS | {"cuda", "spec", "compiler"},
