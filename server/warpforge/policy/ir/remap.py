@@ -18,7 +18,8 @@ spelling, so it is answered here from the lowered text's ``Summary`` (``summary.
   nothing before the loop writes memory (every lane runs it);
 * no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping);
 * profitable: some access in the loop has the loop counter at stride 1 and ``threadIdx.x`` at a stride
-  other than 0 or 1 (neighbouring threads read far apart, which the lanes then read contiguously).
+  other than 0 or 1, or the loop starts at a per-item offset (``for (j = rowptr[i]; ...) val[j]``, a CSR
+  row): neighbouring threads read far apart, which the lanes then read contiguously.
 
 Each decline is a ``NotLegal`` with the reason in words and its line, for the funnel and a "why not" hint.
 """
@@ -31,7 +32,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import unparen, walk
 from .passes import Kernel, declared_names, statements
-from .summary import Summary, index_text
+from .summary import Summary, index_text, params_of
 
 #: combine functions an accumulator may use besides ``+=``: name -> "max" | "min"
 MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
@@ -39,6 +40,9 @@ MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "
 #: scalar types a warp shuffle moves
 SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long",
                            "int32_t", "uint32_t", "int64_t", "uint64_t"})
+
+#: calls that read through a pointer and write nothing
+_READ_ONLY_CALLS = frozenset({"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"})
 
 _JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
 
@@ -140,12 +144,25 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
         if a.param in written:
             return NotLegal(f"the loop reads `{a.param}`, which the kernel writes (line {a.line}): another "
                             "thread's write may be what a lane reads", a.line)
+    for st in [*sts[:sts.index(loop)], body]:
+        hidden = _hidden_write(st, k)
+        if hidden is not None:
+            return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory outside the loop's "
+                            "accumulators, and every lane would run it", k.line(hidden))
     before = [a for a in s.accesses if a.line < line0 and a.kind != "read"]
     if before:
         return NotLegal(f"`{before[0].param}` is written before the loop (line {before[0].line}): every lane "
                         "would write it", before[0].line)
     strided = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"
                and a.index.get("threadIdx.x") not in (None, "1")]
+    init_node = next(walk(loop.child_by_field_name("initializer") or loop, ("init_declarator",)))
+    start = init_node.child_by_field_name("value")
+    per_item = start is not None and (dim.var in {k.t(i) for i in walk(start, ("identifier",))}
+                                      or next(walk(start, ("subscript_expression",)), None) is not None)
+    if not strided and per_item and start is not None:
+        contiguous = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"]
+        if contiguous:  # ``for (j = rowptr[i]; ...) v[j]``: each thread starts its own row
+            strided = contiguous
     if not strided:
         contiguous = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"]
         if not contiguous:
@@ -158,6 +175,26 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
     return LanePlan(dim.var, (value.start_byte, value.end_byte), decl_stmt.end_byte, var, loop.start_byte,
                     init_value, update, loop.end_byte, close, bool(tail_sts), reductions,
                     f"{first.param}[{index_text(first.index or {})}]", line0)
+
+
+def _hidden_write(node: Node, k: Kernel) -> Node | None:
+    """A write the summary's accesses do not show: through a pointer (``*p = v``, ``p->f = v``) or a call
+    handed a pointer or an address (a function the IR could not inline may write through it)."""
+    writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
+    for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            args = n.child_by_field_name("arguments")
+            if fn is None or args is None or k.t(fn) in _READ_ONLY_CALLS:
+                continue
+            if any((unparen(a).type == "pointer_expression" and k.t(unparen(a)).startswith("&"))
+                   or k.t(unparen(a)).split("+")[0].strip() in writable for a in args.named_children):
+                return n
+            continue
+        t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
+        if t is not None and unparen(t).type in ("pointer_expression", "field_expression"):
+            return n
+    return None
 
 
 def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
