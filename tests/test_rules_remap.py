@@ -22,8 +22,9 @@ from warpforge.spec.resolve import load_spec
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import corpus_applicability as ca  # noqa: E402
-import test_ir_rules as ir_rules  # noqa: E402
+import corpus_applicability as ca
+
+import test_ir_rules as ir_rules
 
 # the row-kernel spec of the IR tests, with rows of a length that is not a multiple of 32 (the lanes' tail)
 ROWS = ir_rules.ROWS.replace("C = 1024", "C = 1000")
@@ -44,7 +45,8 @@ SPELLINGS: dict[str, str] = {
                               "    for (int j = 0; j < cols; j++) y[i] += 2.0f * A[i * cols + j] * x[j];\n  }\n}\n",
     # a maximum through fmaxf, the index written coordinate-first, a local in the loop
     "row_max": ROWS + K + "  int i = threadIdx.x + blockDim.x * blockIdx.x;\n  if (i < rows) {\n"
-               "    float m = -1e30f;\n    for (int j = 0; j < cols; j++) { float v = A[i * cols + j]; m = fmaxf(m, v); }\n"
+               "    float m = -1e30f;\n"
+               "    for (int j = 0; j < cols; j++) { float v = A[i * cols + j]; m = fmaxf(m, v); }\n"
                "    y[i] = m + x[0];\n  }\n}\n",
     # two accumulators in a `while` loop (the IR makes it a `for`), work after the loop
     "variance_while": ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"

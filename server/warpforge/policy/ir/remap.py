@@ -107,7 +107,7 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
     decl_stmt, value = decl
     for n in walk(k.body, ("field_expression",)):
         a = n.child_by_field_name("argument")
-        if a is not None and k.t(a) in ("threadIdx", "blockIdx") and "x" == k.t(n).rsplit(".", 1)[-1].strip() \
+        if a is not None and k.t(a) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
                 and not (value.start_byte <= n.start_byte < value.end_byte):
             return NotLegal(f"`{k.t(n)}` is used besides the item index (line {k.line(n)})", k.line(n))
     loops = [st for st in sts if st.type == "for_statement"]

@@ -96,6 +96,7 @@ def rewrite(k: Kernel, p: LanePlan) -> str:
     b0 = k.body.start_byte
     data = k.data
     ind = _indent_at(data, p.loop_start)
+    decl_ind = _indent_at(data, p.index_value[0])
     lane = f"{PREFIX}lane"
     value = data[p.index_value[0]:p.index_value[1]].decode("utf-8")
     init = data[p.init_value[0]:p.init_value[1]].decode("utf-8")
@@ -116,7 +117,7 @@ def rewrite(k: Kernel, p: LanePlan) -> str:
         tail_text = tail
     edits = [
         (p.index_value[0], p.index_value[1], f"({value}) / {LANES}"),
-        (p.index_stmt_end, p.index_stmt_end, f"\n{_indent_at(data, p.index_value[0])}const int {lane} = threadIdx.x % {LANES};"),
+        (p.index_stmt_end, p.index_stmt_end, f"\n{decl_ind}const int {lane} = threadIdx.x % {LANES};"),
         (p.loop_start, p.loop_start, pre),
         (p.init_value[0], p.init_value[1], f"{lane}" if init.strip() == "0" else f"({init}) + {lane}"),
         (p.update[0], p.update[1], f"{p.loop_var} += {LANES}"),
