@@ -106,8 +106,8 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
         return NotLegal(f"the item index `{dim.var}` is not declared once at the top of the body", dim.line)
     decl_stmt, value = decl
     for n in walk(k.body, ("field_expression",)):
-        a = n.child_by_field_name("argument")
-        if a is not None and k.t(a) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
+        obj = n.child_by_field_name("argument")
+        if obj is not None and k.t(obj) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
                 and not (value.start_byte <= n.start_byte < value.end_byte):
             return NotLegal(f"`{k.t(n)}` is used besides the item index (line {k.line(n)})", k.line(n))
     loops = [st for st in sts if st.type == "for_statement"]
@@ -259,8 +259,8 @@ def _reductions(loop: Node, body: Node, var: str, k: Kernel) -> tuple[Reduction,
     for d in walk(k.body, ("declaration",)):
         t = d.child_by_field_name("type")
         if t is not None:
-            for n in declared_names(d, k.data):
-                types.setdefault(n, " ".join(k.t(t).replace("const ", "").split()))
+            for dn in declared_names(d, k.data):
+                types.setdefault(dn, " ".join(k.t(t).replace("const ", "").split()))
     combines: dict[str, str] = {}
     updates: dict[str, list[Node]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
