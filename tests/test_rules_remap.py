@@ -220,3 +220,20 @@ def test_an_opaque_call_handed_an_output_declines() -> None:
             "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  put(y, 0.0f);\n"
             "  float s = 0.0f;\n  for (int j = 0; j < cols; j++) s += A[i * cols + j];\n  y[i] = s;\n}\n")
     assert "may write memory" in reason(text)
+
+
+GRID_STRIDE = ROWS + K + ("  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows;\n"
+                          "       i += blockDim.x * gridDim.x) {\n"
+                          "    float s = 0.0f;\n    for (int j = 0; j < cols; j++) s += A[i * cols + j];\n"
+                          "    y[i] = s;\n  }\n}\n")
+
+WINDOW = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"
+                     "  int start = i - 3;\n  float s = 0.0f;\n"
+                     "  for (int j = 0; j < 7; j++) s += x[start + j];\n  y[i] = s;\n}\n")
+
+
+def test_mapping_declines_name_the_mapping() -> None:
+    # a grid-stride loop over items is not one item per thread
+    assert "grid-stride loop" in reason(GRID_STRIDE)
+    # an index derived from the item (a window's start) follows it: the decline is about profit, not mapping
+    assert "already coalesced" in reason(WINDOW)

@@ -41,6 +41,9 @@ MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "
 SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long",
                            "int32_t", "uint32_t", "int64_t", "uint64_t"})
 
+#: the item index every thread computes: ``blockIdx.x*blockDim.x + threadIdx.x``
+_ITEM = {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}
+
 #: calls that read through a pointer and write nothing
 _READ_ONLY_CALLS = frozenset({"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"})
 
@@ -94,12 +97,18 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
     xdims = [p for p in s.parallel if "threadIdx.x" in p.index or "threadIdx.x" in p.why]
     if not xdims:
         return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x")
-    dim = xdims[0]
-    if len(xdims) > 1 or dim.index != {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}:
+    items = [p for p in xdims if p.index == _ITEM]
+    if not items:
+        dim = xdims[0]
         idx = index_text(dim.index) if dim.index else f"non-affine ({dim.why})"
         return NotLegal(f"the thread mapping `{dim.var} = {idx}` is not one 1-D item per thread", dim.line)
-    if dim.form not in ("guard", "exit", "unguarded"):
-        return NotLegal(f"the item index `{dim.var}` is a {dim.form} loop, not one item per thread", dim.line)
+    loops_over = [p for p in items if p.form not in ("guard", "exit", "unguarded")]
+    if loops_over:
+        p = loops_over[0]
+        return NotLegal(f"the items are a {p.form} loop over `{p.var}`, not one item per thread", p.line)
+    dim = items[0]
+    # other thread-dependent indices must be built from the item's variable (they follow it); one built
+    # from threadIdx.x itself is caught below as a use of the coordinate besides the item index
     sts = statements(k.body)
     decl = _declaration_of(dim.var, sts, k)
     if decl is None:
