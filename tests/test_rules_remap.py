@@ -96,6 +96,31 @@ __global__ void k(float* y, const float* A, int rows, int cols) {
   y[b * rows + i] = s / cols;
 }
 """,
+    # per-channel statistics: the contiguous loop nested in a loop over the batch (partials carried across it),
+    # a global accumulator scaled after the loops
+    "channel_mean_nested": """// @warpforge size NB = 8
+// @warpforge size F = 256
+// @warpforge size S = 1024
+// @warpforge arg mean: out float[F]
+// @warpforge arg x: in float[NB*F*S]
+// @warpforge arg batch = NB
+// @warpforge arg filters = F
+// @warpforge arg spatial = S
+// @warpforge launch grid=cdiv(F, 128), block=128
+__global__ void k(float* mean, const float* x, int batch, int filters, int spatial) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= filters) return;
+  float scale = 1.f / (batch * spatial);
+  mean[i] = 0;
+  for (int j = 0; j < batch; ++j) {
+    for (int k = 0; k < spatial; ++k) {
+      int index = j * filters * spatial + i * spatial + k;
+      mean[i] += x[index];
+    }
+  }
+  mean[i] *= scale;
+}
+""",
 }
 
 

@@ -32,7 +32,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import unparen, walk
 from .passes import Kernel, declared_names, statements
-from .summary import Summary, index_text, params_of
+from .summary import Access, Summary, index_text, params_of
 
 #: combine functions an accumulator may use besides ``+=``: name -> "max" | "min"
 MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
@@ -162,28 +162,60 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
     if before:
         return NotLegal(f"`{before[0].param}` is written before the loop (line {before[0].line}): every lane "
                         "would write it", before[0].line)
-    strided = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"
-               and a.index.get("threadIdx.x") not in (None, "1")]
-    init_node = next(walk(loop.child_by_field_name("initializer") or loop, ("init_declarator",)))
-    start = init_node.child_by_field_name("value")
-    per_item = start is not None and (dim.var in {k.t(i) for i in walk(start, ("identifier",))}
-                                      or next(walk(start, ("subscript_expression",)), None) is not None)
-    if not strided and per_item and start is not None:
-        contiguous = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"]
-        if contiguous:  # ``for (j = rowptr[i]; ...) v[j]``: each thread starts its own row
-            strided = contiguous
-    if not strided:
-        contiguous = [a for a in in_loop if a.index is not None and a.index.get(var) == "1"]
-        if not contiguous:
-            return NotLegal(f"no access in the loop is contiguous in `{var}` (stride 1)", line0)
-        return NotLegal(f"the loop's contiguous access `{contiguous[0].param}` is already coalesced or shared "
-                        "across a warp's threads: lanes would not read it faster", line0)
+    got = _lane_loop(loop, var, in_loop, dim.var, k)
+    if isinstance(got, NotLegal):
+        return got
+    lane_var, init_value, update, strided = got
     first = strided[0]
     tail_sts = sts[sts.index(loop) + 1:]
     close = k.body.end_byte - 1
-    return LanePlan(dim.var, (value.start_byte, value.end_byte), decl_stmt.end_byte, var, loop.start_byte,
+    return LanePlan(dim.var, (value.start_byte, value.end_byte), decl_stmt.end_byte, lane_var, loop.start_byte,
                     init_value, update, loop.end_byte, close, bool(tail_sts), reductions,
                     f"{first.param}[{index_text(first.index or {})}]", line0)
+
+
+def _lane_loop(top: Node, top_var: str, in_loop: list[Access], item: str, k: Kernel
+               ) -> tuple[str, tuple[int, int], tuple[int, int], list[Access]] | NotLegal:
+    """The loop the lanes split: the item's loop, or the outermost loop nested in it whose counter some
+    access reads at stride 1 while neighbouring threads read far apart (``x[(j*F + i)*S + k]`` over ``k``
+    inside a loop over ``j``: the partials are carried across the outer loop and combined once after it).
+    Everything outside that loop runs the same in every lane, so the outer loops need no condition."""
+    first_reason: NotLegal | None = None
+    for loop in walk(top, ("for_statement",)):
+        parts = (top_var, *_header(top, k)) if loop is top else _loop_parts(loop, k)
+        if isinstance(parts, NotLegal):
+            continue
+        var, init_value, update = parts
+        lo, hi = loop.start_point[0] + 1, loop.end_point[0] + 1
+        inside = [a for a in in_loop if lo <= a.line <= hi]
+        contiguous = [a for a in inside if a.index is not None and a.index.get(var) == "1"]
+        strided = [a for a in contiguous if a.index is not None and a.index.get("threadIdx.x") not in (None, "1")]
+        init = next(walk(loop.child_by_field_name("initializer") or loop, ("init_declarator",)), None)
+        start = init.child_by_field_name("value") if init is not None else None
+        if not strided and contiguous and start is not None and (
+                item in {k.t(i) for i in walk(start, ("identifier",))}
+                or next(walk(start, ("subscript_expression",)), None) is not None):
+            strided = contiguous  # ``for (j = rowptr[i]; ...) v[j]``: each thread starts its own row
+        if not strided:
+            if first_reason is None:
+                first_reason = NotLegal(
+                    f"the loop's contiguous access `{contiguous[0].param}` is already coalesced or shared across "
+                    "a warp's threads: lanes would not read it faster" if contiguous else
+                    f"no access in the loop is contiguous in `{var}` (stride 1)", lo)
+            continue
+        body = loop.child_by_field_name("body")
+        jump = next(walk(body, _JUMPS), None) if body is not None and loop is not top else None
+        if jump is not None:
+            return NotLegal(f"`{k.t(jump).split()[0].rstrip(';')}` in the loop the lanes would split (line "
+                            f"{k.line(jump)})", k.line(jump))
+        return var, init_value, update, strided
+    return first_reason or NotLegal("no loop to split", k.line(top))
+
+
+def _header(loop: Node, k: Kernel) -> tuple[tuple[int, int], tuple[int, int]]:
+    parts = _loop_parts(loop, k)
+    assert not isinstance(parts, NotLegal)
+    return parts[1], parts[2]
 
 
 def _hidden_write(node: Node, k: Kernel) -> Node | None:
