@@ -96,6 +96,10 @@ __global__ void k(float* y, const float* A, int rows, int cols) {
   y[b * rows + i] = s / cols;
 }
 """,
+    # a row view through a cast (`A + (size_t)i * cols`) read with the loop counter: the summary follows the view
+    "row_view": ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n"
+                "    const float* a = A + (size_t)i * cols;\n    float s = 0.0f;\n"
+                "    for (int j = 0; j < cols; j++) s += a[j] * x[j];\n    y[i] = s;\n  }\n}\n",
     # per-channel statistics: the contiguous loop nested in a loop over the batch (partials carried across it),
     # a global accumulator scaled after the loops
     "channel_mean_nested": """// @warpforge size NB = 8
@@ -262,3 +266,24 @@ def test_mapping_declines_name_the_mapping() -> None:
     assert "grid-stride loop" in reason(GRID_STRIDE)
     # an index derived from the item (a window's start) follows it: the decline is about profit, not mapping
     assert "already coalesced" in reason(WINDOW)
+
+
+def test_views_are_accesses_of_their_parameter() -> None:
+    """``a = A + off`` then ``a[j]`` is an access of ``A`` at ``off + j`` (chained views too), so legality sees it."""
+    text = ("__global__ void k(float* y, const float* A, int cols) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "  const float* row = A + (size_t)i * cols;\n  const float* half = row + 16;\n  float* out = y + i;\n"
+            "  float s = 0.0f;\n  for (int j = 0; j < 16; j++) s += half[j];\n  out[0] = s;\n}\n")
+    k = find_kernel(text, "k")
+    assert k is not None
+    got = {(a.param, a.kind): a.index for a in summarize(k).accesses}
+    assert got[("A", "read")] == {"blockIdx.x": "blockDim.x*cols", "threadIdx.x": "cols", "j": "1", "1": "16"}
+    assert got[("y", "write")] == {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}
+
+
+def test_a_view_of_a_written_array_read_in_the_loop_declines() -> None:
+    text = ROWS.replace("arg y: out float[R]", "arg y: inout float[R*C]") + K + (
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"
+        "  const float* yr = y + i * cols;\n  float s = 0.0f;\n"
+        "  for (int j = 0; j < cols; j++) s += yr[j] * A[i * cols + j];\n  y[i * cols] = s;\n}\n")
+    assert "which the kernel writes" in reason(text)
