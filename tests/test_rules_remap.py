@@ -217,6 +217,8 @@ COLUMN = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i 
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"
      "  for (int j = 0; j < cols; j++) atomicAdd(&y[i], A[i * cols + j] * x[j]);\n}\n", "atomics"),
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
+     "  for (int j = 0; j < cols; j++) s += A[i * cols + j];\n  y[i] = s + gridDim.x;\n}\n", "gridDim.x"),
+    (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
      "  for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n  y[i] = s;\n"
      "  for (int j = 0; j < cols; j++) y[i] += x[j];\n}\n", "more than one loop"),
 ])

@@ -16,7 +16,8 @@ spelling, so it is answered here from the lowered text's ``Summary`` (``summary.
   updated only as ``acc += e`` or ``acc = max/min(acc, e)`` (an associative combine a shuffle can do);
 * no parameter the kernel writes is read in the loop (no lane reads what another thread writes), and
   nothing before the loop writes memory (every lane runs it);
-* no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping);
+* no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping), and no
+  read of ``gridDim.x`` (the launch multiplies it by 32);
 * profitable: some access in the loop has the loop counter at stride 1 and ``threadIdx.x`` at a stride
   other than 0 or 1, or the loop starts at a per-item offset (``for (j = rowptr[i]; ...) val[j]``, a CSR
   row): neighbouring threads read far apart, which the lanes then read contiguously.
@@ -119,6 +120,10 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
         if obj is not None and k.t(obj) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
                 and not (value.start_byte <= n.start_byte < value.end_byte):
             return NotLegal(f"`{k.t(n)}` is used besides the item index (line {k.line(n)})", k.line(n))
+    grid_x = next((n for n in walk(k.body, ("field_expression",)) if "".join(k.t(n).split()) == "gridDim.x"), None)
+    if grid_x is not None:
+        return NotLegal(f"the kernel reads `gridDim.x` (line {k.line(grid_x)}), which the warp-per-item launch "
+                        "multiplies by 32", k.line(grid_x))
     loops = [st for st in sts if st.type == "for_statement"]
     if not loops:
         return NotLegal("no serial loop at the top of the item's work (after the guard)")
