@@ -289,3 +289,16 @@ def test_a_view_of_a_written_array_read_in_the_loop_declines() -> None:
         "  const float* yr = y + i * cols;\n  float s = 0.0f;\n"
         "  for (int j = 0; j < cols; j++) s += yr[j] * A[i * cols + j];\n  y[i * cols] = s;\n}\n")
     assert "which the kernel writes" in reason(text)
+
+
+def test_a_template_kernel_is_planned_with_the_spec_instantiation() -> None:
+    text = ROWS.replace("// @warpforge launch", "// @warpforge template float\n// @warpforge launch") + (
+        "template <typename T>\n__global__ void k(T* y, const T* A, const T* x, int rows, int cols) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  T s = 0;\n"
+        "  for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n  y[i] = s;\n}\n")
+    pol = policy(text)
+    children = pol.propose_sync(pol.root_candidate())
+    assert [c.family for c in children] == ["lane_remap"], pol.errors
+    assert "const T wfl_init_s = s;" in children[0].definition
+    got = ca.EvaluatorBuild(pol).check(children[0])
+    assert got.ok, (got.stage, got.reason[-2000:])

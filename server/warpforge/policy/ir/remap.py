@@ -27,6 +27,7 @@ Each decline is a ``NotLegal`` with the reason in words and its line, for the fu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -64,6 +65,7 @@ class Reduction:
     name: str
     #: "sum", or the min/max function as written (``fmaxf``)
     combine: str
+    #: as written (a template parameter stays a name: the rewrite is as generic as the kernel)
     type: str
 
 
@@ -90,8 +92,10 @@ class LanePlan:
     line: int
 
 
-def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
-    """The plan to bind the kernel's contiguous serial loop to a warp's lanes, or why it is not legal."""
+def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> LanePlan | NotLegal:
+    """The plan to bind the kernel's contiguous serial loop to a warp's lanes, or why it is not legal.
+
+    ``template_args`` (the spec's instantiation) resolves an accumulator typed by a template parameter."""
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
@@ -145,7 +149,7 @@ def plan_lanes(k: Kernel, s: Summary) -> LanePlan | NotLegal:
         j = jump if jump is not None else next(walk(body, ("return_statement", "goto_statement")))
         return NotLegal(f"`{k.t(j).split()[0].rstrip(';')}` leaves the loop early (line {k.line(j)}): lanes "
                         "would stop at different iterations", k.line(j))
-    reductions = _reductions(loop, body, var, k)
+    reductions = _reductions(loop, body, var, k, template_args or {})
     if isinstance(reductions, NotLegal):
         return reductions
     line0, line1 = loop.start_point[0] + 1, loop.end_point[0] + 1
@@ -298,7 +302,8 @@ def _written(node: Node, k: Kernel) -> set[str]:
     return out
 
 
-def _reductions(loop: Node, body: Node, var: str, k: Kernel) -> tuple[Reduction, ...] | NotLegal:
+def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
+                ) -> tuple[Reduction, ...] | NotLegal:
     """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
     local = declared_names(body, k.data) | {var}
     types: dict[str, str] = {}
@@ -337,7 +342,8 @@ def _reductions(loop: Node, body: Node, var: str, k: Kernel) -> tuple[Reduction,
         if len(uses) != allowed:
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
                             "is not the running total", k.line(ups[0]))
-        if types.get(name) not in SHUFFLE_TYPES:
+        written = types.get(name, "?")
+        if " ".join(targs.get(written, written).split()) not in SHUFFLE_TYPES:
             return NotLegal(f"the accumulator `{name}` has type `{types.get(name, '?')}`, which a warp shuffle "
                             "does not move", k.line(ups[0]))
     if not updates:

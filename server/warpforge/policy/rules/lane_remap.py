@@ -60,15 +60,14 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     """The candidate's IR summary and the lane plan on it, or why there is none."""
     if ctx.cand_kernel is None:
         return NotLegal("the candidate does not parse")
-    if ctx.cand_kernel.template_params:
-        return NotLegal("a template kernel (the IR lowers it with the spec's arguments first)")
     k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
     if k is None:
         return NotLegal("the kernel's body does not parse")
     if PREFIX in k.text:
         return NotLegal("already bound to lanes")
-    s = summarize(k)
-    plan = plan_lanes(k, s)
+    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    s = summarize(k, targs)
+    plan = plan_lanes(k, s, targs)
     if isinstance(plan, NotLegal):
         return plan
     return _Shape(k, s, plan)
