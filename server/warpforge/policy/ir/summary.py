@@ -16,6 +16,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import element_use, unparen, walk, written_names
 from .affine import COORDS, NonAffine, Scope, affine, poly
+from .pass_memory import _sum_terms  # the view pass's reading of `P + a + b`, shared
 from .passes import Kernel, declared_names, statements
 
 #: element type -> (bytes per element, lanes): what vector width and shuffle a type allows
@@ -163,7 +164,7 @@ def _views(k: Kernel, pointers: set[str], scope: Scope) -> dict[str, tuple[str, 
         if name in scope.varying or name in pointers or name in out:
             out.pop(name, None)
             continue
-        terms = _plus_terms(v)
+        terms = _sum_terms(v, k)
         bases = [t for t in terms if t.type == "identifier" and (k.t(t) in pointers or k.t(t) in out)]
         if len(bases) != 1:
             continue
@@ -171,15 +172,6 @@ def _views(k: Kernel, pointers: set[str], scope: Scope) -> dict[str, tuple[str, 
         param, offset = out.get(base, (base, []))
         out[name] = (param, offset + [t for t in terms if t is not bases[0]])
     return out
-
-
-def _plus_terms(n: Node) -> list[Node]:
-    n = unparen(n)
-    if n.type == "binary_expression":
-        op, a, b = (n.child_by_field_name(x) for x in ("operator", "left", "right"))
-        if op is not None and a is not None and b is not None and op.type == "+":
-            return _plus_terms(a) + _plus_terms(b)
-    return [n]
 
 
 def _affine_sum(nodes: list[Node], scope: Scope) -> tuple[dict[str, str] | None, str]:
