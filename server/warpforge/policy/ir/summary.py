@@ -16,6 +16,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import element_use, unparen, walk, written_names
 from .affine import COORDS, NonAffine, Scope, affine, poly
+from .pass_memory import _sum_terms  # the view pass's reading of `P + a + b`, shared
 from .passes import Kernel, declared_names, statements
 
 #: element type -> (bytes per element, lanes): what vector width and shuffle a type allows
@@ -147,6 +148,46 @@ def scope_of(k: Kernel, uniform: set[str], template_values: set[str]) -> Scope:
                  frozenset(uniform | template_values), frozenset(varying - counters), k.data)
 
 
+def _views(k: Kernel, pointers: set[str], scope: Scope) -> dict[str, tuple[str, list[Node]]]:
+    """Local pointers declared once as a pointer parameter (or an earlier view) plus integer terms and never
+    changed (``const float* a = A + (size_t)row * n``): view name -> (parameter, the offset's terms). An
+    access ``a[j]`` is then ``A[(size_t)row * n + j]``, so the summary sees the parameter it touches."""
+    out: dict[str, tuple[str, list[Node]]] = {}
+    for d in walk(k.body, ("init_declarator",)):
+        nm, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+        if nm is None or v is None or nm.type != "pointer_declarator":
+            continue
+        ident = nm.child_by_field_name("declarator")
+        if ident is None or ident.type != "identifier":
+            continue
+        name = k.t(ident)
+        if name in scope.varying or name in pointers or name in out:
+            out.pop(name, None)
+            continue
+        terms = _sum_terms(v, k)
+        bases = [t for t in terms if t.type == "identifier" and (k.t(t) in pointers or k.t(t) in out)]
+        if len(bases) != 1:
+            continue
+        base = k.t(bases[0])
+        param, offset = out.get(base, (base, []))
+        out[name] = (param, offset + [t for t in terms if t is not bases[0]])
+    return out
+
+
+def _affine_sum(nodes: list[Node], scope: Scope) -> tuple[dict[str, str] | None, str]:
+    """The affine index of a sum of terms (a view's offset and the subscript)."""
+    if len(nodes) == 1:
+        return _affine(nodes[0], scope)
+    total: dict[tuple[str, ...], int] = {}
+    try:
+        for n in nodes:
+            for m, c in poly(n, scope).items():
+                total[m] = total.get(m, 0) + c
+        return affine({m: c for m, c in total.items() if c}, scope), ""
+    except NonAffine as e:
+        return None, str(e)
+
+
 def _affine(node: Node, scope: Scope) -> tuple[dict[str, str] | None, str]:
     try:
         return affine(poly(node, scope), scope), ""
@@ -175,19 +216,21 @@ def summarize(k: Kernel, template_args: dict[str, str] | None = None) -> Summary
     written_params: set[str] = set()
     accesses: list[Access] = []
     pointer_params = {n for n, _, ptr, _ in params if ptr}
+    views = _views(k, pointer_params, scope)
     for sub in walk(k.body, ("subscript_expression",)):
         arg = sub.child_by_field_name("argument")
         idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
-        if arg is None or idx is None or k.t(unparen(arg)) not in pointer_params:
+        name = k.t(unparen(arg)) if arg is not None else ""
+        if arg is None or idx is None or (name not in pointer_params and name not in views):
             continue
+        param, offset = views.get(name, (name, []))
         inner = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_children else idx
         loaded, stored = element_use(sub)
         if stored:
-            written_params.add(k.t(unparen(arg)))
+            written_params.add(param)
         kind = "read-write" if loaded and stored else "write" if stored else "read"
-        index, why = _affine(inner, scope)
-        accesses.append(Access(k.t(unparen(arg)), kind, index, why, sub.start_point[0] + 1,
-                               _enclosing_loops(sub, k)))
+        index, why = _affine_sum([*offset, inner], scope)
+        accesses.append(Access(param, kind, index, why, sub.start_point[0] + 1, _enclosing_loops(sub, k)))
     notes: list[str] = []
     if any(k.t(n) == "__shared__" for n in walk(k.body) if n.type in ("storage_class_specifier", "__shared__")
            ) or "__shared__" in k.text:

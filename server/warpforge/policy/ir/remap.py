@@ -1,0 +1,369 @@
+"""Binding a kernel's contiguous serial loop to the lanes of a warp: legality on the IR summary.
+
+Why: "one thread per outer item, a serial loop over the item's contiguous elements" (a matrix-vector
+product, a row reduction, a CSR row, a dot product per output) makes a warp's 32 threads read 32 rows at
+a large stride: each load touches 32 cache lines. Giving each item a whole warp, its lanes splitting the
+loop at stride 1, makes the same loads coalesced; the scalar accumulators become per-lane partials that a
+butterfly of shuffles combines. Whether that is *legal* is a question about the kernel's accesses, not its
+spelling, so it is answered here from the lowered text's ``Summary`` (``summary.summarize``):
+
+* the parallel index space is one 1-D item index ``blockIdx.x*blockDim.x + threadIdx.x`` (guarded,
+  early exit or unguarded), and no other use of ``threadIdx.x``/``blockIdx.x``: the item of a thread is
+  then exactly the item of a warp once the index is divided by 32 (with ``blockDim.x`` a multiple of 32);
+* exactly one serial loop runs over the item (a ``for`` at the top of the body, step 1), with no jump out
+  of it and no loop after it: the work after it runs once per item, on lane 0;
+* the loop writes no memory and no variable declared outside it except its accumulators, each a scalar
+  updated only as ``acc += e`` or ``acc = max/min(acc, e)`` (an associative combine a shuffle can do);
+* no parameter the kernel writes is read in the loop (no lane reads what another thread writes), and
+  nothing before the loop writes memory (every lane runs it);
+* no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping), and no
+  read of ``gridDim.x`` (the launch multiplies it by 32);
+* profitable: some access in the loop has the loop counter at stride 1 and ``threadIdx.x`` at a stride
+  other than 0 or 1, or the loop starts at a per-item offset (``for (j = rowptr[i]; ...) val[j]``, a CSR
+  row): neighbouring threads read far apart, which the lanes then read contiguously.
+
+Each decline is a ``NotLegal`` with the reason in words and its line, for the funnel and a "why not" hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...cuda.tree import unparen, walk
+from .passes import Kernel, declared_names, statements
+from .summary import Access, Summary, index_text, params_of
+
+#: combine functions an accumulator may use besides ``+=``: name -> "max" | "min"
+MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
+
+#: scalar types a warp shuffle moves
+SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long",
+                           "int32_t", "uint32_t", "int64_t", "uint64_t"})
+
+#: the item index every thread computes: ``blockIdx.x*blockDim.x + threadIdx.x``
+_ITEM = {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}
+
+#: calls that read through a pointer and write nothing
+_READ_ONLY_CALLS = frozenset({"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"})
+
+_JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
+
+
+@dataclass(frozen=True)
+class NotLegal:
+    """Why the loop cannot be bound to lanes, at a 1-based line of the kernel text (0: the whole kernel)."""
+
+    reason: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Reduction:
+    name: str
+    #: "sum", or the min/max function as written (``fmaxf``)
+    combine: str
+    #: as written (a template parameter stays a name: the rewrite is as generic as the kernel)
+    type: str
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """What the rewrite needs: byte ranges in the kernel text and the reductions."""
+
+    index: str
+    #: the item index's value (replaced by the warp's index) and the end of its declaration statement
+    index_value: tuple[int, int]
+    index_stmt_end: int
+    loop_var: str
+    loop_start: int
+    #: the initializer's value and the update expression of the loop
+    init_value: tuple[int, int]
+    update: tuple[int, int]
+    loop_end: int
+    #: the byte offset of the body's closing brace (the tail runs on lane 0 up to it)
+    body_close: int
+    tail: bool
+    reductions: tuple[Reduction, ...]
+    #: the access that makes the remap worth it (``A[4096*i + j]``), for the rationale
+    strided: str
+    line: int
+
+
+def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> LanePlan | NotLegal:
+    """The plan to bind the kernel's contiguous serial loop to a warp's lanes, or why it is not legal.
+
+    ``template_args`` (the spec's instantiation) resolves an accumulator typed by a template parameter."""
+    blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
+    if blocking:
+        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
+    xdims = [p for p in s.parallel if "threadIdx.x" in p.index or "threadIdx.x" in p.why]
+    if not xdims:
+        return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x")
+    items = [p for p in xdims if p.index == _ITEM]
+    if not items:
+        dim = xdims[0]
+        idx = index_text(dim.index) if dim.index else f"non-affine ({dim.why})"
+        return NotLegal(f"the thread mapping `{dim.var} = {idx}` is not one 1-D item per thread", dim.line)
+    loops_over = [p for p in items if p.form not in ("guard", "exit", "unguarded")]
+    if loops_over:
+        p = loops_over[0]
+        return NotLegal(f"the items are a {p.form} loop over `{p.var}`, not one item per thread", p.line)
+    dim = items[0]
+    # other thread-dependent indices must be built from the item's variable (they follow it); one built
+    # from threadIdx.x itself is caught below as a use of the coordinate besides the item index
+    sts = statements(k.body)
+    decl = _declaration_of(dim.var, sts, k)
+    if decl is None:
+        return NotLegal(f"the item index `{dim.var}` is not declared once at the top of the body", dim.line)
+    decl_stmt, value = decl
+    for n in walk(k.body, ("field_expression",)):
+        obj = n.child_by_field_name("argument")
+        if obj is not None and k.t(obj) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
+                and not (value.start_byte <= n.start_byte < value.end_byte):
+            return NotLegal(f"`{k.t(n)}` is used besides the item index (line {k.line(n)})", k.line(n))
+    grid_x = next((n for n in walk(k.body, ("field_expression",)) if "".join(k.t(n).split()) == "gridDim.x"), None)
+    if grid_x is not None:
+        return NotLegal(f"the kernel reads `gridDim.x` (line {k.line(grid_x)}), which the warp-per-item launch "
+                        "multiplies by 32", k.line(grid_x))
+    loops = [st for st in sts if st.type == "for_statement"]
+    if not loops:
+        return NotLegal("no serial loop at the top of the item's work (after the guard)")
+    loop = loops[0]
+    if any(st.type in ("while_statement", "do_statement") for st in sts) or len(loops) > 1:
+        return NotLegal("more than one loop over the item: one would run on a single lane (warp_per_row's "
+                        "multi-pass shape)", k.line(loops[-1]))
+    if sts.index(decl_stmt) > sts.index(loop):
+        return NotLegal("the item index is declared after the loop", k.line(loop))
+    parts = _loop_parts(loop, k)
+    if isinstance(parts, NotLegal):
+        return parts
+    var, init_value, update = parts
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    jump = next(walk(body, _JUMPS, cut=lambda n: n.type in ("for_statement", "while_statement", "do_statement")
+                     and n is not body), None)
+    if jump is not None or next(walk(body, ("return_statement", "goto_statement")), None) is not None:
+        j = jump if jump is not None else next(walk(body, ("return_statement", "goto_statement")))
+        return NotLegal(f"`{k.t(j).split()[0].rstrip(';')}` leaves the loop early (line {k.line(j)}): lanes "
+                        "would stop at different iterations", k.line(j))
+    reductions = _reductions(loop, body, var, k, template_args or {})
+    if isinstance(reductions, NotLegal):
+        return reductions
+    line0, line1 = loop.start_point[0] + 1, loop.end_point[0] + 1
+    in_loop = [a for a in s.accesses if line0 <= a.line <= line1]
+    written = {a.param for a in s.accesses if a.kind != "read"}
+    for a in in_loop:
+        if a.kind != "read":
+            return NotLegal(f"the loop writes `{a.param}` (line {a.line}): lanes would write in another order",
+                            a.line)
+        if a.param in written:
+            return NotLegal(f"the loop reads `{a.param}`, which the kernel writes (line {a.line}): another "
+                            "thread's write may be what a lane reads", a.line)
+    for st in [*sts[:sts.index(loop)], body]:
+        hidden = _hidden_write(st, k)
+        if hidden is not None:
+            return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory outside the loop's "
+                            "accumulators, and every lane would run it", k.line(hidden))
+    before = [a for a in s.accesses if a.line < line0 and a.kind != "read"]
+    if before:
+        return NotLegal(f"`{before[0].param}` is written before the loop (line {before[0].line}): every lane "
+                        "would write it", before[0].line)
+    got = _lane_loop(loop, var, in_loop, dim.var, k)
+    if isinstance(got, NotLegal):
+        return got
+    lane_var, init_value, update, strided = got
+    first = strided[0]
+    tail_sts = sts[sts.index(loop) + 1:]
+    close = k.body.end_byte - 1
+    return LanePlan(dim.var, (value.start_byte, value.end_byte), decl_stmt.end_byte, lane_var, loop.start_byte,
+                    init_value, update, loop.end_byte, close, bool(tail_sts), reductions,
+                    f"{first.param}[{index_text(first.index or {})}]", line0)
+
+
+def _lane_loop(top: Node, top_var: str, in_loop: list[Access], item: str, k: Kernel
+               ) -> tuple[str, tuple[int, int], tuple[int, int], list[Access]] | NotLegal:
+    """The loop the lanes split: the item's loop, or the outermost loop nested in it whose counter some
+    access reads at stride 1 while neighbouring threads read far apart (``x[(j*F + i)*S + k]`` over ``k``
+    inside a loop over ``j``: the partials are carried across the outer loop and combined once after it).
+    Everything outside that loop runs the same in every lane, so the outer loops need no condition."""
+    first_reason: NotLegal | None = None
+    for loop in walk(top, ("for_statement",)):
+        parts = (top_var, *_header(top, k)) if loop is top else _loop_parts(loop, k)
+        if isinstance(parts, NotLegal):
+            continue
+        var, init_value, update = parts
+        lo, hi = loop.start_point[0] + 1, loop.end_point[0] + 1
+        inside = [a for a in in_loop if lo <= a.line <= hi]
+        contiguous = [a for a in inside if a.index is not None and a.index.get(var) == "1"]
+        strided = [a for a in contiguous if a.index is not None and a.index.get("threadIdx.x") not in (None, "1")]
+        init = next(walk(loop.child_by_field_name("initializer") or loop, ("init_declarator",)), None)
+        start = init.child_by_field_name("value") if init is not None else None
+        if not strided and contiguous and start is not None and (
+                item in {k.t(i) for i in walk(start, ("identifier",))}
+                or next(walk(start, ("subscript_expression",)), None) is not None):
+            strided = contiguous  # ``for (j = rowptr[i]; ...) v[j]``: each thread starts its own row
+        if not strided:
+            if first_reason is None:
+                first_reason = NotLegal(
+                    f"the loop's contiguous access `{contiguous[0].param}` is already coalesced or shared across "
+                    "a warp's threads: lanes would not read it faster" if contiguous else
+                    f"no access in the loop is contiguous in `{var}` (stride 1)", lo)
+            continue
+        body = loop.child_by_field_name("body")
+        jump = next(walk(body, _JUMPS), None) if body is not None and loop is not top else None
+        if jump is not None:
+            return NotLegal(f"`{k.t(jump).split()[0].rstrip(';')}` in the loop the lanes would split (line "
+                            f"{k.line(jump)})", k.line(jump))
+        return var, init_value, update, strided
+    return first_reason or NotLegal("no loop to split", k.line(top))
+
+
+def _header(loop: Node, k: Kernel) -> tuple[tuple[int, int], tuple[int, int]]:
+    parts = _loop_parts(loop, k)
+    assert not isinstance(parts, NotLegal)
+    return parts[1], parts[2]
+
+
+def _hidden_write(node: Node, k: Kernel) -> Node | None:
+    """A write the summary's accesses do not show: through a pointer (``*p = v``, ``p->f = v``) or a call
+    handed a pointer or an address (a function the IR could not inline may write through it)."""
+    writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
+    for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            args = n.child_by_field_name("arguments")
+            if fn is None or args is None or k.t(fn) in _READ_ONLY_CALLS:
+                continue
+            if any((unparen(a).type == "pointer_expression" and k.t(unparen(a)).startswith("&"))
+                   or k.t(unparen(a)).split("+")[0].strip() in writable for a in args.named_children):
+                return n
+            continue
+        t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
+        if t is not None and unparen(t).type in ("pointer_expression", "field_expression"):
+            return n
+    return None
+
+
+def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
+    """The top-level declaration ``int name = value;`` (and its value), when it is the only one."""
+    found: tuple[Node, Node] | None = None
+    for st in sts:
+        if st.type != "declaration":
+            continue
+        for d in st.children_by_field_name("declarator"):
+            nm, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if d.type == "init_declarator" and nm is not None and v is not None and k.t(nm) == name:
+                if found is not None or len(st.children_by_field_name("declarator")) != 1:
+                    return None
+                found = (st, v)
+    return found
+
+
+def _loop_parts(loop: Node, k: Kernel) -> tuple[str, tuple[int, int], tuple[int, int]] | NotLegal:
+    """(counter, its initial value's range, the update's range) of ``for (int j = a; j < b; j++)``."""
+    init, cond, upd = (loop.child_by_field_name(x) for x in ("initializer", "condition", "update"))
+    line = k.line(loop)
+    if init is None or cond is None or upd is None or init.type != "declaration":
+        return NotLegal("the loop does not declare its counter, test it and step it in its header", line)
+    ds = init.children_by_field_name("declarator")
+    if len(ds) != 1 or ds[0].type != "init_declarator":
+        return NotLegal("the loop's header declares more than one variable", line)
+    nm, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+    if nm is None or v is None:
+        return NotLegal("the loop counter has no initial value", line)
+    var = k.t(nm)
+    c = unparen(cond)
+    op = c.child_by_field_name("operator") if c.type == "binary_expression" else None
+    left = c.child_by_field_name("left") if c.type == "binary_expression" else None
+    if op is None or left is None or k.t(op) not in ("<", "<=") or k.t(unparen(left)) != var:
+        return NotLegal(f"the loop's condition `{k.t(cond)}` is not `{var} < bound`", line)
+    u = unparen(upd)
+    text = "".join(k.t(u).split())
+    if text not in (f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1"):
+        return NotLegal(f"the loop steps `{k.t(upd)}`, not by 1", line)
+    body = loop.child_by_field_name("body")
+    if body is None or var in _written(body, k):
+        return NotLegal(f"the loop counter `{var}` is written in the loop body", line)
+    bound = c.child_by_field_name("right")
+    if bound is not None and {k.t(i) for i in walk(bound, ("identifier",))} & _written(body, k):
+        return NotLegal("the loop's bound changes inside the loop", line)
+    return var, (v.start_byte, v.end_byte), (upd.start_byte, upd.end_byte)
+
+
+def _written(node: Node, k: Kernel) -> set[str]:
+    out: set[str] = set()
+    for n in walk(node, ("assignment_expression", "update_expression")):
+        t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
+        if t is not None and unparen(t).type == "identifier":
+            out.add(k.t(unparen(t)))
+    return out
+
+
+def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
+                ) -> tuple[Reduction, ...] | NotLegal:
+    """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
+    local = declared_names(body, k.data) | {var}
+    types: dict[str, str] = {}
+    for d in walk(k.body, ("declaration",)):
+        t = d.child_by_field_name("type")
+        if t is not None:
+            for dn in declared_names(d, k.data):
+                types.setdefault(dn, " ".join(k.t(t).replace("const ", "").split()))
+    combines: dict[str, str] = {}
+    updates: dict[str, list[Node]] = {}
+    for n in walk(body, ("assignment_expression", "update_expression")):
+        if n.type == "update_expression":
+            t = n.child_by_field_name("argument")
+            if t is not None and unparen(t).type == "identifier" and k.t(unparen(t)) in local:
+                continue
+            return NotLegal(f"`{k.t(n)}` in the loop (line {k.line(n)}) is not a sum or min/max of a scalar",
+                            k.line(n))
+        left, op, right = (n.child_by_field_name(x) for x in ("left", "operator", "right"))
+        assert left is not None and op is not None and right is not None
+        target = unparen(left)
+        if target.type != "identifier":
+            return NotLegal(f"the loop writes memory `{k.t(left)}` (line {k.line(n)})", k.line(n))
+        name = k.t(target)
+        if name in local:
+            continue
+        combine = _combine_of(name, k.t(op), right, k)
+        if combine is None:
+            return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
+                            f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
+        if combines.setdefault(name, combine) != combine:
+            return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
+        updates.setdefault(name, []).append(n)
+    for name, ups in updates.items():
+        uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
+        allowed = sum(1 if combines[name] == "sum" else 2 for _ in ups)
+        if len(uses) != allowed:
+            return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
+                            "is not the running total", k.line(ups[0]))
+        written = types.get(name, "?")
+        if " ".join(targs.get(written, written).split()) not in SHUFFLE_TYPES:
+            return NotLegal(f"the accumulator `{name}` has type `{types.get(name, '?')}`, which a warp shuffle "
+                            "does not move", k.line(ups[0]))
+    if not updates:
+        return NotLegal("the loop carries no accumulator", k.line(loop))
+    return tuple(Reduction(n, combines[n], types[n]) for n in updates)
+
+
+def _combine_of(name: str, op: str, right: Node, k: Kernel) -> str | None:
+    """"sum" for ``name += e``, the function for ``name = fmaxf(name, e)``, else None."""
+    ids = [k.t(i) for i in walk(right, ("identifier",))]
+    if op == "+=":
+        return "sum" if name not in ids else None
+    r = unparen(right)
+    if op != "=" or r.type != "call_expression":
+        return None
+    fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
+    if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
+        return None
+    a, b = args.named_children
+    plain = [x for x in (a, b) if unparen(x).type == "identifier" and k.t(unparen(x)) == name]
+    if len(plain) != 1 or ids.count(name) != 1:
+        return None
+    return k.t(fn)
