@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .files import read_text_regular
+
 
 @dataclass(frozen=True)
 class CompilerMessage:
@@ -206,7 +208,7 @@ def header_lines(unit: str, own_dir: Path | None, dirs: list[str], limit: int = 
     while todo and len(found) < limit:
         header, line = todo.pop()
         try:
-            body = header.read_text(encoding="utf-8", errors="replace")
+            body = read_text_regular(header)
         except OSError:
             continue
         for raw in body.splitlines():

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tree_sitter import Node
 
+from ..compiler.files import read_text_regular
 from .model import DeclKind, FileModel, Param
 from .parser import parse as parse_model
 from .parser import parse_tree
@@ -167,7 +168,7 @@ _header_lock = threading.Lock()
 
 def _read_header(path: Path) -> _Header | None:
     """Read and parse one header (OSError when it cannot be read; None when it cannot be parsed)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_text_regular(path)
     try:
         hsrc = SourceText(text)
         hmodel = parse_model(hsrc.data)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..compiler.files import is_regular, read_regular
 from .model import FileModel, LaunchSite
 from .parser import parse
 from .text import SourceText
@@ -78,6 +79,9 @@ def source_files(root: Path, max_files: int = MAX_FILES) -> tuple[list[Path], li
             p = Path(dirpath) / name
             if p.suffix.lower() not in SOURCE_SUFFIXES or p.is_symlink():
                 continue
+            if not is_regular(p):  # a FIFO or device named like a source: never read (it would block)
+                skipped.append(f"{p}: not a regular file")
+                continue
             if len(out) >= max_files:
                 skipped.append(f"{root}: more than {max_files} source files; the rest were not searched")
                 return out, skipped
@@ -114,7 +118,7 @@ def find_launches(root: str | Path, kernel: str, *, overlay: Mapping[Path, str] 
                 if total + size > max_total_bytes:
                     found.skipped.append(f"{p}: the workspace's {max_total_bytes}-byte read limit was reached")
                     continue
-                data = p.read_bytes()
+                data = read_regular(p, max_file_bytes)
             except OSError as e:
                 found.skipped.append(f"{p}: cannot read ({e.strerror or e})")
                 continue

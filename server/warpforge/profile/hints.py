@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..compiler.build import BuildResult, Resources, compile_cubin, project_key
+from ..compiler.files import read_regular
 from ..compiler.mangle import base_name
 from ..compiler.messages import CompilerMessage
 from ..compiler.names import line_alias
@@ -379,7 +380,7 @@ def header_macros(text: str | bytes, file: str) -> dict[str, frozenset[str]]:
             key = (str(h), h.stat().st_mtime_ns)
             got = _macro_cache.get(key)
             if got is None:
-                got = _macro_cache[key] = qualifier_macros(h.read_bytes())
+                got = _macro_cache[key] = qualifier_macros(read_regular(h))
         except OSError:
             continue
         out.update(got)

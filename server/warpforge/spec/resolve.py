@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..compiler.files import read_text_regular
 from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
@@ -624,7 +625,7 @@ def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> Ke
     p = Path(path)
     if text is None:
         try:
-            text = p.read_text(encoding="utf-8")
+            text = read_text_regular(p, strict=True)
         except OSError as e:
             raise SpecError(str(path), None, f"cannot read the file: {e.strerror}") from e
     src = SourceText(text)
