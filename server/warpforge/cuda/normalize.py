@@ -39,6 +39,7 @@ from functools import lru_cache
 from tree_sitter import Node
 
 from .parser import file_tree, parse_tree
+from .rewrite import splice
 from .tree import member, node_text, unparen, walk, written_names
 
 #: builtin scalar types a typedef may stand for (others are left alone: structs, vectors, pointers)
@@ -152,19 +153,6 @@ def _body(text: str, kernel: str) -> tuple[Node, bytes] | None:
     return body, data
 
 
-def _splice(data: bytes, edits: list[tuple[int, int, str]]) -> str:
-    out: list[bytes] = []
-    pos = 0
-    for s, e, t in sorted(edits):
-        if s < pos:
-            raise ValueError("overlapping edits")
-        out.append(data[pos:s])
-        out.append(t.encode("utf-8"))
-        pos = e
-    out.append(data[pos:])
-    return b"".join(out).decode("utf-8")
-
-
 def _stmts(node: Node) -> list[Node]:
     return [c for c in node.named_children if c.type != "comment"]
 
@@ -221,7 +209,7 @@ def _expand_macros(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         # no added parentheses: the preprocessor adds none (``#define SQ(x) x*x`` in ``1/SQ(2)`` is 1/2*2)
         edits.append((n.start_byte, n.end_byte, expanded))
         break  # one at a time: nested calls are found again in the next round
-    return _splice(data, edits) if edits else None
+    return splice(data, edits) if edits else None
 
 
 def _substitute(body: str, args: dict[str, str]) -> str:
@@ -234,7 +222,7 @@ def _resolve_typedefs(text: str, body: Node, data: bytes, facts: FileFacts) -> s
         return None
     edits = [(n.start_byte, n.end_byte, facts.typedefs[node_text(n, data)])
              for n in walk(body, ("type_identifier",)) if node_text(n, data) in facts.typedefs]
-    return _splice(data, edits) if edits else None
+    return splice(data, edits) if edits else None
 
 
 def _coordinate(value: Node, data: bytes) -> str | None:
@@ -282,7 +270,7 @@ def _inline_coordinates(text: str, body: Node, data: bytes, facts: FileFacts) ->
             continue  # redeclared in an inner scope
         edits = [(st.start_byte, st.end_byte, f"/* {name} = {coord} */")]
         edits += [(n.start_byte, n.end_byte, f"(({typ}){coord})") for n in uses]
-        return _splice(data, edits)
+        return splice(data, edits)
     return None
 
 
@@ -329,7 +317,7 @@ def _guard_to_exit(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
     indent = _line_indent(data, last.start_byte)
     moved = _dedent(data[first:end].decode("utf-8"), _line_indent(data, first), indent)
     new = f"if ({_negate(c, data)}) {{\n{indent}    return;\n{indent}}}\n{indent}{moved}"
-    return _splice(data, [(last.start_byte, sts[-1].end_byte, new)])
+    return splice(data, [(last.start_byte, sts[-1].end_byte, new)])
 
 
 def _line_indent(data: bytes, offset: int) -> str:
@@ -388,7 +376,7 @@ def _pointer_bumps(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
         uses = [n for n in walk(body, ("identifier",)) if node_text(n, data) == p and n.start_byte >= st.end_byte]
         edits = [(st.start_byte, st.end_byte, f"{params[p]}{new} = {p} + ({offset});")]
         edits += [(n.start_byte, n.end_byte, new) for n in uses]
-        return _splice(data, edits)
+        return splice(data, edits)
     return None
 
 
@@ -477,5 +465,5 @@ def _pointer_walks(text: str, body: Node, data: bytes, facts: FileFacts) -> str 
                 ok = False
         if not ok:
             continue
-        return _splice(data, [(ns[0].start_byte, ns[0].end_byte, f"{p}[{j}]") for p, ns in sites.items()])
+        return splice(data, [(ns[0].start_byte, ns[0].end_byte, f"{p}[{j}]") for p, ns in sites.items()])
     return None

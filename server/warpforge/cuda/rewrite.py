@@ -27,21 +27,24 @@ def make_edit(src: SourceText, span: Span, new_text: str) -> TextEdit:
     return TextEdit(span, src.range(span), new_text)
 
 
+def splice(data: bytes, edits: Iterable[tuple[int, int, str]]) -> str:
+    """``data`` with byte ranges ``(start, end, new text)`` replaced; raises ValueError on overlap."""
+    out: list[bytes] = []
+    pos = 0
+    for start, end, new in sorted(edits, key=lambda e: (e[0], e[1])):  # stable: insertions keep their order
+        if start < pos:
+            raise ValueError(f"overlapping edits at byte {start}")
+        out.append(data[pos:start])
+        out.append(new.encode("utf-8"))
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out).decode("utf-8")
+
+
 def apply_edits(text: str | SourceText, edits: Iterable[TextEdit]) -> str:
     """Apply non-overlapping edits to a text; raises ValueError on overlap."""
     src = text if isinstance(text, SourceText) else SourceText(text)
-    data = src.data
-    ordered = sorted(edits, key=lambda e: (e.span.start, e.span.end))
-    out: list[bytes] = []
-    pos = 0
-    for e in ordered:
-        if e.span.start < pos:
-            raise ValueError(f"overlapping edits at byte {e.span.start}")
-        out.append(data[pos : e.span.start])
-        out.append(e.new_text.encode("utf-8"))
-        pos = e.span.end
-    out.append(data[pos:])
-    return b"".join(out).decode("utf-8")
+    return splice(src.data, ((e.span.start, e.span.end, e.new_text) for e in edits))
 
 
 def replace_body(src: SourceText, kernel: Kernel, body: str) -> TextEdit:

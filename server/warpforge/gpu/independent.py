@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler.sandbox import run_tool
-from .confirm import Side
+from .confirm import Side, _side_job
 from .inputs import Layout
 from .oneshot import generator_cubin
 
@@ -140,7 +140,7 @@ def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, d
     with tempfile.TemporaryDirectory(prefix="warpforge-independent-") as tmp:
         job = Path(tmp) / "job.pkl"
         with open(job, "wb") as f:
-            pickle.dump({"sides": [_side(baseline), _side(candidate)], "layout": layout, "seed": seed,
+            pickle.dump({"sides": [_side_job(baseline), _side_job(candidate)], "layout": layout, "seed": seed,
                          "device": device, "seconds": seconds, "generator": generator_cubin()}, f)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
@@ -160,11 +160,6 @@ def measure(baseline: Side, candidate: Side, layout: Layout, *, seed: int = 0, d
         tail = " ".join((proc.stderr or "").strip().splitlines()[-2:])[:300]
         out.note = f"exit {proc.returncode}: {tail or 'no samples'}"
     return out
-
-
-def _side(side: Side) -> dict[str, Any]:
-    grid, block, smem = side.launch
-    return {"cubin": side.cubin, "symbol": side.symbol, "launch": (list(grid), list(block), int(smem))}
 
 
 # --------------------------------------------------------------------------- the harness (own process)

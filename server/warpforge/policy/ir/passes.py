@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.parser import parse_tree
+from ...cuda.rewrite import splice as splice  # re-exported: the passes import it from here
 from ...cuda.tree import node_text, walk
 
 
@@ -120,20 +121,6 @@ def find_kernel(text: str, name: str) -> Kernel | None:
     if body is None or body.has_error:
         return None
     return Kernel(found, body, data)
-
-
-def splice(data: bytes, edits: list[tuple[int, int, str]]) -> str:
-    """``data`` with byte ranges replaced; overlapping edits are a bug in the pass (ValueError)."""
-    out: list[bytes] = []
-    pos = 0
-    for s, e, t in sorted(edits):
-        if s < pos:
-            raise ValueError("overlapping edits")
-        out.append(data[pos:s])
-        out.append(t.encode("utf-8"))
-        pos = e
-    out.append(data[pos:])
-    return b"".join(out).decode("utf-8")
 
 
 def statements(node: Node | None) -> list[Node]:
