@@ -196,3 +196,26 @@ def test_a_grid_sized_with_ceil_and_casts_from_header_sizes(tmp_path: Path) -> N
     r = load_spec(cu, "k").resolve()
     assert r.grid == (19, 125, 1) and r.block == (32, 8, 1)
     assert r.sizes["NX"] == 1000 and [a.count for a in r.args if a.name == "a"] == [600_000]
+
+
+def test_an_enum_declared_in_a_header_is_passed_as_its_integer_type(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Seen in the UI test's screenshot: an `enum Op` declared in `include/real.h` (reached through the build's
+    -I folder) was written `arg op: float = 1.0 // guessed`, the float the issue forbids; its enumerator at the
+    launch (`OP_SHIFT`) was not known either."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "real.h").write_text(
+        "#pragma once\ntypedef float real;\nenum Op { OP_SCALE = 0, OP_SHIFT = 1 };\n")
+    (tmp_path / "warpforge.toml").write_text('[build]\ninclude = ["include"]\n')
+    (tmp_path / "k.cu").write_text(
+        '#include "real.h"\n'
+        "__global__ void apply(real* out, const real* in, int n, Op op) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) out[i] = op == OP_SCALE ? 2.0f * in[i] : in[i] + 1.0f;\n}\n"
+        "int main() {\n  int n = 1 << 20;\n  float *out, *in;\n  cudaMalloc(&out, n * sizeof(float));\n"
+        "  cudaMalloc(&in, n * sizeof(float));\n  apply<<<(n + 255) / 256, 256>>>(out, in, n, OP_SHIFT);\n}\n")
+    code, out, err = run(capsys, "spec", str(tmp_path / "k.cu"), "--json")
+    assert code == 0, err
+    args = {a["name"]: a for a in json.loads(out)["args"]}
+    assert args["op"]["dtype"] == "int32", args["op"]
+    assert str(args["op"].get("value")) == "1", args["op"]

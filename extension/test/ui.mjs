@@ -1062,7 +1062,7 @@ try {
       const block = text.split('\n').filter((l) => l.includes('warpforge') || l.includes('guessed'));
       if (!block.some((l) => l.includes('1 << 22'))) throw new Error(`the size is not main.cu's 1 << 22: ${block.join(' / ')}`);
       if (!block.some((l) => /\b0\.5f?\b/.test(l))) throw new Error(`the scalar is not main.cu's 0.5f: ${block.join(' / ')}`);
-      if (block.some((l) => /arg op = -?\d*\.\d/.test(l))) throw new Error(`the enum parameter op is given a float: ${block.join(' / ')}`);
+      if (block.some((l) => /arg op(: *\w+)? *= *-?\d*\.\d|arg op: *(float|double)/.test(l))) throw new Error(`the enum parameter op is given a float: ${block.join(' / ')}`);
       const placeholders = block.filter((l) => /1 << 20|= 1\.0\b/.test(l) && !/guessed/.test(l));
       if (placeholders.length) throw new Error(`placeholder values not marked // guessed: ${placeholders.join(' / ')}`);
       await shot('project-add-spec');

@@ -157,6 +157,10 @@ class _Header:
 
     includes: tuple[str, ...]
     aliases: tuple[tuple[str, tuple[str, int]], ...]
+    #: its enums -> the integer type their values are passed as (``enum_types``)
+    enums: tuple[tuple[str, str], ...]
+    #: its enumerators with known values (``enumerators``)
+    enum_values: tuple[tuple[str, int], ...]
     #: its object-like ``#define NAME VALUE`` lines, as written (``header_defines``)
     macros: tuple[tuple[str, str], ...] = ()
 
@@ -177,7 +181,8 @@ def _read_header(path: Path) -> _Header | None:
     macros = tuple((m.group(1), re.sub(r"/\*.*?\*/|//.*$", " ", m.group(2)).strip())
                    for m in _OBJECT_MACRO.finditer(text))
     return _Header(tuple(inc.path for inc in hmodel.includes if not inc.system),
-                   tuple(type_aliases(hsrc, hmodel).items()), tuple((n, v) for n, v in macros if v))
+                   tuple(type_aliases(hsrc, hmodel).items()), tuple(enum_types(hsrc, hmodel).items()),
+                   tuple(enumerators(hsrc, hmodel).items()), tuple((n, v) for n, v in macros if v))
 
 
 def _header(path: Path, mtime_ns: int, size: int) -> _Header | None:
@@ -274,6 +279,86 @@ def _reached(file: str | Path | None, model: FileModel, include_dirs: Sequence[s
         return found
 
     return visit(start, [inc.path for inc in model.includes if not inc.system], 0)
+
+
+def enum_types(source: str | SourceText, model: FileModel) -> dict[str, str]:
+    """The file's enums (``enum E {...}``, ``enum class E : T {...}``, ``typedef enum {...} E;``) -> the C type
+    their values are passed as: the declared underlying type, else ``int`` (what every compiler in CUDA's
+    reach uses for an enum whose values fit in it)."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    out: dict[str, str] = {}
+    for d in model.declarations:
+        if d.kind is not DeclKind.TYPE:
+            continue
+        data = src.data[d.span.start : d.span.end]
+        if b"enum" not in data:
+            continue
+        root = parse_tree(data).root_node
+        for node in walk(root, ("enum_specifier",)):
+            base = node.child_by_field_name("base")
+            underlying = node_text(base, data) if base is not None else "int"
+            tag = node.child_by_field_name("name")
+            if tag is not None:
+                out[node_text(tag, data)] = underlying
+            parent = node.parent
+            if parent is not None and parent.type == "type_definition":
+                for decl in parent.children_by_field_name("declarator"):
+                    if decl.type in ("type_identifier", "identifier"):
+                        out[node_text(decl, data)] = underlying
+    return out
+
+
+def enumerators(source: str | SourceText, model: FileModel) -> dict[str, int]:
+    """The values of the file's enumerators whose value is a number or implicit (``GELU = 3``, ``TANH``):
+    what a spec may pass for an enum parameter by name (``arg act = GELU``)."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    out: dict[str, int] = {}
+    for d in model.declarations:
+        if d.kind is not DeclKind.TYPE:
+            continue
+        data = src.data[d.span.start : d.span.end]
+        if b"enum" not in data:
+            continue
+        for node in walk(parse_tree(data).root_node, ("enumerator_list",)):
+            nxt = 0
+            for e in node.named_children:
+                if e.type != "enumerator":
+                    continue
+                name = e.child_by_field_name("name")
+                value = e.child_by_field_name("value")
+                if value is not None:
+                    try:
+                        nxt = int(node_text(value, data).rstrip("uUlL"), 0)
+                    except ValueError:
+                        break  # an expression: the values from here on are not known
+                if name is not None:
+                    out[node_text(name, data)] = nxt
+                nxt += 1
+    return out
+
+
+def file_enums(source: str | SourceText, model: FileModel, file: str | Path | None = None,
+               include_dirs: Sequence[str | Path] = ()) -> dict[str, str]:
+    """``enum_types`` of the file over those of the headers it reaches (as ``file_aliases``): an enum a project
+    declares in a header (``enum Op`` in ``include/real.h``) is passed as its integer type, never a float."""
+    if not include_dirs and file is not None:
+        include_dirs = project_include_dirs(file)
+    found: dict[str, str] = {}
+    for h in _reached(file, model, include_dirs):
+        found.update(h.enums)
+    return {**found, **enum_types(source, model)}
+
+
+def file_enumerators(source: str | SourceText, model: FileModel, file: str | Path | None = None,
+                     include_dirs: Sequence[str | Path] = ()) -> dict[str, int]:
+    """``enumerators`` of the file over those of the headers it reaches: ``OP_SCALE`` at a launch site or in
+    an annotation is its value wherever the enum is declared."""
+    if not include_dirs and file is not None:
+        include_dirs = project_include_dirs(file)
+    found: dict[str, int] = {}
+    for h in _reached(file, model, include_dirs):
+        found.update(h.enum_values)
+    return {**found, **enumerators(source, model)}
 
 
 def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,

@@ -8,8 +8,8 @@ line, never a silent ``float32``.
 
 Resolution is a fixed point over three maps, in any order they apply: the kernel's template parameters to
 the spec's (or the launch's) template arguments (``IndexType`` -> ``int``), the file's and its headers' type
-aliases (``typedef float real;``, ``using idx_t = long long;``), and the file's enums to their underlying
-integer type (``enum Act`` -> ``int``, ``enum class Mode : uint8_t`` -> ``uint8_t``): an enum value is passed
+aliases (``typedef float real;``, ``using idx_t = long long;``), and the enums of the file and its headers to
+their underlying integer type (``enum Act`` -> ``int``, ``enum class Mode : uint8_t`` -> ``uint8_t``): an enum value is passed
 as that integer.
 """
 
@@ -19,71 +19,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..cuda.model import DeclKind, FileModel, Kernel
-from ..cuda.parser import parse_tree
+from ..cuda.model import FileModel, Kernel
 from ..cuda.text import SourceText
-from ..cuda.tree import node_text, walk
-from ..cuda.types import Aliases, clean, file_aliases
+from ..cuda.types import Aliases, clean, file_aliases, file_enums
 from .model import canonical_dtype
 
 #: how many substitutions one resolution may take (aliases of aliases, a template argument naming an alias)
 _MAX_STEPS = 16
-
-
-def enum_types(source: str | SourceText, model: FileModel) -> dict[str, str]:
-    """The file's enums (``enum E {...}``, ``enum class E : T {...}``, ``typedef enum {...} E;``) -> the C type
-    their values are passed as: the declared underlying type, else ``int`` (what every compiler in CUDA's
-    reach uses for an enum whose values fit in it)."""
-    src = source if isinstance(source, SourceText) else SourceText(source)
-    out: dict[str, str] = {}
-    for d in model.declarations:
-        if d.kind is not DeclKind.TYPE:
-            continue
-        data = src.data[d.span.start : d.span.end]
-        if b"enum" not in data:
-            continue
-        root = parse_tree(data).root_node
-        for node in walk(root, ("enum_specifier",)):
-            base = node.child_by_field_name("base")
-            underlying = node_text(base, data) if base is not None else "int"
-            tag = node.child_by_field_name("name")
-            if tag is not None:
-                out[node_text(tag, data)] = underlying
-            parent = node.parent
-            if parent is not None and parent.type == "type_definition":
-                for decl in parent.children_by_field_name("declarator"):
-                    if decl.type in ("type_identifier", "identifier"):
-                        out[node_text(decl, data)] = underlying
-    return out
-
-
-def enumerators(source: str | SourceText, model: FileModel) -> dict[str, int]:
-    """The values of the file's enumerators whose value is a number or implicit (``GELU = 3``, ``TANH``):
-    what a spec may pass for an enum parameter by name (``arg act = GELU``)."""
-    src = source if isinstance(source, SourceText) else SourceText(source)
-    out: dict[str, int] = {}
-    for d in model.declarations:
-        if d.kind is not DeclKind.TYPE:
-            continue
-        data = src.data[d.span.start : d.span.end]
-        if b"enum" not in data:
-            continue
-        for node in walk(parse_tree(data).root_node, ("enumerator_list",)):
-            nxt = 0
-            for e in node.named_children:
-                if e.type != "enumerator":
-                    continue
-                name = e.child_by_field_name("name")
-                value = e.child_by_field_name("value")
-                if value is not None:
-                    try:
-                        nxt = int(node_text(value, data).rstrip("uUlL"), 0)
-                    except ValueError:
-                        break  # an expression: the values from here on are not known
-                if name is not None:
-                    out[node_text(name, data)] = nxt
-                nxt += 1
-    return out
 
 
 def with_enumerators(text: str, values: Mapping[str, int]) -> str:
@@ -142,7 +84,7 @@ def kernel_scope(src: SourceText, model: FileModel, kernel: Kernel, file: str | 
     """The type scope of ``kernel`` in its file, with ``template_args`` for its template parameters."""
     template = {t.name: a for t, a in zip(kernel.template_params, template_args, strict=False)
                 if t.kind == "type"}
-    return TypeScope(file_aliases(src, model, file), enum_types(src, model), template)
+    return TypeScope(file_aliases(src, model, file), file_enums(src, model, file), template)
 
 
 def type_fix(name: str, written: str, scope: TypeScope, kernel: Kernel) -> str:

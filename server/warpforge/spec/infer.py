@@ -20,8 +20,17 @@ from ..cuda.access import index_bounds, param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
 from ..cuda.text import SourceText
-from ..cuda.types import Aliases, canonical_type, empty_struct, file_aliases, header_defines, project_include_dirs
-from .ctypes import TypeScope, enum_types, enumerators, with_enumerators
+from ..cuda.types import (
+    Aliases,
+    canonical_type,
+    empty_struct,
+    file_aliases,
+    file_enumerators,
+    file_enums,
+    header_defines,
+    project_include_dirs,
+)
+from .ctypes import TypeScope, with_enumerators
 from .elsewhere import HostFile
 from .expr import ExprError, parse
 from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
@@ -150,8 +159,8 @@ def infer(
         return flow.resolve_fields(env, env.inline(text))
 
     # types through template arguments, aliases and enums (an enum parameter is passed as its integer type)
-    scope = TypeScope(aliases, enum_types(src, model), tsubst)
-    enum_values = enumerators(src, model)
+    scope = TypeScope(aliases, file_enums(src, model, file), tsubst)
+    enum_values = file_enumerators(src, model, file)
     for i, p in enumerate(kernel.params):
         ptype, extra = scope.resolve(p.type)
         dtype = canonical_dtype(ptype)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from ..cuda.model import FileModel, Kernel
 from ..cuda.text import SourceText
+from ..cuda.types import file_enumerators
 from .annotations import DIRECTIVES, MARK, is_directive_line, parse_annotation
-from .ctypes import enumerators, kernel_scope
+from .ctypes import kernel_scope
 from .expr import ExprError
 from .expr import parse as expr_parse
 from .infer import infer
@@ -98,7 +99,7 @@ def annotation_problems(src: SourceText, model: FileModel, kernel: Kernel, file:
     inf = infer(src, model, kernel, file, ann.template_args)
     known = {s.name for s in ann.sizes} | {s.name for s in inf.sizes} | {t.name for t in ann.tunables}
     known |= {n for n in inf.env.toplevel if inf.env.is_constant(n)}
-    known |= set(enumerators(src, model))
+    known |= set(file_enumerators(src, model, file))
     kline = kernel.start_line + 1
     block_first = src.line_of(kernel.comment_span.start) + 1 if kernel.comment_span is not None else kline
 

@@ -18,9 +18,9 @@ from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
-from ..cuda.types import canonical_type
+from ..cuda.types import canonical_type, file_enumerators
 from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, MARK, Annotation, parse_annotation
-from .ctypes import TypeScope, enumerators, kernel_scope, type_fix, with_enumerators
+from .ctypes import TypeScope, kernel_scope, type_fix, with_enumerators
 from .elsewhere import HostFile
 from .expr import ExprError
 from .expr import parse as expr_parse
@@ -311,7 +311,8 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             raise _failed(file, kline, why, kernel, inf, ann)
         args.append(a)
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
-    args = _resolve_types(args, ann, scope, enumerators(src, model), kernel, file,
+    enum_values = file_enumerators(src, model, file)
+    args = _resolve_types(args, ann, scope, enum_values, kernel, file,
                           {n: a.dtype for n, a in inf.args.items() if not a.is_buffer})
     _check_element_types(src, kernel, [a for a in args if ann.args.get(a.name) is not None], ann.template_args
                          or inf.template_args, file, scope)
@@ -344,7 +345,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         notes=tuple(notes),
     )
     file_names = {n for d in model.declarations if d.kind is DeclKind.MACRO for n in d.names}
-    _validate(spec, ann.lines, limits, file_names | set(enumerators(src, model)), ann.template_args)
+    _validate(spec, ann.lines, limits, file_names | set(enum_values), ann.template_args)
     return spec
 
 
