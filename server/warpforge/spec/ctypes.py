@@ -9,8 +9,8 @@ line, never a silent ``float32``.
 Resolution is a fixed point over three maps, in any order they apply: the kernel's template parameters to
 the spec's (or the launch's) template arguments (``IndexType`` -> ``int``), the file's and its headers' type
 aliases (``typedef float real;``, ``using idx_t = long long;``), and the enums of the file and its headers to
-their underlying integer type (``enum Act`` -> ``int``, ``enum class Mode : uint8_t`` -> ``uint8_t``): an enum value is passed
-as that integer.
+their underlying integer type (``enum Act`` -> ``int``, ``enum class Mode : uint8_t`` -> ``uint8_t``): an enum
+value is passed as that integer.
 """
 
 from __future__ import annotations

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.poly import Poly as Poly  # re-exported: the passes import it from here
+from ...cuda.poly import padd, pmul
 from ...cuda.tree import node_text, unparen
 
 COORDS = ("threadIdx", "blockIdx")
 UNIFORM_COORDS = ("blockDim", "gridDim")
 
-Poly = dict[tuple[str, ...], int]
 
 
 class NonAffine(Exception):
@@ -44,26 +45,6 @@ class Scope:
     varying: frozenset[str]
     data: bytes
     depth: int = 0
-
-
-def _add(a: Poly, b: Poly, sign: int = 1) -> Poly:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + sign * c
-        if out[m] == 0:
-            del out[m]
-    return out
-
-
-def _mul(a: Poly, b: Poly) -> Poly:
-    out: Poly = {}
-    for ma, ca in a.items():
-        for mb, cb in b.items():
-            m = tuple(sorted(ma + mb))
-            out[m] = out.get(m, 0) + ca * cb
-            if out[m] == 0:
-                del out[m]
-    return out
 
 
 def _const(p: Poly) -> int | None:
@@ -118,13 +99,13 @@ def poly(node: Node, scope: Scope) -> Poly:
         if op_n is not None and a_n is not None and b_n is not None:
             op = node_text(op_n, scope.data)
             if op in ("+", "-"):
-                return _add(poly(a_n, scope), poly(b_n, scope), 1 if op == "+" else -1)
+                return padd(poly(a_n, scope), poly(b_n, scope), 1 if op == "+" else -1)
             if op == "*":
-                return _mul(poly(a_n, scope), poly(b_n, scope))
+                return pmul(poly(a_n, scope), poly(b_n, scope))
             if op == "<<":
                 k = _const(poly(b_n, scope))
                 if k is not None and 0 <= k < 63:
-                    return _mul(poly(a_n, scope), {(): 1 << k})
+                    return pmul(poly(a_n, scope), {(): 1 << k})
             a, b = poly(a_n, scope), poly(b_n, scope)
             if op in ("/", "%", ">>", "&") and not _indexed(a, scope) and not _indexed(b, scope):
                 return {(f"({node_text(n, scope.data)})",): 1}  # a uniform value the polynomial keeps whole

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.model import DeclKind, Param
+from ...cuda.poly import Poly, padd, pmul
 from ...cuda.tree import element_use, node_text, split_init, subscript_index, walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
@@ -67,7 +68,6 @@ LOOPS = frozenset({"for_statement", "while_statement", "do_statement", "for_rang
 _MACRO = re.compile(r"#\s*define\s+([A-Za-z_]\w*)[ \t]+(.*?)\s*$", re.S)
 _INT_LITERAL = re.compile(r"^(0[xX][0-9a-fA-F']+|0[bB][01']+|\d[\d']*)([uUlL]*)$")
 
-Poly = dict[tuple[str, ...], int]
 
 
 def int_literal(text: str) -> tuple[int, int, bool] | None:
@@ -483,13 +483,13 @@ class KernelFacts:
                 return None
             o = self.text(op)
             if o == "+":
-                return _padd(a, b, 1)
+                return padd(a, b, 1)
             if o == "-":
-                return _padd(a, b, -1)
+                return padd(a, b, -1)
             if o == "*":
-                return _pmul(a, b)
+                return pmul(a, b)
             if o == "<<" and set(b) <= {()}:
-                return _pmul(a, {(): 1 << b.get((), 0)}) if 0 <= b.get((), 0) < 63 else None
+                return pmul(a, {(): 1 << b.get((), 0)}) if 0 <= b.get((), 0) < 63 else None
             return None
         return None
 
@@ -692,26 +692,6 @@ def _convert(types: list[tuple[int, bool] | None]) -> tuple[int, bool] | None:
             out = max(out, t)
         else:
             out = (t[0], out[1] and t[1])
-    return out
-
-
-def _padd(a: Poly, b: Poly, sign: int) -> Poly:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + sign * c
-        if out[m] == 0:
-            del out[m]
-    return out
-
-
-def _pmul(a: Poly, b: Poly) -> Poly:
-    out: Poly = {}
-    for ma, ca in a.items():
-        for mb, cb in b.items():
-            m = tuple(sorted((*ma, *mb)))
-            out[m] = out.get(m, 0) + ca * cb
-            if out[m] == 0:
-                del out[m]
     return out
 
 
