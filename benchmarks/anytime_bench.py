@@ -74,6 +74,9 @@ def row_of(file: Path, seconds: float, budget: int, rc: int, stdout: str, stderr
     row.update({
         "kernel": out.get("kernel"), "improved": bool(out.get("improved")),
         "speedup": float(out["speedup"]) if out.get("improved") else 1.0,
+        # the back-to-back ("hot", L2 warm) figure, given only where it differs from the cold one beyond its
+        # interval: cold vs hot on the same winner, same run (issue 28)
+        "hot_speedup": out.get("hot_speedup"), "families": out.get("families") or [],
         "first_improvement_s": out.get("first_improvement_seconds"),
         "phases": {k: v.get("seconds") for k, v in (phases.get("phases") or {}).items()},
         "profile_beside_search": phases.get("profile_beside_search"),

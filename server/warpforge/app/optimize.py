@@ -19,11 +19,16 @@ short for any profile to finish (``PROFILE_MIN_SECONDS``) is not spent: the GPU 
 **Timing stays honest: the profile holds a GPU of the evaluator's own pool.** Candidates are timed on the
 devices of the evaluator's local pool (``gpu.backends.LocalBackend``), which hands each device to one piece
 of GPU work at a time. The profile takes a device from that same pool before the search starts and keeps it
-until Nsight Compute's session has ended. On one GPU that means the original's and the first round's
-builds (CPU, the compile pool: ``SearchEngine`` builds the first round ahead) run while the profile holds
-the GPU, and every verification and timing waits until the profile has given it back: nothing is timed
-while ncu replays kernels, and ncu never measures a kernel that shares the GPU with a timed one. With
-several GPUs the profile holds one and candidates are verified and timed on the others from the start.
+until Nsight Compute's session has ended: nothing is timed while ncu replays kernels, and ncu never
+measures a kernel that shares the GPU with a timed one. With several GPUs the profile holds one from the
+start and candidates are verified and timed on the others. **On one GPU the first round goes first**: the
+original and the first round (ordered by the static findings) are verified and timed, then the profile takes
+the GPU with its share counted from then (never past the job's budget), and the rounds after it wait for it;
+its findings order the rounds proposed after it arrives. Measured on an H200 (benchmarks/RESULTS.md, "Anytime
+search"), a profile taken first put the first verified improvement of a 90 s job at 9-18 s (Nsight Compute
+held the only GPU); the static findings alone reach the long budget's result at 20 s, so the first round
+loses little by not waiting for the measured ones. A search that ends within its first round is profiled
+after it, for the next job to reuse.
 Where the evaluator has no local pool the profile could share (a Ray cluster, whose GPUs may be this
 machine's; a plug-in evaluator), the profile runs before the search, as it did before, within the same share.
 The job waits for a profile still running when the search ends (it is bounded by its share), so the
@@ -151,6 +156,8 @@ class OptimizeJob:
     #: give a stand-in
     profiler: Callable[..., ProfileReport] | None = None
     _policy: Any = field(default=None, init=False)
+    #: set once the first round has been timed, where the profile waits for it (one GPU in the pool)
+    _round_one: asyncio.Event | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -210,6 +217,8 @@ class OptimizeJob:
                                           on_event=self._on_search_event, memory=self.memory,
                                           on_search=self._on_search, limit_of=self._limit_of())
             self._search_phases(self.outcome, search_start)
+            if self._round_one is not None:
+                self._round_one.set()  # a search that ended within its first round: profile now, for the next job
             if profiling is not None and not profiling.done() and not self.cancel.is_set():
                 self._emit(Progress("the search is done; waiting for the baseline profile to end (within its "
                                     f"{profile_seconds(s.seconds):.0f} s share) so the next job can reuse it",
@@ -349,6 +358,13 @@ class OptimizeJob:
                 self._apply_profile(made, beside=False)
             return None
         self.phases.profile_beside = True
+        if len(getattr(lease, "devices", ())) == 1:
+            # One GPU: the first round is timed before the profile takes it (see the module docstring), so the
+            # first verified improvement comes within seconds at any budget, not after Nsight Compute's 8-17 s.
+            self._round_one = asyncio.Event()
+            later = asyncio.ensure_future(self._profile_after_first_round(lease, key, share))
+            later.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+            return later
         holding = asyncio.Event()
         task = asyncio.ensure_future(self._profile_beside(lease, key, deadline, holding))
         task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
@@ -360,13 +376,25 @@ class OptimizeJob:
             waiting.cancel()
         return task
 
+    async def _profile_after_first_round(self, pool: Any, key: ProfileKey | None, share: float) -> None:
+        """One GPU: wait until the first round has been timed (or the search has ended), then profile on the
+        pool's GPU with the same share, counted from then and never past the job's time budget."""
+        assert self._round_one is not None
+        await self._round_one.wait()
+        deadline = time.monotonic() + share
+        if self.settings.seconds:
+            deadline = min(deadline, self.phases.started + self.settings.seconds)
+        await self._profile_beside(pool, key, deadline, asyncio.Event(), after_first_round=True)
+
     async def _profile_beside(self, pool: Any, key: ProfileKey | None, deadline: float,
-                              holding: asyncio.Event) -> None:
+                              holding: asyncio.Event, after_first_round: bool = False) -> None:
         """Profile on a GPU held from the evaluator's pool, while the search builds (see the module docstring).
         The GPU is given back only once the profiler's thread has returned (Nsight Compute's session ended)."""
-        share = profile_seconds(self.settings.seconds)
-        self._emit(Progress(f"profiling the original kernel (Nsight Compute, at most {share:.0f} s) beside the "
-                            "first round: static findings order it"))
+        share = max(0.0, deadline - time.monotonic())
+        when = ("after the first round, whose timings come first on the only GPU: its findings order the rounds "
+                "proposed after it arrives" if after_first_round
+                else "beside the first round: static findings order it")
+        self._emit(Progress(f"profiling the original kernel (Nsight Compute, at most {share:.0f} s) {when}"))
         self.phases.begin("profile")
         report: ProfileReport | None = None
         reserved: set[str] = getattr(pool, "reserved", set())
@@ -468,6 +496,8 @@ class OptimizeJob:
         self.search = search
 
     def _on_search_event(self, ev: SearchEvent) -> None:
+        if ev.kind == "round" and ev.round >= 2 and self._round_one is not None:
+            self._round_one.set()  # the first round has been timed: the profile may take the only GPU
         if ev.kind in ("evaluated", "round"):
             budget = self.settings.budget
             self._emit(Progress(f"round {ev.round} · {ev.evaluations} candidates · best {ev.best_speedup:.2f}×",
