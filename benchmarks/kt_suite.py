@@ -68,6 +68,8 @@ LINKAGE_NOTE = ('// Kernel Tuner input made by WarpForge (benchmarks/kt_suite.py
                 '// extern "C" in this comment stop PyCUDA from wrapping the source in them; the kernel is\n'
                 '// launched by its mangled name.\n')
 DIMS = ("block_size_x", "block_size_y", "block_size_z")
+#: a ``__shared__`` array of a size fixed at compile time (``extern __shared__`` arrays follow the launch)
+STATIC_SHARED = re.compile(r"(?<!extern )(?<!extern)\b__shared__\b[^;{}()]*\[\s*[^\]\s]")
 
 
 class PlanError(ValueError):
@@ -129,6 +131,18 @@ class KTPlan:
         return all(int(config.get(n, block[i])) == block[i] for i, n in enumerate(DIMS) if n in self.params) and \
             threads <= 1024 and (len(self.free) < 2 or threads >= 32)
 
+    def restriction(self) -> Callable[..., bool]:
+        """``valid`` in the form Kernel Tuner 1.x hands to python-constraint: the values of the parameters as
+        positional arguments, in ``params``' order. (Given ``valid`` itself, Kernel Tuner 1.5 calls it with
+        the bare value where the space has one parameter: "'int' object has no attribute 'get'" on 20 of
+        the wide sample's 50 kernels.)"""
+        names = list(self.params)
+
+        def restriction(*values: Any) -> bool:
+            return self.valid(dict(zip(names, values, strict=True)))
+
+        return restriction
+
     def configs(self) -> list[dict[str, Any]]:
         names = list(self.params)
         out = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*(self.params[n] for n in names))]
@@ -138,7 +152,7 @@ class KTPlan:
         """``tune_kernel``'s keyword arguments besides name, source, problem size, arguments and parameters."""
         kw: dict[str, Any] = {"lang": "PYCUDA", "verbose": False, "strategy": "brute_force",
                               "block_size_names": self.block_names, "grid_div_x": [], "grid_div_y": [],
-                              "grid_div_z": [], "restrictions": self.valid,
+                              "grid_div_z": [], "restrictions": [(self.restriction(), list(self.params))],
                               "compiler_options": self.compiler_options}
         if self.resolved.smem or any(self.launch(c)[2] for c in self.configs()):
             kw["smem_args"] = {"size": lambda p: self.launch(p)[2]}
@@ -162,6 +176,11 @@ def _free_dims(spec: KernelSpec, body: str, r: ResolvedSpec) -> dict[int, str]:
     follow it (its expression names the token and gives the spec's grid with it)."""
     block, grid = spec.launch.block, spec.launch.grid
     if "blockDim" not in body or "__launch_bounds__" in body or len(grid) < len(block) or len(block) > 2:
+        return {}
+    if STATIC_SHARED.search(body):
+        # a tile of fixed size in shared memory indexed by threadIdx (a tiled matmul's ``s_a[16 * 16]``): another
+        # block size reads or writes past it (illegal memory accesses that killed Kernel Tuner's context for
+        # every configuration after them, cuda_programming's tiled matrixMul on the wide sample)
         return {}
     tunables = {t.name for t in spec.tunables}
     free: dict[int, str] = {}
@@ -359,6 +378,7 @@ def main() -> None:
             row = {"file": label, "error": "timeout"}
         rows.append(row)
         print(json.dumps(row), flush=True)
+        Path(args.out).write_text(json.dumps(rows, indent=2))  # kept row by row: a stopped run keeps what it did
     Path(args.out).write_text(json.dumps(rows, indent=2))
 
 

@@ -126,3 +126,59 @@ def test_spec_tunables_are_the_space_and_2d_blocks_are_restricted(tmp_path: Path
 def test_a_file_with_several_kernels_needs_one_named() -> None:
     with pytest.raises(kt.PlanError, match="name one as FILE:KERNEL"):
         kt.plan(FIXTURES / "host_launch.cu")
+
+
+def _solutions(p: kt.KTPlan) -> list[dict[str, Any]]:
+    """The configurations python-constraint (Kernel Tuner 1.x's search-space solver) keeps with the plan's
+    restriction added as Kernel Tuner adds a ``(function, parameter names)`` restriction: a
+    ``FunctionConstraint`` over those variables, called with their values as positional arguments."""
+    from constraint import FunctionConstraint, Problem
+
+    kw = p.kt_kwargs()
+    ((function, names),) = kw["restrictions"]
+    problem = Problem()
+    for name, values in p.params.items():
+        problem.addVariable(name, list(values))
+    problem.addConstraint(FunctionConstraint(function), names)
+    return sorted(problem.getSolutions(), key=lambda c: [c[n] for n in p.params])
+
+
+@needs_nvcc
+def test_the_restriction_is_called_as_kernel_tuner_calls_it() -> None:
+    """Kernel Tuner 1.5 hands a one-parameter space's bare value to a monolithic restriction (an ``int`` where
+    ``valid`` wanted a dict: 20 of the wide sample's 50 kernels failed so); the plan gives it the positional
+    form, and the solver keeps exactly the plan's own configurations, one parameter or two."""
+    one = kt.plan(FIXTURES / "forms" / "templated.cu", "map_scaled")
+    assert _solutions(one) == one.configs() and len(one.configs()) == 6
+    two = kt.plan(ROOT / "kernels" / "transpose.cu")
+    got = _solutions(two)
+    assert got == sorted(two.configs(), key=lambda c: [c[n] for n in two.params]) and len(got) >= 20
+    assert all(32 <= c["block_size_x"] * c["block_size_y"] <= 1024 for c in got)
+
+
+@needs_nvcc
+def test_a_fixed_shared_memory_tile_keeps_the_block(tmp_path: Path) -> None:
+    """A tile of fixed size in shared memory indexed by threadIdx: another block size would index past it (on
+    the GPU, illegal accesses that killed Kernel Tuner's context for every later configuration), so the block
+    is not searched; a dynamic (``extern``) array follows the launch and leaves it free."""
+    fixed = tmp_path / "tiled.cu"
+    fixed.write_text("""// @warpforge size n = 1 << 16
+// @warpforge arg x: in float[n]
+// @warpforge arg y: out float[n]
+// @warpforge arg n = n
+// @warpforge launch grid=cdiv(n, 256), block=256
+__global__ void stage(const float* x, float* y, int n) {
+  __shared__ float tile[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  tile[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  if (i < n) y[i] = tile[blockDim.x - 1 - threadIdx.x];
+}
+""")
+    p = kt.plan(fixed, "stage")
+    assert p.free == {} and p.configs() == [p.default]
+    dynamic = tmp_path / "dynamic.cu"
+    dynamic.write_text(fixed.read_text().replace("__shared__ float tile[256];", "extern __shared__ float tile[];")
+                       .replace("block=256", "block=256, smem=256 * 4"))
+    d = kt.plan(dynamic, "stage")
+    assert d.free == {0: "256"} and len(d.configs()) == 6
