@@ -252,3 +252,50 @@ def test_a_new_helper_brings_the_file_macros_it_uses(tmp_path: Path) -> None:
     _, rc, err, _ = _compile(("helper_macro", tu, tmp_path))
     assert rc == 0, err
 
+
+
+PLATFORM_FILE = """#include <cstdio>
+#define USE_HALF 1
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#else
+#include <unistd.h>
+#endif
+#if USE_HALF && \\
+    defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+#ifdef HAVE_NCCL
+#include <nccl.h>
+#endif
+
+__global__ void halve(__half* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __hmul(x[i], __float2half(0.5f));
+}
+"""
+
+
+@needs_nvcc
+def test_includes_keep_the_conditions_they_are_under(tmp_path: Path) -> None:
+    """``#ifdef _WIN32 / #include <windows.h>`` emitted bare broke the build of two cuda-samples kernels on the
+    wide yardstick: an include inside a top-level conditional keeps its branch directives (``#else`` too), a
+    condition on the file's own macro gets that macro first (a continued condition kept whole), and a header
+    the machine lacks (``nccl.h``) under a macro nobody defines stays off; the unit builds."""
+    model = parse(PLATFORM_FILE)
+    kernel = model.kernel("halve")
+    assert kernel is not None
+    assert [i.conditional is not None for i in model.includes] == [False, True, True, True, True]
+    tu = standalone(PLATFORM_FILE, model, kernel)
+    lines = [ln for ln in tu.splitlines() if ln and not ln.startswith("#line")]
+    i_win = lines.index("#include <windows.h>")
+    assert lines[i_win - 1] == "#ifdef _WIN32" and lines[i_win + 1] == "#else" and lines[i_win + 2] == \
+        "#include <unistd.h>"
+    assert "#define WIN32_LEAN_AND_MEAN" not in tu  # only branch directives and includes of the block
+    assert lines.index("#define USE_HALF 1") < lines.index("#if USE_HALF && \\")
+    assert lines[lines.index("#if USE_HALF && \\") + 1].strip() == "defined(__CUDACC__)"
+    assert tu.count("#include <nccl.h>") == 1 and lines[lines.index("#include <nccl.h>") - 1] == "#ifdef HAVE_NCCL"
+    _, rc, err, cubin = _compile(("platform_includes", tu, tmp_path))
+    assert rc == 0, err
+    assert b"halve" in cubin

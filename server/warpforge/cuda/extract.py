@@ -102,6 +102,44 @@ def _conditional_text(src: SourceText, model: FileModel, span: Span) -> str:
     return b"".join(out).decode("utf-8", errors="replace").rstrip()
 
 
+_BRANCH = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|elifdef|elifndef|else|endif|include)\b")
+
+
+def _include_lines(src: SourceText, model: FileModel, filename: str | None) -> list[str]:
+    """The file's ``#include`` lines for an extracted unit, each under the conditions it is under in the file.
+
+    An include inside a top-level ``#if``/``#ifdef`` block is emitted with the block's branch directives
+    (``#if``/``#ifdef``/``#ifndef``/``#elif``/``#else``/``#endif``) and its includes, every other line of the
+    block blanked: ``#ifdef _WIN32 / #include <windows.h> / #endif`` stays off on Linux (emitted bare, it broke
+    the build of two cuda-samples kernels on the wide yardstick), and the declarations of the block still come
+    with the kernel's needs, in their own place.
+    """
+    out: list[str] = []
+    blocks: set[Span] = set()
+    for inc in model.includes:
+        if inc.conditional is None:
+            out.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
+            continue
+        if inc.conditional in blocks:
+            continue
+        blocks.add(inc.conditional)
+        lines = src.slice(inc.conditional).split("\n")
+        kept: list[str] = []
+        keep = False
+        for line in lines:
+            keep = bool(_BRANCH.match(line)) or (keep and bool(kept) and kept[-1].rstrip().endswith("\\"))
+            kept.append(line if keep else "")
+        # a condition on the file's own macro (``#define USE_FP16`` above ``#ifdef USE_FP16``) gets its definition
+        # first (an identical redefinition, where the kernel needs it too, is allowed)
+        named = set(_IDENT.findall("\n".join(k for k in kept if k and not k.lstrip().startswith("#include"))))
+        for d in model.declarations:
+            if (d.kind is DeclKind.MACRO and d.conditional is None and d.span.start < inc.conditional.start
+                    and named & set(d.names)):
+                out.append(_line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n")
+        out.append(_line_directive(src, inc.conditional.start, filename) + "\n".join(kept).rstrip() + "\n")
+    return out
+
+
 def _with_linkage(kernel: Kernel, text: str) -> str:
     """Keep C linkage for a kernel of an ``extern "C" { ... }`` block, whose span does not include it.
 
@@ -131,9 +169,7 @@ def standalone(
     templated kernel out of a cubin build.
     """
     src = source if isinstance(source, SourceText) else SourceText(source)
-    parts: list[str] = []
-    for inc in model.includes:
-        parts.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
+    parts: list[str] = _include_lines(src, model, filename)
     emitted_conditionals: set[Span] = set()
     for d in needed_declarations(model, kernel, instantiate if kernel.template_params and instantiate else ()):
         if d.conditional is not None:
@@ -199,9 +235,7 @@ def standalone_many(
     the first analysis of a file compiles its kernels together; later edits recompile one kernel alone.
     """
     src = source if isinstance(source, SourceText) else SourceText(source)
-    parts: list[str] = []
-    for inc in model.includes:
-        parts.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
+    parts: list[str] = _include_lines(src, model, filename)
     chosen: dict[int, Declaration] = {}
     for k in kernels:
         for d in needed_declarations(model, k, (instantiations or {}).get(k.name, ()) if k.template_params else ()):

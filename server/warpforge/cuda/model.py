@@ -151,6 +151,9 @@ class Include:
     path: str
     system: bool
     span: Span
+    #: the top-level ``#if``/``#ifdef`` block it sits in (``None``: unconditional), so an extracted unit keeps
+    #: ``#ifdef _WIN32 #include <windows.h> #endif`` conditional
+    conditional: Span | None = None
 
 
 @dataclass(frozen=True)

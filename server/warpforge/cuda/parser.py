@@ -508,7 +508,7 @@ class _Collector:
             if path is not None:
                 ptxt = node_text(path, data)
                 self.includes.append(Include(ptxt.strip('<>"'), path.type == "system_lib_string",
-                                             _span(node, base)))
+                                             _span(node, base), conditional))
             return
         if t in ("preproc_def", "preproc_function_def"):
             nm = node.child_by_field_name("name")
