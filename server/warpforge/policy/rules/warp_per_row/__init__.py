@@ -80,6 +80,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
+from ...ir.remap import NotLegal
 from .. import register
 from .._structural import MINMAX_FUNCS, envs, is_1d, launch_ok, scalar_value_expr, upper_bound
 from .._structural_rule import Launch, StructuralRule
@@ -87,7 +88,7 @@ from .._util import eval_expr, size_env
 from ..base import RuleContext
 
 # ``X as X``: names other rules (column_split, stride_reduce, atomic_aggregate) import from here, re-exported
-from .analysis import _analyse
+from .analysis import _analyse, explain
 from .analysis import _Analysis as _Analysis
 from .analysis import analysis as analysis
 from .codegen import _generate
@@ -136,12 +137,27 @@ class WarpPerRow(StructuralRule[_Shape]):
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return _analyse(ctx)
 
+    def unfit(self, ctx: RuleContext, shape: _Shape, data: bytes) -> str | None:
+        """Why a recognized row shape gets no launch at all, in words (None: ``launches`` sizes one)."""
+        if not _reduction_kinds_ok(shape):
+            return "a reduction in the row is of a kind the lanes cannot combine"
+        if self._short_rows(ctx, shape, data):
+            return ("every loop of the row runs fewer than 32 times at the spec's sizes (a short filter): most "
+                    "lanes of a warp would idle")
+        if strided_in_loop(shape, data):
+            # a strided loop over a contiguous row index is column_split's: lanes would not coalesce
+            return (f"the loop reads a column (`E * j + {shape.row.name}`): neighbouring threads already read "
+                    "neighbouring elements, so lanes along the loop would not coalesce (column_split's shape)")
+        if self._rows(ctx, shape, data) is None:
+            return ("the number of rows is unknown in spec terms: the guard's bound is not a scalar argument of "
+                    "the spec and the launch is not one-dimensional")
+        return None
+
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if not _reduction_kinds_ok(shape) or self._short_rows(ctx, shape, data) or strided_in_loop(shape, data):
-            return {}  # a strided loop over a contiguous row index is column_split's: lanes would not coalesce
-        rows = self._rows(ctx, shape, data)
-        if rows is None:
+        if self.unfit(ctx, shape, data) is not None:
             return {}
+        rows = self._rows(ctx, shape, data)
+        assert rows is not None
         rows_expr, exact = rows
         yz = tuple(ctx.grid[1:]) if shape.uses_yz else ()
         few = self._few_rows(ctx, rows_expr)
@@ -251,4 +267,25 @@ class WarpPerRow(StructuralRule[_Shape]):
         return f"one {threads}-thread block per row, threads stride the row{red} and shared memory{staged}"
 
 
-register(WarpPerRow())
+RULE = WarpPerRow()
+register(RULE)
+
+
+def why_not(ctx: RuleContext) -> NotLegal | None:
+    """Why warp_per_row proposes nothing for the candidate (None when it proposes a variant): the "why not"
+    hint's words, at the blocking line of the candidate's text where one is known (0: the kernel as a whole).
+
+    The same checks as the rule's own: the row shape (``analysis.explain``), then whether any launch is sized
+    (``WarpPerRow.unfit``) and fits the spec at every size it gives."""
+    got = explain(ctx)
+    if isinstance(got, NotLegal):
+        return got
+    a, shape = got
+    line = shape.loops[0].node.start_point[0] + 1 if shape.loops else 0
+    reason = RULE.unfit(ctx, shape, a.data)
+    if reason is not None:
+        return NotLegal(reason, line)
+    if not RULE.launches(ctx, shape, a.data):
+        return NotLegal("a row per warp (or per block) does not fit the spec's launch limits at every size it "
+                        "gives (grid or block out of range, or long-row variants need known long loops)", line)
+    return None

@@ -18,6 +18,7 @@ import re
 from tree_sitter import Node
 
 from ....cuda.tree import node_text, walk
+from ...ir.remap import NotLegal
 from .._structural import (
     all_names,
     call_names,
@@ -53,7 +54,7 @@ from .reading import (
     _yz,
     atomic_target,
 )
-from .shape import ELEM_BYTES, PREFIX, _Cache, _Reject, _Shape
+from .shape import ELEM_BYTES, PREFIX, _Cache, _code, _Reject, _Shape
 
 
 class _Analysis(_LoopReader):
@@ -74,8 +75,14 @@ class _Analysis(_LoopReader):
                 if s.type != "if_statement":
                     continue
                 cond = condition_of(s)
-                if cond is None or s.child_by_field_name("alternative") is not None or _varying(cond, data):
-                    raise _Reject
+                if cond is None:
+                    raise _Reject(f"the `if` after the row index `{d.name}` has no condition this rule reads", s)
+                if s.child_by_field_name("alternative") is not None:
+                    raise _Reject(f"the guard on the row index `{d.name}` has an `else` branch: only "
+                                  f"`if ({d.name} >= n) return;` or `if ({d.name} < n) {{ ... }}` is followed", s)
+                if _varying(cond, data):
+                    raise _Reject(f"the guard {_code(cond, data)} tests a thread coordinate besides the row index "
+                                  f"`{d.name}`: the 32 lanes of a row's warp would disagree on it", s)
                 if is_return_only(s.child_by_field_name("consequence")):
                     down, others = _split_guard(cond, data, d.name, "||", failing_bound)
                     shape = _Shape(d, sts[:at], sts[at + 1 : j], s, True, down, sts[j + 1 :], [])
@@ -84,7 +91,9 @@ class _Analysis(_LoopReader):
                     shape = _Shape(d, sts[:at], sts[at + 1 : j], s, False, up,
                                    statements(s.child_by_field_name("consequence")), [])
                 else:
-                    raise _Reject
+                    raise _Reject(f"the first `if` after the row index `{d.name}` neither returns "
+                                  f"(`if ({d.name} >= n) return;`) nor encloses the rest of the kernel: "
+                                  "which rows exist is unclear", s)
                 shape.others = others
                 shape.flat = flat
                 # a flattened 2-D index reads blockIdx.y only to rebuild the row: on a 1-D grid it is 0
@@ -92,31 +101,51 @@ class _Analysis(_LoopReader):
                 shape.uses_yz = any(_yz(n, data) for n in walk(self.body, ("field_expression",))
                                     if n.id not in inside)
                 return shape
-            raise _Reject
-        raise _Reject
+            raise _Reject(f"no guard on the row index `{d.name}` (`if ({d.name} < n) {{ ... }}` or "
+                          f"`if ({d.name} >= n) return;`): the rows' count is unknown", d.node)
+        raise _Reject("no row index `row = blockIdx.x * blockDim.x + threadIdx.x` (one thread per row) "
+                      "declared at the top of the kernel")
 
     # ------------------------------------------------------------------ checks
     def check(self, shape: _Shape) -> None:
         data = self.data
         if any(n.startswith(PREFIX) for n in all_names(self.body, data)):
-            raise _Reject
-        if any(n.type == "__shared__" for n in walk(self.body)) \
-                or any(is_collective(c) and c not in ATOMICS for c in call_names(self.body, data)):
-            raise _Reject  # atomics are checked where they are used (result unused, target never read)
-        if declared_names(self.body, data) & self.params:
-            raise _Reject  # shadowing
+            raise _Reject(f"the kernel already has names starting with `{PREFIX}`: warp_per_row rewrote it already")
+        shared = next((n for n in walk(self.body) if n.type == "__shared__"), None)
+        if shared is not None:
+            raise _Reject("the kernel has shared memory of its own: its threads already cooperate, and a warp "
+                          "per row would change which threads share it", shared)
+        collective = next((n for n in walk(self.body, ("call_expression",)) if (fn := n.child_by_field_name(
+            "function")) is not None and is_collective(node_text(fn, data)) and node_text(fn, data) not in ATOMICS),
+            None)
+        if collective is not None or any(is_collective(c) and c not in ATOMICS for c in call_names(self.body, data)):
+            # atomics are checked where they are used (result unused, target never read)
+            raise _Reject(f"the kernel calls {_code(collective, data) if collective is not None else 'a collective'}"
+                          ": its threads already synchronize or exchange data, which a warp per row would change",
+                          collective)
+        shadows = declared_names(self.body, data) & self.params
+        if shadows:
+            raise _Reject(f"a local `{sorted(shadows)[0]}` shadows the kernel parameter of the same name: the "
+                          "rewrite must know what every name means")
         row = shape.row.name
         if row in {w for st in shape.rest for w in written_names(st, data)}:
-            raise _Reject
+            raise _Reject(f"the row index `{row}` is reassigned in the row's work: a warp's lanes must keep "
+                          "one row", next((st for st in shape.rest if row in written_names(st, data)), None))
         top = shape.prefix + shape.between + shape.rest
         for st in top:
-            if has_jump(st, loops_ok=False) or _varying(st, data):
-                raise _Reject
+            if has_jump(st, loops_ok=False):
+                raise _Reject(f"{_code(st, data)} leaves the row early (return, break or goto): the 32 lanes "
+                              "of a row's warp must run its work together (the shuffles need every lane)", st)
+            if _varying(st, data):
+                raise _Reject(f"{_code(st, data)} uses a thread coordinate besides the row index `{row}`: after "
+                              "the re-mapping a thread is a lane of a row, not a row", st)
         for st in shape.prefix + shape.between:
             if st.type != "declaration":
-                raise _Reject
+                raise _Reject(f"{_code(st, data)} runs before the guard on the row index `{row}`: only "
+                              "declarations may stand there", st)
         if row in {i for st in shape.prefix for i in _ids(st, data)}:
-            raise _Reject
+            raise _Reject(f"a declaration before the row index uses the name `{row}`",
+                          next((st for st in shape.prefix if row in _ids(st, data)), None))
         # pass 1: pointer aliases and scalars declared at the top level, and which roots are written (anywhere)
         for st in top:
             if st.type == "declaration":
@@ -138,18 +167,32 @@ class _Analysis(_LoopReader):
                 if parts is not None:
                     base = unparen(parts[0])
                     if base.type != "identifier" or node_text(base, data) not in self.root:
-                        raise _Reject
+                        raise _Reject(f"{_code(n, data)} writes through {_code(base, data)}, which this rule "
+                                      "cannot trace to a kernel parameter (a pointer view `p + offset` is)", n)
                     self.written_roots.add(self.root[node_text(base, data)])
                 elif target is not None and unparen(target).type != "identifier":
-                    raise _Reject  # *p = ..., s.f = ...: not something this rule follows
+                    # *p = ..., s.f = ...: not something this rule follows
+                    raise _Reject(f"{_code(n, data)} writes through a pointer or a member: only element "
+                                  "writes `p[i] = ...` and local variables are followed", n)
         for n in walk(self.body, ("call_expression",)):
             at = atomic_target(n, data)
             if at is not None and n.id not in store_targets:
                 if at[0] not in self.root:
-                    raise _Reject
+                    raise _Reject(f"{_code(n, data)} updates `{at[0]}` atomically, which this rule cannot "
+                                  "trace to a kernel parameter", n)
                 self.atomic_roots.add(self.root[at[0]])
-        if self.scalar_roots & self.written_roots or self.atomic_roots & (self.written_roots | self.scalar_roots):
-            raise _Reject  # one array updated in two ways
+        twice = self.scalar_roots & self.written_roots
+        if twice:
+            # one array updated in two ways
+            name = sorted(twice)[0]
+            raise _Reject(f"`{name}` is stored per row at the top level and also written inside a loop (an "
+                          "accumulation through global memory such as `y[i] = 0; for (...) y[i] += ...;`): the "
+                          "lanes of a warp would race on that element; accumulate in a local variable instead",
+                          self._writes_in_loop(name))
+        atomic = self.atomic_roots & (self.written_roots | self.scalar_roots)
+        if atomic:
+            raise _Reject(f"`{sorted(atomic)[0]}` is updated both atomically and by plain stores: the plain "
+                          "stores of a warp's lanes would race with the atomics")
         self._scalar_roots_unread(store_targets)
         assigned = written_names(self.body, data)
         declared = [single_decl(n, data) for n in walk(self.body, ("declaration",))]
@@ -169,13 +212,33 @@ class _Analysis(_LoopReader):
             elif st.type in ("declaration", "expression_statement", "if_statement"):
                 self._top_level(st)
             else:
-                raise _Reject
+                raise _Reject(f"{_code(st, data)} in the row's work: only `for` loops, declarations, "
+                              "assignments and `if`s are followed there (a `while` or `do` loop is not split)", st)
         if not shape.loops:
-            raise _Reject
-        if self.outer_indexed & self.read_roots:
+            raise _Reject(f"the row's work has no `for` loop to split over the lanes of a warp (one row per "
+                          f"thread, `{row}`, with nothing serial to spread)", shape.guard)
+        back = self.outer_indexed & self.read_roots
+        if back:
             # an element written in one outer iteration might be read in another, by another lane
-            raise _Reject
+            raise _Reject(f"`{sorted(back)[0]}` is written inside an outer loop and read back: in a later "
+                          "iteration a lane could read an element another lane wrote")
         shape.cache = self._row_cache(shape)
+
+    def _writes_in_loop(self, root: str) -> Node | None:
+        """The first element write to ``root`` (through any of its views) inside a loop: where a decline
+        about it points."""
+        data = self.data
+        for n in walk(self.body, ("assignment_expression", "update_expression")):
+            target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+            parts = subscript_parts(target, data) if target is not None else None
+            base = unparen(parts[0]) if parts is not None else None
+            if base is not None and self.root.get(node_text(base, data)) == root:
+                p = n.parent
+                while p is not None and p.type not in ("for_statement", "while_statement", "do_statement"):
+                    p = p.parent
+                if p is not None:
+                    return n
+        return None
 
     def _row_cache(self, shape: _Shape) -> list[_Cache]:
         """Rows of read-only arrays that several passes read whole: ``p[E + j]`` for ``j`` over ``[0, L)``
@@ -241,23 +304,29 @@ class _Analysis(_LoopReader):
         values every lane has alike, and its body holds what a row's top level may hold (no stores)."""
         body = st.child_by_field_name("body")
         if body is None:
-            raise _Reject
+            raise _Reject("a `for` loop without a body", st)
         if not any(n.type in ("for_statement", "while_statement", "do_statement") for n in walk(body)):
             shape.loops.append(self._loop(st))
             return
-        if depth >= 2 or has_jump(body, loops_ok=False):
-            raise _Reject
+        if depth >= 2:
+            raise _Reject("loops nested three deep in the row: only the innermost loop is split over lanes, "
+                          "inside at most two loops every lane runs whole", st)
+        if has_jump(body, loops_ok=False):
+            raise _Reject(f"the outer loop {_code(st, self.data, 40)} can be left early (return, break or "
+                          "goto): every lane must run it whole", st)
         fp = for_parts(st, self.data)
         if fp is None:
-            raise _Reject
+            raise _Reject(f"the outer loop {_code(st, self.data, 40)} is not of the form "
+                          "`for (int i = a; i < b; i++)`", st)
         d = fp.var
         for part in (d.node, fp.cond, fp.update):
             if _varying(part, self.data):
-                raise _Reject
+                raise _Reject(f"the outer loop's header {_code(part, self.data)} uses a thread coordinate: "
+                              "every lane must run the same iterations", st)
             for n in walk(part, ("subscript_expression",)):
                 self._top_read(n)
         if written_names(body, self.data) & {d.name}:
-            raise _Reject
+            raise _Reject(f"the outer loop's variable `{d.name}` is assigned in its body", st)
         self.outer_vars.add(d.name)
         for s2 in statements(body):
             if s2.type == "for_statement":
@@ -268,7 +337,8 @@ class _Analysis(_LoopReader):
             elif s2.type in ("expression_statement", "if_statement"):
                 self._top_level(s2)
             else:
-                raise _Reject
+                raise _Reject(f"{_code(s2, self.data)} inside an outer loop: only loops, declarations, "
+                              "assignments and `if`s are followed there", s2)
         shape.outer.add(st.id)
 
     def _scalar_store(self, st: Node) -> str | None:
@@ -305,7 +375,9 @@ class _Analysis(_LoopReader):
             while p is not None and p.type in ("parenthesized_expression", "pointer_expression", "argument_list"):
                 p = p.parent
             if p is None or p.id not in stores:
-                raise _Reject
+                raise _Reject(f"`{root}` is stored once per row (`{root}[row] = ...` at the top level, done by "
+                              f"one lane) but {_code(n, data)} also reads or writes it: the other lanes would "
+                              "not see that store", n)
 
     def _store(self, st: Node) -> None:
         """``p[E] op= v;`` at the top level: E and v follow the rules of top-level reads."""
@@ -322,13 +394,15 @@ class _Analysis(_LoopReader):
             checked = [parts[1], right]
         for part in checked:
             if _varying(part, data):
-                raise _Reject
+                raise _Reject(f"the per-row store {_code(st, data)} uses a thread coordinate besides the row "
+                              "index", st)
             for n in walk(part):
                 if n.type == "subscript_expression":
                     self._top_read(n)
                 elif n.type in ("assignment_expression", "update_expression", "for_statement") or (
                         n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
-                    raise _Reject
+                    raise _Reject(f"the per-row store {_code(st, data)} assigns or dereferences a pointer "
+                                  "inside: one lane stores it, so it must be a plain value", st)
 
     def _declare(self, st: Node) -> None:
         data = self.data
@@ -339,7 +413,7 @@ class _Analysis(_LoopReader):
             for dn in st.children_by_field_name("declarator"):
                 inner = dn.child_by_field_name("declarator") if dn.type == "init_declarator" else dn
                 if tnode is None or inner is None or inner.type != "identifier":
-                    raise _Reject
+                    raise _Reject(f"{_code(st, data)} declares several names, not all plain scalars", st)
                 self.scalars[node_text(inner, data)] = node_text(tnode, data)
             return
         if d.pointer:
@@ -349,10 +423,12 @@ class _Analysis(_LoopReader):
                 op = v.child_by_field_name("operator")
                 base = v.child_by_field_name("left")
                 if op is None or node_text(op, data) != "+" or base is None:
-                    raise _Reject
+                    raise _Reject(f"the pointer {_code(st, data)} is not a view `p + offset` of a kernel "
+                                  "parameter: which array it reads is unknown", st)
                 base = unparen(base)
             if base is None or base.type != "identifier" or node_text(base, data) not in self.root:
-                raise _Reject
+                raise _Reject(f"the pointer {_code(st, data)} is not a view `p + offset` of a kernel "
+                              "parameter: which array it reads is unknown", st)
             self.root[d.name] = self.root[node_text(base, data)]
         else:
             self.scalars[d.name] = d.type
@@ -363,16 +439,21 @@ class _Analysis(_LoopReader):
         if st.type == "expression_statement":
             e = st.named_children[0] if st.named_child_count == 1 else None
             if e is None or e.type not in ("assignment_expression", "update_expression"):
-                raise _Reject
+                raise _Reject(f"{_code(st, data)} outside the row's loops is not an assignment: every lane of "
+                              "the warp would run it (a call with effects, once per lane)", st)
             target = e.child_by_field_name("left" if e.type == "assignment_expression" else "argument")
             if target is None or unparen(target).type != "identifier":
-                raise _Reject
+                raise _Reject(f"{_code(st, data)} outside the row's loops writes memory: every lane of the warp "
+                              "would; only per-row stores `p[row] = v;` are done by one lane", st)
         for n in walk(st):
             if n.type == "subscript_expression":
                 self._top_read(n)
-            elif n.type == "for_statement" or (
-                    n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):
-                raise _Reject
+            elif n.type == "for_statement":
+                raise _Reject(f"a loop inside {_code(st, data, 40)}: only `for` loops standing directly in the "
+                              "row's work (or in an outer loop) are split over lanes", n)
+            elif n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*"):
+                raise _Reject(f"{_code(n, data)} dereferences a pointer outside the row's loops: only `p[i]` "
+                              "reads of arrays the kernel never writes are followed there", n)
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
@@ -380,15 +461,22 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     return (got[1], got[0].data) if got is not None else None
 
 
-def analysis(ctx: RuleContext) -> tuple[_Analysis, _Shape] | None:
-    """The analysis of the candidate's kernel and the row shape it found (column_split reads both), or None."""
+def explain(ctx: RuleContext) -> tuple[_Analysis, _Shape] | NotLegal:
+    """The analysis of the candidate's kernel and the row shape it found, or why it is not one (in words, at
+    the blocking line of the candidate's text where one is known)."""
     got = kernel_body(ctx)
     if ctx.cand_kernel is None or got is None:
-        return None
+        return NotLegal("the kernel does not parse")
     a = _Analysis(ctx, *got)
     try:
         shape = a.find()
         a.check(shape)
-    except _Reject:
-        return None
+    except _Reject as e:
+        return NotLegal(e.reason, e.line)
     return a, shape
+
+
+def analysis(ctx: RuleContext) -> tuple[_Analysis, _Shape] | None:
+    """The analysis of the candidate's kernel and the row shape it found (column_split reads both), or None."""
+    got = explain(ctx)
+    return None if isinstance(got, NotLegal) else got

@@ -127,7 +127,7 @@ def _split_guard(cond: Node, data: bytes, row: str, op: str,
         if o is not None and node_text(o, data) == op:
             left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
             if left is None or right is None:
-                raise _Reject
+                raise _Reject(f"the guard's `{op}` has a side this rule cannot read", n)
             stack.extend((unparen(right), unparen(left)))
         else:
             terms.append(n)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from ....cuda.tree import node_text
 from .._structural import Bound, Decl
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -40,7 +41,23 @@ _FULL = "0xffffffffu"
 
 
 class _Reject(Exception):
-    """The kernel is not of the recognized shape (internal control flow of the analysis)."""
+    """Why the kernel is not a row loop this rule can split over lanes, in a CUDA developer's words, and the
+    1-based line of the candidate's text that blocks it (0: the kernel as a whole).
+
+    Raised by the analysis' checks and caught once (``analysis.explain``): ``why_not`` returns it as a
+    ``NotLegal`` for the "why not" hint, and the wide yardstick's funnel records the message as the exception
+    is constructed (its first argument)."""
+
+    def __init__(self, reason: str, at: Node | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.line = at.start_point[0] + 1 if at is not None else 0
+
+
+def _code(node: Node, data: bytes, limit: int = 60) -> str:
+    """A node's text on one line, shortened, in backticks: how a decline quotes the code it stops at."""
+    t = " ".join(node_text(node, data).split())
+    return f"`{t if len(t) <= limit else t[:limit - 1] + '…'}`"
 
 
 @dataclass
