@@ -141,14 +141,20 @@ def test_other_near_misses_say_what_the_loop_does(work: str, words: str) -> None
     assert words in got.reason
 
 
-def test_the_wide_funnel_records_the_same_words() -> None:
+@pytest.mark.parametrize(("work", "cols", "words"), [
+    ("""\
+        y[i] = 0.0f;
+        for (int j = 0; j < m; j++)
+            y[i] += A[i * m + j] * x[j];""", 500, "accumulation through global memory"),
+    (ACCEPTED.replace("j < m", "j < 9"), 9, "fewer than 32 times"),  # recognized, but no launch is sized
+])
+def test_the_wide_funnel_records_the_same_words(work: str, cols: int, words: str) -> None:
     sys.path.insert(0, str(ROOT))
     from benchmarks.wide.stages import REJECTIONS, _decline_reason
 
     REJECTIONS.patch()
-    ctx = _context("""\
-        y[i] = 0.0f;
-        for (int j = 0; j < m; j++)
-            y[i] += A[i * m + j] * x[j];""")
+    ctx = _context(work, cols=cols)
     reason = _decline_reason(REGISTRY["warp_per_row"], ctx)
-    assert "accumulation through global memory" in reason
+    assert words in reason
+    got = why_not(ctx)
+    assert got is not None and got.reason == reason

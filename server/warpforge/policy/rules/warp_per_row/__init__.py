@@ -135,7 +135,14 @@ class WarpPerRow(StructuralRule[_Shape]):
         return f"({ctx.grid[0]}) * ({ctx.block[0]})", False
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-        return _analyse(ctx)
+        got = _analyse(ctx)
+        reason = self.unfit(ctx, *got) if got is not None else None
+        if reason is not None:
+            try:  # a shape no launch is sized for is a decline too: raising records its words (see _Reject)
+                raise _Reject(reason, got[0].loops[0].node if got is not None and got[0].loops else None)
+            except _Reject:
+                return None
+        return got
 
     def unfit(self, ctx: RuleContext, shape: _Shape, data: bytes) -> str | None:
         """Why a recognized row shape gets no launch at all, in words (None: ``launches`` sizes one)."""
