@@ -131,6 +131,12 @@ def test_short_rows_decline_after_the_shape_is_recognized() -> None:
             if (A[i * m + j] > 0.0f) c++;
         y[i] = c;""", "counts something declared outside the loop"),
     ("""\
+        int k = blockIdx.y * blockDim.y + threadIdx.y;
+        float s = 0.0f;
+        for (int j = 0; j < m; j++)
+            s += A[i * m + j] * x[j];
+        y[i * m + k] = s;""", "a second thread index besides the row index `i` (a 2-D thread mapping)"),
+    ("""\
         float s = 0.0f;
         int j = 0;
         while (j < m) { s += A[i * m + j]; j++; }

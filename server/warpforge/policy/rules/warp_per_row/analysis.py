@@ -136,6 +136,10 @@ class _Analysis(_LoopReader):
             if has_jump(st, loops_ok=False):
                 raise _Reject(f"{_code(st, data)} leaves the row early (return, break or goto): the 32 lanes "
                               "of a row's warp must run its work together (the shuffles need every lane)", st)
+            if _varying(st, data) and st.type == "declaration":
+                raise _Reject(f"{_code(st, data)} is a second thread index besides the row index `{row}` (a 2-D "
+                              "thread mapping): only one thread per row along x is re-mapped to a warp (a batch "
+                              "may index blockIdx.y/z)", st)
             if _varying(st, data):
                 raise _Reject(f"{_code(st, data)} uses a thread coordinate besides the row index `{row}`: after "
                               "the re-mapping a thread is a lane of a row, not a row", st)
