@@ -153,7 +153,8 @@ class WarpPerRow(StructuralRule[_Shape]):
                     "lanes of a warp would idle")
         if strided_in_loop(shape, data):
             # a strided loop over a contiguous row index is column_split's: lanes would not coalesce
-            return (f"the loop reads a column (`E * j + {shape.row.name}`): neighbouring threads already read "
+            j = shape.loops[0].var if shape.loops else "j"
+            return (f"the loop reads a column (`E * {j} + {shape.row.name}`): neighbouring threads already read "
                     "neighbouring elements, so lanes along the loop would not coalesce (column_split's shape)")
         if self._rows(ctx, shape, data) is None:
             return ("the number of rows is unknown in spec terms: the guard's bound is not a scalar argument of "

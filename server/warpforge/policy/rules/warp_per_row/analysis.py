@@ -197,7 +197,7 @@ class _Analysis(_LoopReader):
         if atomic:
             raise _Reject(f"`{sorted(atomic)[0]}` is updated both atomically and by plain stores: the plain "
                           "stores of a warp's lanes would race with the atomics")
-        self._scalar_roots_unread(store_targets)
+        self._scalar_roots_unread(store_targets, row)
         assigned = written_names(self.body, data)
         declared = [single_decl(n, data) for n in walk(self.body, ("declaration",))]
         for st in top:
@@ -365,7 +365,7 @@ class _Analysis(_LoopReader):
             return None
         return self.root[node_text(base, data)]
 
-    def _scalar_roots_unread(self, stores: set[int]) -> None:
+    def _scalar_roots_unread(self, stores: set[int], row: str) -> None:
         """A per-row scalar is stored by one lane: its array may appear only as the target of those stores
         (no lane reads it back, no loop writes it)."""
         data = self.data
@@ -379,7 +379,7 @@ class _Analysis(_LoopReader):
             while p is not None and p.type in ("parenthesized_expression", "pointer_expression", "argument_list"):
                 p = p.parent
             if p is None or p.id not in stores:
-                raise _Reject(f"`{root}` is stored once per row (`{root}[row] = ...` at the top level, done by "
+                raise _Reject(f"`{root}` is stored once per row (`{root}[{row}] = ...` at the top level, done by "
                               f"one lane) but {_code(n, data)} also reads or writes it: the other lanes would "
                               "not see that store", n)
 
