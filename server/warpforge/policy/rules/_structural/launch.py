@@ -1,0 +1,183 @@
+"""The spec side of a structural rewrite: types as instantiated, the candidate's body replaced, size
+environments, whether a launch fits at every size of the spec, bounds written in spec terms.
+
+Why a module of its own: a rule proposes a variant only when its launch evaluates to a legal grid and
+block at the spec's size and its perturbed size; that judgement is the same for every rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tree_sitter import Node
+
+from ....cuda.model import Kernel
+from ....cuda.rewrite import apply_edits, replace_body
+from ....cuda.tree import node_text, walk
+from ....cuda.tree import unparen as unparen  # re-exported: the rules import it from here
+from ....cuda.tree import written_names as written_names  # likewise
+from ....spec.expr import Number
+from .._util import eval_expr, kernel_body, size_env, strip_parens
+from ..base import RuleContext
+from .loops import Bound
+from .mapping import Grid2D
+from .syntax import all_names, declared_names, has_collective, render
+
+
+def resolved_type(ctx: RuleContext, type_text: str) -> str:
+    """A type as the kernel is instantiated: a template type parameter becomes the spec's argument for it
+    (``T`` -> ``float``), anything else is returned as written. Rules that accumulate in a type (a
+    shuffle moves only some) must judge the instantiated type, not the parameter's name."""
+    k = ctx.cand_kernel
+    t = " ".join(type_text.replace("const ", "").split())
+    if k is None or not k.template_params:
+        return t
+    for p, a in zip(k.template_params, ctx.spec.template_args, strict=False):
+        if p.kind == "type" and p.name == t:
+            return " ".join(a.split())
+    return t
+
+
+def with_body(ctx: RuleContext, body: str) -> str | None:
+    """The candidate's definition with its body replaced (signature, qualifiers and linkage kept)."""
+    k = ctx.cand_kernel
+    if k is None:
+        return None
+    return apply_edits(ctx.cand_src, [replace_body(ctx.cand_src, k, body)])
+
+
+def fresh_body(ctx: RuleContext, prefix: str, *, collectives_ok: bool = False) -> tuple[Kernel, Node, bytes] | None:
+    """The candidate's kernel, body and bytes when a rule that moves code around may rewrite it.
+
+    Not when it is a template, already holds names with the rule's ``prefix`` (rewritten already, or names
+    ours would clash with), synchronizes (collectives; ``collectives_ok`` for a rule that analyses its
+    atomics itself), has shared memory of its own, or declares a local that shadows a parameter: the
+    rewrite moves code around and must know what every name means.
+    """
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None or k.template_params:
+        return None
+    body, data = got
+    if any(n.startswith(prefix) for n in all_names(body, data)) \
+            or (not collectives_ok and has_collective(body, data)) or any(n.type == "__shared__" for n in walk(body)):
+        return None
+    if declared_names(body, data) & {p.name for p in k.params}:
+        return None
+    return k, body, data
+
+
+def envs(ctx: RuleContext) -> list[dict[str, Number]] | None:
+    """The spec's size environments (spec size and perturbed size) with the candidate's defines."""
+    try:
+        return [size_env(ctx, False), size_env(ctx, True)]
+    except ValueError:
+        return None
+
+
+def launch_ok(ctx: RuleContext, grid: tuple[str, ...], block: tuple[str, ...]) -> bool:
+    """Whether a launch evaluates to positive integers (block within limits) at both sizes."""
+    es = envs(ctx)
+    if es is None:
+        return False
+    for env in es:
+        threads = 1
+        for e in grid:
+            v = eval_expr(e, env)
+            if not isinstance(v, int) or v < 1 or v > 2**31 - 1:
+                return False
+        for e in block:
+            v = eval_expr(e, env)
+            if not isinstance(v, int) or v < 1:
+                return False
+            threads *= v
+        if threads > 1024:
+            return False
+    return True
+
+
+def dims_values(ctx: RuleContext, exprs: tuple[str, ...]) -> list[tuple[int, ...]] | None:
+    """Launch expressions evaluated at both sizes, padded to three dimensions."""
+    es = envs(ctx)
+    if es is None:
+        return None
+    out: list[tuple[int, ...]] = []
+    for env in es:
+        vals: list[int] = []
+        for e in exprs:
+            v = eval_expr(e, env)
+            if not isinstance(v, int):
+                return None
+            vals.append(v)
+        while len(vals) < 3:
+            vals.append(1)
+        out.append(tuple(vals))
+    return out
+
+
+def is_1d(ctx: RuleContext, exprs: tuple[str, ...]) -> bool:
+    vals = dims_values(ctx, exprs)
+    return vals is not None and all(v[1] == 1 and v[2] == 1 for v in vals)
+
+
+def scalar_value_expr(ctx: RuleContext, node: Node, data: bytes,
+                      defs: Mapping[str, Node] | None = None) -> str | None:
+    """The spec expression of a kernel-side bound: a scalar parameter (its ``arg NAME = EXPR``), a literal,
+    or a macro-free arithmetic of those; None when it cannot be expressed in spec terms.
+
+    ``defs``: locals the caller knows are defined once from such values and never reassigned (``int hw = H *
+    W;``), name -> the defining expression, substituted (a bound written through a local is still known)."""
+    k = ctx.cand_kernel
+    if k is None:
+        return None
+    params = {p.name for p in k.params if not p.is_pointer}
+    seen: set[str] = set()
+
+    def rep(n: Node) -> str | None:
+        if n.type == "identifier":
+            name = node_text(n, data)
+            a = ctx.spec.arg(name)
+            if name in params and a is not None and not a.is_buffer and a.value is not None:
+                return f"({a.value})"
+            if defs is not None and name in defs and name not in seen and name not in params:
+                seen.add(name)  # a definition reached again through itself is a cycle: poison it
+                sub = render(defs[name], data, rep)
+                seen.discard(name)
+                return f"({sub})"
+            return "\x00"  # unknown name: poison
+        return None
+
+    out = render(node, data, rep)
+    if "\x00" in out:
+        return None
+    out = strip_parens(out)
+    es = envs(ctx)
+    if es is None or any(not isinstance(eval_expr(out, env), int) for env in es):
+        return None
+    return out
+
+
+def extents_2d(ctx: RuleContext, g: Grid2D, data: bytes) -> tuple[str, str] | None:
+    """How many columns and rows a 2D one-thread-per-output kernel covers, in spec terms: what a 2D rule's
+    new grid is sized from. None when the launch is not 2D (a z extent) or an extent cannot be said."""
+    if not is_2d_launch(ctx):
+        return None
+    nx = extent_expr(ctx, g.x_bound, data, 0)
+    ny = extent_expr(ctx, g.y_bound, data, 1)
+    return (nx, ny) if nx is not None and ny is not None else None
+
+
+def extent_expr(ctx: RuleContext, b: Bound, data: bytes, axis: int) -> str | None:
+    """How many indices a bound admits, in spec terms; else what the original launch covered on ``axis``."""
+    lim = scalar_value_expr(ctx, b.limit, data)
+    if lim is not None:
+        return f"{lim} + 1" if b.inclusive else lim
+    if len(ctx.grid) > axis and len(ctx.block) > axis:
+        return f"({ctx.grid[axis]}) * ({ctx.block[axis]})"
+    return None
+
+
+def is_2d_launch(ctx: RuleContext) -> bool:
+    g = dims_values(ctx, ctx.grid)
+    b = dims_values(ctx, ctx.block)
+    return g is not None and b is not None and all(v[2] == 1 for v in g + b)
