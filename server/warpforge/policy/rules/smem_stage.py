@@ -1,0 +1,227 @@
+"""smem_stage: stage the footprint a block's threads share in shared memory, by k-tiles with barriers.
+
+The staging remap of the kernel IR (issue 27, item 4): whether it applies is decided by
+``policy.ir.stage.plan_stage`` on the ``Summary`` of the candidate, so every spelling the IR lowers reads the
+same — a naive GEMM with no bound written (the launch covers the matrix exactly) or with a guard / an early
+exit, a ``C[i*NJ+j] += alpha*A[..]*B[..]`` global accumulator the IR keeps in a register, alpha/beta scaling
+around the loop, a loop variable declared before the ``for``, rows from y or from x, ``A·Aᵀ`` (syrk: two
+reads of one matrix along different axes).
+
+Why it helps: with one output per thread, the threads of a block that share a row read the same ``A[i, k]``
+and those that share a column the same ``B[k, j]``: each element is fetched ``blockDim`` times. Here the
+block loads a ``blockDim.a × KT`` tile of each such read once per ``KT`` values of k (cooperatively, along
+the read's contiguous dimension), synchronizes, and every thread runs its ``KT`` iterations from shared
+memory. Tiles are padded by one element per row, so threads that read a tile column (rows from x) hit
+distinct banks.
+
+The rewrite (legality and bounds: see ``policy.ir.stage``): right after the body's top-level declarations,
+every thread computes ``wfs_sum`` — the loop's sum over k, its staged reads replaced by tile reads —
+and the loop becomes one update ``acc += wfs_sum`` (``C[idx] += wfs_sum`` for a global accumulator). The
+launch is unchanged. Variants: ``k32`` and ``k16`` (the k-tile width).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...spec.model import Role
+from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.remap import NotLegal
+from ..ir.stage import StagePlan, footprint, plan_stage
+from ..ir.summary import summarize
+from . import register
+from ._structural import dims_values, envs
+from ._structural_rule import Launch, StructuralRule, fitting
+from ._util import eval_expr, expr_names
+from .base import RuleContext
+
+PREFIX = "wfs_"
+#: param -> the k-tile width
+VARIANTS = {"k32": 32, "k16": 16}
+#: bytes of static shared memory the tiles may take (48 KiB is the static limit)
+_SMEM_LIMIT = 48 * 1024
+_BYTES = {"double": 8, "long": 8, "long long": 8, "int64_t": 8, "uint64_t": 8, "size_t": 8, "__half": 2,
+          "half": 2, "__nv_bfloat16": 2, "short": 2, "char": 1, "unsigned char": 1}
+
+
+class _Declined(Exception):
+    """Why the rule declines on a candidate, in words (the wide yardstick's funnel records the message)."""
+
+
+@dataclass(frozen=True)
+class _Shape:
+    kernel: Kernel
+    plan: StagePlan
+    #: threads per block along x and y (the same at every size of the spec)
+    block: tuple[int, int]
+    #: staged parameter -> its buffer length in the kernel's terms (only where the kernel guards its threads)
+    lengths: dict[str, str]
+
+
+def _length(ctx: RuleContext, param: str) -> str | None:
+    """The length of ``param``'s buffer as an expression of the kernel's parameters (or a number), from the
+    spec: its sizes are replaced by the scalar argument that carries them, or by their value where it is the
+    same at every size."""
+    arg = next((a for a in ctx.spec.args if a.name == param and a.role is not Role.SCALAR), None)
+    if arg is None or arg.count is None:
+        return None
+    names = expr_names(arg.count)
+    es = envs(ctx)
+    if names is None or es is None:
+        return None
+    carriers = {a.value.strip(): a.name for a in ctx.spec.args
+                if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())}
+    subst: dict[str, str] = {}
+    for n in names:
+        if n in carriers:
+            subst[n] = carriers[n]
+            continue
+        vals = {eval_expr(n, env) for env in es}
+        if len(vals) != 1 or not isinstance(next(iter(vals)), int):
+            return None
+        subst[n] = str(next(iter(vals)))
+    return "(" + re.sub(r"[A-Za-z_]\w*", lambda m: f"({subst.get(m.group(0), m.group(0))})", arg.count) + ")"
+
+
+def analysis(ctx: RuleContext) -> _Shape | NotLegal:
+    """The candidate's staging plan and the block it runs in, or why there is none."""
+    if ctx.cand_kernel is None:
+        return NotLegal("the candidate does not parse")
+    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
+    if k is None:
+        return NotLegal("the kernel's body does not parse")
+    if PREFIX in k.text:
+        return NotLegal("already staged in shared memory")
+    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    plan = plan_stage(k, summarize(k, targs), targs)
+    if isinstance(plan, NotLegal):
+        return plan
+    blocks = dims_values(ctx, ctx.block)
+    if blocks is None:
+        return NotLegal("the launch's block does not evaluate at the spec's sizes")
+    if len({b[:2] for b in blocks}) != 1 or any(b[2] != 1 for b in blocks):
+        return NotLegal("the block's shape differs between the spec's sizes or is more than one deep: the tiles "
+                        "are static arrays of the block's extent")
+    bx, by = blocks[0][0], blocks[0][1]
+    lengths: dict[str, str] = {}
+    if plan.guarded:
+        for r in plan.reads:
+            n = _length(ctx, r.param)
+            if n is None:
+                return NotLegal(f"the kernel guards its threads, and the length of `{r.param}` in the spec is not "
+                                "an expression of the kernel's parameters: a tile row past the guard could be read "
+                                "out of bounds", r.line)
+            lengths[r.param] = n
+    return _Shape(k, plan, (bx, by), lengths)
+
+
+def why_not(ctx: RuleContext) -> NotLegal | None:
+    """Why the staging does not apply to the candidate (None when it does): the "why not" hint's words."""
+    got = analysis(ctx)
+    return got if isinstance(got, NotLegal) else None
+
+
+def _indent_at(data: bytes, offset: int) -> str:
+    start = data.rfind(b"\n", 0, offset) + 1
+    line = data[start:offset].decode("utf-8")
+    return line[:len(line) - len(line.lstrip())]
+
+
+def _elem(k: Kernel, param: str) -> str:
+    from ..ir.summary import params_of
+    return next((t.replace("const ", "").strip() for n, t, ptr, _ in params_of(k)[0] if n == param and ptr), "float")
+
+
+def _smem_bytes(shape: _Shape, kt: int) -> int:
+    bx, by = shape.block
+    return sum((bx if r.axis == "x" else by) * (kt + 1) * _BYTES.get(_elem(shape.kernel, r.param), 4)
+               for r in shape.plan.reads)
+
+
+def rewrite(shape: _Shape, kt: int) -> str:
+    """The new body (braces included) of the kernel for the k-tile width ``kt``."""
+    k, p = shape.kernel, shape.plan
+    data = k.data
+    b0 = k.body.start_byte
+    ind = _indent_at(data, p.at) or "    "
+    bx, by = shape.block
+    threads = bx * by
+    var, vt = p.loop_var, p.var_type
+    lines = [f"{p.sum_type} {PREFIX}sum = 0;  // the loop over `{var}` below, its shared reads staged in tiles", "{"]
+    tiles: dict[tuple[int, int], str] = {}
+    for n, r in enumerate(p.reads):
+        rows = bx if r.axis == "x" else by
+        tiles[r.span] = f"{PREFIX}t{n}"
+        lines.append(f"    __shared__ {_elem(k, r.param)} {PREFIX}t{n}[{rows}][{kt} + 1];")
+    lines += [f"    const int {PREFIX}tid = threadIdx.y * {bx} + threadIdx.x;",
+              f"    for ({vt} {PREFIX}k0 = {p.start}; {PREFIX}k0 < {p.end}; {PREFIX}k0 += {kt}) {{"]
+    for n, r in enumerate(p.reads):
+        rows = bx if r.axis == "x" else by
+        split = (f"const int {PREFIX}r = {PREFIX}e / {kt}, {PREFIX}c = {PREFIX}e % {kt};" if r.k_fast else
+                 f"const int {PREFIX}r = {PREFIX}e % {rows}, {PREFIX}c = {PREFIX}e / {rows};")
+        addr = footprint(r.index, r.axis, f"{PREFIX}r")
+        ok = f"{var} < {p.end}"
+        if r.param in shape.lengths:
+            ok += f" && ({addr}) >= 0 && ({addr}) < {shape.lengths[r.param]}"
+        lines += [f"        for (int {PREFIX}e = {PREFIX}tid; {PREFIX}e < {rows * kt}; {PREFIX}e += {threads}) {{",
+                  f"            {split}",
+                  f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;",
+                  f"            {PREFIX}t{n}[{PREFIX}r][{PREFIX}c] = ({ok}) ? {r.param}[{addr}] : "
+                  f"({_elem(k, r.param)})0;",
+                  "        }"]
+    t0, t1 = p.term
+    term = splice(data[t0:t1], [(a - t0, b - t0, f"{tiles[(a, b)]}[threadIdx.{r.axis}][{PREFIX}c]")
+                                for r in p.reads for a, b in [r.span]])
+    counter = [f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;"] if re.search(rf"\b{var}\b", term) else []
+    lines += ["        __syncthreads();",
+              f"        if ({p.end} - {PREFIX}k0 >= {kt}) {{  // a whole tile: a constant trip count, unrolled",
+              "#pragma unroll",
+              f"            for (int {PREFIX}c = 0; {PREFIX}c < {kt}; ++{PREFIX}c) {{",
+              *("    " + c for c in counter),
+              f"                {PREFIX}sum += {term};",
+              "            }",
+              "        } else {",
+              f"            for (int {PREFIX}c = 0; {PREFIX}c < {p.end} - {PREFIX}k0; ++{PREFIX}c) {{",
+              *("    " + c for c in counter),
+              f"                {PREFIX}sum += {term};",
+              "            }",
+              "        }",
+              "        __syncthreads();",
+              "    }",
+              "}"]
+    staging = "\n".join(lines[:1] + [(ind + ln) if ln and not ln.startswith("#") else ln for ln in lines[1:]]) \
+        + "\n" + ind
+    update = f"{p.target} += {PREFIX}sum;" if p.op == "+=" else f"{p.target} = {p.target} + {PREFIX}sum;"
+    edits = [(p.at, p.at, staging), (p.loop_span[0], p.loop_span[1], update)]
+    return splice(data[b0:k.body.end_byte], [(a - b0, b - b0, t) for a, b, t in edits])
+
+
+class SmemStage(StructuralRule[_Shape]):
+    family = "smem_stage"
+    structural = True
+    motivated_by = ("memory_bound", "l1_hit_low", "uncoalesced_global", "smem_tiling")
+
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+        got = analysis(ctx)
+        if isinstance(got, NotLegal):
+            try:  # constructing the exception records the reason for the wide yardstick's funnel
+                raise _Declined(got.reason)
+            except _Declined:
+                return None
+        return got, got.kernel.data
+
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        return fitting(ctx, {p: Launch() for p, kt in VARIANTS.items() if _smem_bytes(shape, kt) <= _SMEM_LIMIT})
+
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        return rewrite(shape, VARIANTS[param])
+
+    def rationale(self, shape: _Shape, param: str) -> str:
+        reads = ", ".join(sorted({r.param for r in shape.plan.reads}))
+        return (f"stage the block's shared footprint of {reads} in shared memory, {VARIANTS[param]} values of "
+                f"`{shape.plan.loop_var}` at a time: each element is loaded once per block instead of once per "
+                "thread")
+
+
+register(SmemStage())
