@@ -192,3 +192,62 @@ _HEAD = "  int row = blockIdx.y * blockDim.y + threadIdx.y;\n  int col = blockId
 ])
 def test_declines_say_why(text: str, words: str) -> None:
     assert words in reason(text)
+
+
+TRANSPOSE_SPEC = """// @warpforge size R = 1000
+// @warpforge size CC = 700
+// @warpforge arg in: in float[R*CC]
+// @warpforge arg out: out float[R*CC]
+// @warpforge arg rows = R
+// @warpforge arg cols = CC
+// @warpforge launch grid=(cdiv(CC, 32), cdiv(R, 32)), block=(32, 32)
+__global__ void k(const float* in, float* out, int rows, int cols) {
+"""
+
+TRANSPOSES: dict[str, str] = {
+    # teaching style: no guard (the launch covers the matrix exactly), the indices in locals
+    "plain_locals": "#define N 1024\n// @warpforge arg input: in int[N*N]\n// @warpforge arg output: out int[N*N]\n"
+    "// @warpforge launch grid=(N / 16, N / 16), block=(16, 16)\n__global__ void k(int* input, int* output) {\n"
+    "  int x = threadIdx.x + blockIdx.x * blockDim.x;\n  int y = threadIdx.y + blockIdx.y * blockDim.y;\n"
+    "  int index = y * N + x;\n  int transposed = x * N + y;\n  output[transposed] = input[index];\n}\n",
+    # sizes no multiple of the tile, a guard around the store, a scaled value
+    "guarded_scaled": TRANSPOSE_SPEC +
+    "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  if (x < cols && y < rows) {\n    out[x * rows + y] = 2.0f * in[y * cols + x];\n  }\n}\n",
+    # an early exit
+    "early_exit": TRANSPOSE_SPEC +
+    "  const int col = blockIdx.x * blockDim.x + threadIdx.x;\n  const int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  if (row >= rows || col >= cols) return;\n  out[col * rows + row] = in[row * cols + col];\n}\n",
+}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", sorted(TRANSPOSES))
+def test_transpose_is_staged_through_a_padded_tile_and_builds(case: str) -> None:
+    pol = policy(TRANSPOSES[case])
+    children = pol.propose_sync(pol.root_candidate())
+    assert [c.steps for c in children] == [("smem_stage:tile",)], (case, pol.errors)
+    text = children[0].definition
+    side = "16" if case == "plain_locals" else "32"
+    assert f"[{side}][{side} + 1];" in text and text.count("__syncthreads();") == 1
+    # the store of the mirror thread: its index with threadIdx.x and threadIdx.y exchanged, read across the tile
+    assert "= wfs_x[threadIdx.x][threadIdx.y];" in text
+    if case != "plain_locals":
+        assert "wfs_ok[threadIdx.x][threadIdx.y]" in text  # a mirror outside the matrix stores nothing
+    got = ca.EvaluatorBuild(pol).check(children[0])
+    assert got.ok, (case, got.stage, got.reason[-2000:], text)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (TRANSPOSES["guarded_scaled"].replace("block=(32, 32)", "block=(32, 8)").replace("cdiv(R, 32)", "cdiv(R, 8)"),
+     "square block"),
+    # a copy whose store already coalesces
+    (TRANSPOSE_SPEC + "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+     "  if (x < cols && y < rows) out[y * cols + x] = in[y * cols + x];\n}\n", "not a transpose"),
+    # in place
+    (TRANSPOSE_SPEC.replace("arg out: out", "arg out: inout") + "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+     "  if (x < cols && y < rows) out[x * rows + y] = out[y * cols + x] + in[0];\n}\n", "in place"),
+])
+def test_transpose_declines_say_why(text: str, words: str) -> None:
+    assert words in reason(text)

@@ -305,3 +305,78 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
 def footprint(index: Mapping[str, str], axis: str, row: str) -> str:
     """The read's address for the tile row ``row`` (the thread coordinate of ``axis`` replaced) as text."""
     return index_text({(row if a == f"threadIdx.{axis}" else a): c for a, c in index.items()})
+
+
+@dataclass(frozen=True)
+class TransposePlan:
+    """A copy whose store is strided across a warp (a transpose): staged through a tile so both sides coalesce.
+
+    The body is the leading declarations, then the store ``P[IO] = E;`` alone, behind an early exit
+    ``if (C) return;`` or inside ``if (C) { ... }``. ``E`` is computed by the thread that owns it and put in
+    the tile; after a barrier, thread (tx, ty) stores the value of thread (ty, tx) at that thread's ``IO``."""
+
+    param: str
+    #: the store's index atoms (``threadIdx.y`` at stride 1, ``threadIdx.x`` at another stride)
+    index: dict[str, str]
+    value: tuple[int, int]
+    #: the condition under which a thread stores ("" when every thread does)
+    cond: str
+    #: the byte range from the first statement after the leading declarations to the body's closing brace
+    tail: tuple[int, int]
+    line: int
+
+
+def plan_transpose(k: Kernel, s: Summary) -> TransposePlan | NotLegal:
+    """The plan to stage a strided store through a shared tile, or why it is not legal."""
+    blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
+    if blocking:
+        return NotLegal(f"the kernel already uses {', '.join(blocking)}")
+    if s.loops or next(walk(k.body, ("for_statement", "while_statement", "do_statement")), None) is not None:
+        return NotLegal("the kernel has a loop: not a one-element copy")
+    sts = statements(k.body)
+    lead = 0
+    while lead < len(sts) and sts[lead].type == "declaration":
+        lead += 1
+    tail = sts[lead:]
+    cond = ""
+    if len(tail) == 2 and tail[0].type == "if_statement" and tail[0].child_by_field_name("alternative") is None:
+        c, cons = tail[0].child_by_field_name("condition"), tail[0].child_by_field_name("consequence")
+        inner = statements(cons) if cons is not None else []
+        if c is None or len(inner) != 1 or inner[0].type != "return_statement":
+            return NotLegal("the statement before the store is not an early exit `if (C) return;`", k.line(tail[0]))
+        cond, tail = f"!{k.t(c)}" if k.t(c).startswith("(") else f"!({k.t(c)})", tail[1:]
+    elif len(tail) == 1 and tail[0].type == "if_statement" and tail[0].child_by_field_name("alternative") is None:
+        c, cons = tail[0].child_by_field_name("condition"), tail[0].child_by_field_name("consequence")
+        if c is None or cons is None:
+            return NotLegal("the guard has no condition", k.line(tail[0]))
+        cond, tail = k.t(c), statements(cons)
+    if len(tail) != 1 or tail[0].type != "expression_statement" or not tail[0].named_children:
+        return NotLegal("the body after the declarations is not one store (behind a guard or an exit)", k.line(sts[-1])
+                        if sts else 0)
+    a = unparen(tail[0].named_children[0])
+    left, op, right = (a.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if a.type != "assignment_expression" or left is None or op is None or right is None or k.t(op) != "=" \
+            or unparen(left).type != "subscript_expression":
+        return NotLegal(f"`{k.t(tail[0])}` is not a store `out[index] = value`", k.line(tail[0]))
+    writes = [x for x in s.accesses if x.kind != "read"]
+    if len(writes) != 1:
+        return NotLegal("the kernel writes memory more than once", k.line(tail[0]))
+    w = writes[0]
+    if w.index is None:
+        return NotLegal(f"the store to `{w.param}` is not affine: {w.why}", w.line)
+    if any(x.param == w.param for x in s.accesses if x.kind == "read"):
+        return NotLegal(f"the kernel reads `{w.param}`, which it writes (in place): another thread's store could "
+                        "come first", w.line)
+    if any(a_ != "1" and not a_.startswith(COORDS) for a_ in w.index):
+        return NotLegal("the store's index moves with a loop counter", w.line)
+    if w.index.get("threadIdx.y") != "1" or w.index.get("threadIdx.x") in (None, "1") or "threadIdx.z" in w.index:
+        return NotLegal("the store is not strided across a warp with its row contiguous in y (not a transpose): "
+                        "a tile would not make it coalesce", w.line)
+    return TransposePlan(w.param, w.index, (right.start_byte, right.end_byte), cond,
+                         (sts[lead].start_byte, k.body.end_byte - 1), w.line)
+
+
+def swapped(index: Mapping[str, str]) -> str:
+    """The index for the thread at the swapped position (``threadIdx.x`` and ``threadIdx.y`` exchanged)."""
+    swap = {"threadIdx.x": "threadIdx.y", "threadIdx.y": "threadIdx.x"}
+    return index_text({swap.get(a, a): c for a, c in index.items()})

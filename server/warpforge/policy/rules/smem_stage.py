@@ -25,10 +25,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ...cuda.tree import walk
 from ...spec.model import Role
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import NotLegal
-from ..ir.stage import StagePlan, footprint, plan_stage
+from ..ir.stage import StagePlan, TransposePlan, footprint, plan_stage, plan_transpose, swapped
 from ..ir.summary import summarize
 from . import register
 from ._structural import dims_values, envs
@@ -37,8 +38,9 @@ from ._util import eval_expr, expr_names
 from .base import RuleContext
 
 PREFIX = "wfs_"
-#: param -> the k-tile width
+#: param -> the k-tile width (a loop's staging); a transpose has the one variant ``tile``
 VARIANTS = {"k32": 32, "k16": 16}
+TRANSPOSE = "tile"
 #: bytes of static shared memory the tiles may take (48 KiB is the static limit)
 _SMEM_LIMIT = 48 * 1024
 _BYTES = {"double": 8, "long": 8, "long long": 8, "int64_t": 8, "uint64_t": 8, "size_t": 8, "__half": 2,
@@ -52,7 +54,7 @@ class _Declined(Exception):
 @dataclass(frozen=True)
 class _Shape:
     kernel: Kernel
-    plan: StagePlan
+    plan: StagePlan | TransposePlan
     #: threads per block along x and y (the same at every size of the spec)
     block: tuple[int, int]
     #: staged parameter -> its buffer length in the kernel's terms (only where the kernel guards its threads)
@@ -94,7 +96,11 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     if PREFIX in k.text:
         return NotLegal("already staged in shared memory")
     targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
-    plan = plan_stage(k, summarize(k, targs), targs)
+    summary = summarize(k, targs)
+    plan: StagePlan | TransposePlan | NotLegal = plan_stage(k, summary, targs)
+    if isinstance(plan, NotLegal) and not summary.loops and next(
+            walk(k.body, ("for_statement", "while_statement", "do_statement")), None) is None:
+        plan = plan_transpose(k, summary)
     if isinstance(plan, NotLegal):
         return plan
     blocks = dims_values(ctx, ctx.block)
@@ -104,6 +110,11 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
         return NotLegal("the block's shape differs between the spec's sizes or is more than one deep: the tiles "
                         "are static arrays of the block's extent")
     bx, by = blocks[0][0], blocks[0][1]
+    if isinstance(plan, TransposePlan):
+        if bx != by or bx > 32:
+            return NotLegal(f"the block is {bx}x{by}: a transpose through a tile needs a square block of at most "
+                            "32x32 (a thread stores the element of its mirror thread)")
+        return _Shape(k, plan, (bx, by), {})
     lengths: dict[str, str] = {}
     if plan.guarded:
         for r in plan.reads:
@@ -135,13 +146,44 @@ def _elem(k: Kernel, param: str) -> str:
 
 def _smem_bytes(shape: _Shape, kt: int) -> int:
     bx, by = shape.block
+    if isinstance(shape.plan, TransposePlan):
+        return bx * (bx + 1) * _BYTES.get(_elem(shape.kernel, shape.plan.param), 4) + bx * bx
     return sum((bx if r.axis == "x" else by) * (kt + 1) * _BYTES.get(_elem(shape.kernel, r.param), 4)
                for r in shape.plan.reads)
+
+
+def rewrite_transpose(shape: _Shape, p: TransposePlan) -> str:
+    """The new body of a transpose: each thread puts its value in the tile, then stores its mirror's."""
+    k = shape.kernel
+    data = k.data
+    b0 = k.body.start_byte
+    ind = _indent_at(data, p.tail[0]) or "    "
+    side = shape.block[0]
+    value = data[p.value[0]:p.value[1]].decode("utf-8")
+    elem = _elem(k, p.param)
+    lines = [f"__shared__ {elem} {PREFIX}x[{side}][{side} + 1];  // padded: a column read hits {side} banks"]
+    if p.cond:
+        lines += [f"__shared__ bool {PREFIX}ok[{side}][{side}];",
+                  "{",
+                  f"    const bool {PREFIX}own = {p.cond};",
+                  f"    {PREFIX}ok[threadIdx.y][threadIdx.x] = {PREFIX}own;",
+                  f"    if ({PREFIX}own) {PREFIX}x[threadIdx.y][threadIdx.x] = {value};",
+                  "}",
+                  "__syncthreads();",
+                  f"if ({PREFIX}ok[threadIdx.x][threadIdx.y]) "
+                  f"{p.param}[{swapped(p.index)}] = {PREFIX}x[threadIdx.x][threadIdx.y];"]
+    else:
+        lines += [f"{PREFIX}x[threadIdx.y][threadIdx.x] = {value};",
+                  "__syncthreads();",
+                  f"{p.param}[{swapped(p.index)}] = {PREFIX}x[threadIdx.x][threadIdx.y];"]
+    text = "\n".join(lines[:1] + [ind + ln for ln in lines[1:]]) + "\n"
+    return splice(data[b0:k.body.end_byte], [(p.tail[0] - b0, p.tail[1] - b0, text)])
 
 
 def rewrite(shape: _Shape, kt: int) -> str:
     """The new body (braces included) of the kernel for the k-tile width ``kt``."""
     k, p = shape.kernel, shape.plan
+    assert isinstance(p, StagePlan)
     data = k.data
     b0 = k.body.start_byte
     ind = _indent_at(data, p.at) or "    "
@@ -212,12 +254,19 @@ class SmemStage(StructuralRule[_Shape]):
         return got, got.kernel.data
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        if isinstance(shape.plan, TransposePlan):
+            return fitting(ctx, {TRANSPOSE: Launch()} if _smem_bytes(shape, 0) <= _SMEM_LIMIT else {})
         return fitting(ctx, {p: Launch() for p, kt in VARIANTS.items() if _smem_bytes(shape, kt) <= _SMEM_LIMIT})
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        if isinstance(shape.plan, TransposePlan):
+            return rewrite_transpose(shape, shape.plan)
         return rewrite(shape, VARIANTS[param])
 
     def rationale(self, shape: _Shape, param: str) -> str:
+        if isinstance(shape.plan, TransposePlan):
+            return (f"stage the store to `{shape.plan.param}` through a padded {shape.block[0]}x{shape.block[0]} "
+                    "shared tile: each thread stores its mirror thread's value, so the writes coalesce")
         reads = ", ".join(sorted({r.param for r in shape.plan.reads}))
         return (f"stage the block's shared footprint of {reads} in shared memory, {VARIANTS[param]} values of "
                 f"`{shape.plan.loop_var}` at a time: each element is loaded once per block instead of once per "
