@@ -187,7 +187,8 @@ _HEAD = "  int row = blockIdx.y * blockDim.y + threadIdx.y;\n  int col = blockId
      "    for (int k = 0; k < n; k++) s += a[row * n + k] * b[k * n + col];\n    c[row * n + col] = s;\n  }\n}\n",
      "length of `a`"),
     # the counter is read after the loop
-    (SQUARE + SIG + _HEAD + "  float s = 0;\n  int k;\n  for (k = 0; k < n; k++) s += a[row * n + k] * b[k * n + col];\n"
+    (SQUARE + SIG + _HEAD + "  float s = 0;\n  int k;\n"
+     "  for (k = 0; k < n; k++) s += a[row * n + k] * b[k * n + col];\n"
      "  c[row * n + col] = s + k;\n}\n", "read after the loop"),
 ])
 def test_declines_say_why(text: str, words: str) -> None:
@@ -216,7 +217,8 @@ TRANSPOSES: dict[str, str] = {
     "  if (x < cols && y < rows) {\n    out[x * rows + y] = 2.0f * in[y * cols + x];\n  }\n}\n",
     # an early exit
     "early_exit": TRANSPOSE_SPEC +
-    "  const int col = blockIdx.x * blockDim.x + threadIdx.x;\n  const int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  const int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  const int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  if (row >= rows || col >= cols) return;\n  out[col * rows + row] = in[row * cols + col];\n}\n",
 }
 
@@ -242,7 +244,8 @@ def test_transpose_is_staged_through_a_padded_tile_and_builds(case: str) -> None
     (TRANSPOSES["guarded_scaled"].replace("block=(32, 32)", "block=(32, 8)").replace("cdiv(R, 32)", "cdiv(R, 8)"),
      "square block"),
     # a copy whose store already coalesces
-    (TRANSPOSE_SPEC + "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    (TRANSPOSE_SPEC + "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
      "  if (x < cols && y < rows) out[y * cols + x] = in[y * cols + x];\n}\n", "not a transpose"),
     # in place
     (TRANSPOSE_SPEC.replace("arg out: out", "arg out: inout") + "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n"

@@ -49,6 +49,7 @@ from .passes import Kernel, declared_names, statements
 from .remap import NotLegal
 from .summary import Summary, _affine_sum, _views, index_text, params_of, scope_of
 
+
 @dataclass(frozen=True)
 class StagedRead:
     """One read of the loop's term that is staged: its byte range in the kernel text and its footprint."""

@@ -30,7 +30,7 @@ from ...spec.model import Role
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import NotLegal
 from ..ir.stage import StagePlan, TransposePlan, footprint, plan_stage, plan_transpose, swapped
-from ..ir.summary import summarize
+from ..ir.summary import params_of, summarize
 from . import register
 from ._structural import dims_values, envs
 from ._structural_rule import Launch, StructuralRule, fitting
@@ -140,7 +140,7 @@ def _indent_at(data: bytes, offset: int) -> str:
 
 
 def _elem(k: Kernel, param: str) -> str:
-    from ..ir.summary import params_of
+    """The element type of a pointer parameter as written (``const`` dropped): the tile's type."""
     return next((t.replace("const ", "").strip() for n, t, ptr, _ in params_of(k)[0] if n == param and ptr), "float")
 
 
