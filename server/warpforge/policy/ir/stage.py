@@ -103,9 +103,20 @@ def _is_thread_dependent(node: Node, k: Kernel, values: Mapping[str, Node], seen
     return False
 
 
+def _may_skip(loop: Node, k: Kernel, s: Summary) -> bool:
+    """Whether some thread of a block may not run the loop (a guard or an exit on the thread's index, or any
+    branch or return before it): then a tile row may belong to no thread that reads it, and its loads are
+    masked by the buffer's length. Otherwise every thread's own rows are rows the original reads."""
+    if loop.parent != k.body or any(p.form in ("guard", "exit") for p in s.parallel):
+        return True
+    branches = ("if_statement", "return_statement", "switch_statement", "conditional_expression",
+                "goto_statement", "while_statement", "do_statement")
+    return any(n.end_byte <= loop.start_byte for n in walk(k.body, branches))
+
+
 def _in_loop(node: Node, stop: Node) -> bool:
     cur = node.parent
-    while cur is not None and cur is not stop:
+    while cur is not None and cur != stop:
         if cur.type in ("for_statement", "while_statement", "do_statement"):
             return True
         cur = cur.parent
@@ -200,9 +211,7 @@ def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                          {n for n, _, _, _ in params})
         if isinstance(got, StagePlan):
             at = sts[lead].start_byte if lead < len(sts) else k.body.end_byte - 1
-            guarded = any(p.form in ("guard", "exit") for p in s.parallel) or any(
-                st.type == "if_statement" for st in sts[lead:])
-            return replace(got, at=at, guarded=guarded)
+            return replace(got, at=at, guarded=_may_skip(loop, k, s))
         first = first or got
     assert first is not None
     return first
