@@ -50,6 +50,17 @@ RECT = """// @warpforge size M = 500
 RSIG = ("__global__ void k(int m, int nn, int kk, float alpha, float beta, const float* A, const float* B, "
         "float* C) {\n")
 
+MATVEC = """// @warpforge size R = 1000
+// @warpforge size CC = 700
+// @warpforge arg y: out float[R]
+// @warpforge arg A: in float[R*CC]
+// @warpforge arg x: in float[CC]
+// @warpforge arg rows = R
+// @warpforge arg cols = CC
+// @warpforge launch grid=cdiv(R, 128), block=128
+__global__ void k(float* y, const float* A, const float* x, int rows, int cols) {
+"""
+
 SPELLINGS: dict[str, str] = {
     # teaching style: no bound written (the launch covers the matrix exactly), a global accumulator reset first
     "no_bounds_global_acc": SQUARE + SIG +
@@ -77,6 +88,11 @@ SPELLINGS: dict[str, str] = {
     "  int j = blockIdx.x * blockDim.x + threadIdx.x;\n  int i = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  if (i < n && j < n) {\n    double s = 0;\n"
     "    for (int k = 0; k < n; k++) s += a[i * n + k] * a[j * n + k] + b[0];\n    c[i * n + j] = s;\n  }\n}\n",
+    # a row per thread on a 1-D block (a matrix-vector product): nobody shares A's row, but its loads are strided
+    # across a warp; the tile is loaded along the row (coalesced). x[j], shared by all threads, stays global
+    "row_per_thread_matvec": MATVEC +
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n    float s = 0;\n"
+    "    for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n    y[i] = s;\n  }\n}\n",
 }
 
 
@@ -176,6 +192,9 @@ _HEAD = "  int row = blockIdx.y * blockDim.y + threadIdx.y;\n  int col = blockId
     # every thread reads its own row and column (no sharing between threads)
     (SQUARE + SIG + _HEAD + "  float s = 0;\n  for (int k = 0; k < n; k++) s += a[(row * n + col) * 64 + k];\n"
      "  c[row * n + col] = s;\n}\n", "no read of the loop moves with"),
+    # a column walk on a 1-D block: nobody shares A's column and its loads coalesce already
+    (MATVEC + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < cols) {\n    float s = 0;\n"
+     "    for (int r = 0; r < rows; r++) s += A[r * cols + i];\n    y[i] = s;\n  }\n}\n", "no read of the loop"),
     # shared memory already there
     (SQUARE + SIG + _HEAD + "  __shared__ float t[16];\n  t[threadIdx.x] = a[col];\n  __syncthreads();\n"
      "  float s = 0;\n  for (int k = 0; k < n; k++) s += t[k % 16] * b[k * n + col];\n  c[row * n + col] = s;\n}\n",

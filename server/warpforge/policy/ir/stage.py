@@ -178,8 +178,13 @@ def _update(body: Node, k: Kernel) -> tuple[Node, str, Node] | NotLegal:
     return NotLegal(f"the loop's statement `{k.t(sts[0])}` is not a sum `acc += term`", line)
 
 
-def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> StagePlan | NotLegal:
-    """The plan to stage the shared reads of the kernel's serial loop in shared memory, or why it is not legal."""
+def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None,
+               block: tuple[int, int] | None = None) -> StagePlan | NotLegal:
+    """The plan to stage the shared reads of the kernel's serial loop in shared memory, or why it is not legal.
+
+    ``block`` (threads along x and y, when the launch is known) drops the reads a tile would not help: on a
+    block one thread wide across a read's axis nobody shares it, so it is staged only where its own loads are
+    strided across a warp (a row per thread, ``A[i*N + k]``) and the tile's loads, along k, are not."""
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
         return NotLegal(f"the kernel already uses {', '.join(blocking)}: the staging's barriers and tiles would "
@@ -208,7 +213,7 @@ def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     first: NotLegal | None = None
     for loop in loops:
         got = _plan_loop(loop, k, scope, views, pointers, types, written, leading, locals_,
-                         {n for n, _, _, _ in params})
+                         {n for n, _, _, _ in params}, block)
         if isinstance(got, StagePlan):
             at = sts[lead].start_byte if lead < len(sts) else k.body.end_byte - 1
             return replace(got, at=at, guarded=_may_skip(loop, k, s))
@@ -219,7 +224,8 @@ def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
 
 def _plan_loop(loop: Node, k: Kernel, scope: Scope,
                views: Mapping[str, tuple[str, list[Node]]], pointers: set[str], types: Mapping[str, str],
-               written: set[str], leading: set[str], locals_: set[str], params: set[str]) -> StagePlan | NotLegal:
+               written: set[str], leading: set[str], locals_: set[str], params: set[str],
+               block: tuple[int, int] | None) -> StagePlan | NotLegal:
     line = k.line(loop)
     values, varying = scope.values, scope.varying
     head = _header(loop, k, types)
@@ -288,12 +294,15 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
                             k.line(sub))
         if var not in index or len(axes) != 1 or axes[0] not in ("x", "y"):
             continue  # shared by every thread, or by none: read as it is
+        if block is not None and block[1 if axes[0] == "x" else 0] == 1 and index.get(f"threadIdx.{axes[0]}") == "1":
+            continue  # no thread shares it and its loads coalesce already: read as it is
         reads.append(StagedRead(param, (sub.start_byte, sub.end_byte), index, axes[0], index.get(var) == "1",
                                 k.line(sub)))
         replaced.append((sub.start_byte, sub.end_byte))
     if not reads:
-        return NotLegal("no read of the loop moves with the loop counter and one thread axis only: there is no "
-                        "footprint that threads of a block share", line)
+        return NotLegal("no read of the loop moves with the loop counter and one thread axis only (or, on a block one "
+                        "thread wide, is strided across a warp): there is no footprint that threads of a block share "
+                        "or that a tile would coalesce", line)
     # the names the term keeps (outside the staged reads) must exist where the staging runs
     for i in walk(term, ("identifier",)):
         if any(a <= i.start_byte < b for a, b in replaced):

@@ -96,13 +96,6 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     if PREFIX in k.text:
         return NotLegal("already staged in shared memory")
     targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
-    summary = summarize(k, targs)
-    plan: StagePlan | TransposePlan | NotLegal = plan_stage(k, summary, targs)
-    if isinstance(plan, NotLegal) and not summary.loops and next(
-            walk(k.body, ("for_statement", "while_statement", "do_statement")), None) is None:
-        plan = plan_transpose(k, summary)
-    if isinstance(plan, NotLegal):
-        return plan
     blocks = dims_values(ctx, ctx.block)
     if blocks is None:
         return NotLegal("the launch's block does not evaluate at the spec's sizes")
@@ -110,6 +103,13 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
         return NotLegal("the block's shape differs between the spec's sizes or is more than one deep: the tiles "
                         "are static arrays of the block's extent")
     bx, by = blocks[0][0], blocks[0][1]
+    summary = summarize(k, targs)
+    plan: StagePlan | TransposePlan | NotLegal = plan_stage(k, summary, targs, (bx, by))
+    if isinstance(plan, NotLegal) and not summary.loops and next(
+            walk(k.body, ("for_statement", "while_statement", "do_statement")), None) is None:
+        plan = plan_transpose(k, summary)
+    if isinstance(plan, NotLegal):
+        return plan
     if isinstance(plan, TransposePlan):
         if bx != by or bx > 32:
             return NotLegal(f"the block is {bx}x{by}: a transpose through a tile needs a square block of at most "
