@@ -86,6 +86,8 @@ class StagePlan:
     #: whether some thread of the block may skip the loop (a guard or exit on a thread index)
     guarded: bool
     line: int
+    #: reads left global that were written through a local (a view): their span and ``P[affine index]``
+    direct: tuple[tuple[tuple[int, int], str], ...] = ()
 
 
 def _is_thread_dependent(node: Node, k: Kernel, values: Mapping[str, Node], seen: set[str] | None = None) -> bool:
@@ -271,6 +273,7 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
     subs = [n for n in walk(term, ("subscript_expression",))]
     inner_subs = {id(x) for n in subs for x in walk(n, ("subscript_expression",)) if x is not n}
     replaced: list[tuple[int, int]] = []
+    direct_reads: list[tuple[tuple[int, int], str]] = []
     for sub in subs:
         if id(sub) in inner_subs:
             return NotLegal(f"the read `{k.t(sub)}` indexes memory with memory (non-affine)", k.line(sub))
@@ -292,10 +295,14 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
         if others:
             return NotLegal(f"the read `{k.t(sub)}` moves with the loop counter `{others[0]}` of another loop",
                             k.line(sub))
-        if var not in index or len(axes) != 1 or axes[0] not in ("x", "y"):
-            continue  # shared by every thread, or by none: read as it is
-        if block is not None and block[1 if axes[0] == "x" else 0] == 1 and index.get(f"threadIdx.{axes[0]}") == "1":
-            continue  # no thread shares it and its loads coalesce already: read as it is
+        direct = var not in index or len(axes) != 1 or axes[0] not in ("x", "y") or (
+            block is not None and block[1 if axes[0] == "x" else 0] == 1 and index.get(f"threadIdx.{axes[0]}") == "1")
+        if direct:  # shared by every thread or by none, or coalesced already on a block one thread wide: read as
+            # it is, through its parameter and affine index where it was written through a local view
+            if name != param or any(k.t(i) in locals_ for i in walk(inner, ("identifier",))):
+                direct_reads.append(((sub.start_byte, sub.end_byte), f"{param}[{index_text(index)}]"))
+                replaced.append((sub.start_byte, sub.end_byte))
+            continue
         reads.append(StagedRead(param, (sub.start_byte, sub.end_byte), index, axes[0], index.get(var) == "1",
                                 k.line(sub)))
         replaced.append((sub.start_byte, sub.end_byte))
@@ -318,7 +325,7 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
             return NotLegal(f"the loop's range reads the local `{n}`, which is not declared once at the top of the "
                             "body", line)
     return StagePlan(var, vtype, start, end, (loop.start_byte, loop.end_byte), k.t(target), op,
-                     (term.start_byte, term.end_byte), sum_type, tuple(reads), 0, False, line)
+                     (term.start_byte, term.end_byte), sum_type, tuple(reads), 0, False, line, tuple(direct_reads))
 
 
 def footprint(index: Mapping[str, str], axis: str, row: str) -> str:

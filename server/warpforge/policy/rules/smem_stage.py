@@ -214,7 +214,8 @@ def rewrite(shape: _Shape, kt: int) -> str:
                   "        }"]
     t0, t1 = p.term
     term = splice(data[t0:t1], [(a - t0, b - t0, f"{tiles[(a, b)]}[threadIdx.{r.axis}][{PREFIX}c]")
-                                for r in p.reads for a, b in [r.span]])
+                                for r in p.reads for a, b in [r.span]]
+                  + [(a - t0, b - t0, text) for (a, b), text in p.direct])
     counter = [f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;"] if re.search(rf"\b{var}\b", term) else []
     lines += ["        __syncthreads();",
               f"        if ({p.end} - {PREFIX}k0 >= {kt}) {{  // a whole tile: a constant trip count, unrolled",
