@@ -93,6 +93,12 @@ SPELLINGS: dict[str, str] = {
     "row_per_thread_matvec": MATVEC +
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n    float s = 0;\n"
     "    for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n    y[i] = s;\n  }\n}\n",
+    # two sums in one loop (gesummv): each gets its staged partial, both rows staged
+    "two_accumulators": MATVEC.replace("// @warpforge arg x:", "// @warpforge arg B: in float[R*CC]\n// @warpforge arg x:")
+    .replace("const float* x,", "const float* B, const float* x,") +
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n    float t = 0, u = 0;\n"
+    "    for (int j = 0; j < cols; j++) {\n      t += A[i * cols + j] * x[j];\n      u = u + B[i * cols + j] * x[j];\n"
+    "    }\n    y[i] = 2.0f * t + 3.0f * u;\n  }\n}\n",
 }
 
 
@@ -116,7 +122,7 @@ def test_staging_is_proposed_and_builds(case: str) -> None:
         text = child.definition
         # tiles in shared memory, padded rows, barriers around the compute, the loop replaced by the staged sum
         assert "__shared__" in text and "+ 1];" in text and text.count("__syncthreads();") == 2
-        assert "+= wfs_sum;" in text or "= s + wfs_sum;" in text
+        assert "+= wfs_sum" in text or "= s + wfs_sum;" in text
         assert child.grid is None and child.block is None  # the launch is the user's
         assert [p.text for p in parse(text).kernels[0].params] == [p.text for p in pol.kernel.params]
         got = builder.check(child)
@@ -185,7 +191,7 @@ _HEAD = "  int row = blockIdx.y * blockDim.y + threadIdx.y;\n  int col = blockId
      "  c[row * n + col] = s;\n}\n", "the kernel writes `c`"),
     # a conditional update: the loop carries more than a sum
     (SQUARE + SIG + _HEAD + "  float s = 0;\n  for (int k = 0; k < n; k++) { if (a[k] > 0) s += b[k * n + col]; }\n"
-     "  c[row * n + col] = s;\n}\n", "not one update"),
+     "  c[row * n + col] = s;\n}\n", "not updates `acc += term`"),
     # a gather: the read is indexed by memory
     (SQUARE + SIG + _HEAD + "  float s = 0;\n  for (int k = 0; k < n; k++) s += b[(int)a[row * n + k] * n + col];\n"
      "  c[row * n + col] = s;\n}\n", "not affine"),

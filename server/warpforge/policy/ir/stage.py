@@ -9,8 +9,9 @@ Whether that is legal is a question about the accesses, answered here on the low
 
 * the loop ``for (k = s; k < b; k++)`` (``<=`` too; its counter declared in the header or before it) is
   not nested in another loop, its start and bound are the same for every thread of a block (no thread
-  coordinate, no thread-dependent local), and its body is one update of an accumulator:
-  ``acc += E`` / ``acc = acc + E`` (a register, or a ``C[idx] += E`` whose ``idx`` does not move with k);
+  coordinate, no thread-dependent local), and its body is updates of distinct accumulators:
+  ``acc += E`` / ``acc = acc + E`` (a register, or a ``C[idx] += E`` whose ``idx`` does not move with k),
+  no accumulator read in a term;
 * every read in ``E`` is affine (``summary``'s index atoms: thread/block coordinates and loop counters)
   and from a parameter the kernel never writes, so reading it before the statements that precede the
   loop reads the same values; the names ``E`` uses besides its reads are parameters, the loop counter,
@@ -66,6 +67,17 @@ class StagedRead:
 
 
 @dataclass(frozen=True)
+class Sum:
+    """One update ``target += E`` of the loop (``op`` "=+" for ``target = target + E``) and ``E``'s byte range."""
+
+    target: str
+    op: str
+    term: tuple[int, int]
+    #: the accumulator's type: the staged partial sum's
+    type: str
+
+
+@dataclass(frozen=True)
 class StagePlan:
     """What the rewrite needs: the loop, its update, the staged reads and where the staging goes."""
 
@@ -75,11 +87,8 @@ class StagePlan:
     #: the loop's exclusive end (``b`` of ``k < b``, ``(b) + 1`` of ``k <= b``)
     end: str
     loop_span: tuple[int, int]
-    #: the update with ``E`` replaced by the staged sum, and ``E``'s text and byte range
-    target: str
-    op: str
-    term: tuple[int, int]
-    sum_type: str
+    #: the loop's sums (one per statement of its body), each replaced by one update with its staged sum
+    sums: tuple[Sum, ...]
     reads: tuple[StagedRead, ...]
     #: byte offset where the staging code goes (after the leading declarations) and its indentation
     at: int
@@ -160,24 +169,31 @@ def _header(loop: Node, k: Kernel, types: Mapping[str, str]) -> tuple[str, str, 
     return var, vtype, start, end
 
 
-def _update(body: Node, k: Kernel) -> tuple[Node, str, Node] | NotLegal:
-    """(target, "+=" | "=+", E) of the loop body's one statement ``acc += E`` / ``acc = acc + E``."""
+def _updates(body: Node, k: Kernel) -> list[tuple[Node, str, Node]] | NotLegal:
+    """(target, "+=" | "=+", E) of each statement of the loop body, every one ``acc += E`` / ``acc = acc + E``."""
     sts = statements(body)
     line = k.line(body)
-    if len(sts) != 1 or sts[0].type != "expression_statement" or not sts[0].named_children:
-        return NotLegal("the loop's body is not one update `acc += term` (it carries more than a sum)", line)
-    a = unparen(sts[0].named_children[0])
-    left, op, right = (a.child_by_field_name(x) for x in ("left", "operator", "right"))
-    if a.type != "assignment_expression" or left is None or op is None or right is None:
-        return NotLegal(f"the loop's statement `{k.t(sts[0])}` is not an update `acc += term`", line)
-    if k.t(op) == "+=":
-        return left, "+=", right
-    r = unparen(right)
-    rl, rop, rr = (r.child_by_field_name(x) for x in ("left", "operator", "right"))
-    if k.t(op) == "=" and r.type == "binary_expression" and rl is not None and rop is not None and rr is not None \
-            and k.t(rop) == "+" and "".join(k.t(rl).split()) == "".join(k.t(left).split()):
-        return left, "=+", rr
-    return NotLegal(f"the loop's statement `{k.t(sts[0])}` is not a sum `acc += term`", line)
+    out: list[tuple[Node, str, Node]] = []
+    for st in sts:
+        if st.type != "expression_statement" or not st.named_children:
+            return NotLegal("the loop's body is not updates `acc += term` (it carries more than sums)", line)
+        a = unparen(st.named_children[0])
+        left, op, right = (a.child_by_field_name(x) for x in ("left", "operator", "right"))
+        if a.type != "assignment_expression" or left is None or op is None or right is None:
+            return NotLegal(f"the loop's statement `{k.t(st)}` is not an update `acc += term`", k.line(st))
+        if k.t(op) == "+=":
+            out.append((left, "+=", right))
+            continue
+        r = unparen(right)
+        rl, rop, rr = (r.child_by_field_name(x) for x in ("left", "operator", "right"))
+        if k.t(op) == "=" and r.type == "binary_expression" and rl is not None and rop is not None \
+                and rr is not None and k.t(rop) == "+" and "".join(k.t(rl).split()) == "".join(k.t(left).split()):
+            out.append((left, "=+", rr))
+            continue
+        return NotLegal(f"the loop's statement `{k.t(st)}` is not a sum `acc += term`", k.line(st))
+    if not out:
+        return NotLegal("the loop's body is empty", line)
+    return out
 
 
 def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None,
@@ -244,33 +260,44 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
     assert body is not None
     if var in written_names(body, k.data):
         return NotLegal(f"the loop counter `{var}` is written in the loop body", line)
-    upd = _update(body, k)
+    upd = _updates(body, k)
     if isinstance(upd, NotLegal):
         return upd
-    target, op, term = upd
-    tgt = unparen(target)
-    if tgt.type == "identifier":
-        acc = k.t(tgt)
-        sum_type = types.get(acc, "")
-        if not sum_type:
-            return NotLegal(f"the accumulator `{acc}` is not a local of the kernel", line)
-    elif tgt.type == "subscript_expression":
-        arr = tgt.child_by_field_name("argument")
-        acc = k.t(unparen(arr)) if arr is not None else ""
-        if var in {k.t(i) for i in walk(tgt, ("identifier",))}:
-            return NotLegal(f"the loop's update `{k.t(target)}` moves with `{var}`: it is not an accumulator", line)
-        sum_type = next((t.replace("const ", "").strip() for n, t, ptr, _ in params_of(k)[0] if n == acc and ptr), "")
-        if not sum_type:
-            return NotLegal(f"the accumulator `{k.t(target)}` is not an element of a parameter", line)
-    else:
-        return NotLegal(f"the loop updates `{k.t(target)}`, not a scalar or an array element", line)
-    if acc in {k.t(i) for i in walk(term, ("identifier",))}:
-        return NotLegal(f"the accumulator `{acc}` is read in its own term", line)
+    sums: list[Sum] = []
+    accs: set[str] = set()
+    for target, op, term in upd:
+        tgt = unparen(target)
+        if tgt.type == "identifier":
+            acc = k.t(tgt)
+            sum_type = types.get(acc, "")
+            if not sum_type:
+                return NotLegal(f"the accumulator `{acc}` is not a local of the kernel", line)
+        elif tgt.type == "subscript_expression":
+            arr = tgt.child_by_field_name("argument")
+            acc = k.t(unparen(arr)) if arr is not None else ""
+            if var in {k.t(i) for i in walk(tgt, ("identifier",))}:
+                return NotLegal(f"the loop's update `{k.t(target)}` moves with `{var}`: it is not an accumulator",
+                                line)
+            sum_type = next((t.replace("const ", "").strip() for n, t, ptr, _ in params_of(k)[0]
+                             if n == acc and ptr), "")
+            if not sum_type:
+                return NotLegal(f"the accumulator `{k.t(target)}` is not an element of a parameter", line)
+        else:
+            return NotLegal(f"the loop updates `{k.t(target)}`, not a scalar or an array element", line)
+        if acc in accs:
+            return NotLegal(f"`{acc}` is updated twice in the loop", line)
+        accs.add(acc)
+        sums.append(Sum(k.t(target), op, (term.start_byte, term.end_byte), sum_type))
+    terms = [term for _, _, term in upd]
+    for term in terms:
+        used = {k.t(i) for i in walk(term, ("identifier",))} & accs
+        if used:
+            return NotLegal(f"the accumulator `{sorted(used)[0]}` is read in a term of the loop", line)
     after = [i for i in walk(k.body, ("identifier",)) if i.start_byte >= loop.end_byte and k.t(i) == var]
     if after:
         return NotLegal(f"the loop counter `{var}` is read after the loop (line {k.line(after[0])})", k.line(after[0]))
     reads: list[StagedRead] = []
-    subs = [n for n in walk(term, ("subscript_expression",))]
+    subs = [n for term in terms for n in walk(term, ("subscript_expression",))]
     inner_subs = {id(x) for n in subs for x in walk(n, ("subscript_expression",)) if x is not n}
     replaced: list[tuple[int, int]] = []
     direct_reads: list[tuple[tuple[int, int], str]] = []
@@ -310,8 +337,8 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
         return NotLegal("no read of the loop moves with the loop counter and one thread axis only (or, on a block one "
                         "thread wide, is strided across a warp): there is no footprint that threads of a block share "
                         "or that a tile would coalesce", line)
-    # the names the term keeps (outside the staged reads) must exist where the staging runs
-    for i in walk(term, ("identifier",)):
+    # the names the terms keep (outside the staged reads) must exist where the staging runs
+    for i in (i for term in terms for i in walk(term, ("identifier",))):
         if any(a <= i.start_byte < b for a, b in replaced):
             continue
         n = k.t(i)
@@ -324,8 +351,8 @@ def _plan_loop(loop: Node, k: Kernel, scope: Scope,
         if n != var and n in locals_ and n not in params and (n not in leading or n in varying):
             return NotLegal(f"the loop's range reads the local `{n}`, which is not declared once at the top of the "
                             "body", line)
-    return StagePlan(var, vtype, start, end, (loop.start_byte, loop.end_byte), k.t(target), op,
-                     (term.start_byte, term.end_byte), sum_type, tuple(reads), 0, False, line, tuple(direct_reads))
+    return StagePlan(var, vtype, start, end, (loop.start_byte, loop.end_byte), tuple(sums), tuple(reads), 0, False,
+                     line, tuple(direct_reads))
 
 
 def footprint(index: Mapping[str, str], axis: str, row: str) -> str:

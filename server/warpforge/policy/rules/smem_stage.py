@@ -190,7 +190,10 @@ def rewrite(shape: _Shape, kt: int) -> str:
     bx, by = shape.block
     threads = bx * by
     var, vt = p.loop_var, p.var_type
-    lines = [f"{p.sum_type} {PREFIX}sum = 0;  // the loop over `{var}` below, its shared reads staged in tiles", "{"]
+    names = [f"{PREFIX}sum" if len(p.sums) == 1 else f"{PREFIX}sum{n}" for n in range(len(p.sums))]
+    lines = [f"{u.type} {nm} = 0;" for u, nm in zip(p.sums, names, strict=True)]
+    lines[-1] += f"  // the loop over `{var}` below, its shared reads staged in tiles"
+    lines.append("{")
     tiles: dict[tuple[int, int], str] = {}
     for n, r in enumerate(p.reads):
         rows = bx if r.axis == "x" else by
@@ -212,22 +215,24 @@ def rewrite(shape: _Shape, kt: int) -> str:
                   f"            {PREFIX}t{n}[{PREFIX}r][{PREFIX}c] = ({ok}) ? {r.param}[{addr}] : "
                   f"({_elem(k, r.param)})0;",
                   "        }"]
-    t0, t1 = p.term
-    term = splice(data[t0:t1], [(a - t0, b - t0, f"{tiles[(a, b)]}[threadIdx.{r.axis}][{PREFIX}c]")
-                                for r in p.reads for a, b in [r.span]]
-                  + [(a - t0, b - t0, text) for (a, b), text in p.direct])
-    counter = [f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;"] if re.search(rf"\b{var}\b", term) else []
+    edits = [(a, b, f"{tiles[(a, b)]}[threadIdx.{r.axis}][{PREFIX}c]") for r in p.reads for a, b in [r.span]] \
+        + [(a, b, text) for (a, b), text in p.direct]
+    terms = [splice(data[u.term[0]:u.term[1]], [(a - u.term[0], b - u.term[0], t) for a, b, t in edits
+                                                  if u.term[0] <= a < u.term[1]]) for u in p.sums]
+    adds = [f"{nm} += {t};" for nm, t in zip(names, terms, strict=True)]
+    counter = [f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;"] \
+        if any(re.search(rf"\b{var}\b", t) for t in terms) else []
     lines += ["        __syncthreads();",
               f"        if ({p.end} - {PREFIX}k0 >= {kt}) {{  // a whole tile: a constant trip count, unrolled",
               "#pragma unroll",
               f"            for (int {PREFIX}c = 0; {PREFIX}c < {kt}; ++{PREFIX}c) {{",
               *("    " + c for c in counter),
-              f"                {PREFIX}sum += {term};",
+              *(f"                {a}" for a in adds),
               "            }",
               "        } else {",
               f"            for (int {PREFIX}c = 0; {PREFIX}c < {p.end} - {PREFIX}k0; ++{PREFIX}c) {{",
               *("    " + c for c in counter),
-              f"                {PREFIX}sum += {term};",
+              *(f"                {a}" for a in adds),
               "            }",
               "        }",
               "        __syncthreads();",
@@ -235,9 +240,10 @@ def rewrite(shape: _Shape, kt: int) -> str:
               "}"]
     staging = "\n".join(lines[:1] + [(ind + ln) if ln and not ln.startswith("#") else ln for ln in lines[1:]]) \
         + "\n" + ind
-    update = f"{p.target} += {PREFIX}sum;" if p.op == "+=" else f"{p.target} = {p.target} + {PREFIX}sum;"
-    edits = [(p.at, p.at, staging), (p.loop_span[0], p.loop_span[1], update)]
-    return splice(data[b0:k.body.end_byte], [(a - b0, b - b0, t) for a, b, t in edits])
+    update = " ".join(f"{u.target} += {nm};" if u.op == "+=" else f"{u.target} = {u.target} + {nm};"
+                      for u, nm in zip(p.sums, names, strict=True))
+    body_edits = [(p.at, p.at, staging), (p.loop_span[0], p.loop_span[1], update)]
+    return splice(data[b0:k.body.end_byte], [(a - b0, b - b0, t) for a, b, t in body_edits])
 
 
 class SmemStage(StructuralRule[_Shape]):
