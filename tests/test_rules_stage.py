@@ -94,7 +94,8 @@ SPELLINGS: dict[str, str] = {
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n    float s = 0;\n"
     "    for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n    y[i] = s;\n  }\n}\n",
     # two sums in one loop (gesummv): each gets its staged partial, both rows staged
-    "two_accumulators": MATVEC.replace("// @warpforge arg x:", "// @warpforge arg B: in float[R*CC]\n// @warpforge arg x:")
+    "two_accumulators": MATVEC.replace("// @warpforge arg x:",
+                                       "// @warpforge arg B: in float[R*CC]\n// @warpforge arg x:")
     .replace("const float* x,", "const float* B, const float* x,") +
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < rows) {\n    float t = 0, u = 0;\n"
     "    for (int j = 0; j < cols; j++) {\n      t += A[i * cols + j] * x[j];\n      u = u + B[i * cols + j] * x[j];\n"
