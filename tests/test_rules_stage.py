@@ -130,6 +130,15 @@ def test_staging_is_proposed_and_builds(case: str) -> None:
         assert got.ok, (case, got.stage, got.reason[-2000:], text)
 
 
+def test_a_block_of_1024_rows_gets_the_narrow_tile_only() -> None:
+    """A row per thread on 1024-thread blocks: 1024 x 33 floats exceed static shared memory, 1024 x 9 do not."""
+    text = SPELLINGS["row_per_thread_matvec"].replace("cdiv(R, 128), block=128", "cdiv(R, 1024), block=1024")
+    pol = policy(text)
+    children = pol.propose_sync(pol.root_candidate())
+    assert [c.steps for c in children] == [("smem_stage:k8",)], pol.errors
+    assert "wfs_t0[1024][8 + 1]" in children[0].definition
+
+
 def plan_of(text: str) -> StagePlan | NotLegal:
     k = find_kernel(text, "k")
     assert k is not None

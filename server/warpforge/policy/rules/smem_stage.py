@@ -40,6 +40,8 @@ from .base import RuleContext
 PREFIX = "wfs_"
 #: param -> the k-tile width (a loop's staging); a transpose has the one variant ``tile``
 VARIANTS = {"k32": 32, "k16": 16}
+#: the narrow tile, offered only where neither of the others fits (a row per thread on a block of 1024)
+NARROW = {"k8": 8}
 TRANSPOSE = "tile"
 #: bytes of static shared memory the tiles may take (48 KiB is the static limit)
 _SMEM_LIMIT = 48 * 1024
@@ -55,6 +57,8 @@ class _Declined(Exception):
 class _Shape:
     kernel: Kernel
     plan: StagePlan | TransposePlan
+    #: bytes per element of each staged parameter, template parameters resolved by the spec's instantiation
+    sizes: dict[str, int]
     #: threads per block along x and y (the same at every size of the spec)
     block: tuple[int, int]
     #: staged parameter -> its buffer length in the kernel's terms (only where the kernel guards its threads)
@@ -114,7 +118,7 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
         if bx != by or bx > 32:
             return NotLegal(f"the block is {bx}x{by}: a transpose through a tile needs a square block of at most "
                             "32x32 (a thread stores the element of its mirror thread)")
-        return _Shape(k, plan, (bx, by), {})
+        return _Shape(k, plan, _sizes(k, [plan.param], targs), (bx, by), {})
     lengths: dict[str, str] = {}
     if plan.guarded:
         for r in plan.reads:
@@ -124,7 +128,11 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
                                 "an expression of the kernel's parameters: a tile row past the guard could be read "
                                 "out of bounds", r.line)
             lengths[r.param] = n
-    return _Shape(k, plan, (bx, by), lengths)
+    shape = _Shape(k, plan, _sizes(k, [r.param for r in plan.reads], targs), (bx, by), lengths)
+    if not _variants(shape):
+        return NotLegal(f"the tiles of a {bx}x{by} block take more than {_SMEM_LIMIT // 1024} KiB of shared memory "
+                        f"even {min(NARROW.values())} values of k wide", plan.line)
+    return shape
 
 
 def why_not(ctx: RuleContext) -> NotLegal | None:
@@ -144,12 +152,28 @@ def _elem(k: Kernel, param: str) -> str:
     return next((t.replace("const ", "").strip() for n, t, ptr, _ in params_of(k)[0] if n == param and ptr), "float")
 
 
+def _sizes(k: Kernel, params: list[str], targs: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in params:
+        t = _elem(k, p)
+        t = targs.get(t, t)
+        out[p] = _BYTES.get(" ".join(t.replace("const ", "").split()), 4)
+    return out
+
+
 def _smem_bytes(shape: _Shape, kt: int) -> int:
     bx, by = shape.block
     if isinstance(shape.plan, TransposePlan):
-        return bx * (bx + 1) * _BYTES.get(_elem(shape.kernel, shape.plan.param), 4) + bx * bx
-    return sum((bx if r.axis == "x" else by) * (kt + 1) * _BYTES.get(_elem(shape.kernel, r.param), 4)
-               for r in shape.plan.reads)
+        return bx * (bx + 1) * shape.sizes[shape.plan.param] + bx * bx
+    return sum((bx if r.axis == "x" else by) * (kt + 1) * shape.sizes[r.param] for r in shape.plan.reads)
+
+
+def _variants(shape: _Shape) -> dict[str, int]:
+    """The k-tile widths whose tiles fit in static shared memory: 32 and 16, else 8."""
+    if isinstance(shape.plan, TransposePlan):
+        return {TRANSPOSE: 0} if _smem_bytes(shape, 0) <= _SMEM_LIMIT else {}
+    wide = {p: kt for p, kt in VARIANTS.items() if _smem_bytes(shape, kt) <= _SMEM_LIMIT}
+    return wide or {p: kt for p, kt in NARROW.items() if _smem_bytes(shape, kt) <= _SMEM_LIMIT}
 
 
 def rewrite_transpose(shape: _Shape, p: TransposePlan) -> str:
@@ -261,21 +285,20 @@ class SmemStage(StructuralRule[_Shape]):
         return got, got.kernel.data
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        if isinstance(shape.plan, TransposePlan):
-            return fitting(ctx, {TRANSPOSE: Launch()} if _smem_bytes(shape, 0) <= _SMEM_LIMIT else {})
-        return fitting(ctx, {p: Launch() for p, kt in VARIANTS.items() if _smem_bytes(shape, kt) <= _SMEM_LIMIT})
+        return fitting(ctx, {p: Launch() for p in _variants(shape)})
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
         if isinstance(shape.plan, TransposePlan):
             return rewrite_transpose(shape, shape.plan)
-        return rewrite(shape, VARIANTS[param])
+        return rewrite(shape, {**VARIANTS, **NARROW}[param])
 
     def rationale(self, shape: _Shape, param: str) -> str:
         if isinstance(shape.plan, TransposePlan):
             return (f"stage the store to `{shape.plan.param}` through a padded {shape.block[0]}x{shape.block[0]} "
                     "shared tile: each thread stores its mirror thread's value, so the writes coalesce")
         reads = ", ".join(sorted({r.param for r in shape.plan.reads}))
-        return (f"stage the block's shared footprint of {reads} in shared memory, {VARIANTS[param]} values of "
+        kt = {**VARIANTS, **NARROW}[param]
+        return (f"stage the block's shared footprint of {reads} in shared memory, {kt} values of "
                 f"`{shape.plan.loop_var}` at a time: each element is loaded once per block instead of once per "
                 "thread")
 
