@@ -259,6 +259,25 @@ TRANSPOSES: dict[str, str] = {
 
 
 @needs_nvcc
+def test_a_transpose_whose_read_is_strided_loads_the_mirror_element_coalesced() -> None:
+    """``out[y*rows + x] = in[x*cols + y]``: the store coalesces, the read does not. Each thread loads the element
+    its mirror thread reads (``threadIdx.x`` and ``threadIdx.y`` exchanged: coalesced) into the mirror's slot, then
+    the kernel's own statement reads its slot."""
+    text = TRANSPOSE_SPEC.replace("cdiv(CC, 32), cdiv(R, 32)", "cdiv(R, 32), cdiv(CC, 32)") + (
+        "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+        "  if (x < rows && y < cols) out[y * rows + x] = in[x * cols + y] + 1.0f;\n}\n")
+    pol = policy(text)
+    children = pol.propose_sync(pol.root_candidate())
+    assert [c.steps for c in children] == [("smem_stage:tile",)], pol.errors
+    body = children[0].definition
+    assert "if (wfs_ok[threadIdx.x][threadIdx.y]) wfs_x[threadIdx.x][threadIdx.y] = in[" in body
+    assert "out[y * rows + x] = wfs_x[threadIdx.y][threadIdx.x] + 1.0f;" in body
+    assert body.count("__syncthreads();") == 2 and body.index("__syncthreads") < body.index("if (x < rows")
+    got = ca.EvaluatorBuild(pol).check(children[0])
+    assert got.ok, (got.stage, got.reason[-2000:], body)
+
+
+@needs_nvcc
 @pytest.mark.parametrize("case", sorted(TRANSPOSES))
 def test_transpose_is_staged_through_a_padded_tile_and_builds(case: str) -> None:
     pol = policy(TRANSPOSES[case])

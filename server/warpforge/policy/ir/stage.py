@@ -362,7 +362,8 @@ def footprint(index: Mapping[str, str], axis: str, row: str) -> str:
 
 @dataclass(frozen=True)
 class TransposePlan:
-    """A copy whose store is strided across a warp (a transpose): staged through a tile so both sides coalesce.
+    """A copy whose store (or read) is strided across a warp (a transpose): staged through a tile so both sides
+    coalesce.
 
     The body is the leading declarations, then the store ``P[IO] = E;`` alone, behind an early exit
     ``if (C) return;`` or inside ``if (C) { ... }``. ``E`` is computed by the thread that owns it and put in
@@ -377,6 +378,9 @@ class TransposePlan:
     #: the byte range from the first statement after the leading declarations to the body's closing brace
     tail: tuple[int, int]
     line: int
+    #: the strided side is a read (``param``/``index``/``value`` are the read's): the block loads through the
+    #: tile what each thread's mirror reads, coalesced, and each thread then takes its own value from the tile
+    read: bool = False
 
 
 def plan_transpose(k: Kernel, s: Summary) -> TransposePlan | NotLegal:
@@ -422,11 +426,38 @@ def plan_transpose(k: Kernel, s: Summary) -> TransposePlan | NotLegal:
                         "come first", w.line)
     if any(a_ != "1" and not a_.startswith(COORDS) for a_ in w.index):
         return NotLegal("the store's index moves with a loop counter", w.line)
-    if w.index.get("threadIdx.y") != "1" or w.index.get("threadIdx.x") in (None, "1") or "threadIdx.z" in w.index:
-        return NotLegal("the store is not strided across a warp with its row contiguous in y (not a transpose): "
-                        "a tile would not make it coalesce", w.line)
-    return TransposePlan(w.param, w.index, (right.start_byte, right.end_byte), cond,
-                         (sts[lead].start_byte, k.body.end_byte - 1), w.line)
+    tail_span = (sts[lead].start_byte, k.body.end_byte - 1)
+    if _transposed(w.index):
+        return TransposePlan(w.param, w.index, (right.start_byte, right.end_byte), cond, tail_span, w.line)
+    if w.index.get("threadIdx.x") == "1" and "threadIdx.z" not in w.index:
+        # the store coalesces: the strided side may be a read of the value (``out[y*N+x] = in[x*N+y]``)
+        params, uniform = params_of(k)
+        pointers = {n for n, _, ptr, _ in params if ptr}
+        scope = scope_of(k, uniform, set())
+        views = _views(k, pointers, scope)
+        strided: list[tuple[Node, str, dict[str, str]]] = []
+        for sub in walk(right, ("subscript_expression",)):
+            arg = sub.child_by_field_name("argument")
+            idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
+            name = k.t(unparen(arg)) if arg is not None else ""
+            if arg is None or idx is None or (name not in pointers and name not in views):
+                continue
+            param, offset = views.get(name, (name, []))
+            inner = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_children else idx
+            index, _ = _affine_sum([*offset, inner], scope)
+            if index is not None and _transposed(index) and all(a == "1" or a.startswith(COORDS) for a in index):
+                strided.append((sub, param, index))
+        if len(strided) == 1:
+            sub, param, index = strided[0]
+            return TransposePlan(param, index, (sub.start_byte, sub.end_byte), cond, tail_span, w.line, read=True)
+    return NotLegal("neither the store nor a read of its value is strided across a warp with its row contiguous in "
+                    "y (not a transpose): a tile would not make it coalesce", w.line)
+
+
+def _transposed(index: Mapping[str, str]) -> bool:
+    """Whether an access is a transpose's strided side: ``threadIdx.y`` at stride 1, ``threadIdx.x`` at another."""
+    return index.get("threadIdx.y") == "1" and index.get("threadIdx.x") not in (None, "1") \
+        and "threadIdx.z" not in index
 
 
 def swapped(index: Mapping[str, str]) -> str:

@@ -204,6 +204,31 @@ def rewrite_transpose(shape: _Shape, p: TransposePlan) -> str:
     return splice(data[b0:k.body.end_byte], [(p.tail[0] - b0, p.tail[1] - b0, text)])
 
 
+def rewrite_transposed_read(shape: _Shape, p: TransposePlan) -> str:
+    """The new body of a transpose whose read is strided: the block loads, coalesced, what each thread's mirror
+    reads into the mirror's slot; the kernel's own statements then take the read from the thread's slot."""
+    k = shape.kernel
+    data = k.data
+    b0 = k.body.start_byte
+    ind = _indent_at(data, p.tail[0]) or "    "
+    side = shape.block[0]
+    elem = _elem(k, p.param)
+    load = f"{PREFIX}x[threadIdx.x][threadIdx.y] = {p.param}[{swapped(p.index)}];"
+    lines = [f"__shared__ {elem} {PREFIX}x[{side}][{side} + 1];  // padded: a column write hits {side} banks"]
+    if p.cond:
+        lines += [f"__shared__ bool {PREFIX}ok[{side}][{side}];",
+                  f"{PREFIX}ok[threadIdx.y][threadIdx.x] = {p.cond};",
+                  "__syncthreads();",
+                  f"if ({PREFIX}ok[threadIdx.x][threadIdx.y]) {load}  // the mirror thread's read"]
+    else:
+        lines += [f"{load}  // the mirror thread's read"]
+    lines += ["__syncthreads();", ""]
+    text = "\n".join(lines[:1] + [ind + ln if ln else ln for ln in lines[1:]]) + ind
+    return splice(data[b0:k.body.end_byte], [(p.tail[0] - b0, p.tail[0] - b0, text),
+                                              (p.value[0] - b0, p.value[1] - b0,
+                                               f"{PREFIX}x[threadIdx.y][threadIdx.x]")])
+
+
 def rewrite(shape: _Shape, kt: int) -> str:
     """The new body (braces included) of the kernel for the k-tile width ``kt``."""
     k, p = shape.kernel, shape.plan
@@ -289,10 +314,13 @@ class SmemStage(StructuralRule[_Shape]):
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
         if isinstance(shape.plan, TransposePlan):
-            return rewrite_transpose(shape, shape.plan)
+            return (rewrite_transposed_read if shape.plan.read else rewrite_transpose)(shape, shape.plan)
         return rewrite(shape, {**VARIANTS, **NARROW}[param])
 
     def rationale(self, shape: _Shape, param: str) -> str:
+        if isinstance(shape.plan, TransposePlan) and shape.plan.read:
+            return (f"stage the read of `{shape.plan.param}` through a padded {shape.block[0]}x{shape.block[0]} "
+                    "shared tile: each thread loads its mirror thread's element, so the reads coalesce")
         if isinstance(shape.plan, TransposePlan):
             return (f"stage the store to `{shape.plan.param}` through a padded {shape.block[0]}x{shape.block[0]} "
                     "shared tile: each thread stores its mirror thread's value, so the writes coalesce")
