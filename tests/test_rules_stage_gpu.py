@@ -4,7 +4,8 @@ Self-written naive kernels in the spellings the wide yardstick found in other pe
 GEMM with no bound written and a global accumulator, a benchmark-suite GEMM (loop variable declared before the
 ``for``, early exit, alpha/beta, sizes no multiple of a tile) and a naive transpose — are evaluated as the search
 evaluates a candidate: outputs compared with the original's on random inputs at the spec size and at the
-perturbed size, then timed against it. Every variant must verify; the best must be faster (speedup > 1).
+perturbed size, then timed against it. Every variant must verify; the best must be faster (speedup > 1). Both
+naive transpose spellings are there (the strided store, and the strided read with a guard).
 Run on the GPU machine: ``pytest -m gpu tests/test_rules_stage_gpu.py``.
 """
 
@@ -84,6 +85,20 @@ __global__ void k(int* input, int* output) {
   int index = y * N + x;
   int transposed = x * N + y;
   output[transposed] = input[index];
+}
+""",
+    # the other naive spelling: the store coalesces, the read is strided; sizes no multiple of the tile, a guard
+    "transpose_read_strided": """// @warpforge size R = 3000
+// @warpforge size CC = 2000
+// @warpforge arg in: in float[R*CC]
+// @warpforge arg out: out float[R*CC]
+// @warpforge arg rows = R
+// @warpforge arg cols = CC
+// @warpforge launch grid=(cdiv(R, 32), cdiv(CC, 32)), block=(32, 32)
+__global__ void k(const float* in, float* out, int rows, int cols) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x;
+  int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x < rows && y < cols) out[y * rows + x] = in[x * cols + y];
 }
 """,
 }
