@@ -443,8 +443,8 @@ def plan_transpose(k: Kernel, s: Summary) -> TransposePlan | NotLegal:
             if arg is None or idx is None or (name not in pointers and name not in views):
                 continue
             param, offset = views.get(name, (name, []))
-            inner = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_children else idx
-            index, _ = _affine_sum([*offset, inner], scope)
+            at = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_children else idx
+            index, _ = _affine_sum([*offset, at], scope)
             if index is not None and _transposed(index) and all(a == "1" or a.startswith(COORDS) for a in index):
                 strided.append((sub, param, index))
         if len(strided) == 1:
