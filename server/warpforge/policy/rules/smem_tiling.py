@@ -54,16 +54,17 @@ bound admits. Variants: ``t16``/``t32`` (one output per thread), ``t32r4`` (4 ou
 ``t64r4x4`` and ``t128r8x8`` (4×4 and 8×8 outputs per thread, 256 threads). Thread (tx, ty) owns outputs
 y = ty + i·(BM/TM), x = tx + j·(BN/TN): consecutive threads take consecutive columns, so tile reads are
 conflict-free and epilogue stores coalesce.
+
+This module holds the analysis and the rule; the shape it finds, the contiguity of the operands and the code
+it writes are in ``_tiling_emit``. A kernel it declines for want of a bound on x and y (a launch that covers the
+matrix exactly) is staged by ``smem_stage`` on the kernel IR instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from tree_sitter import Node
 
 from ...cuda.tree import node_text, walk
-from ...spec.expr import Number
 from . import register
 from ._structural import (
     Bound,
@@ -74,14 +75,11 @@ from ._structural import (
     dims_values,
     envs,
     failing_bound,
-    flush,
     global_index,
     has_collective,
-    indent,
     is_ident,
     is_return_only,
     launch_ok,
-    render,
     resolved_type,
     scalar_value_expr,
     single_decl,
@@ -92,11 +90,9 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import eval_expr, int_literal, kernel_body, macro_values
+from ._tiling_emit import PREFIX, _contiguity, _generate, _Operand, _Shape
+from ._util import eval_expr, kernel_body, macro_values
 from .base import RuleContext
-
-#: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
-PREFIX = "wft_"
 
 #: param -> (BM, BN, BK, TM, TN)
 #: most promising first: a search that can afford one variant of a family tries the register-tiled 64×64
@@ -123,45 +119,6 @@ _X, _Y, _K = "\x00x", "\x00y", "\x00k"
 class _Reject(Exception):
     """Not of matmul form, or a precondition does not hold (internal control flow of the analysis)."""
 
-
-@dataclass
-class _Operand:
-    array: str  # the name read (a parameter or a local pointer into one)
-    root: str  # the pointer parameter it reads
-    elem: str  # element type as written (``T``, ``float``)
-    node: Node  # the read ``P[IP]``
-    locals_: list[str]  # non-uniform locals it depends on
-    kfast: bool = True  # the address is contiguous in k (else in the output coordinate)
-
-
-@dataclass
-class _Shape:
-    x: Decl
-    y: Decl
-    acc: Decl
-    loop: Node
-    k: Decl
-    k_cond: Node
-    a: _Operand  # uses y and k
-    b: _Operand  # uses x and k
-    a_first: bool  # the product is written a * b (else b * a)
-    fma: str  # the fma function the update is written with ("" for +=)
-    #: top-level statements before the loop that every thread of a block computes alike, in order
-    hoisted: list[Node]
-    #: the kernel's top-level statements (a guarded body opened up), in order
-    items: list[Node]
-    #: the guard of a guarded body (``if (C) { ...all the rest... }``), or None, and where its body starts
-    guard: Node | None
-    guard_at: int
-    #: conditions under which a thread's y (x) passes every exit term on y (x) alone: the load predicates
-    y_ok: list[str] = field(default_factory=list)
-    x_ok: list[str] = field(default_factory=list)
-    y_bound: Bound | None = None
-    x_bound: Bound | None = None
-    y_locals: list[str] = field(default_factory=list)
-    x_locals: list[str] = field(default_factory=list)
-    #: exit terms linear in x and y: a tile where one holds at every corner skips its loads
-    masks: list[Node] = field(default_factory=list)
 
 
 def _ids(node: Node, data: bytes) -> set[str]:
@@ -554,89 +511,6 @@ class _Analysis:
                 raise _Reject  # hoisted locals are shared by all of a thread's outputs
 
 
-# ----------------------------------------------------------------------------- contiguity
-
-
-def _address(an: _Analysis, node: Node, env: dict[str, Number], coords: dict[str, int]) -> int | None:
-    """The element offset a read ``P[I]`` addresses (pointer parameters at 0), from the spec's sizes."""
-    data = an.data
-    params = an.ctx.spec
-
-    def ev(n: Node) -> int | None:
-        n = unparen(n)
-        t = n.type
-        if t == "number_literal":
-            return int_literal(node_text(n, data))
-        if t == "cast_expression":
-            inner = n.child_by_field_name("value")
-            return ev(inner) if inner is not None else None
-        if t == "field_expression":
-            return 0  # blockIdx.z: the first batch
-        if t == "identifier":
-            name = node_text(n, data)
-            if name in coords:
-                return coords[name]
-            if name in an.decls:
-                val = an.decls[name].value
-                return ev(val) if val is not None else None
-            if name in an.root:
-                return 0
-            spec_arg = params.arg(name)
-            if spec_arg is not None and not spec_arg.is_buffer and spec_arg.value is not None:
-                got = eval_expr(spec_arg.value, env)
-                return got if isinstance(got, int) else None
-            return None
-        if t == "subscript_expression":
-            parts = subscript_parts(n, data)
-            if parts is None:
-                return None
-            b, i = ev(parts[0]), ev(parts[1])
-            return b + i if b is not None and i is not None else None
-        if t == "unary_expression":
-            o, a2 = n.child_by_field_name("operator"), n.child_by_field_name("argument")
-            num = ev(a2) if a2 is not None else None
-            return -num if num is not None and o is not None and node_text(o, data) == "-" else num
-        if t == "binary_expression":
-            o, a2, b2 = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
-            if o is None or a2 is None or b2 is None:
-                return None
-            u, w = ev(a2), ev(b2)
-            if u is None or w is None:
-                return None
-            op = node_text(o, data)
-            if op == "+":
-                return u + w
-            if op == "-":
-                return u - w
-            if op == "*":
-                return u * w
-            if op == "/" and w:
-                return u // w
-            if op == "%" and w:
-                return u % w
-        return None
-
-    return ev(node)
-
-
-def _contiguity(an: _Analysis, shape: _Shape) -> None:
-    """Per operand, whether consecutive k or consecutive output coordinates are adjacent in memory."""
-    es = envs(an.ctx)
-    if not es:
-        return
-    env = es[0]
-    kv = shape.k.name
-    for o, c in ((shape.a, shape.y.name), (shape.b, shape.x.name)):
-        base = _address(an, o.node, env, {kv: 1, c: 1})
-        along_k = _address(an, o.node, env, {kv: 2, c: 1})
-        along_c = _address(an, o.node, env, {kv: 1, c: 2})
-        if base is None or along_k is None or along_c is None:
-            continue
-        if along_k - base == 1:
-            o.kfast = True
-        elif along_c - base == 1:
-            o.kfast = False
-
 
 # ----------------------------------------------------------------------------- the rule
 
@@ -710,161 +584,6 @@ class SmemTiling(StructuralRule[_Shape]):
         return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
                 f"memory ({bm}x{bn} outputs per block{per}){skip}")
 
-
-# ----------------------------------------------------------------------------- the rewrite
-
-
-def _local_decls(shape: _Shape, names: list[str], data: bytes) -> list[str]:
-    """The declarations of ``names``, in the kernel's order, as written."""
-    out = []
-    for st in shape.items:
-        d = single_decl(st, data) if st.type == "declaration" else None
-        if d is not None and d.name in names:
-            out.append(flush(node_text(st, data), st, data))
-    return out
-
-
-def _load(shape: _Shape, data: bytes, a_side: bool) -> str:
-    p = PREFIX
-    o = shape.a if a_side else shape.b
-    c = shape.y if a_side else shape.x
-    kv = shape.k
-    oks = (shape.y_ok if a_side else shape.x_ok) + [node_text(shape.k_cond, data)]
-    locs = _local_decls(shape, shape.y_locals if a_side else shape.x_locals, data)
-    tile = f"{p}As" if a_side else f"{p}Bs"
-    rn, cn = (f"{p}BM", f"{p}BK") if a_side else (f"{p}BN", f"{p}BK")
-    # e -> (output coordinate r, k offset q); the faster-varying one follows the contiguous address
-    if o.kfast:
-        r, q = f"{p}e / {cn}", f"{p}e % {cn}"
-    else:
-        r, q = f"{p}e % {rn}", f"{p}e / {rn}"
-    store = f"{tile}[{p}r][{p}q]" if a_side else f"{tile}[{p}q][{p}r]"
-    cond = " && ".join(f"({t})" for t in oks)
-    inner = "\n".join([
-        f"const {c.type} {c.name} = {p}{'y0' if a_side else 'x0'} + {p}r;",
-        f"const {kv.type} {kv.name} = {p}k0 + {p}q;",
-        *locs,
-        f"{store} = ({cond}) ? {node_text(o.node, data)} : static_cast<{o.elem}>(0);",
-    ])
-    return f"""#pragma unroll
-for (int {p}l = 0; {p}l < {rn} * {cn} / {p}NT; ++{p}l) {{
-    const int {p}e = {p}tid + {p}l * {p}NT;
-    const int {p}r = {r}, {p}q = {q};
-    {{
-{indent(inner, "        ")}
-    }}
-}}"""
-
-
-def _per_output(shape: _Shape, data: bytes) -> str:
-    """The kernel's own statements for one output, with the accumulator starting from the tiled sum."""
-    p = PREFIX
-    skip = {shape.x.node.id, shape.y.node.id, shape.loop.id} | {n.id for n in shape.hoisted}
-    lines: list[str] = []
-    acc_value = shape.acc.value
-    assert acc_value is not None
-    for at, st in enumerate(shape.items):
-        if at == shape.guard_at and shape.guard is not None:
-            cond = condition_of(shape.guard)
-            assert cond is not None
-            lines.append(f"if (!({node_text(cond, data)})) return;")
-        if st.id in skip:
-            continue
-        if st.id == shape.acc.node.id:
-            text = render(st, data, lambda n: f"{p}acc[{p}i][{p}j]" if n.id == acc_value.id else None)
-            lines.append(flush(text, st, data))
-            continue
-        lines.append(flush(node_text(st, data), st, data))
-    return "\n".join(lines)
-
-
-def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:
-    p = PREFIX
-    x, y, kv = shape.x, shape.y, shape.k
-    a, b = shape.a, shape.b
-    acc = shape.acc
-    init = node_text(acc.value, data) if acc.value is not None else "0"
-    kb = upper_bound(shape.k_cond, data, kv.name)
-    assert kb is not None and kv.value is not None
-    k_end = f"({node_text(kb.limit, data)}) + 1" if kb.inclusive else f"({node_text(kb.limit, data)})"
-    pa, pb = (0 if a.kfast else 1), (1 if b.kfast else 0)
-    av, bv = f"{p}a[{p}i]", f"{p}b[{p}j]"
-    if shape.fma:
-        step = f"{p}acc[{p}i][{p}j] = {shape.fma}({av if shape.a_first else bv}, {bv if shape.a_first else av}, " \
-               f"{p}acc[{p}i][{p}j]);"
-    else:
-        step = f"{p}acc[{p}i][{p}j] += {av + ' * ' + bv if shape.a_first else bv + ' * ' + av};"
-    hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
-    masks = ""
-    compute_open, compute_close = "", ""
-    if shape.masks:
-        test = " || ".join(f"({node_text(m, data)})" for m in shape.masks)
-        corners = " && ".join(f"{p}masked({p}x0{dx}, {p}y0{dy})" for dx in ("", f" + {p}BN - 1")
-                              for dy in ("", f" + {p}BM - 1"))
-        masks = (f"// a linear mask holds on a whole tile when it holds at the tile's corners\n"
-                 f"auto {p}masked = [&](const {x.type} {x.name}, const {y.type} {y.name}) -> bool {{ "
-                 f"return {test}; }};\n"
-                 f"const bool {p}skip = {corners};\n")
-        compute_open, compute_close = f"if (!{p}skip) {{\n", "\n}"
-    kloop = f"""for ({kv.type} {p}k0 = {node_text(kv.value, data)}; {p}k0 < {k_end}; {p}k0 += {p}BK) {{
-{indent(_load(shape, data, True), "    ")}
-{indent(_load(shape, data, False), "    ")}
-    __syncthreads();
-    #pragma unroll
-    for (int {p}kk = 0; {p}kk < {p}BK; ++{p}kk) {{
-        {a.elem} {p}a[{p}TM];
-        {b.elem} {p}b[{p}TN];
-        #pragma unroll
-        for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-            {p}a[{p}i] = {p}As[{p}ty + {p}i * {p}TY][{p}kk];
-        }}
-        #pragma unroll
-        for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-            {p}b[{p}j] = {p}Bs[{p}kk][{p}tx + {p}j * {p}TX];
-        }}
-        #pragma unroll
-        for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-            #pragma unroll
-            for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-                {step}
-            }}
-        }}
-    }}
-    __syncthreads();
-}}"""
-    if compute_open:
-        kloop = compute_open + indent(kloop, "    ") + compute_close
-    code = f"""{hoisted}
-constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
-constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
-static_assert(({p}BM * {p}BK) % {p}NT == 0 && ({p}BK * {p}BN) % {p}NT == 0, "whole tiles per thread");
-__shared__ {a.elem} {p}As[{p}BM][{p}BK + {pa}];
-__shared__ {b.elem} {p}Bs[{p}BK][{p}BN + {pb}];
-const int {p}tx = threadIdx.x, {p}ty = threadIdx.y;
-const int {p}tid = {p}ty * {p}TX + {p}tx;
-const {y.type} {p}y0 = blockIdx.y * {p}BM;
-const {x.type} {p}x0 = blockIdx.x * {p}BN;
-{acc.type} {p}acc[{p}TM][{p}TN];
-#pragma unroll
-for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-    #pragma unroll
-    for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-        {p}acc[{p}i][{p}j] = {init};
-    }}
-}}
-{masks}{kloop}
-#pragma unroll
-for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-    #pragma unroll
-    for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-        const {y.type} {y.name} = {p}y0 + {p}ty + {p}i * {p}TY;
-        const {x.type} {x.name} = {p}x0 + {p}tx + {p}j * {p}TX;
-        [&]() {{  // the kernel's statements for this output: its exits return from here
-{indent(_per_output(shape, data), "            ")}
-        }}();
-    }}
-}}"""
-    return "{\n" + indent(code.lstrip("\n"), "    ") + "\n}"
 
 
 register(SmemTiling())
