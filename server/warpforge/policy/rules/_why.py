@@ -53,7 +53,12 @@ def declined(reason: str, node: Node | None = None, stage: Stage = Stage.SHAPE, 
     declined(...)`` replaces a bare ``return None``. ``node`` (of the candidate's definition) gives the line."""
     log = _LOG.get()
     if log is not None:
-        log.append(Note(reason, stage, node.start_point[0] + 1 if node is not None else line))
+        log.append(Note(reason, stage, _line(node) if node is not None else line))
+
+
+def _line(node: Node) -> int:
+    """1-based line of a node; 0 for a whole body (its ``{`` line says nothing)."""
+    return 0 if node.type == "compound_statement" else node.start_point[0] + 1
 
 
 @contextmanager
@@ -83,7 +88,7 @@ class Decline(Exception):
 
     def __init__(self, reason: str, node: Node | None = None, stage: Stage = Stage.SHAPE) -> None:
         super().__init__(reason)
-        self.note = Note(reason, stage, node.start_point[0] + 1 if node is not None else 0)
+        self.note = Note(reason, stage, _line(node) if node is not None else 0)
 
     def record(self) -> None:
         """Pass the note to whoever listens (``recording``)."""

@@ -102,6 +102,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the atomics are already aggregated per warp", None, Stage.SCOPE)
+    if not any(n.type == "call_expression" and node_text(n.child_by_field_name("function") or n, data)
+               .startswith("atomic") for n in walk(body)):
+        return declined("the kernel has no atomic", None, Stage.SCOPE)
     if has_jump(body, loops_ok=True):
         return declined("the kernel returns or breaks early, so not every lane of a warp reaches the atomic "
                         "(the warp's combine needs all 32)", body, Stage.SHAPE)
@@ -117,8 +120,6 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
             candidates.append((inner[-1], last))
     atomics = [n for n in walk(body) if n.type == "call_expression" and node_text(
         n.child_by_field_name("function") or n, data).startswith("atomic")]
-    if not atomics:
-        return declined("the kernel has no atomic", body, Stage.SCOPE)
     declined(f"the atomic `{node_text(atomics[0], data)}` is not the kernel's last statement (or the last one "
              "of its final `if`), so not one value per thread is sent at the end", atomics[0], Stage.SHAPE)
     for st, guard in candidates:

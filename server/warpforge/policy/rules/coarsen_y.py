@@ -115,6 +115,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the kernel is already coarsened along y", None, Stage.SCOPE)
+    if not any(global_index(d.value, data, "y") is not None for st in statements(body)
+               if (d := single_decl(st, data)) is not None and d.value is not None and not d.pointer):
+        return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", None, Stage.SCOPE)
     if has_collective(body, data) or any(n.type == "__shared__" for n in walk(body)):
         return declined("the kernel uses shared memory, barriers or shuffles: a thread doing several rows would "
                         "change what the block exchanges", body, Stage.LEGALITY)
@@ -154,7 +157,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             return declined(f"the row index `{d.name}` has no top-level bound (`if ({d.name} < rows)` around the "
                             f"rest, or `if ({d.name} >= rows) return;`)", st, Stage.SHAPE)
         return _Shape(d, mult, prefix, rest, limit), data
-    return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", body, Stage.SCOPE)
+    return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", None, Stage.SCOPE)
 
 
 def _return_in_loop(node: Node) -> bool:

@@ -55,7 +55,7 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import eval_expr
+from ._util import eval_expr, kernel_body
 from ._why import Stage, declined
 from .base import RuleContext
 
@@ -95,13 +95,15 @@ def _target_base(arg: Node, data: bytes) -> str | None:
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    whole = kernel_body(ctx)
+    if whole is not None and not any(n.type == "call_expression" and node_text(
+            n.child_by_field_name("function") or n, whole[1]) == "atomicAdd" for n in walk(whole[0])):
+        return declined("the kernel has no atomicAdd into a histogram", None, Stage.SCOPE)
     got = fresh_body(ctx, PREFIX, collectives_ok=True)
     if got is None:
-        return declined("the kernel is already privatized, or its body does not parse", None, Stage.SCOPE)
+        return declined("the kernel is a template, already uses shared memory (or is privatized already), or a "
+                        "local shadows a parameter", None, Stage.SHAPE)
     k, body, data = got
-    if not any(n.type == "call_expression" and node_text(n.child_by_field_name("function") or n, data)
-               == "atomicAdd" for n in walk(body)):
-        return declined("the kernel has no atomicAdd into a histogram", body, Stage.SCOPE)
     e = elementwise_1d(body, data)
     if e is None or not e.body or e.mult != "blockDim.x":
         return declined("the atomics are not in a one-thread-per-element kernel (`i = blockIdx.x * blockDim.x + "

@@ -159,9 +159,10 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # after the tree: exactly `if (tid == 0) atomicAdd(DST, sh[0]);`
     rest = sts[at + 1 :]
     if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
-        return declined("the block's result is written per block (`out[blockIdx.x] = sh[0]`), not accumulated "
-                        "with `if (tid == 0) atomicAdd(out, sh[0])`: a coarsened grid has fewer blocks than "
-                        "outputs", sts[at + 1] if rest else sts[at], Stage.SHAPE)
+        found = f" (found `{node_text(rest[0], data).splitlines()[0].strip()}`)" if rest else ""
+        return declined("after the tree, the block's result is not accumulated by one `if (tid == 0) "
+                        f"atomicAdd(out, sh[0]);`{found}: a coarsened grid has fewer blocks than outputs, so a "
+                        "per-block store would leave outputs unwritten", rest[0] if rest else sts[at], Stage.SHAPE)
     c = condition_of(rest[0])
     if c is None or node_text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
         return declined("the block's result is not sent by thread 0 alone (`if (tid == 0)`)", rest[0], Stage.SHAPE)

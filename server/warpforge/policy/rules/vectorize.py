@@ -152,6 +152,10 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                         "with a guard `i < n`, or a grid-stride loop over `i`)", kbody, Stage.SCOPE)
     shape = _Shape(found)
     i = shape.e.index.name
+    walk_st = next((st for st in found.body if _serial_walk(st, data)), None)
+    if walk_st is not None:
+        return declined("each thread walks a serial loop over memory, not one element (vector loads would "
+                        "lengthen that walk)", walk_st, Stage.SCOPE)
     if any(n.startswith(PREFIX) for n in all_names(kbody, data)):
         return None  # already rewritten, or names that could clash with ours
     if any(n.type == "__shared__" for n in walk(kbody)) or has_collective(kbody, data):
