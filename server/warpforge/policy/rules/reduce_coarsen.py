@@ -143,19 +143,6 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     bound = upper_bound(cond, data, index.name)
     assert bound is not None
     i = index.name
-    # i appears only in its declaration and the load; blockIdx/gridDim (whose meaning the new grid changes)
-    # only in i's declaration
-    load_ids = {n.id for n in walk(load)}
-    decl_ids = {n.id for n in walk(index.node)}
-    for n in walk(body):
-        if n.type == "identifier" and node_text(n, data) == i and n.id not in load_ids | decl_ids:
-            return declined(f"the index `{i}` is used after the load", n, Stage.LEGALITY)
-        if n.type == "identifier" and node_text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
-            return declined(f"`{node_text(n, data)}` is used outside the index (a coarsened grid changes it)", n,
-                            Stage.LEGALITY)
-    if has_collective(yes, data) or any(n.type in ("assignment_expression", "update_expression")
-                                        for n in walk(yes)):
-        return declined("the loaded value writes a variable or calls a collective", load, Stage.LEGALITY)
     # after the tree: exactly `if (tid == 0) atomicAdd(DST, sh[0]);`
     rest = sts[at + 1 :]
     if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
@@ -184,6 +171,19 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if not dst_ids <= params or call_names(xs[0], data):
         return declined("the atomicAdd's address depends on more than parameters (e.g. on blockIdx.x)", call,
                         Stage.LEGALITY)
+    # i appears only in its declaration and the load; blockIdx/gridDim (whose meaning the new grid changes)
+    # only in i's declaration
+    load_ids = {n.id for n in walk(load)}
+    decl_ids = {n.id for n in walk(index.node)}
+    for n in walk(body):
+        if n.type == "identifier" and node_text(n, data) == i and n.id not in load_ids | decl_ids:
+            return declined(f"the index `{i}` is used after the load", n, Stage.LEGALITY)
+        if n.type == "identifier" and node_text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
+            return declined(f"`{node_text(n, data)}` is used outside the index (a coarsened grid changes it)", n,
+                            Stage.LEGALITY)
+    if has_collective(yes, data) or any(n.type in ("assignment_expression", "update_expression")
+                                        for n in walk(yes)):
+        return declined("the loaded value writes a variable or calls a collective", load, Stage.LEGALITY)
     # M must be the block size for the grid-stride loop to visit each index once
     if mult != "blockDim.x":
         es = envs(ctx)

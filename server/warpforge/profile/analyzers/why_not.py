@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ define("WF113", "no structural rewrite applies: the closest and what blocked it"
 log = logging.getLogger(__name__)
 
 _CACHE_MAX = 256
+_LINES = re.compile(r"\bline=\d+")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ def _placeholder(ctx: KernelContext) -> KernelSpec:
 def _key(ctx: KernelContext, definition: str) -> str:
     data = ctx.src.data
     outside = b"".join(data[a:b] for a, b in _outside_kernels(ctx))
-    spec = repr(ctx.spec) if ctx.spec is not None else "-"
+    # the spec without the lines it was read from: a line added above the kernel moves it, changes nothing
+    spec = _LINES.sub("", repr(ctx.spec)) if ctx.spec is not None else "-"
     return hashlib.sha256(b"\0".join([definition.encode(), spec.encode(), outside])).hexdigest()
 
 
