@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ...cuda.loopclass import classify
 from ...cuda.text import Position, Range
@@ -34,7 +35,17 @@ from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
 from . import analyzer
 
-define("WF113", "no structural rewrite applies: the closest and what blocked it", Severity.HINT, "source", None)
+def _headline(message: str, evidence: dict[str, Any]) -> str:
+    """The squiggle: which rewrite came closest and where it stopped (the words are in the hover)."""
+    fam = evidence.get("closest")
+    if not fam:
+        return "no structural rewrite applies"
+    line = evidence.get("blocked_line")
+    return f"no structural rewrite applies; closest {fam}" + (f", blocked at line {line}" if line else "")
+
+
+define("WF113", "no structural rewrite applies: the closest and what blocked it", Severity.HINT, "source", None,
+       headline=_headline)
 
 log = logging.getLogger(__name__)
 
