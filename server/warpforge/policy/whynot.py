@@ -45,8 +45,8 @@ WHAT: dict[str, str] = {
     "warp_reduce": "a shared-memory tree reduction's last steps as warp shuffles",
 }
 
-NO_SPEC = ("the kernel has no spec (sizes and launch), so no launch can be planned: add a `// @wf` block "
-           "above it or launch it from host code in this file")
+NO_SPEC = ("the kernel has no spec (sizes and launch), so no launch can be planned: add `// @warpforge` lines "
+           "above it (the \"Add benchmark spec\" action writes them) or launch it from host code in this file")
 
 
 #: a "(line N)" a rule put in its words: the hint says the line itself, mapped to the user's text
@@ -114,8 +114,8 @@ def ask(rule: Rule, ctx: RuleContext, *, has_spec: bool = True) -> Decline | Non
     try:
         return _ask(rule, ctx, has_spec)
     except Exception as e:
-        if not has_spec:  # a rule reading the placeholder spec's launch: the spec is what is missing
-            return Decline(rule.family, NO_SPEC, Stage.LAUNCH)
+        if not has_spec:  # a rule that reads the placeholder spec: how far it got is unknown, the spec is missing
+            return Decline(rule.family, NO_SPEC, Stage.SHAPE)
         raise RuleCrashed(rule.family, e) from e
 
 
