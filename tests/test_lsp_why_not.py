@@ -13,6 +13,7 @@ from typing import Any
 import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
 from test_why_not import MATVEC, SOFTMAX
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -165,9 +165,10 @@ def test_warp_reduce_names_the_barrier_before_the_step() -> None:
 
 
 def test_reduce_coarsen_names_the_per_block_store() -> None:
-    text = TREE_BARRIER_FIRST.replace("""        __syncthreads();
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];""", """        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();""").replace("    for (int s", "    __syncthreads();\n    for (int s")
+    step = "        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];"
+    barrier = "        __syncthreads();"
+    text = TREE_BARRIER_FIRST.replace(f"{barrier}\n{step}", f"{step}\n{barrier}").replace(
+        "    for (int s", "    __syncthreads();\n    for (int s")
     d = _why("reduce_coarsen", text)
     assert "written with `out[blockIdx.x] = sh[0]`, not accumulated with `atomicAdd`" in d.reason, d
     assert d.line == _line_of(text, "out[blockIdx.x] = sh[0]")

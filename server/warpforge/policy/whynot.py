@@ -112,7 +112,8 @@ def ask(rule: Rule, ctx: RuleContext, *, has_spec: bool = True) -> Decline | Non
     """Why ``rule`` proposes nothing for ``ctx`` (None: it has variants). Without a spec (``has_spec`` False;
     ``ctx`` then carries a placeholder), only the analysis is asked and a launch question is "no spec"."""
     try:
-        return _ask(rule, ctx, has_spec)
+        got = _ask(rule, ctx, has_spec)
+        return replace(got, reason=_LINE_SUFFIX.sub("", got.reason)) if got is not None else None
     except Exception as e:
         if not has_spec:  # a rule that reads the placeholder spec: how far it got is unknown, the spec is missing
             return Decline(rule.family, NO_SPEC, Stage.SHAPE)
@@ -184,7 +185,7 @@ def explain(ctxs: Sequence[RuleContext], *, has_spec: bool = True, rules: Sequen
                 break
             lines = ctx.candidate.definition.splitlines()
             text = lines[d.line - 1].strip() if 0 < d.line <= len(lines) else ""
-            answers.append(replace(d, reason=_LINE_SUFFIX.sub("", d.reason), text=text))
+            answers.append(replace(d, text=text))
         else:
             best = closest(answers)
             if best is not None:

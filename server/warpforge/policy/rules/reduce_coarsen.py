@@ -89,10 +89,6 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     got = kernel_body(ctx)
     if k is None or got is None:
         return None
-    if k.template_params:
-        return declined("the kernel is a template", None, Stage.SHAPE)
-    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
-        return declined("the launch is not one-dimensional", None, Stage.LAUNCH)
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the block reduction is already coarsened", None, Stage.SCOPE)
@@ -108,6 +104,10 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                         sts[at], Stage.SHAPE)
     tree = match_tree_loop(sts[at], data, tids, shared)
     assert tree is not None
+    if k.template_params:
+        return declined("the kernel is a template", None, Stage.SHAPE)
+    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        return declined("the launch is not one-dimensional", None, Stage.LAUNCH)
     if tree.combine != "{a} + {b}":
         return declined("the tree combines with something other than `+` (coarsening adds elements first)",
                         sts[at], Stage.SHAPE)

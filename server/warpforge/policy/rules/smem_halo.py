@@ -250,8 +250,9 @@ def _analyse(ctx: RuleContext) -> _Plan | None:
         return declined("a local has the name of a parameter", body, Stage.SHAPE)
     dims = dims_values(ctx, ctx.block)
     if dims is None or len(set(dims)) != 1:
+        # SHAPE, not LAUNCH: no stencil has been seen yet, and a launch note must not outrank other rules
         return declined("the block's size is not the same at every size of the spec (the tile is sized by it)",
-                        None, Stage.LAUNCH)
+                        None, Stage.SHAPE)
     bx, by, bz = dims[0][0], dims[0][1], dims[0][2]
     kctx = _kernel_context(ctx)
     if kctx is None:

@@ -182,13 +182,6 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
 def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...]) -> _Shape:
     if any(n.startswith(PREFIX) for n in identifiers(body, data)):
         raise _No("the kernel is already a re-dealt sum (it uses this rule's names)", None, Stage.SCOPE)
-    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
-        raise _No("the launch is not one-dimensional (grid and block must be 1-D to re-deal the sum)", None,
-                  Stage.LAUNCH)
-    blocks = dims_values(ctx, ctx.block)
-    if not blocks or any(b[0] % 32 or b[0] > 1024 for b in blocks):
-        raise _No("the block is not a multiple of 32 threads at every size of the spec (the block combine "
-                  "needs whole warps)", None, Stage.LAUNCH)
     names = {p.name for p in params}
     scalars = {p.name for p in params if not p.is_pointer}
     pointers = {p.name for p in params if p.is_pointer}
@@ -248,6 +241,14 @@ def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...])
         if name in written_names(loop, data) or name in written_names(last, data):
             raise _No(f"`{name}` is changed inside the loop", loop, Stage.LEGALITY)
     shape = _loop(rd, loop, acc, acc_type, last, pointers - {at[0]}, guard)
+    # the launch, once the shape is there (a launch note must not outrank a kernel this rule is not about)
+    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        raise _No("the launch is not one-dimensional (grid and block must be 1-D to re-deal the sum)", None,
+                  Stage.LAUNCH)
+    blocks = dims_values(ctx, ctx.block)
+    if not blocks or any(b[0] % 32 or b[0] > 1024 for b in blocks):
+        raise _No("the block is not a multiple of 32 threads at every size of the spec (the block combine "
+                  "needs whole warps)", None, Stage.LAUNCH)
     return shape
 
 

@@ -269,8 +269,6 @@ def _analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return None
-    if not is_1d(ctx, ctx.block):
-        return declined("the block is not one-dimensional", None, Stage.LAUNCH)
     shared = shared_arrays(body, data)
     if not shared:
         return declined("the kernel has no shared-memory tree reduction", body, Stage.SCOPE)
@@ -290,6 +288,8 @@ def _analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
         loops.append(lp)
     if not loops:
         return declined("no top-level loop of the body is a shared-memory tree reduction", body, Stage.SCOPE)
+    if not is_1d(ctx, ctx.block):
+        return declined("the block is not one-dimensional", None, Stage.LAUNCH)
     return loops, data
 
 

@@ -35,6 +35,7 @@ from ..context import KernelContext
 from ..findings import Finding, Severity, define, make
 from . import analyzer
 
+
 def _headline(message: str, evidence: dict[str, Any]) -> str:
     """The squiggle: which rewrite came closest and where it stopped (the words are in the hover)."""
     fam = evidence.get("closest")
