@@ -22,8 +22,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from tree_sitter import Node
+
+
+_T = TypeVar("_T")
 
 
 class Stage(IntEnum):
@@ -48,12 +52,16 @@ class Note:
 _LOG: ContextVar[list[Note] | None] = ContextVar("warpforge_why_not", default=None)
 
 
-def declined(reason: str, node: Node | None = None, stage: Stage = Stage.SHAPE, *, line: int = 0) -> None:
+def declined(reason: str, node: Node | None = None, stage: Stage = Stage.SHAPE, *, line: int = 0,
+             result: _T | None = None) -> _T | None:
     """Record why the rule gives up here (when someone is listening) and return None, so ``return
-    declined(...)`` replaces a bare ``return None``. ``node`` (of the candidate's definition) gives the line."""
+    declined(...)`` replaces a bare ``return None``. ``node`` (of the candidate's definition) gives the line.
+    (``result`` is never passed: it only types the None as whatever the caller returns, which a plain ``->
+    None`` would make mypy reject in ``return declined(...)``.)"""
     log = _LOG.get()
     if log is not None:
         log.append(Note(reason, stage, _line(node) if node is not None else line))
+    return result
 
 
 def _line(node: Node) -> int:
