@@ -1,4 +1,4 @@
-""""Why not" (issue 27 item 5): every structural rule says why it declines, and WF113 says it at the loop's line.
+"""The "why not" hint (issue 27 item 5): every structural rule says why it declines, and WF113 says it at the loop's line.
 
 Self-written kernels, each one spelling a shape a rule nearly accepts; the rules run for real (tree-sitter,
 the IR's canonical form), the CLI and the language server as the user meets them. No GPU needed.
@@ -298,6 +298,8 @@ def test_closest_prefers_the_furthest_stage_then_a_line() -> None:
     assert closest([a, b, c]) == b
     assert closest([c, a]) == a
     assert closest([]) is None
+    # at the same stage, a rule that re-maps the loop beats one that only coarsens threads, line or not
+    assert closest([Decline("coarsen_y", "no bound", Stage.SHAPE, 3), a]) == a
 
 
 def test_explain_on_a_proposed_kernel_names_the_families() -> None:

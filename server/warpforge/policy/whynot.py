@@ -10,8 +10,8 @@ line, not "no candidates". Each rule is asked without proposing anything:
   the note that got furthest is its answer; a ``StructuralRule`` with a recognized shape but no launch that
   fits is at ``LAUNCH``; a rule that says nothing gets a generic line at ``SCOPE``.
 
-The closest decline is the one at the highest stage (``rules._why.Stage``); ties go to a decline with a
-line, then to the registry's order. Asking is pure analysis (no rewrite is built), and a rule that raises
+The closest decline is the one at the highest stage (``rules._why.Stage``); ties go to a rule that re-maps
+the loop (not ``SECONDARY``), then to a decline with a line, then to the registry's order. Asking is pure analysis (no rewrite is built), and a rule that raises
 is reported to the caller (``RuleCrashed``), which decides what a crash means (the hint skips the kernel,
 the funnel records it).
 """
@@ -148,11 +148,22 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
         return _from_note(fam, furthest(notes), f"{fam} does not recognize the kernel's shape", Stage.SCOPE)
 
 
+#: families that do not re-map a serial loop or a reduction (they coarsen threads or widen accesses): at the same
+#: stage, a rule that would take the loop itself is the more useful answer ("the loop writes memory `c[...]`"
+#: rather than "the row index has no bound")
+SECONDARY = frozenset({"coarsen_y", "vectorize"})
+
+
+def _rank(d: Decline) -> tuple[int, bool, bool]:
+    return int(d.stage), d.family not in SECONDARY, d.line > 0
+
+
 def closest(declines: Sequence[Decline]) -> Decline | None:
-    """The decline that got furthest: highest stage, then one with a line, then the first given."""
+    """The decline that got furthest: highest stage, then a rule that re-maps loops (not ``SECONDARY``), then one
+    with a line, then the first given."""
     best: Decline | None = None
     for d in declines:
-        if best is None or (d.stage, d.line > 0) > (best.stage, best.line > 0):
+        if best is None or _rank(d) > _rank(best):
             best = d
     return best
 

@@ -120,7 +120,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", None, Stage.SCOPE)
     if has_collective(body, data) or any(n.type == "__shared__" for n in walk(body)):
         return declined("the kernel uses shared memory, barriers or shuffles: a thread doing several rows would "
-                        "change what the block exchanges", body, Stage.LEGALITY)
+                        "change what the block exchanges", body, Stage.SHAPE)
     if declared_names(body, data) & {p.name for p in k.params}:
         return declined("a local has the name of a parameter", body, Stage.SHAPE)
     sts = statements(body)

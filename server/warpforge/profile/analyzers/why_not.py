@@ -119,6 +119,9 @@ def answer(ctx: KernelContext) -> _Answer | None:
         log.error("why-not: rule %s crashed on `%s` in %s: %s", e.family, ctx.kernel.name, ctx.file, e.error,
                   exc_info=e.error)
         return None
+    except Exception:  # the canonical form, the policy: an internal error of ours, never the editor's problem
+        log.exception("why-not: asking the rules about `%s` in %s failed", ctx.kernel.name, ctx.file)
+        return None
     with _lock:
         _cache[key] = got
         while len(_cache) > _CACHE_MAX:
