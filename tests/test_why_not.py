@@ -114,7 +114,7 @@ __global__ void chunks(const float* x, float* out, int n)
 }
 """
     d = _why("stride_reduce", text)
-    assert "atomicAdd's address" in d.reason and "differs between threads" in d.reason, d
+    assert d.reason.startswith("`atomicAdd(&out[blockIdx.x], s)` adds to an address that differs between threads"), d
     assert d.stage == Stage.LEGALITY and d.line == _line_of(text, "atomicAdd")
 
 

@@ -130,7 +130,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
             continue
         p = k.param(at[0])
         if p is None or not p.is_pointer or (at[1] is not None and not _uniform(at[1], data, params)):
-            declined(f"the atomic's address `{node_text(e, data)}` differs between threads (a per-element "
+            declined(f"`{node_text(e, data)}` adds to an address that differs between threads (a per-element "
                      "target, e.g. a histogram bin): a warp cannot combine its values into one", st, Stage.LEGALITY)
             continue
         typ = resolved_type(ctx, p.type)

@@ -200,7 +200,7 @@ def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...])
                   last, Stage.SCOPE)
     if at[1] is not None and not rd.uniform(at[1]):
         # one address for the whole grid: re-dealt elements move between threads and blocks
-        raise _No(f"the atomicAdd's address `{node_text(e, data)}` differs between threads: re-dealt elements "
+        raise _No(f"`{node_text(e, data)}` adds to an address that differs between threads: re-dealt elements "
                   "would be added to another thread's total", last, Stage.LEGALITY)
     acc = node_text(unparen(at[2]), data)
     loop = sts[-2]
