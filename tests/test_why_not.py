@@ -1,4 +1,4 @@
-"""The "why not" hint (issue 27 item 5): every structural rule says why it declines, and WF113 says it at the loop's line.
+"""The "why not" hint (issue 27 item 5): every structural rule says why it declines; WF113 says it at the loop.
 
 Self-written kernels, each one spelling a shape a rule nearly accepts; the rules run for real (tree-sitter,
 the IR's canonical form), the CLI and the language server as the user meets them. No GPU needed.
@@ -162,6 +162,14 @@ def test_warp_reduce_names_the_barrier_before_the_step() -> None:
     d = _why("warp_reduce", TREE_BARRIER_FIRST)
     assert "a barrier before the step" in d.reason and d.stage == Stage.SHAPE, d
     assert d.line == _line_of(TREE_BARRIER_FIRST, "for (int s")
+
+
+def test_warp_reduce_names_a_growing_stride() -> None:
+    text = TREE_BARRIER_FIRST.replace("for (int s = blockDim.x / 2; s > 0; s >>= 1)",
+                                      "for (int s = 1; s < blockDim.x; s *= 2)")
+    d = _why("warp_reduce", text)
+    assert d.reason.startswith("the tree's step `s` does not halve down to 1") and d.stage == Stage.SHAPE, d
+    assert d.line == _line_of(text, "for (int s")
 
 
 def test_reduce_coarsen_names_the_per_block_store() -> None:

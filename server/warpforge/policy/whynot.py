@@ -11,9 +11,9 @@ line, not "no candidates". Each rule is asked without proposing anything:
   fits is at ``LAUNCH``; a rule that says nothing gets a generic line at ``SCOPE``.
 
 The closest decline is the one at the highest stage (``rules._why.Stage``); ties go to a rule that re-maps
-the loop (not ``SECONDARY``), then to a decline with a line, then to the registry's order. Asking is pure analysis (no rewrite is built), and a rule that raises
-is reported to the caller (``RuleCrashed``), which decides what a crash means (the hint skips the kernel,
-the funnel records it).
+the loop (not ``SECONDARY``), then to a decline with a line, then to the registry's order. Asking is pure
+analysis (no rewrite is built), and a rule that raises is reported to the caller (``RuleCrashed``), which
+decides what a crash means (the hint skips the kernel, the funnel records it).
 """
 
 from __future__ import annotations

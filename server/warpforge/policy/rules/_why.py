@@ -26,7 +26,6 @@ from typing import TypeVar
 
 from tree_sitter import Node
 
-
 _T = TypeVar("_T")
 
 

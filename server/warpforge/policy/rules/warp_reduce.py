@@ -53,6 +53,7 @@ from ._structural import (
     declared_names,
     flush,
     for_parts,
+    identifiers,
     indent,
     is_1d,
     is_builtin,
@@ -196,6 +197,11 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     assert d.value is not None
     var = d.name
     if not _positive(cond, data, var) or not _halving(upd, data, var):
+        # a loop with a barrier over a shared array is a block reduction in another order: a shape miss
+        if "__syncthreads" in node_text(body, data) and identifiers(body, data) & set(shared):
+            return declined(f"the tree's step `{var}` does not halve down to 1 (`for ({var} = blockDim.x / 2; "
+                            f"{var} > 0; {var} >>= 1)` with `if (threadIdx.x < {var})`): with a growing or "
+                            "interleaved stride the last steps are not within one warp", st, Stage.SHAPE)
         return declined(f"the loop over `{var}` is not a tree (halving `{var}` while `{var} > 0`)", st, Stage.SCOPE)
     if any(is_builtin(n, data, "threadIdx", ax) for n in walk(d.value) for ax in "xyz") \
             or {node_text(n, data) for n in walk(d.value) if n.type == "identifier"} & tids:
