@@ -17,15 +17,16 @@ import pytest
 
 from warpforge.cuda.parser import parse
 from warpforge.cuda.text import SourceText
+from warpforge.policy import whynot_hint as why_not_analyzer
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, RuleContext, load
 from warpforge.policy.rules._why import Stage
 from warpforge.policy.whynot import Decline, ask, closest, explain
-from warpforge.profile.analyzers import why_not as why_not_analyzer
 from warpforge.profile.hints import analyze_source
 from warpforge.spec import build_spec
 
 ROOT = Path(__file__).resolve().parent.parent
+why_not_analyzer.install()  # as the language server and `warpforge hints` do before analysing
 
 MATVEC = """\
 // @warpforge size n = 4096

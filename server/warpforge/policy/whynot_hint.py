@@ -7,6 +7,11 @@ spelling or the kernel really cannot be rewritten: the hint names the rewrite th
 (``policy.whynot``) and what blocked it, in the rule's words, at the line of the loop, with the blocking
 line as a related location.
 
+It lives in ``policy`` (it asks the rules, and ``profile`` sits below ``policy``) and joins the static
+analyzers when a front end calls ``install()`` (the language server's diagnostics, ``warpforge hints``). The
+rules and the canonical form are imported on first use, by a kernel that has a serial loop: a file of
+elementwise kernels never loads them.
+
 Cheap enough to run on every edit: the answer is cached by the kernel's text, its spec and the file's text
 outside kernels (which holds the macros and typedefs the canonical form reads), so editing one kernel asks
 the rules about that kernel only. The canonical form is the one the optimizer uses (``OfflinePolicy``).
@@ -23,17 +28,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...cuda.loopclass import classify
-from ...cuda.text import Position, Range
-from ...policy.offline import OfflinePolicy
-from ...policy.rules._why import Stage
-from ...policy.whynot import Decline, RuleCrashed, explain, structural_rules
-from ...spec.model import KernelSpec, LaunchSpec
-from ..context import KernelContext
-from ..findings import Finding, Severity, define, make
-from . import analyzer
+from ..cuda.loopclass import classify
+from ..cuda.text import Position, Range
+from ..profile.analyzers import REGISTRY, analyzer
+from ..profile.context import KernelContext
+from ..profile.findings import Finding, Severity, define, make
+from ..spec.model import KernelSpec, LaunchSpec
+
+if TYPE_CHECKING:
+    from .whynot import Decline
 
 
 def _headline(message: str, evidence: dict[str, Any]) -> str:
@@ -91,6 +96,9 @@ def _outside_kernels(ctx: KernelContext) -> Iterator[tuple[int, int]]:
 
 
 def _answer(ctx: KernelContext, definition: str) -> _Answer:
+    from .offline import OfflinePolicy
+    from .whynot import explain, structural_rules
+
     spec = ctx.spec if ctx.spec is not None else _placeholder(ctx)
     policy = OfflinePolicy(ctx.file, ctx.src, ctx.model, ctx.kernel, spec)
     root = policy.root_candidate()
@@ -113,6 +121,8 @@ def answer(ctx: KernelContext) -> _Answer | None:
         if got is not None:
             _cache.move_to_end(key)
             return got
+    from .whynot import RuleCrashed
+
     try:
         got = _answer(ctx, definition)
     except RuleCrashed as e:
@@ -134,8 +144,19 @@ def _line_range(ctx: KernelContext, line: int) -> Range:
     return r if r.end.character > r.start.character else Range(Position(r.start.line, 0), r.end)
 
 
-@analyzer("why-not", ("WF113",))
+NAME = "why-not"
+
+
+def install() -> None:
+    """Add WF113 to the static analyzers (once): what a front end calls before ``analyze_source``."""
+    if NAME not in REGISTRY:
+        analyzer(NAME, ("WF113",))(why_not)
+
+
 def why_not(ctx: KernelContext) -> Iterator[Finding]:
+    """The WF113 finding of one kernel, or none (see the module docstring)."""
+    from .rules._why import Stage
+
     definition = ctx.src.slice(ctx.kernel.span)
     lc = classify(definition)
     if not lc.counts:
