@@ -163,6 +163,8 @@ def test_warp_reduce_names_the_barrier_before_the_step() -> None:
     d = _why("warp_reduce", TREE_BARRIER_FIRST)
     assert "a barrier before the step" in d.reason and d.stage == Stage.SHAPE, d
     assert d.line == _line_of(TREE_BARRIER_FIRST, "for (int s")
+    # reduce_coarsen uses the same tree matcher but does not borrow its words
+    assert _why("reduce_coarsen", TREE_BARRIER_FIRST).stage == Stage.SCOPE
 
 
 def test_warp_reduce_names_a_growing_stride() -> None:

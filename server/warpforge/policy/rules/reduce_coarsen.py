@@ -60,7 +60,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
-from ._why import Stage, declined
+from ._why import Stage, declined, recording
 from .base import RuleContext
 from .warp_reduce import is_tid, match_tree_loop, tid_names
 
@@ -95,14 +95,16 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     shared = shared_arrays(body, data)
     tids = tid_names(body, data)
     sts = statements(body)
-    at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
+    with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer
+        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
     if at is None:
         return declined("the kernel has no shared-memory tree reduction at the top level of its body", body,
                         Stage.SCOPE)
     if at < 3 or not is_syncthreads(sts[at - 1], data):
         return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
                         sts[at], Stage.SHAPE)
-    tree = match_tree_loop(sts[at], data, tids, shared)
+    with recording():
+        tree = match_tree_loop(sts[at], data, tids, shared)
     assert tree is not None
     if k.template_params:
         return declined("the kernel is a template", None, Stage.SHAPE)
