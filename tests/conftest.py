@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from warpforge.cuda import FileModel, Position, SourceText, parse
+from warpforge.policy.whynot_hint import install as install_why_not
+
+# The static analyzers as `warpforge hints` and the editor run them: WF113 joins them there (it asks the rules,
+# which sit above the analyzers' package), so every test sees it, whichever test ran first.
+install_why_not()
 
 if TYPE_CHECKING:
     from warpforge.policy.offline import OfflinePolicy

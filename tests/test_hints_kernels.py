@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KERNEL_FILES, needs_nvcc
+from warpforge.policy.whynot_hint import install
 from warpforge.profile.analyzers import load
 from warpforge.profile.hints import HintsReport, analyze_file
 
@@ -41,12 +42,17 @@ EXPECTED: set[tuple[str, str]] = {
     ("sgemm_naive", "WF112"),
     # writes strided by `rows`
     ("transpose_naive", "WF103"),
+    # a 9-tap filter loop no structural rewrite takes: warp_per_row sees a row, but one of 9 elements gives a warp
+    # nothing to spread (the stencil tile wants a 2-D block); the other reference kernels with a loop or a
+    # reduction get a structural proposal
+    ("conv1d", "WF113"),
 }
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HintsReport]:
     load()  # import the analyzer modules once, before threads
+    install()  # and WF113, as `warpforge hints` does
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WARPFORGE_CACHE", str(tmp_path_factory.mktemp("wf-cache")))
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -69,7 +75,9 @@ def test_kernels_expected_findings(reports: dict[str, HintsReport]) -> None:
 
 @needs_nvcc
 def test_kernels_findings_are_actionable(reports: dict[str, HintsReport]) -> None:
-    """Every finding on the reference kernels has a message, numbers and a transformation family."""
+    """Every finding on the reference kernels has a message, numbers and a transformation family (WF113, which
+    says why no structural family applies, names the closest one instead)."""
     for r in reports.values():
         for f in r.findings:
-            assert f.message and f.evidence and f.action, (f.kernel, f.code)
+            assert f.message and f.evidence and (f.action or (f.code == "WF113" and f.evidence["closest"])), \
+                (f.kernel, f.code)

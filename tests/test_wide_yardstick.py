@@ -52,6 +52,17 @@ __global__ void block_sum(float* out, const float* in, int n) {
     if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
 }
 
+// one thread per row accumulating in global memory that other rows read: no structural rule takes it
+__global__ void mv(float* y, const float* A, int rows) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows) {
+        y[i] = 0;
+        for (int j = 0; j < rows; j++) {
+            y[i] += A[i * rows + j] * y[j];
+        }
+    }
+}
+
 int main() {
     int n = 1 << 20, rows = 4096, cols = 512;
     float *x, *y, *m, *o, *p;
@@ -63,6 +74,7 @@ int main() {
     scale<<<(n + 255) / 256, 256>>>(y, x, 2.0f, n);
     row_sum<<<(rows + 127) / 128, 128>>>(o, m, rows, cols);
     block_sum<<<n / BLOCK, BLOCK>>>(p, x, n);
+    mv<<<(rows + 255) / 256, 256>>>(o, m, rows);
     return 0;
 }
 """
@@ -138,7 +150,7 @@ def test_author_versions_pairs_numbered_and_named_versions() -> None:
 
 @needs_nvcc
 def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelRecord]) -> None:
-    assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely"}  # the copy of `scale` counted once
+    assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely", "mv"}  # `scale`'s copy counted once
     assert all(r.parsed and r.preprocessed for r in records.values()), \
         {k: (r.parse_note, r.preprocess_error) for k, r in records.items()}
     assert all(r.spec for r in records.values()), {k: r.spec_error for k, r in records.items()}
@@ -153,6 +165,12 @@ def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelR
         for fam, o in r.families.items():
             assert o["proposed"] or o["declined"], (r.kernel, fam)
     assert records["scale"].families["smem_tiling"]["declined"]
+    # where nothing is proposed, the closest family and its words (policy.whynot), not a raise site
+    mv = records["mv"]
+    assert not mv.proposed and mv.closest["family"] == "lane_remap", mv.closest
+    assert mv.closest["reason"] == "the loop writes memory `y[i]`" and mv.closest["stage"] == "shape"
+    assert mv.families["vectorize"]["declined"].startswith("each thread walks a serial loop over memory")
+    assert row.closest == {}
     assert row.ir in {"not available", "lowered", "declined", "error"}
 
 
@@ -160,9 +178,10 @@ def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelR
 def test_summary_names_projects_commits_and_rates(records: dict[str, funnel.KernelRecord], corpus: Path) -> None:
     text = funnel.summary(list(records.values()), {"projects": [
         {"name": "me+demo", "origin": "me/demo", "commit": "0123456789abcdef", "duplicates": 1}]})
-    assert "| me/demo | 0123456789ab | 5 | 1 |" in text
+    assert "| me/demo | 0123456789ab | 6 | 1 |" in text
     assert "over the kernels with a serial loop over global memory or a reduction" in text
     assert "| warp_per_row |" in text
+    assert "| 1 | lane_remap: the loop writes memory `…` |" in text  # the top blocking reasons, in words
 
 
 @needs_nvcc

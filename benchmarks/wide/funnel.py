@@ -45,6 +45,8 @@ from warpforge.cuda import parse
 from warpforge.cuda.normalize import file_facts, normalize_definition
 from warpforge.cuda.text import SourceText
 from warpforge.policy.offline import OfflinePolicy
+from warpforge.policy.rules._why import Stage
+from warpforge.policy.whynot import Decline, closest
 
 from .classify import classify
 from .stages import (
@@ -92,6 +94,8 @@ class KernelRecord:
     families: dict[str, dict[str, Any]] = field(default_factory=dict)
     proposed: list[str] = field(default_factory=list)
     built: list[str] = field(default_factory=list)
+    #: where no family proposes: the family whose analysis got furthest, its words and stage (``policy.whynot``)
+    closest: dict[str, Any] = field(default_factory=dict)
     policy_errors: list[str] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
@@ -275,6 +279,12 @@ def _families(rec: KernelRecord, root: Path, file: Path, text: str, name: str, s
     rec.policy_errors = list(policy.errors)
     rec.families = {f: {k: v for k, v in asdict(o).items() if k != "family"} for f, o in outcomes.items()}
     rec.proposed = sorted(f for f, o in outcomes.items() if o.proposed)
+    if not rec.proposed:
+        best = closest([Decline(f, o.declined, Stage[o.stage.upper()], o.blocked_line)
+                        for f, o in outcomes.items() if o.declined and o.stage])
+        if best is not None:
+            rec.closest = {"family": best.family, "reason": best.reason, "stage": best.stage.name.lower(),
+                           "line": best.line}
     rec.built = sorted(f for f, o in outcomes.items() if o.built)
 
 
@@ -423,7 +433,13 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
         d = sum(1 for r in with_spec if f not in r.proposed and f in r.families)
         lines.append(f"| {f} | {p} | {b} | {d} |")
     lines.append("")
+    blocked = [r for r in den_spec if not r.proposed and r.closest]
     for title, counter in (
+        ("Top blocking reasons where nothing structural is proposed (the closest family and its words; kernels "
+         "with a serial loop or reduction and a spec)", Counter(
+            f"{r.closest['family']}: {reason_class(r.closest['reason'])}" for r in blocked)),
+        ("Closest family where nothing structural is proposed", Counter(
+            f"{r.closest['family']} (got to {r.closest['stage']})" for r in blocked)),
         ("Top decline reasons (family: reason, kernels with a spec)", Counter(
             f"{f}: {reason_class(o.get('declined') or '')}" for r in with_spec for f, o in r.families.items()
             if o.get("declined"))),

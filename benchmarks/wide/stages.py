@@ -27,6 +27,7 @@ from warpforge.cuda.text import SourceText
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, Rule, RuleContext, load
 from warpforge.policy.rules._structural_rule import StructuralRule
+from warpforge.policy.whynot import Decline, RuleCrashed, ask, closest
 from warpforge.spec import build_spec
 from warpforge.spec.model import KernelSpec, SpecError
 
@@ -275,6 +276,10 @@ class FamilyOutcome:
     family: str
     proposed: int = 0
     declined: str = ""  # the reason, when nothing was proposed
+    #: how far the rule's analysis got before it declined (``rules._why.Stage`` name), and the line of the
+    #: kernel text (the form it was asked on) that blocked it
+    stage: str = ""
+    blocked_line: int = 0
     on_canonical: bool = False  # proposed only on the canonical form (``cuda.normalize``)
     built: str = ""  # the steps of the first child that built
     build_failures: list[str] = field(default_factory=list)
@@ -308,6 +313,22 @@ def _decline_reason(rule: Rule, ctx: RuleContext) -> str:
     return REJECTIONS.log[-1] if REJECTIONS.log else "shape not recognized"
 
 
+def _why_not(rule: Rule, ctxs: list[RuleContext]) -> Decline | None:
+    """The rule's furthest decline over the forms it is asked on (``policy.whynot.ask``), in its words; where a
+    rule gives none yet (it still declines silently), the raise site the old funnel recorded stands in."""
+    got: list[Decline] = []
+    for c in ctxs:
+        if c.cand_kernel is None:
+            continue
+        d = ask(rule, c)
+        if d is None:
+            return None
+        if d.stage == 0 and not d.line and d.reason.endswith("does not recognize the kernel's shape"):
+            d = Decline(d.family, _decline_reason(rule, c), d.stage)
+        got.append(d)
+    return closest(got)
+
+
 def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, FamilyOutcome], list[Candidate]]:
     """Every structural rule asked for variants of the original (and, when it has none there, of the
     canonical form, as ``OfflinePolicy.propose_sync`` does); declines carry their reason."""
@@ -327,8 +348,16 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
             out.declined = f"rule error: {type(e).__name__}: {e}"
             continue
         if not params:
-            where = canonical if canonical is not None and canonical.cand_kernel is not None else ctx
-            out.declined = _decline_reason(rule, where)
+            try:
+                d = _why_not(rule, [ctx] + ([canonical] if canonical is not None else []))
+            except RuleCrashed as e:
+                out.declined = f"rule error: {type(e.error).__name__}: {e.error}"
+                continue
+            if d is None:  # asked again, it answers differently: the raise site is all there is
+                where = canonical if canonical is not None and canonical.cand_kernel is not None else ctx
+                out.declined = _decline_reason(rule, where)
+            else:
+                out.declined, out.stage, out.blocked_line = d.reason, d.stage.name.lower(), d.line
             continue
         out.on_canonical = use is not ctx
         for p in params:

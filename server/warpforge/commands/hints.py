@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from ..policy.whynot_hint import install as install_why_not
 from ..profile.findings import Finding
 from ..profile.hints import HintsReport, analyze_source
 from . import inputs
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         files.append((path, src, model, broken))
     reports: dict[str, HintsReport] = {}
+    install_why_not()  # WF113: the closest structural rewrite and what blocked it
     for path, src, model, broken in files:
         report = analyze_source(path, src.data, kernels=args.kernel, arch=args.arch, nvcc=args.nvcc,
                                 use_compiler=not args.no_compile, model=model)

@@ -29,6 +29,7 @@ from pygls.uris import to_fs_path
 
 from ..compiler.project import RefusedOption, project_build, reached_headers, refused_options
 from ..cuda.text import Position, Range
+from ..policy.whynot_hint import install as install_why_not
 from ..profile.findings import Finding, Severity, make
 from ..profile.hints import HintsReport, analyze_source
 from . import limits
@@ -139,6 +140,7 @@ class Diagnostics:
         self.server.trust.notice(self.server)
 
         def analyze(use_compiler: bool) -> tuple[HintsReport, dict[str, str], frozenset[Path]] | None:
+            install_why_not()  # WF113 asks the rules, which sit above the analyzers' package
             report = analyze_source(path, text, arch=s.arch or None, nvcc=s.nvcc_path or None,
                                     use_compiler=use_compiler)
             kernel_texts = _kernel_texts(text)

@@ -17,19 +17,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cuda.candidate import Candidate
 from ..cuda.model import FileModel, Kernel
 from ..cuda.normalize import file_facts, normalize_definition
 from ..cuda.parser import parse
 from ..cuda.text import SourceText
-from ..search.optimize import OptimizeRequest, prepare
 from ..search.tree import Node, SearchContext
 from ..spec.model import KernelSpec
 from .ir import Declined, Lowered, build_settings, lower
 from .rules import REGISTRY, Rule, RuleContext, load
 from .rules._util import refresh_launch_bounds
+
+if TYPE_CHECKING:  # search.optimize brings the search engine: only an optimize request needs it
+    from ..search.optimize import OptimizeRequest
 
 
 @dataclass
@@ -232,6 +234,8 @@ def offline_policy(req: OptimizeRequest) -> OfflinePolicy:
 
     It lives here, not in ``search``, because search only knows the ``Policy`` protocol; front ends that want
     no model pass this one."""
+    from ..search.optimize import prepare
+
     src, model, kernel, spec = prepare(req)
     return OfflinePolicy(req.file, src, model, kernel, spec, req.findings, req.sm_count, req.arch,
                          families=req.families)

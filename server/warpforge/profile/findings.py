@@ -9,6 +9,7 @@ and each is documented in docs/findings.md, so a user can look one up and a test
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -36,16 +37,19 @@ class CodeInfo:
     severity: Severity
     source: str  # "compiler" | "spec" | "source" | "sass" | "profile" | "editor"
     action: str | None  # the transformation family the optimizer uses to act on it
+    #: the squiggle's words from (message, evidence), for a code whose first clause is not its point
+    headline: Callable[[str, dict[str, Any]], str] | None = None
 
 
 #: The catalogue of stable codes. Adding an analyzer adds its code here and a section to docs/findings.md.
 CODES: dict[str, CodeInfo] = {}
 
 
-def define(code: str, title: str, severity: Severity, source: str, action: str | None) -> CodeInfo:
+def define(code: str, title: str, severity: Severity, source: str, action: str | None,
+           headline: Callable[[str, dict[str, Any]], str] | None = None) -> CodeInfo:
     if code in CODES and CODES[code].title != title:
         raise ValueError(f"finding code {code} defined twice")
-    info = CodeInfo(code, title, severity, source, action)
+    info = CodeInfo(code, title, severity, source, action, headline)
     CODES[code] = info
     return info
 
@@ -236,6 +240,9 @@ def headline(code: str, message: str, evidence: dict[str, Any] | None = None) ->
     ``HEADLINE_WORDS``, the code's title with the buffers or parameters the evidence names."""
     if code.startswith("WF0"):
         return message
+    own = CODES[code].headline if code in CODES else None
+    if own is not None:
+        return own(message, evidence or {})
     first = _CLAUSE.split(message, maxsplit=1)[0]
     clause = _plain_words(first)
     if clause and _word_count(clause) <= HEADLINE_WORDS:

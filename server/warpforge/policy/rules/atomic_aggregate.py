@@ -47,6 +47,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
+from ._why import Stage, declined
 from .base import RuleContext
 from .warp_per_row import atomic_target
 
@@ -99,18 +100,28 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
     if k is None or got is None:
         return None
     body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_jump(body, loops_ok=True):
-        return None
+    if any(n.startswith(PREFIX) for n in all_names(body, data)):
+        return declined("the atomics are already aggregated per warp", None, Stage.SCOPE)
+    if not any(n.type == "call_expression" and node_text(n.child_by_field_name("function") or n, data)
+               .startswith("atomic") for n in walk(body)):
+        return declined("the kernel has no atomic", None, Stage.SCOPE)
+    if has_jump(body, loops_ok=True):
+        return declined("the kernel returns or breaks early, so not every lane of a warp reaches the atomic "
+                        "(the warp's combine needs all 32)", body, Stage.SHAPE)
     params = {p.name for p in k.params}
     sts = statements(body)
     if not sts:
-        return None
+        return declined("the kernel's body is empty", body, Stage.SCOPE)
     candidates: list[tuple[Node, Node | None]] = [(st, None) for st in sts]
     last = sts[-1]
     if last.type == "if_statement" and last.child_by_field_name("alternative") is None:
         inner = statements(last.child_by_field_name("consequence"))
         if inner and not any(_writes_memory(s, data) for s in inner[:-1]):
             candidates.append((inner[-1], last))
+    atomics = [n for n in walk(body) if n.type == "call_expression" and node_text(
+        n.child_by_field_name("function") or n, data).startswith("atomic")]
+    declined(f"the atomic `{node_text(atomics[0], data)}` is not the kernel's last statement (or the last one "
+             "of its final `if`), so not one value per thread is sent at the end", atomics[0], Stage.SHAPE)
     for st, guard in candidates:
         e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
         at = atomic_target(e, data) if e is not None else None
@@ -119,9 +130,13 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
             continue
         p = k.param(at[0])
         if p is None or not p.is_pointer or (at[1] is not None and not _uniform(at[1], data, params)):
+            declined(f"`{node_text(e, data)}` adds to an address that differs between threads (a per-element "
+                     "target, e.g. a histogram bin): a warp cannot combine its values into one", st, Stage.LEGALITY)
             continue
         typ = resolved_type(ctx, p.type)
         if typ not in SHUFFLE_TYPES or (node_text(fn, data) != "atomicAdd" and typ in ("float", "double")):
+            declined(f"a warp shuffle cannot combine `{typ}` values for `{node_text(fn, data)}`", st,
+                     Stage.LEGALITY)
             continue
         return _Site(st, e, node_text(fn, data), typ, guard), data
     return None

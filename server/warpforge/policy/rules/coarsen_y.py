@@ -64,6 +64,7 @@ from ._structural import (
     written_names,
 )
 from ._util import eval_expr, kernel_body
+from ._why import Stage, declined
 from .base import Rule, RuleContext
 
 PREFIX = "wfy_"
@@ -112,11 +113,16 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if k is None or got is None:
         return None
     body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
+    if any(n.startswith(PREFIX) for n in all_names(body, data)):
+        return declined("the kernel is already coarsened along y", None, Stage.SCOPE)
+    if not any(global_index(d.value, data, "y") is not None for st in statements(body)
+               if (d := single_decl(st, data)) is not None and d.value is not None and not d.pointer):
+        return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", None, Stage.SCOPE)
+    if has_collective(body, data) or any(n.type == "__shared__" for n in walk(body)):
+        return declined("the kernel uses shared memory, barriers or shuffles: a thread doing several rows would "
+                        "change what the block exchanges", body, Stage.SHAPE)
     if declared_names(body, data) & {p.name for p in k.params}:
-        return None
+        return declined("a local has the name of a parameter", body, Stage.SHAPE)
     sts = statements(body)
     for at, st in enumerate(sts):
         d = single_decl(st, data)
@@ -128,25 +134,30 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         for n in walk(body):
             if n.type == "field_expression" and n.id not in inside and any(
                     is_builtin(n, data, obj, "y") for obj in ("blockIdx", "threadIdx", "gridDim")):
-                return None
+                return declined(f"`{node_text(n, data)}` is used outside the row index `{d.name}`", n, Stage.SHAPE)
         written: set[str] = set()
         for r in rest:
             written |= written_names(r, data)
-        if d.name in written or any(p.type != "declaration" for p in prefix):
-            return None
+        if d.name in written:
+            return declined(f"the row index `{d.name}` is changed after its declaration", st, Stage.LEGALITY)
+        if any(p.type != "declaration" for p in prefix):
+            return declined(f"a statement before the row index `{d.name}` is not a declaration", st, Stage.SHAPE)
         pre_names: set[str] = set()
         for p in prefix:
             pre_names |= declared_names(p, data)
         if pre_names & written:
-            return None
+            return declined(f"`{sorted(pre_names & written)[0]}`, declared before the row index, is changed after "
+                            "it (each row must start from the same values)", st, Stage.LEGALITY)
         if any(_return_in_loop(r) or n.type in ("goto_statement", "labeled_statement")
                for r in rest for n in walk(r)):
-            return None
+            return declined("a `return` inside a loop or a `goto` (a row could end the thread's other rows)", st,
+                            Stage.LEGALITY)
         limit = _bound(rest, data, d.name)
         if limit is None:
-            return None
+            return declined(f"the row index `{d.name}` has no top-level bound (`if ({d.name} < rows)` around the "
+                            f"rest, or `if ({d.name} >= rows) return;`)", st, Stage.SHAPE)
         return _Shape(d, mult, prefix, rest, limit), data
-    return None
+    return declined("the kernel has no row index `blockIdx.y * blockDim.y + threadIdx.y`", None, Stage.SCOPE)
 
 
 def _return_in_loop(node: Node) -> bool:
@@ -165,17 +176,25 @@ class CoarsenY(Rule):
 
     def variants(self, ctx: RuleContext) -> list[str]:
         got = _analyse(ctx)
-        if got is None or len(ctx.grid) < 2 or len(ctx.block) < 2:
+        if got is None:
+            return []
+        if len(ctx.grid) < 2 or len(ctx.block) < 2:
+            declined("the launch has no y dimension", None, Stage.LAUNCH)
             return []
         shape, data = got
         lim = scalar_value_expr(ctx, shape.limit, data)
         g, b, es = dims_values(ctx, ctx.grid), dims_values(ctx, ctx.block), envs(ctx)
         if lim is None or g is None or b is None or es is None:
+            declined(f"the row bound `{node_text(shape.limit, data)}` or the launch has no value at the spec's "
+                     "sizes", None, Stage.LAUNCH)
             return []
         for gv, bv, env in zip(g, b, es, strict=True):
             lv = eval_expr(lim, env)
             if not isinstance(lv, int) or gv[1] * bv[1] < lv or gv[1] < 2:
-                return []  # the original launch does not cover the bound: the rounded-up grid could overshoot
+                # the original launch does not cover the bound: the rounded-up grid could overshoot
+                declined("the launch's y threads do not cover the row bound at every size of the spec, or the "
+                         "grid has a single row of blocks", None, Stage.LAUNCH)
+                return []
         return [p for p, r in FACTORS.items() if launch_ok(ctx, self._grid(ctx, r), ctx.block)]
 
     @staticmethod

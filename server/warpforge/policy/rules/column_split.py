@@ -63,6 +63,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr
+from ._why import Stage, declined
 from .base import RuleContext
 from .warp_per_row import _ids, _Loop, _rename_body, _Shape, _varying, analysis, strided_in_loop
 
@@ -84,21 +85,31 @@ _PARAM = re.compile(r"w(\d+)r(\d+)x(\d+)")
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     got = analysis(ctx)
     if got is None:
-        return None
+        return declined("the kernel is not one thread per column with a guarded serial loop that reduces into "
+                        "registers (the per-row analysis it shares with warp_per_row found no such loop)", None,
+                        Stage.SCOPE)
     a, shape = got
     body, data = a.body, a.data
-    if any(n.startswith(PREFIX) for n in _ids(body, data)) or a.written_roots:
-        return None
+    if any(n.startswith(PREFIX) for n in _ids(body, data)):
+        return declined("the kernel is already split by columns", None, Stage.SCOPE)
+    if a.written_roots:
+        return declined(f"the loop writes through `{sorted(a.written_roots)[0]}` inside the loop: only register "
+                        "partials can be split over threads and combined", shape.loops[0].node if shape.loops
+                        else None, Stage.LEGALITY)
     if shape.row.value is None or "blockDim.x" not in node_text(shape.row.value, data) or shape.bound is None:
-        return None
+        return declined(f"the column index `{shape.row.name}` is not `blockIdx.x * blockDim.x + threadIdx.x` "
+                        "with a guard", None, Stage.SHAPE)
     # the guard's other terms decide for the whole block: they may use only values the same for the block
     if any(_ids(t, data) & _per_thread(shape, data) for t in shape.others):
-        return None
+        return declined("the guard has terms that differ between the threads of a block", None, Stage.LEGALITY)
     if not shape.loops or not all(r.kind == "sum" or r.kind in MINMAX_FUNCS
                                   for lp in shape.loops for r in lp.reductions.values()):
-        return None
+        lp0 = shape.loops[0].node if shape.loops else None
+        return declined("the loop's result is not a sum, min or max of register partials (what a split over "
+                        "threads can combine)", lp0, Stage.SHAPE)
     if not strided_in_loop(shape, data):
-        return None
+        return declined("the loop does not walk down a column (its accesses do not stride by a row per step), "
+                        "so splitting it gains no coalescing", shape.loops[0].node, Stage.SHAPE)
     return shape, data
 
 

@@ -55,7 +55,8 @@ from ._structural import (
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
-from ._util import eval_expr
+from ._util import eval_expr, kernel_body
+from ._why import Stage, declined
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -94,28 +95,35 @@ def _target_base(arg: Node, data: bytes) -> str | None:
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    whole = kernel_body(ctx)
+    if whole is not None and not any(n.type == "call_expression" and node_text(
+            n.child_by_field_name("function") or n, whole[1]) == "atomicAdd" for n in walk(whole[0])):
+        return declined("the kernel has no atomicAdd into a histogram", None, Stage.SCOPE)
     got = fresh_body(ctx, PREFIX, collectives_ok=True)
     if got is None:
-        return None
+        return declined("the kernel is a template, already uses shared memory (or is privatized already), or a "
+                        "local shadows a parameter", None, Stage.SHAPE)
     k, body, data = got
     e = elementwise_1d(body, data)
     if e is None or not e.body or e.mult != "blockDim.x":
-        return None
+        return declined("the atomics are not in a one-thread-per-element kernel (`i = blockIdx.x * blockDim.x + "
+                        "threadIdx.x` with a guard, or a grid-stride loop)", body, Stage.SHAPE)
     i = e.index.name
     pointers = {p.name: p for p in k.params if p.is_pointer and p.pointer_depth == 1 and not p.array_dims}
     for st in e.prefix + e.between:
         ids = {node_text(n, data) for n in walk(st) if n.type == "identifier"}
         if st.type != "declaration" or i in ids or ids & (set(pointers) | _COORDS):
-            return None
+            return declined("a statement before the element's guard is not a declaration independent of the "
+                            "index and of memory", st, Stage.SHAPE)
     targets: list[Node] = []
     bins: str | None = None
     calls: list[Node] = []
     for st in e.body:
         if has_jump(st, loops_ok=True):
-            return None
+            return declined("the element's body returns or breaks early", st, Stage.SHAPE)
         for n in walk(st):
             if n.type == "identifier" and node_text(n, data) in _COORDS:
-                return None
+                return declined(f"the element's body reads `{node_text(n, data)}` again", n, Stage.SHAPE)
             if n.type != "call_expression":
                 continue
             fn = n.child_by_field_name("function")
@@ -125,27 +133,33 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             args = n.child_by_field_name("arguments")
             xs = [c for c in args.named_children if c.type != "comment"] if args is not None else []
             if name != "atomicAdd" or len(xs) != 2 or n.parent is None or n.parent.type != "expression_statement":
-                return None
+                return declined(f"`{name}` is not a plain `atomicAdd(&bins[b], v);` statement (its result used, "
+                                "another atomic, or a shuffle/barrier)", n, Stage.SHAPE)
             base = _target_base(xs[0], data)
             if base is None or base not in pointers or (bins is not None and base != bins):
-                return None
+                return declined(f"the atomicAdd's target `{node_text(xs[0], data)}` is not `&bins[...]` of one "
+                                "pointer parameter", n, Stage.SHAPE)
             bins = base
             targets.append(xs[0])
             calls.append(n)
-    if bins is None or pointers[bins].type not in _TYPES:
-        return None
+    if bins is None:
+        return declined("the element's body has no atomicAdd", body, Stage.SCOPE)
+    if pointers[bins].type not in _TYPES:
+        return declined(f"the histogram's element type `{pointers[bins].type}` has no shared-memory atomicAdd "
+                        "the rule writes", calls[0], Stage.LEGALITY)
     if i in {w for st in e.body for w in written_names(st, data)}:
-        return None
+        return declined(f"the index `{i}` is changed in the body", body, Stage.LEGALITY)
     # `bins` appears nowhere but as the base of those atomicAdd targets
     inside = {n.id for t in targets for n in walk(t)}
     for n in walk(body):
         if n.type == "identifier" and node_text(n, data) == bins and n.id not in inside:
-            return None
+            return declined(f"`{bins}` is also read or written outside its atomicAdds, so a per-block copy would "
+                            "not hold what the kernel reads", n, Stage.LEGALITY)
     for c in calls:  # the values added must not mention the array either
         args = c.child_by_field_name("arguments")
         if args is not None and any(node_text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
                                     if n.type == "identifier"):
-            return None
+            return declined(f"the value added reads `{bins}` itself", c, Stage.LEGALITY)
     return _Shape(e, bins, pointers[bins].type, targets), data
 
 
@@ -159,9 +173,12 @@ class PrivatizeAtomics(StructuralRule[_Shape]):
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)) or ctx.smem.strip() not in ("0", ""):
+            declined("the launch is not 1-D or already uses dynamic shared memory", None, Stage.LAUNCH)
             return {}
         a = ctx.spec.arg(shape.bins)
         if a is None or not a.is_buffer or a.count is None or a.dtype not in DTYPES:
+            declined(f"the spec gives no element count and type for `{shape.bins}` (the per-block copy's size)",
+                     None, Stage.LAUNCH)
             return {}
         smem = f"({a.count}) * {DTYPES[a.dtype][0]}"
         es = envs(ctx)
@@ -170,6 +187,8 @@ class PrivatizeAtomics(StructuralRule[_Shape]):
         for env in es:
             v = eval_expr(smem, env)
             if not isinstance(v, int) or v < 1 or v > _MAX_SMEM:
+                declined(f"a per-block copy of `{shape.bins}` ({smem} bytes) does not fit in shared memory at every "
+                         "size of the spec", None, Stage.LAUNCH)
                 return {}
         out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():

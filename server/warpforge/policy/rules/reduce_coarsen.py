@@ -60,6 +60,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
+from ._why import Stage, declined, recording
 from .base import RuleContext
 from .warp_reduce import is_tid, match_tree_loop, tid_names
 
@@ -86,37 +87,49 @@ class _Shape:
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     k = ctx.cand_kernel
     got = kernel_body(ctx)
-    if k is None or got is None or k.template_params or not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+    if k is None or got is None:
         return None
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
-        return None
+        return declined("the block reduction is already coarsened", None, Stage.SCOPE)
     shared = shared_arrays(body, data)
     tids = tid_names(body, data)
     sts = statements(body)
-    at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
-    if at is None or at < 3 or not is_syncthreads(sts[at - 1], data):
-        return None
-    tree = match_tree_loop(sts[at], data, tids, shared)
+    with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer
+        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
+    if at is None:
+        return declined("the kernel has no shared-memory tree reduction at the top level of its body", body,
+                        Stage.SCOPE)
+    if at < 3 or not is_syncthreads(sts[at - 1], data):
+        return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
+                        sts[at], Stage.SHAPE)
+    with recording():
+        tree = match_tree_loop(sts[at], data, tids, shared)
     assert tree is not None
+    if k.template_params:
+        return declined("the kernel is a template", None, Stage.SHAPE)
+    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        return declined("the launch is not one-dimensional", None, Stage.LAUNCH)
     if tree.combine != "{a} + {b}":
-        return None
+        return declined("the tree combines with something other than `+` (coarsening adds elements first)",
+                        sts[at], Stage.SHAPE)
     # the load: sh[tid] = (i < LIMIT) ? EXPR : 0;
     load = sts[at - 2]
     e = load.named_children[0] if load.type == "expression_statement" and load.named_child_count == 1 else None
     if e is None or e.type != "assignment_expression":
-        return None
+        return declined("the statement two before the tree is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
+                        load, Stage.SHAPE)
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
     parts = subscript_parts(left, data) if left is not None else None
     if parts is None or op is None or right is None or node_text(op, data) != "=" \
             or not is_ident(parts[0], data, tree.array) or is_tid(parts[1], data, tids) is None:
-        return None
+        return declined(f"the load does not write `{tree.array}[threadIdx.x]` with `=`", load, Stage.SHAPE)
     cond_expr = unparen(right)
     if cond_expr.type != "conditional_expression":
-        return None
+        return declined("the load is not guarded as `(i < n) ? x[i] : 0`", load, Stage.SHAPE)
     cond, yes, no = (cond_expr.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
     if cond is None or yes is None or no is None or not is_zero_literal(no, data):
-        return None
+        return declined("the load's out-of-range value is not 0", load, Stage.SHAPE)
     # the index i
     index: Decl | None = None
     mult = ""
@@ -127,45 +140,52 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             if m is not None and upper_bound(cond, data, d.name) is not None:
                 index, mult = d, m
     if index is None:
-        return None
+        return declined("the load's guard does not bound a global index `blockIdx.x * blockDim.x + threadIdx.x`",
+                        load, Stage.SHAPE)
     bound = upper_bound(cond, data, index.name)
     assert bound is not None
     i = index.name
+    # after the tree: exactly `if (tid == 0) atomicAdd(DST, sh[0]);`
+    rest = sts[at + 1 :]
+    if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
+        found = f" (found `{node_text(rest[0], data).splitlines()[0].strip()}`)" if rest else ""
+        return declined("after the tree, the block's result is not accumulated by one `if (tid == 0) "
+                        f"atomicAdd(out, sh[0]);`{found}: a coarsened grid has fewer blocks than outputs, so a "
+                        "per-block store would leave outputs unwritten", rest[0] if rest else sts[at], Stage.SHAPE)
+    c = condition_of(rest[0])
+    if c is None or node_text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
+        return declined("the block's result is not sent by thread 0 alone (`if (tid == 0)`)", rest[0], Stage.SHAPE)
+    inner = statements(rest[0].child_by_field_name("consequence"))
+    if len(inner) != 1 or inner[0].type != "expression_statement" or inner[0].named_child_count != 1:
+        return declined("thread 0 does more than one `atomicAdd(out, sh[0])`", rest[0], Stage.SHAPE)
+    call = inner[0].named_children[0]
+    fn = call.child_by_field_name("function") if call.type == "call_expression" else None
+    args = call.child_by_field_name("arguments") if call.type == "call_expression" else None
+    xs = [a for a in args.named_children if a.type != "comment"] if args is not None else []
+    if fn is None or node_text(fn, data) != "atomicAdd" or len(xs) != 2:
+        return declined(f"the block's result is written with `{node_text(call, data)}`, not accumulated with "
+                        "`atomicAdd` (a coarsened grid has fewer blocks than outputs)", call, Stage.SHAPE)
+    sp = subscript_parts(xs[1], data)
+    if sp is None or not is_ident(sp[0], data, tree.array) or not is_zero_literal(sp[1], data):
+        return declined(f"the atomicAdd does not send `{tree.array}[0]`", call, Stage.SHAPE)
+    params = {p.name for p in k.params}
+    dst_ids = {node_text(n, data) for n in walk(xs[0]) if n.type == "identifier"}
+    if not dst_ids <= params or call_names(xs[0], data):
+        return declined("the atomicAdd's address depends on more than parameters (e.g. on blockIdx.x)", call,
+                        Stage.LEGALITY)
     # i appears only in its declaration and the load; blockIdx/gridDim (whose meaning the new grid changes)
     # only in i's declaration
     load_ids = {n.id for n in walk(load)}
     decl_ids = {n.id for n in walk(index.node)}
     for n in walk(body):
         if n.type == "identifier" and node_text(n, data) == i and n.id not in load_ids | decl_ids:
-            return None
+            return declined(f"the index `{i}` is used after the load", n, Stage.LEGALITY)
         if n.type == "identifier" and node_text(n, data) in ("blockIdx", "gridDim") and n.id not in decl_ids:
-            return None
+            return declined(f"`{node_text(n, data)}` is used outside the index (a coarsened grid changes it)", n,
+                            Stage.LEGALITY)
     if has_collective(yes, data) or any(n.type in ("assignment_expression", "update_expression")
                                         for n in walk(yes)):
-        return None
-    # after the tree: exactly `if (tid == 0) atomicAdd(DST, sh[0]);`
-    rest = sts[at + 1 :]
-    if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
-        return None
-    c = condition_of(rest[0])
-    if c is None or node_text(unparen(c), data).replace(" ", "") not in (f"{tree.tid}==0", f"0=={tree.tid}"):
-        return None
-    inner = statements(rest[0].child_by_field_name("consequence"))
-    if len(inner) != 1 or inner[0].type != "expression_statement" or inner[0].named_child_count != 1:
-        return None
-    call = inner[0].named_children[0]
-    fn = call.child_by_field_name("function") if call.type == "call_expression" else None
-    args = call.child_by_field_name("arguments") if call.type == "call_expression" else None
-    xs = [a for a in args.named_children if a.type != "comment"] if args is not None else []
-    if fn is None or node_text(fn, data) != "atomicAdd" or len(xs) != 2:
-        return None
-    sp = subscript_parts(xs[1], data)
-    if sp is None or not is_ident(sp[0], data, tree.array) or not is_zero_literal(sp[1], data):
-        return None
-    params = {p.name for p in k.params}
-    dst_ids = {node_text(n, data) for n in walk(xs[0]) if n.type == "identifier"}
-    if not dst_ids <= params or call_names(xs[0], data):
-        return None
+        return declined("the loaded value writes a variable or calls a collective", load, Stage.LEGALITY)
     # M must be the block size for the grid-stride loop to visit each index once
     if mult != "blockDim.x":
         es = envs(ctx)
@@ -174,7 +194,8 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         for env in es:
             mv, bv = eval_expr(mult, env), eval_expr(ctx.block[0], env)
             if not isinstance(mv, int) or mv != bv:
-                return None
+                return declined(f"the index's block stride `{mult}` is not the block size", index.node,
+                                Stage.LAUNCH)
     return _Shape(index, mult, load, tree.array, tree.elem, tree.tid, bound, yes, no), data
 
 

@@ -64,6 +64,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
+from ._why import Stage, declined
 from .base import RuleContext
 
 PREFIX = "wfs_"
@@ -243,46 +244,50 @@ def _pair_at(ctx: RuleContext, sts: list[Node], i: int, data: bytes) -> _Pair | 
     while k < len(sts) and sts[k].type == "declaration":
         between.append(sts[k])
         k += 1
+    next_loop = f"the loop after the max over `{j1}` is not `for (...) s += expf(x[j] - {m});` over the same range"
     if k >= len(sts) or any(m in identifiers(b, data) for b in between):
-        return None
+        return declined(f"the running max `{m}` is not followed by a loop summing `expf(x[j] - {m})`", sts[i],
+                        Stage.SHAPE)
     f2 = for_parts(sts[k], data)
     if f2 is None or not _unit_step(f2.update, f2.var.name, data):
-        return None
+        return declined(next_loop, sts[k], Stage.SHAPE)
     j2 = f2.var.name
     b2 = upper_bound(f2.cond, data, j2)
     two = _only(f2.body)
     es = _exp_sum(two, data, m) if two is not None else None
     if b2 is None or es is None or b1.inclusive != b2.inclusive:
-        return None
+        return declined(next_loop, sts[k], Stage.SHAPE)
     s, exp, e2 = es
     if _canon(node_text(b1.limit, data)) != _canon(node_text(b2.limit, data)):
-        return None
+        return declined("the max loop and the exp-sum loop run to different bounds", sts[k], Stage.SHAPE)
     if _renamed(e1, data, j1, PREFIX + "j") != _renamed(e2, data, j2, PREFIX + "j"):
-        return None
+        return declined("the max and the exp-sum read different elements", sts[k], Stage.SHAPE)
     names = identifiers(e1, data)
     if m in names or s in names or s == m or not _pure(e1) or not _pure(f1.cond) or not _pure(f2.cond):
-        return None
+        return declined("the element read or a loop condition has a side effect or reads the max/sum", sts[i],
+                        Stage.LEGALITY)
     v1, v2 = f1.var.value, f2.var.value
     assert v1 is not None and v2 is not None  # for_parts requires start values
     if {m, s} & (identifiers(f1.cond, data) | identifiers(f2.cond, data) | identifiers(v1, data)
                  | identifiers(v2, data)):
-        return None
+        return declined("a loop's range depends on the max or the sum", sts[i], Stage.LEGALITY)
     md = _decl_before(sts, i, m, data)
     sd = _decl_before(sts, k, s, data)
     if md is None or sd is None or sd[2] is None or not is_zero_literal(sd[2], data):
-        return None
+        return declined(f"`{m}` and `{s}` are not locals declared before their loops, the sum starting at 0",
+                        sts[i], Stage.SHAPE)
     if any(s in _written(x, data) for x in sts[sts.index(sd[0]) + 1 : k] if x.id != sts[i].id):
-        return None
+        return declined(f"the sum `{s}` is changed between its declaration and its loop", sts[k], Stage.LEGALITY)
     if any(m in _written(x, data) for x in sts[sts.index(md[0]) + 1 : i]):
-        return None
+        return declined(f"the max `{m}` is changed between its declaration and its loop", sts[i], Stage.LEGALITY)
     if resolved_type(ctx, md[1]) not in FLOAT_TYPES or resolved_type(ctx, sd[1]) not in FLOAT_TYPES:
-        return None
+        return declined("the max or the sum is not a floating-point value", sts[i], Stage.LEGALITY)
     a1, a2 = _canon(node_text(v1, data)), _canon(node_text(v2, data))
     # equal starts, or loop 1 skipping the element m starts from: m = E(0); for (j = 1; ...) max; for (j = 0; ...)
     skips_first = a1 == "1" and a2 == "0" and md[2] is not None \
         and _canon(node_text(md[2], data)) == _renamed(e2, data, j2, "0")
     if a1 != a2 and not skips_first:
-        return None
+        return declined("the two loops start at different elements", sts[k], Stage.SHAPE)
     return _Pair(sts[i], sts[k], tuple(between), m, s, md[1], exp, node_text(e2, data))
 
 
@@ -329,7 +334,10 @@ class SinglePass(StructuralRule[list[_Pair]]):
             return None
         body, data = got
         pairs = _pairs(ctx, body, data)
-        return (pairs, data) if pairs else None
+        if not pairs:
+            return declined("no loop keeps a running max followed by a loop summing `exp(x - max)` (the softmax "
+                            "shape this rule fuses)", body, Stage.SCOPE)
+        return pairs, data
 
     def launches(self, ctx: RuleContext, shape: list[_Pair], data: bytes) -> dict[str, Launch]:
         return {"online": Launch()}

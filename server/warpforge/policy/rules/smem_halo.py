@@ -61,6 +61,7 @@ from ._structural import (
     written_names,
 )
 from ._util import kernel_body
+from ._why import Stage, declined
 from .base import Rule, RuleContext
 
 PREFIX = "wfh_"
@@ -233,23 +234,29 @@ def _length_expr(ctx: RuleContext, param: str, scalars: set[str]) -> str | None:
 def _analyse(ctx: RuleContext) -> _Plan | None:
     k = ctx.cand_kernel
     got = kernel_body(ctx)
-    if k is None or got is None or len(ctx.block) < 2:
+    if k is None or got is None:
         return None
     body, data = got
-    if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
-            or any(n.type == "__shared__" for n in walk(body)):
-        return None
+    if len(ctx.block) < 2:
+        return declined("the block is one-dimensional: a stencil tile needs a 2-D (or 3-D) block of rows and "
+                        "columns", None, Stage.SCOPE)
+    if any(n.startswith(PREFIX) for n in all_names(body, data)):
+        return declined("the stencil already reads a shared-memory tile", None, Stage.SCOPE)
+    if has_collective(body, data) or any(n.type == "__shared__" for n in walk(body)):
+        return declined("the kernel already uses shared memory, barriers or shuffles", body, Stage.SCOPE)
     params = {p.name: p for p in k.params}
     local = declared_names(body, data)
     if local & set(params):
-        return None
+        return declined("a local has the name of a parameter", body, Stage.SHAPE)
     dims = dims_values(ctx, ctx.block)
     if dims is None or len(set(dims)) != 1:
-        return None
+        # SHAPE, not LAUNCH: no stencil has been seen yet, and a launch note must not outrank other rules
+        return declined("the block's size is not the same at every size of the spec (the tile is sized by it)",
+                        None, Stage.SHAPE)
     bx, by, bz = dims[0][0], dims[0][1], dims[0][2]
     kctx = _kernel_context(ctx)
     if kctx is None:
-        return None
+        return declined("the kernel's text could not be analysed", None, Stage.SCOPE)
     th = threads(kctx)
     accesses = th.global_accesses()
     passed: set[str] = set()  # names handed to a call: what the callee does with them is not seen here
@@ -264,15 +271,23 @@ def _analyse(ctx: RuleContext) -> _Plan | None:
         arg = ctx.spec.arg(name)
         if p.pointer_depth != 1 or arg is None or arg.writable or not arg.is_buffer or name in written \
                 or name in passed:
+            if p.pointer_depth == 1 and name in passed:
+                declined(f"`{name}` is passed to a call, which may read it in ways the tile does not see", None,
+                         Stage.LEGALITY)
             continue
         mine = [a for a in accesses if a.param == name]
         if not mine or any(a.store for a in mine) or not _only_read(kctx, name, mine):
+            if mine:
+                declined(f"`{name}` is not only read element by element (a store, a cast or a non-const view)",
+                         None, Stage.LEGALITY)
             continue
         plan = _plan(ctx, th, name, mine, local | written, (bx, by, bz))
         if plan is None:
             continue
         length = _length_expr(ctx, name, scalars)
         if length is None:
+            declined(f"the spec's length of `{name}` is not an expression of the kernel's scalar parameters "
+                     "(the tile's loads must be bounded by it)", None, Stage.LAUNCH)
             continue
         plan.length = length
         if best is None or len(plan.reads) > len(best.reads):
@@ -330,7 +345,9 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     with a ``threadIdx.z`` term, the plane pitch of the first such read)."""
     loads = [a for a in mine if a.load and a.index.exact and a.index.tx == ONE and not a.index.ty.is_zero]
     if not loads:
-        return None
+        return declined(f"no read of `{name}` is a 2-D neighbourhood `{name}[(y + dy) * pitch + x + dx]` of the "
+                        "thread's (x one per threadIdx.x, a row pitch per threadIdx.y)", mine[0].node if mine
+                        else None, Stage.SCOPE)
     pitches: dict[Poly, int] = {}
     for a in loads:
         pitches[a.index.ty] = pitches.get(a.index.ty, 0) + 1
@@ -338,11 +355,12 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     first = next(a for a in loads if a.index.ty == pitch)
     tz = _tz_part(first.index.rest)
     if tz is None or not _block_level(pitch, local):
-        return None
+        return declined(f"the row pitch of `{name}` is not the same for the whole block", first.node, Stage.SHAPE)
     plane = tz[0] if not tz[0].is_zero else None
     base = Poly.of({m: c for m, c in tz[1].terms if m and not any(x.startswith("$") for x in m)})
     if not _block_level(base, local) or (plane is not None and not _block_level(plane, local)):
-        return None
+        return declined(f"the origin of the block's window of `{name}` is not the same for the whole block",
+                        first.node, Stage.SHAPE)
     if plane is not None:
         whole = _split(base, plane)
         if whole is not None and whole[0].coef(()):
@@ -375,12 +393,14 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
         reads.append(_Read(th.ctx.base + a.node.start_byte, th.ctx.base + a.node.end_byte, dz, parts[0], parts[1]))
         spans.append((rz, ry, rx))
     if not reads:
-        return None
+        return declined(f"the neighbours of `{name}` are not within {MAX_RADIUS} elements of the thread's, or their "
+                        "offsets are not constants", first.node, Stage.SHAPE)
     zlo, zhi = min(r[0][0] for r in spans), max(r[0][1] for r in spans)
     ylo, yhi = min(r[1][0] for r in spans), max(r[1][1] for r in spans)
     xlo, xhi = min(r[2][0] for r in spans), max(r[2][1] for r in spans)
-    if zlo == zhi and ylo == yhi and xlo == xhi:
-        return None  # every staged read is the thread's own element: nothing is shared between threads
+    if zlo == zhi and ylo == yhi and xlo == xhi:  # nothing is shared between threads
+        return declined(f"every read of `{name}` is the thread's own element: no neighbour is shared between "
+                        "threads, so a tile saves nothing", first.node, Stage.SCOPE)
     k = ctx.cand_kernel
     written_type = next((p.type for p in k.params if p.name == name), "") if k is not None else ""
     # the element type as the signature writes it (a template parameter stays one), sized as instantiated
@@ -388,7 +408,8 @@ def _plan(ctx: RuleContext, th: Threads, name: str, mine: list[Access], local: s
     nbytes = type_bytes(resolved_type(ctx, elem)) or th.elem_bytes(elem)
     plan = _Plan(name, elem, pitch, plane, base, reads, (zlo, zhi), (ylo, yhi), (xlo, xhi), "", block)
     if nbytes is None or plan.depth * plan.rows * plan.cols * nbytes > MAX_SMEM:
-        return None
+        return declined(f"the tile of `{name}` ({plan.depth}×{plan.rows}×{plan.cols} elements) does not fit in "
+                        f"{MAX_SMEM} bytes of shared memory", first.node, Stage.LAUNCH)
     return plan
 
 

@@ -70,6 +70,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
+from ._why import Decline, Stage
 from .base import RuleContext
 from .warp_per_row import _canon_text, atomic_target
 
@@ -105,8 +106,8 @@ class _Shape:
     inclusive: bool
 
 
-class _No(Exception):
-    pass
+class _No(Decline):
+    """Why the body is not the sum this rule re-deals (words, line, stage: see ``_why``)."""
 
 
 class _Reader:
@@ -173,34 +174,34 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     body, data = got
     try:
         return _shape(ctx, body, data, k.params), data
-    except _No:
+    except _No as e:
+        e.record()
         return None
 
 
 def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...]) -> _Shape:
     if any(n.startswith(PREFIX) for n in identifiers(body, data)):
-        raise _No
-    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
-        raise _No
-    blocks = dims_values(ctx, ctx.block)
-    if not blocks or any(b[0] % 32 or b[0] > 1024 for b in blocks):
-        raise _No
+        raise _No("the kernel is already a re-dealt sum (it uses this rule's names)", None, Stage.SCOPE)
     names = {p.name for p in params}
     scalars = {p.name for p in params if not p.is_pointer}
     pointers = {p.name for p in params if p.is_pointer}
     rd = _Reader(ctx, data, names, scalars)
     sts = statements(body)
     if len(sts) < 3:
-        raise _No
+        raise _No("the body is not `index; partial = 0; loop; atomicAdd(...)` (too few statements)", body,
+                  Stage.SCOPE)
     # (4) the atomic, last
     last = sts[-1]
     e = last.named_children[0] if last.type == "expression_statement" and last.named_child_count == 1 else None
     at = atomic_target(e, data) if e is not None else None
     fn = e.child_by_field_name("function") if e is not None else None
     if e is None or at is None or fn is None or node_text(fn, data) != "atomicAdd" or at[0] not in pointers:
-        raise _No
+        raise _No("the body does not end with one `atomicAdd` of the thread's partial into a parameter",
+                  last, Stage.SCOPE)
     if at[1] is not None and not rd.uniform(at[1]):
-        raise _No  # one address for the whole grid: re-dealt elements move between threads and blocks
+        # one address for the whole grid: re-dealt elements move between threads and blocks
+        raise _No(f"`{node_text(e, data)}` adds to an address that differs between threads: re-dealt elements "
+                  "would be added to another thread's total", last, Stage.LEGALITY)
     acc = node_text(unparen(at[2]), data)
     loop = sts[-2]
     guard: Node | None = None
@@ -210,11 +211,14 @@ def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...])
         if d is not None and not d.pointer and not d.shared and d.value is not None:
             if d.name == acc:
                 if not is_zero_literal(d.value, data):
-                    raise _No  # the loop's partial must start from the identity: it is spread over threads
+                    # the loop's partial must start from the identity: it is spread over threads
+                    raise _No(f"the partial `{acc}` does not start from 0, and re-dealt it would be added "
+                              "once per thread", st, Stage.LEGALITY)
                 acc_type = resolved_type(ctx, d.type)
                 continue
             if d.name in rd.defs or d.name in names or _impure(d.value, data):
-                raise _No
+                raise _No(f"`{d.name}` is computed from memory or a call (the locals before the loop must be "
+                          "arithmetic on the thread index and scalars)", st, Stage.SHAPE)
             rd.defs[d.name] = d.value
             continue
         if st.type == "if_statement" and st.child_by_field_name("alternative") is None:
@@ -227,14 +231,24 @@ def _shape(ctx: RuleContext, body: Node, data: bytes, params: tuple[Param, ...])
             if clamp is not None and clamp[0] in rd.defs and clamp[0] not in rd.clamp and rd.uniform(clamp[2]):
                 rd.clamp[clamp[0]] = clamp[2]
                 continue
-        raise _No
+        raise _No("a statement before the loop is neither a local, the partial, an early exit nor a clamp",
+                  st, Stage.SHAPE)
     if acc_type not in SHUFFLE_TYPES:
-        raise _No
+        raise _No(f"the partial `{acc}` is not declared `= 0` before the loop with a type a shuffle moves",
+                  loop, Stage.SHAPE)
     # every local is written only where it is declared (and a clamped one by its clamp)
     for name in rd.defs:
         if name in written_names(loop, data) or name in written_names(last, data):
-            raise _No
+            raise _No(f"`{name}` is changed inside the loop", loop, Stage.LEGALITY)
     shape = _loop(rd, loop, acc, acc_type, last, pointers - {at[0]}, guard)
+    # the launch, once the shape is there (a launch note must not outrank a kernel this rule is not about)
+    if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+        raise _No("the launch is not one-dimensional (grid and block must be 1-D to re-deal the sum)", None,
+                  Stage.LAUNCH)
+    blocks = dims_values(ctx, ctx.block)
+    if not blocks or any(b[0] % 32 or b[0] > 1024 for b in blocks):
+        raise _No("the block is not a multiple of 32 threads at every size of the spec (the block combine "
+                  "needs whole warps)", None, Stage.LAUNCH)
     return shape
 
 
@@ -277,21 +291,23 @@ def _loop(rd: _Reader, loop: Node, acc: str, acc_type: str, atomic: Node, readab
           guard: Node | None) -> _Shape:
     data = rd.data
     if loop.type != "for_statement":
-        raise _No
+        raise _No("the statement before the atomicAdd is not a `for` loop", loop, Stage.SCOPE)
     init, cond, upd, body = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update", "body"))
     d = single_decl(init, data) if init is not None else None
     if d is None or d.pointer or d.value is None or cond is None or upd is None or body is None:
-        raise _No
+        raise _No("the loop does not declare its counter in its header (`for (int i = ...; ...; ...)`)",
+                  loop, Stage.SHAPE)
     i = d.name
     # the body: exactly ``acc += E`` / ``acc = acc + E``
     sts = statements(body)
     e = sts[0].named_children[0] if len(sts) == 1 and sts[0].type == "expression_statement" \
         and sts[0].named_child_count == 1 else None
     if e is None or e.type != "assignment_expression":
-        raise _No
+        raise _No(f"the loop body is more than `{acc} += ...`", body, Stage.SHAPE)
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
     if left is None or op is None or right is None or node_text(unparen(left), data) != acc:
-        raise _No
+        raise _No(f"the loop body updates something other than the atomic's partial `{acc}`", body,
+                  Stage.SHAPE)
     term: Node | None = None
     if node_text(op, data) == "+=":
         term = right
@@ -302,12 +318,13 @@ def _loop(rd: _Reader, loop: Node, acc: str, acc_type: str, atomic: Node, readab
                 if node_text(unparen(x), data) == acc:
                     term = y
     if term is None:
-        raise _No
+        raise _No(f"the loop body is not a sum into `{acc}` (`{acc} += ...` or `{acc} = {acc} + ...`)", body,
+                  Stage.SHAPE)
     _term_ok(rd, term, i, readable)
     # the index set
     cb = binary_parts(cond, data)
     if cb is None or cb[1] not in ("<", "<=") or node_text(unparen(cb[0]), data) != i:
-        raise _No
+        raise _No(f"the loop's condition is not `{i} < bound`", loop, Stage.SHAPE)
     hi, inclusive = cb[2], cb[1] == "<="
     step = unparen(upd)
     step_text = node_text(step, data).replace(" ", "")
@@ -316,7 +333,7 @@ def _loop(rd: _Reader, loop: Node, acc: str, acc_type: str, atomic: Node, readab
     if unit and kk is not None and not inclusive:
         n = _chunk_end(rd, hi, d.value, node_text(kk, data))
         if guard is not None and not _chunk_guard(rd, guard, d.value, n):
-            raise _No
+            raise _No("the early exit does not only skip threads whose chunk is empty", guard, Stage.LEGALITY)
         return _Shape(loop, i, d.type, acc, acc_type, term, atomic, "chunk", kk, n, False)
     if step.type == "assignment_expression" and node_text(step.child_by_field_name("operator") or step, data) == "+=":
         sl, sr = step.child_by_field_name("left"), step.child_by_field_name("right")
@@ -325,17 +342,19 @@ def _loop(rd: _Reader, loop: Node, acc: str, acc_type: str, atomic: Node, readab
                 and mult is not None and is_grid_stride(rd.resolve(sr), data, mult) and rd.uniform(hi) \
                 and guard is None:
             return _Shape(loop, i, d.type, acc, acc_type, term, atomic, "stride", None, hi, inclusive)
-    raise _No
+    raise _No("each thread's elements are neither a chunk `t*K .. t*K+K` nor a grid stride from `t`", loop,
+              Stage.SHAPE)
 
 
 def _term_ok(rd: _Reader, term: Node, i: str, readable: set[str]) -> None:
     """E reads only ``i``, scalar parameters and buffers nothing writes, and calls only pure math."""
     data = rd.data
     if call_names(term, data) - _PURE:
-        raise _No
+        raise _No(f"the term added calls `{sorted(call_names(term, data) - _PURE)[0]}`, which may not be a pure "
+                  "function of the element", term, Stage.LEGALITY)
     for x in walk(term):
         if x.type in ("assignment_expression", "update_expression"):
-            raise _No
+            raise _No("the term added writes a variable", term, Stage.LEGALITY)
         if x.type == "identifier":
             name = node_text(x, data)
             p = x.parent
@@ -343,7 +362,8 @@ def _term_ok(rd: _Reader, term: Node, i: str, readable: set[str]) -> None:
                 continue
             if name == i or name in rd.scalars or name in readable:
                 continue
-            raise _No
+            raise _No(f"the term added reads `{name}`, which is not the loop counter, a scalar parameter or a "
+                      "buffer the kernel never writes", x, Stage.LEGALITY)
 
 
 def _chunk_end(rd: _Reader, hi: Node, start: Node, k: str) -> Node | None:
@@ -359,15 +379,15 @@ def _chunk_end(rd: _Reader, hi: Node, start: Node, k: str) -> Node | None:
         args = v.child_by_field_name("arguments")
         xs = [a for a in args.named_children if a.type != "comment"] if args is not None else []
         if len(xs) != 2 or not rd.uniform(xs[1]):
-            raise _No
+            raise _No("the chunk's end is a `min` whose bound differs between threads", hi, Stage.SHAPE)
         v, n = rd.resolve(xs[0]), xs[1]
     b = binary_parts(v, data)
     if b is None or b[1] != "+":
-        raise _No
+        raise _No("the loop's end is not the chunk's start plus its length", hi, Stage.SHAPE)
     for s, kk in ((b[0], b[2]), (b[2], b[0])):
         if _same(node_text(kk, data), k) and _same(node_text(rd.resolve(s), data), node_text(rd.resolve(start), data)):
             return n
-    raise _No
+    raise _No("the loop's end is not the chunk's start plus its length", hi, Stage.SHAPE)
 
 
 def _chunk_guard(rd: _Reader, guard: Node, start: Node, n: Node | None) -> bool:

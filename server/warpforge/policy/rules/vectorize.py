@@ -91,6 +91,7 @@ from ._structural import (
     written_names,
 )
 from ._util import call_args, int_literal, kernel_body
+from ._why import Stage, declined
 from .base import Rule, RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -147,13 +148,19 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     kbody, data = got
     found = elementwise_1d(kbody, data)
     if found is None or not found.body:
-        return None
+        return declined("the kernel is not one thread per element (`i = blockIdx.x * blockDim.x + threadIdx.x` "
+                        "with a guard `i < n`, or a grid-stride loop over `i`)", kbody, Stage.SCOPE)
     shape = _Shape(found)
     i = shape.e.index.name
+    walk_st = next((st for st in found.body if _serial_walk(st, data)), None)
+    if walk_st is not None:
+        return declined("each thread walks a serial loop over memory, not one element (vector loads would "
+                        "lengthen that walk)", walk_st, Stage.SCOPE)
     if any(n.startswith(PREFIX) for n in all_names(kbody, data)):
         return None  # already rewritten, or names that could clash with ours
     if any(n.type == "__shared__" for n in walk(kbody)) or has_collective(kbody, data):
-        return None
+        return declined("the kernel uses shared memory or a barrier/shuffle, so its threads exchange data and "
+                        "are not independent elements", kbody, Stage.LEGALITY)
     pointers = {p.name: p for p in k.params if p.is_pointer}
     if declared_names(kbody, data) & {p.name for p in k.params}:
         return None  # a local shadows a parameter: names would not mean what the analysis assumes
@@ -176,7 +183,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             if parent is None or parts is None or parts[0].id != n.id or up is None or up.type in ("pointer_expression",
                                                                                  "update_expression") \
                     or (up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent)):
-                return None  # a view must only be read, element by element
+                # a view must only be read, element by element
+                return declined(f"the pointer view `{node_text(n, data)}` is written or used as an address",
+                                n, Stage.LEGALITY)
             others.add(views[node_text(n, data)])
             continue
         if node_text(n, data) not in pointers:
@@ -185,13 +194,15 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         p = pointers[name]
         parent = n.parent
         if parent is None or parent.type != "subscript_expression":
-            return None  # the pointer itself escapes (passed, offset, dereferenced): not an element access
+            # the pointer itself escapes (passed, offset, dereferenced): not an element access
+            return declined(f"`{name}` is used as a pointer (passed, offset or dereferenced), not only as "
+                            f"`{name}[index]`", n, Stage.LEGALITY)
         parts = subscript_parts(parent, data)
         if parts is None or parts[0].id != n.id or p.pointer_depth != 1 or p.array_dims:
             return None
         size = _elem_bytes(ctx, p.type)
         if size is None:
-            return None
+            return declined(f"the element type `{p.type}` of `{name}` has no known size", n, Stage.SHAPE)
         up = parent.parent
         while up is not None and up.type == "parenthesized_expression":
             up = up.parent
@@ -203,8 +214,9 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         arr.elementwise |= exact
         if up is not None and up.type == "assignment_expression" and _same(up.child_by_field_name("left"), parent):
             op = up.child_by_field_name("operator")
-            if not exact:
-                return None  # a write at another index: another thread's element
+            if not exact:  # a write at another index: another thread's element
+                return declined(f"`{node_text(parent, data)}` is written at another index than the thread's own "
+                                f"element `{name}[{i}]`", parent, Stage.LEGALITY)
             arr.written = True
             if op is None or node_text(op, data) != "=":
                 arr.read = True
@@ -223,24 +235,32 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             if size is None or prm.pointer_depth != 1 or prm.array_dims:
                 return None
             shape.arrays[nm] = _Array(nm, prm.type, size, prm.is_const, read=True)
-    if any(shape.arrays[nm].written for nm in others):
-        return None  # a written buffer read at another index: a dependence between elements
+    if any(shape.arrays[nm].written for nm in others):  # a written buffer read at another index
+        nm = next(nm for nm in others if shape.arrays[nm].written)
+        return declined(f"`{nm}` is written and also read at another index than `{nm}[{i}]`: one element depends "
+                        "on another thread's", kbody, Stage.LEGALITY)
     if not shape.vectorized:
-        return None
+        return declined(f"no buffer is accessed at exactly `[{i}]`, so there is nothing to load as a vector", kbody,
+                        Stage.SHAPE)
     # the prelude (kept verbatim, run once per thread) must be plain declarations independent of i and of
     # any written buffer
     written = {a.name for a in shape.arrays.values() if a.written}
     for st in shape.e.prefix + shape.e.between:
         ids = _idents(st, data)
         if st.type != "declaration" or i in ids or ids & written or ids & _COORDS:
-            return None
+            return declined("a statement before the guard is not a plain declaration independent of the index",
+                            st, Stage.SHAPE)
     for st in shape.e.body:
-        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS or _serial_walk(st, data):
-            return None
+        if _serial_walk(st, data):
+            return declined("the element's body contains a serial loop over memory: each thread does a row of "
+                            "work, not one element", st, Stage.SCOPE)
+        if has_jump(st, loops_ok=True) or _idents(st, data) & _COORDS:
+            return declined("the element's body returns/breaks early or reads the thread coordinates again",
+                            st, Stage.SHAPE)
     if i in _written_in(shape.e.body, data):
-        return None
+        return declined(f"the index `{i}` is changed in the body", kbody, Stage.LEGALITY)
     if _idents(shape.e.bound.limit, data) & (set(pointers) | _COORDS):
-        return None
+        return declined("the guard's bound reads memory or the thread coordinates", kbody, Stage.SHAPE)
     for st in shape.e.body:
         e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
         if e is not None and e.type == "assignment_expression":
@@ -329,6 +349,7 @@ class Vectorize(Rule):
             return []
         shape, _ = got
         if shape.e.form != "stride" and not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
+            declined("the launch is not one-dimensional", None, Stage.LAUNCH)
             return []
         vec = shape.vectorized
         out = []
@@ -343,6 +364,11 @@ class Vectorize(Rule):
                     aligned = False
             if aligned and (shape.e.form == "stride" or launch_ok(ctx, self._grid(ctx, w), ctx.block)):
                 out.append(param)
+            elif not aligned:
+                declined(f"the spec does not promise the buffers are aligned to {widest} bytes (`align=` on "
+                         "their `arg` lines)", None, Stage.LAUNCH)
+            else:
+                declined(f"a grid of 1/{w} of the threads does not fit the spec's sizes", None, Stage.LAUNCH)
         return out
 
     @staticmethod

@@ -53,6 +53,7 @@ from ._structural import (
     declared_names,
     flush,
     for_parts,
+    identifiers,
     indent,
     is_1d,
     is_builtin,
@@ -70,6 +71,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
+from ._why import Stage, declined
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -195,16 +197,24 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     assert d.value is not None
     var = d.name
     if not _positive(cond, data, var) or not _halving(upd, data, var):
-        return None
+        # a loop with a barrier over a shared array is a block reduction in another order: a shape miss
+        if "__syncthreads" in node_text(body, data) and identifiers(body, data) & set(shared):
+            return declined(f"the tree's step `{var}` does not halve down to 1 (`for ({var} = blockDim.x / 2; "
+                            f"{var} > 0; {var} >>= 1)` with `if (threadIdx.x < {var})`): with a growing or "
+                            "interleaved stride the last steps are not within one warp", st, Stage.SHAPE)
+        return declined(f"the loop over `{var}` is not a tree (halving `{var}` while `{var} > 0`)", st, Stage.SCOPE)
     if any(is_builtin(n, data, "threadIdx", ax) for n in walk(d.value) for ax in "xyz") \
             or {node_text(n, data) for n in walk(d.value) if n.type == "identifier"} & tids:
-        return None  # the start must be the same for the whole block
+        # the start must be the same for the whole block
+        return declined(f"the tree's first step `{var} = {node_text(d.value, data)}` differs between threads", st,
+                        Stage.LEGALITY)
     sts = statements(body)
     if len(sts) != 2 or sts[0].type != "if_statement" or not is_syncthreads(sts[1], data):
-        return None
+        return declined("the tree step is not `if (tid < s) sh[tid] += sh[tid + s]; __syncthreads();` (a barrier "
+                        "before the step, or more statements)", st, Stage.SHAPE)
     iff = sts[0]
     if iff.child_by_field_name("alternative") is not None:
-        return None
+        return declined("the tree step's `if` has an `else`", iff, Stage.SHAPE)
     c = condition_of(iff)
     if c is None:
         return None
@@ -219,15 +229,17 @@ def match_tree_loop(st: Node, data: bytes, tids: set[str], shared: dict[str, str
     else:
         tid = None
     if tid is None:
-        return None
+        return declined(f"the tree step's condition is not `threadIdx.x < {var}`", iff, Stage.SHAPE)
     tid_key = tid.replace(" ", "")
     step = _step(iff.child_by_field_name("consequence") or iff, data, tid_key, var, shared)
     if step is None:
-        return None
+        return declined(f"the tree step is not `sh[{tid}] op= sh[{tid} + {var}]` on a shared array (a sum, "
+                        "product, min/max or bitwise combine)", iff, Stage.SHAPE)
     arr, comb = step
     elem = shared[arr]
     if elem not in SHUFFLE_TYPES:
-        return None
+        return declined(f"the shared array's element type `{elem}` cannot be moved by a warp shuffle", st,
+                        Stage.LEGALITY)
     return TreeLoop(st, var, node_text(d.value, data), arr, elem, tid, comb, flush(node_text(st, data), st, data))
 
 
@@ -263,11 +275,9 @@ def _analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return None
-    if not is_1d(ctx, ctx.block):
-        return None
     shared = shared_arrays(body, data)
     if not shared:
-        return None
+        return declined("the kernel has no shared-memory tree reduction", body, Stage.SCOPE)
     tids = tid_names(body, data)
     sts = statements(body)
     loops: list[TreeLoop] = []
@@ -275,10 +285,18 @@ def _analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
         lp = match_tree_loop(st, data, tids, shared)
         if lp is None:
             continue
-        if at == 0 or not is_syncthreads(sts[at - 1], data) or not _after_ok(sts[at + 1 :], data, lp, tids):
-            return None
+        if at == 0 or not is_syncthreads(sts[at - 1], data):
+            return declined("the tree loop is not preceded by `__syncthreads()` (the shared array must be complete "
+                            "before the tree starts)", st, Stage.LEGALITY)
+        if not _after_ok(sts[at + 1 :], data, lp, tids):
+            return declined(f"after the tree, `{lp.array}` is read at another element than [0] (the shuffle "
+                            "version leaves only element 0 right)", st, Stage.LEGALITY)
         loops.append(lp)
-    return (loops, data) if loops else None
+    if not loops:
+        return declined("no top-level loop of the body is a shared-memory tree reduction", body, Stage.SCOPE)
+    if not is_1d(ctx, ctx.block):
+        return declined("the block is not one-dimensional", None, Stage.LAUNCH)
+    return loops, data
 
 
 def _shuffle_steps(loop: TreeLoop, var: str, offsets: str) -> str:
