@@ -124,8 +124,6 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     reductions = _carried(top, body, parts[0], k, targs)
     if isinstance(reductions, NotLegal):
         return reductions
-    if not reductions:
-        return NotLegal("the loop carries no sum or min/max to combine", k.line(top))
     accs = _item_accesses(k, s, dim.var, [top])
     if isinstance(accs, NotLegal):
         return accs
@@ -133,6 +131,8 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     stored = next((a for a in accesses if a.stored and a.loop >= 0), None)
     if stored is not None:
         return NotLegal(f"the loop writes `{stored.text}` (line {stored.line})", stored.line)
+    if not reductions:
+        return NotLegal("the loop carries no sum or min/max to combine", k.line(top))
     written = {a.param for a in accesses if a.stored}
     read_back = next((a for a in accesses if a.loop >= 0 and a.param in written), None)
     if read_back is not None:
