@@ -83,7 +83,14 @@ def group_launches(ctx: RuleContext, plan: ItemPlan) -> dict[str, Launch]:
         out["warp"] = Launch(grid=(f"({ctx.grid[0]}) * {LANES}", *ctx.grid[1:]))
     if not plan.reductions and all(b[0] > 1 for b in blocks):
         out["block"] = Launch(grid=(f"({ctx.grid[0]}) * ({ctx.block[0]})", *ctx.grid[1:]))
-    return fitting(ctx, out)
+    # the item index is computed in 32-bit (``blockIdx.x * blockDim.x + threadIdx.x``) before the division:
+    # the multiplied launch must keep it below 2^31 at every size of the spec
+    fits: dict[str, Launch] = {}
+    for name, lc in fitting(ctx, out).items():
+        grids = dims_values(ctx, lc.grid or ctx.grid)
+        if grids is not None and all(g[0] * b[0] < 2**31 for g, b in zip(grids, blocks, strict=True)):
+            fits[name] = lc
+    return fits
 
 
 def why_not(ctx: RuleContext) -> NotLegal | None:
