@@ -238,7 +238,7 @@ def _split_loop(loop: Node, k: Kernel, targs: Mapping[str, str]) -> SplitLoop | 
     var, init_value, update = parts
     body = loop.child_by_field_name("body")
     assert body is not None
-    own = next(walk(body, ("break_statement",), cut=lambda n: n.type in _LOOPS + ("switch_statement",)
+    own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
                     and n is not body), None)
     out = own or next(walk(body, ("return_statement", "goto_statement")), None)
     if out is not None:
@@ -369,9 +369,9 @@ def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[st
         if name in pointers or name in views:
             if views.get(name, (name, []))[0] in written:
                 return False
-        elif name in base.values and name not in atoms and name not in base.uniform:
-            if not _per_item(base.values[name], k, base, atoms, pointers, views, written):
-                return False
+        elif name in base.values and name not in atoms and name not in base.uniform \
+                and not _per_item(base.values[name], k, base, atoms, pointers, views, written):
+            return False
     return True
 
 
@@ -395,7 +395,7 @@ def _renamed(p: Poly, var: str) -> dict[tuple[str, ...], int]:
 
 
 def _independent(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node], pre: list[Node],
-                 derived: set[str], k: Kernel) -> None | NotLegal:
+                 derived: set[str], k: Kernel) -> NotLegal | None:
     """Iterations and lanes touch disjoint elements of every array the kernel writes (see the module)."""
     written = {a.param for a in accesses if a.stored}
     pre_lines = [(st.start_point[0] + 1, st.end_point[0] + 1) for st in pre]

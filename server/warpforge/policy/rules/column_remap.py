@@ -114,7 +114,8 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
         edits.append((p.exit[0], p.exit[1],
                       f"if (({p.bound}) <= 0) return;  // no item at all: the whole block leaves (uniform)\n"
                       f"{ind}const bool {off} = ({p.exit_cond});\n"
-                      f"{ind}if ({off}) {p.index} = 0;  // past the bound: column 0, nothing stored, reaches the barrier"))
+                      f"{ind}if ({off}) {p.index} = 0;  // past the bound: column 0, no store, reaches the barrier"
+                      ))
     sums = [r for r in p.reductions if r.combine == "sum"]
     pre = "".join(f"if (threadIdx.y != 0) {r.name} = 0;\n{ind}" for r in sums)
     first = text(w.init_value)
