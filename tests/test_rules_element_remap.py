@@ -73,6 +73,13 @@ WRITES: dict[str, str] = {
     "  for (int j = 0; j < cols; j++) m = fmaxf(m, xr[j]);\n  float s = 0.0f;\n"
     "  for (int j = 0; j < cols; j++) {\n    yr[j] = expf(xr[j] - m);\n    s += yr[j];\n  }\n"
     "  for (int j = 0; j < cols; j++) yr[j] /= s;\n}\n",
+    # the same with the maximum as compare-and-assign, a double sum and a causal bound on the first passes
+    "softmax_compare_assign_causal": "typedef float real;\n" + ROWS_SPEC + ROWS_SIG +
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  int last = i % cols;\n"
+    "  const real* xr = x + i * cols;\n  real* yr = y + i * cols;\n  float m = -1e30f;\n"
+    "  for (int j = 0; j <= last; j++) { if (xr[j] > m) { m = xr[j]; } }\n  double s = 0.0;\n"
+    "  for (int j = 0; j <= last; j++) { float e = expf(xr[j] - m); s += e; yr[j] = e; }\n"
+    "  for (int j = 0; j < cols; j++) { if (j <= last) yr[j] /= (float)s; else yr[j] = 0.0f; }\n}\n",
 }
 
 SPELLINGS_READ: dict[str, str] = {
@@ -107,7 +114,7 @@ def test_write_loops_are_split_over_a_group_and_build(case: str) -> None:
     assert children and {c.family for c in children} == {"element_remap"}, (case, pol.errors)
     params = {c.steps[-1].split(":", 1)[1] for c in children}
     # a block per item only where nothing is combined across the group
-    assert params == ({"warp"} if case == "softmax_three_pass" else {"warp", "block"}), params
+    assert params == ({"warp"} if case.startswith("softmax") else {"warp", "block"}), params
     grid0 = pol.spec.launch.grid[0]
     for child in children:
         text = child.definition
@@ -133,6 +140,13 @@ def test_softmax_passes_combine_after_each_loop() -> None:
     assert text.index("/= s") > sum_combine > text.index("expf(")
     assert "const float wfl_init1_s = s;" in text and "s = wfl_init1_s + s;" in text
     assert text.count("+= 32)") == 3
+
+
+def test_a_compare_and_assign_maximum_is_combined_with_fmaxf() -> None:
+    pol = policy(WRITES["softmax_compare_assign_causal"], "element_remap")
+    (child,) = pol.propose_sync(pol.root_candidate())
+    assert "m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, wfl_o));" in child.definition
+    assert "const double wfl_init1_s = s;" in child.definition
 
 
 def test_grid_stride_items_step_by_groups() -> None:

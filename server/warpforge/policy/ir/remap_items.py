@@ -17,7 +17,8 @@ value per item, the same in all lanes):
   ``threadIdx.x``/``blockIdx.x``/``gridDim.x``;
 * the item's loops are ``for (j = a; j < b; j++)`` at the item's top level, with no ``break``/``return``
   out of them (``continue`` only skips an iteration); a loop carries no outer variable but accumulators
-  (``acc += e``, ``acc = max/min(acc, e)`` of a shuffle type), combined over the lanes after the loop;
+  (``acc += e``, ``acc = max/min(acc, e)``, ``if (e > acc) acc = e;`` of a shuffle type), combined over the
+  lanes after the loop;
 * iterations are independent: an array the kernel writes is touched in the loops only at one element per
   iteration, the same affine index in every access (``out[i*C + j]`` written, then read back as
   ``out[i*C + j]`` by a later loop with the same start: the same lane owns that element in every loop), the
@@ -280,7 +281,7 @@ def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, st
                             k.line(n))
         op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
         assert op is not None and right is not None
-        combine = _combine_of(name, k.t(op), right, k)
+        combine = _combine_of(name, k.t(op), right, k) or _compare_assign(n, name, right, types.get(name, ""), k)
         if combine is None:
             return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
                             f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
@@ -297,6 +298,38 @@ def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, st
             return NotLegal(f"the accumulator `{name}` has type `{written}`, which a warp shuffle does not move",
                             k.line(ups[0]))
     return tuple(Reduction(n, combines[n], types[n]) for n in updates)
+
+
+#: the max/min function a compare-and-assign accumulator is combined with, by its type
+_MAX_OF = {"float": "fmaxf", "double": "fmax"}
+_MIN_OF = {"float": "fminf", "double": "fmin"}
+
+
+def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> str | None:
+    """``if (e > m) m = e;`` (``m < e``, ``>=``; ``<`` for a minimum), the assignment alone in an ``if`` without
+    ``else``: a running maximum (minimum), combined with ``fmaxf``/``fmax``/``max`` by its type."""
+    stmt = n.parent
+    if stmt is None or stmt.type != "expression_statement":
+        return None
+    up = stmt.parent
+    if up is not None and up.type == "compound_statement" and len(statements(up)) == 1:
+        up = up.parent
+    if up is None or up.type != "if_statement" or up.child_by_field_name("alternative") is not None:
+        return None
+    cond = up.child_by_field_name("condition")
+    c = unparen(cond.named_children[0]) if cond is not None and cond.named_children else None
+    if c is None or c.type != "binary_expression":
+        return None
+    left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if left is None or op is None or other is None:
+        return None
+    value = "".join(k.t(right).split())
+    sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
+    if sides == (value, name) and k.t(op) in (">", ">=") or sides == (name, value) and k.t(op) in ("<", "<="):
+        return _MAX_OF.get(type_, "max")
+    if sides == (value, name) and k.t(op) in ("<", "<=") or sides == (name, value) and k.t(op) in (">", ">="):
+        return _MIN_OF.get(type_, "min")
+    return None
 
 
 def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
