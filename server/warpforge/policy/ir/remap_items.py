@@ -325,9 +325,9 @@ def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> s
         return None
     value = "".join(k.t(right).split())
     sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
-    if sides == (value, name) and k.t(op) in (">", ">=") or sides == (name, value) and k.t(op) in ("<", "<="):
+    if (sides == (value, name) and k.t(op) in (">", ">=")) or (sides == (name, value) and k.t(op) in ("<", "<=")):
         return _MAX_OF.get(type_, "max")
-    if sides == (value, name) and k.t(op) in ("<", "<=") or sides == (name, value) and k.t(op) in (">", ">="):
+    if (sides == (value, name) and k.t(op) in ("<", "<=")) or (sides == (name, value) and k.t(op) in (">", ">=")):
         return _MIN_OF.get(type_, "min")
     return None
 
