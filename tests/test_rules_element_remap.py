@@ -73,6 +73,13 @@ WRITES: dict[str, str] = {
     "  for (int j = 0; j < cols; j++) m = fmaxf(m, xr[j]);\n  float s = 0.0f;\n"
     "  for (int j = 0; j < cols; j++) {\n    yr[j] = expf(xr[j] - m);\n    s += yr[j];\n  }\n"
     "  for (int j = 0; j < cols; j++) yr[j] /= s;\n}\n",
+    # attention-value style: the row zeroed, then accumulated inside a loop over the keys (the inner loop is split;
+    # every lane runs the outer loop and owns the same elements in each of its iterations)
+    "weighted_rows_nested": "typedef float real;\n" + ROWS_SPEC + ROWS_SIG +
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  real* yr = y + i * cols;\n"
+    "  for (int j = 0; j < cols; j++) { yr[j] = 0.0f; }\n"
+    "  for (int t = 0; t <= i % 8; t++) {\n    const real* v = x + t * cols;\n    float w = bias[t];\n"
+    "    for (int j = 0; j < cols; j++) yr[j] += w * v[j];\n  }\n}\n",
     # the same with the maximum as compare-and-assign, a double sum and a causal bound on the first passes
     "softmax_compare_assign_causal": "typedef float real;\n" + ROWS_SPEC + ROWS_SIG +
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  int last = i % cols;\n"
@@ -195,8 +202,8 @@ def rows(body: str) -> str:
     (rows("  y[i] = 0.0f;\n  for (int j = 1; j < cols; j++) y[i * cols + j] = x[i * cols + j];\n"),
      "written before the item's loops"),
     # a write in a nested loop is not one element per iteration of the split loop
-    (rows("  for (int j = 0; j < cols / 4; j++)\n    for (int q = 0; q < 4; q++) y[i * cols + 4 * j + q] = "
-          "x[i * cols + 4 * j + q];\n"), "not one element per iteration"),
+    (rows("  for (int j = 0; j < cols; j++)\n    for (int q = 0; q < 4; q++) y[i * cols + j] += "
+          "x[(i * cols + j) * 4 + q];\n"), "not one element per iteration"),
     # neighbouring items already write neighbouring elements (a column walk per item)
     (rows("  for (int j = 0; j < cols; j++) y[j * rows + i] = x[j * rows + i];\n"), "already coalesced"),
     # a jump out of the loop

@@ -54,7 +54,9 @@ _LOOPS = ("for_statement", "while_statement", "do_statement")
 
 @dataclass(frozen=True)
 class SplitLoop:
-    """One loop of the item, split over the group: ``for (j = a + lane; j < b; j += G)``."""
+    """One top-level loop of the item; the loop split over the group (it, or the outermost loop nested in it
+    that reads or writes the row contiguously): ``for (j = a + lane; j < b; j += G)``. ``start``/``end`` are
+    the top loop's (accumulators are saved before it and combined after it: partials carried across it)."""
 
     var: str
     start: int
@@ -64,6 +66,9 @@ class SplitLoop:
     reductions: tuple[Reduction, ...]
     #: the parameters the loop writes
     writes: tuple[str, ...]
+    #: the split loop's bytes and its initializer's text (lanes own the same elements in loops that start alike)
+    span: tuple[int, int] = (0, 0)
+    first: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,9 @@ class _Acc:
     #: the index with the item held fixed; None when not affine in the counters
     index: Poly | None
     line: int
-    #: the split loop it is in (its index in the plan), -1 outside them
+    #: its byte offset in the kernel text
+    at: int
+    #: the top-level loop it is in (its index in the plan), -1 outside them
     loop: int
     #: the innermost loop counter around it
     innermost: str
@@ -168,6 +175,11 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     if isinstance(accs, NotLegal):
         return accs
     accesses, derived = accs
+    for i, lp in enumerate(loops):
+        got = _choose_split(lp, split[i], [a for a in accesses if a.loop == i], k)
+        if isinstance(got, NotLegal):
+            return got
+        split[i] = got
     tail_sts = sts[sts.index(loops[-1]) + 1:]
     pre = [st for st in sts if st.start_byte < loops[-1].start_byte and st not in loops] + outside
     legal = _independent(accesses, split, loops, pre, derived, k)
@@ -184,7 +196,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     if isinstance(strided, NotLegal):
         return strided
     writes = [tuple(sorted({a.param for a in accesses if a.stored and a.loop == i})) for i in range(len(loops))]
-    plans = tuple(SplitLoop(p.var, p.start, p.init_value, p.update, p.end, p.reductions, w)
+    plans = tuple(SplitLoop(p.var, p.start, p.init_value, p.update, p.end, p.reductions, w, p.span, p.first)
                   for p, w in zip(split, writes, strict=True))
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ItemPlan(dim.var, form, (value.start_byte, value.end_byte), lane_at, step, plans, tail, strided,
@@ -248,7 +260,61 @@ def _split_loop(loop: Node, k: Kernel, targs: Mapping[str, str]) -> SplitLoop | 
     red = _carried(loop, body, var, k, targs)
     if isinstance(red, NotLegal):
         return red
-    return SplitLoop(var, loop.start_byte, init_value, update, loop.end_byte, red, ())
+    return SplitLoop(var, loop.start_byte, init_value, update, loop.end_byte, red, (), (loop.start_byte, loop.end_byte),
+                     _first(loop, k))
+
+
+def _first(loop: Node, k: Kernel) -> str:
+    """The loop's initial value, spacing aside (``for (int j = a; ...)`` -> ``a``)."""
+    init = loop.child_by_field_name("initializer")
+    d = next(walk(init, ("init_declarator",)), None) if init is not None else None
+    v = d.child_by_field_name("value") if d is not None else None
+    return "".join(k.t(v).split()) if v is not None else ""
+
+
+def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> SplitLoop | NotLegal:
+    """The loop the group splits: the top loop when an access is contiguous in its counter and no write is
+    nested deeper, else the outermost loop nested in it that has one (``for (t2) for (i) out[i] += a * v[i]``: every lane runs the outer loop
+    and owns the same ``i`` in each of its iterations)."""
+    def contiguous(var: str) -> bool:
+        return any(a.index is not None and a.index.get((var,)) == 1 and a.innermost == var for a in inside)
+
+    if contiguous(sl.var) and not any(a.stored and a.innermost != sl.var for a in inside):
+        return sl
+    for loop in walk(top, ("for_statement",)):
+        if loop is top:
+            continue
+        parts = _loop_parts(loop, k)
+        if isinstance(parts, NotLegal) or not contiguous(parts[0]):
+            continue
+        body = loop.child_by_field_name("body")
+        jump = next(walk(body, _LEAVE), None) if body is not None else None
+        if jump is not None:
+            return NotLegal(f"`{k.t(jump).split()[0].rstrip(';')}` in the loop the group would split (line "
+                            f"{k.line(jump)})", k.line(jump))
+        # what the lanes compute differently must stay in the split loop: outer locals it writes would differ
+        # between lanes outside it, and an accumulator updated outside it would be added once per lane
+        lo, hi = loop.start_byte, loop.end_byte
+        outer_locals = declared_names(top, k.data) - declared_names(loop, k.data)
+        for n in walk(top, ("assignment_expression", "update_expression")):
+            t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+            if t is None or unparen(t).type != "identifier":
+                continue
+            name = k.t(unparen(t))
+            inside_split = lo <= n.start_byte < hi
+            if inside_split and name in outer_locals:
+                return NotLegal(f"`{name}` is written in the loop the group splits (line {k.line(n)}) and used "
+                                "outside it, where every lane would see another value", k.line(n))
+            if not inside_split and name in {r.name for r in sl.reductions}:
+                return NotLegal(f"the accumulator `{name}` is updated outside the loop the group splits (line "
+                                f"{k.line(n)}): every lane would add it", k.line(n))
+        for a in inside:
+            if a.stored and not lo <= a.at < hi:
+                return NotLegal(f"`{a.text}` is written outside the loop the group splits (line {a.line}): every "
+                                "lane would write it", a.line)
+        return SplitLoop(parts[0], sl.start, parts[1], parts[2], sl.end, sl.reductions, (), (lo, hi),
+                         _first(loop, k))
+    return sl
 
 
 def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
@@ -382,7 +448,7 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
             index = None
         where = next((i for i, (a, b) in enumerate(spans) if a <= sub.start_byte < b), -1)
         inner_loop = _innermost(sub, k)
-        out.append(_Acc(param, stored, loaded, index, k.line(sub), where, inner_loop, k.t(sub)))
+        out.append(_Acc(param, stored, loaded, index, k.line(sub), sub.start_byte, where, inner_loop, k.t(sub)))
     return out, derived
 
 
@@ -460,8 +526,11 @@ def _independent(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node]
                 if not any(set(_WORD.findall(" ".join(m))) & derived for m in a.index):
                     return NotLegal(f"`{a.text}` (line {a.line}) does not depend on the item: every item writes "
                                     "the same elements", a.line)
+            if not lp.span[0] <= a.at < lp.span[1]:
+                return NotLegal(f"`{a.text}` (line {a.line}) touches an array the loops write outside the loop "
+                                "the group splits", a.line)
             got = _renamed(a.index, lp.var)
-            first = "".join(k.t(loops[a.loop]).split("(", 1)[1].split(";", 1)[0].split())
+            first = lp.first
             if ref is None:
                 ref, start = got, first
             elif got != ref or first != start:
