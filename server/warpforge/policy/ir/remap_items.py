@@ -274,7 +274,8 @@ def _first(loop: Node, k: Kernel) -> str:
 
 def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> SplitLoop | NotLegal:
     """The loop the group splits: the top loop when an access is contiguous in its counter and no write is
-    nested deeper, else the outermost loop nested in it that has one (``for (t2) for (i) out[i] += a * v[i]``: every lane runs the outer loop
+    nested deeper, else the outermost loop nested in it that has one (``for (t2) for (i) out[i] += a * v[i]``:
+    every lane runs the outer loop
     and owns the same ``i`` in each of its iterations)."""
     def contiguous(var: str) -> bool:
         return any(a.index is not None and a.index.get((var,)) == 1 and a.innermost == var for a in inside)
