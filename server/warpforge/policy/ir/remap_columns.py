@@ -12,7 +12,7 @@ Legality on the lowered text, with the item held fixed (``remap_items``'s readin
 * the item is ``blockIdx.x*blockDim.x + threadIdx.x``, declared once at the top, then at most an early exit
   ``if (item >= bound) return;`` (turned into a flag: every thread must reach the barrier, so a thread past the
   bound computes column 0 and stores nothing, after a block-uniform exit when the bound is not positive); no
-  other ``return``, no other use of ``threadIdx.x``/``blockIdx.x``, no ``.y``/``.z`` coordinate at all;
+  other ``return``, no other use of a thread, block or launch coordinate (the block's x size changes too);
 * one loop over the item (loops nested in it are fine), reading only, carrying only sums and min/max of a
   shuffle type, with no jump out of it; nothing before it writes memory; what follows it runs once per item;
 * the loop the threads split is the outermost one whose counter walks some access at a stride other than 1
@@ -80,10 +80,10 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     for n in walk(k.body, ("field_expression",)):
         obj = n.child_by_field_name("argument")
         text = "".join(k.t(n).split())
-        if obj is None or k.t(obj) not in ("threadIdx", "blockIdx", "blockDim", "gridDim") or text in (
-                "blockDim.x",) or value.start_byte <= n.start_byte < value.end_byte:
+        if obj is None or k.t(obj) not in ("threadIdx", "blockIdx", "blockDim", "gridDim") \
+                or value.start_byte <= n.start_byte < value.end_byte:
             continue
-        return NotLegal(f"`{text}` is used besides the item index (line {k.line(n)}): the 2-D block changes it",
+        return NotLegal(f"`{text}` is used besides the item index (line {k.line(n)}): the (X, R) block changes it",
                         k.line(n))
     if "const" in k.t(decl_stmt).split("=", 1)[0].split():
         return NotLegal(f"the item index `{dim.var}` is const: a thread past the bound cannot be moved to column 0",
