@@ -58,6 +58,11 @@ CASES: dict[str, str] = {
     "global_accumulator": "typedef float real;\n" + COLS_SPEC.replace("arg y: inout", "arg y: out") + COLS_SIG +
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= n) return;\n  y[i] = 0;\n"
     "  for (int k = 0; k < batch; ++k) y[i] += x[k * n + i];\n}\n",
+    # a standard deviation: a global accumulator, then a tail that rewrites the output and may leave early
+    "std_tail_return": "typedef float real;\n" + COLS_SPEC.replace("arg y: inout", "arg y: out") + COLS_SIG +
+    "  int j = blockIdx.x * blockDim.x + threadIdx.x;\n  if (j >= n) return;\n  y[j] = 0.0f;\n"
+    "  for (int i = 0; i < batch; i++) y[j] += (x[i * n + j] - 0.5f) * (x[i * n + j] - 0.5f);\n"
+    "  y[j] = sqrtf(y[j] / batch);\n  if (y[j] > 0.005f) return;\n  y[j] = 1.0f;\n}\n",
     # a column maximum through a view of the column
     "column_max_view": "typedef float real;\n" + COLS_SPEC.replace("arg y: inout", "arg y: out") + COLS_SIG +
     "  int c = blockIdx.x * blockDim.x + threadIdx.x;\n  if (c >= n) return;\n  const real* col = x + c;\n"

@@ -90,7 +90,9 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
                         dim.line)
     rest = sts[sts.index(decl_stmt) + 1:]
     exit_node, cond, bound = None, "", ""
-    for st in rest:
+    first_loop = next((st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")), None)
+    before = rest[:rest.index(first_loop)] if first_loop is not None else rest
+    for st in before:
         if st.type == "if_statement" and next(walk(st, ("return_statement",)), None) is not None:
             if exit_node is not None:
                 return NotLegal("more than one early exit", k.line(st))
@@ -103,9 +105,11 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
             if early_use is not None:
                 return NotLegal(f"`{k.t(early_use).strip()}` uses `{dim.var}` before the early exit (line "
                                 f"{k.line(early_use)})", k.line(early_use))
-    if next((r for r in walk(k.body, ("return_statement", "goto_statement"))
-             if exit_node is None or not (exit_node.start_byte <= r.start_byte < exit_node.end_byte)), None):
-        return NotLegal("a `return` besides the early exit: every thread must reach the barrier")
+    # a return after the loop is in the tail, which runs after the barrier (on the first row of threads)
+    after = first_loop.end_byte if first_loop is not None else k.body.end_byte
+    if next((r for r in walk(k.body, ("return_statement", "goto_statement")) if r.start_byte < after and (
+            exit_node is None or not (exit_node.start_byte <= r.start_byte < exit_node.end_byte))), None):
+        return NotLegal("a `return` besides the early exit before the barrier: every thread must reach it")
     loops = [st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")]
     if len(loops) != 1 or loops[0].type != "for_statement":
         return NotLegal("not exactly one counted loop over the item" if loops else "no serial loop over the item",

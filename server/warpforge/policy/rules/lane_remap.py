@@ -83,7 +83,8 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
         if isinstance(wider, NotLegal):
             return wider
         if wider.writes:
-            return NotLegal(f"the loop writes `{', '.join(w for lp in wider.loops for w in lp.writes)}`: a write "
+            written = sorted({w for lp in wider.loops for w in lp.writes})
+            return NotLegal(f"the loop writes `{'`, `'.join(written)}`: a write "
                             "loop is element_remap's", wider.line)
         if not wider.reductions:
             return NotLegal("the item's loops carry no accumulator", wider.line)
