@@ -30,14 +30,14 @@ EMBED_SPEC = """// @warpforge size B = 8
 // @warpforge size V = 4096 fixed
 // @warpforge arg out: out float[B*T*C]
 // @warpforge arg inp: in int[B*T] int(0, 4095)
-// @warpforge arg wte: in float[V*C]
-// @warpforge arg wpe: in float[T*C]
+// @warpforge arg tok_emb: in float[V*C]
+// @warpforge arg pos_emb: in float[T*C]
 // @warpforge arg B = B
 // @warpforge arg T = T
 // @warpforge arg C = C
 // @warpforge launch grid=cdiv(B * T, 256), block=256
 """
-EMBED_SIG = ("__global__ void k(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, "
+EMBED_SIG = ("__global__ void k(float* out, const int* inp, const float* tok_emb, const float* pos_emb, int B, int T, "
              "int C) {\n")
 
 ROWS_SPEC = """// @warpforge size R = 2048
@@ -55,9 +55,10 @@ WRITES: dict[str, str] = {
     # an embedding row copy: the row through `/` and `%` of the item and a gathered token, views, early exit
     "embedding_views": EMBED_SPEC + EMBED_SIG +
     "  int idx = blockIdx.x * blockDim.x + threadIdx.x;\n  if (idx >= B * T) return;\n"
-    "  int b = idx / T;\n  int t = idx % T;\n  float* out_bt = out + b * T * C + t * C;\n"
-    "  int ix = inp[b * T + t];\n  const float* wte_ix = wte + ix * C;\n  const float* wpe_t = wpe + t * C;\n"
-    "  for (int i = 0; i < C; i++) {\n    out_bt[i] = wte_ix[i] + wpe_t[i];\n  }\n}\n",
+    "  int b = idx / T;\n  int t = idx % T;\n  float* row_out = out + b * T * C + t * C;\n"
+    "  int ix = inp[b * T + t];\n  const float* tok_row = tok_emb + ix * C;\n"
+    "  const float* pos_row = pos_emb + t * C;\n"
+    "  for (int i = 0; i < C; i++) {\n    row_out[i] = tok_row[i] + pos_row[i];\n  }\n}\n",
     # benchmark-suite style: a typedef'd element type, a guard around the work, the loop variable before the `for`
     "bias_add_guard_hoisted": "typedef float real;\n" + ROWS_SPEC + ROWS_SIG +
     "  int i = threadIdx.x + blockIdx.x * blockDim.x;\n  int j;\n  if (i < rows) {\n"
@@ -173,7 +174,7 @@ def test_the_plan_holds_the_item_fixed() -> None:
     plan = plan_items(k, summarize(k))
     assert not isinstance(plan, NotLegal), plan
     assert plan.index == "idx" and [lp.var for lp in plan.loops] == ["i"] and plan.loops[0].writes == ("out",)
-    assert plan.strided == "out_bt[i]" and plan.tail is None and plan.form == "top"
+    assert plan.strided == "row_out[i]" and plan.tail is None and plan.form == "top"
 
 
 def reason(text: str, family: str = "element_remap") -> str:

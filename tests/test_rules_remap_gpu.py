@@ -42,24 +42,24 @@ EMBEDDING = """// @warpforge size B = 8
 // @warpforge size V = 50257 fixed
 // @warpforge arg out: out float[B*T*C]
 // @warpforge arg inp: in int[B*T] int(0, 50256)
-// @warpforge arg wte: in float[V*C] normal(0, 1)
-// @warpforge arg wpe: in float[T*C] normal(0, 1)
+// @warpforge arg tok_emb: in float[V*C] normal(0, 1)
+// @warpforge arg pos_emb: in float[T*C] normal(0, 1)
 // @warpforge arg B = B
 // @warpforge arg T = T
 // @warpforge arg C = C
 // @warpforge launch grid=cdiv(B * T, 256), block=256
-__global__ void embed(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+__global__ void embed(float* out, const int* inp, const float* tok_emb, const float* pos_emb, int B, int T, int C) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     int N = B * T;
     if (idx < N) {
         int b = idx / T;
         int t = idx % T;
-        float* out_bt = out + b * T * C + t * C;
+        float* row_out = out + b * T * C + t * C;
         int ix = inp[b * T + t];
-        const float* wte_ix = wte + ix * C;
-        const float* wpe_t = wpe + t * C;
+        const float* tok_row = tok_emb + ix * C;
+        const float* pos_row = pos_emb + t * C;
         for (int i = 0; i < C; i++) {
-            out_bt[i] = wte_ix[i] + wpe_t[i];
+            row_out[i] = tok_row[i] + pos_row[i];
         }
     }
 }
