@@ -43,7 +43,7 @@ pytestmark = pytest.mark.gpu
 
 MINE = frozenset({"vectorize", "warp_reduce", "reduce_coarsen", "warp_per_row", "smem_tiling",
                   "smem_transpose", "atomics_privatize", "coarsen_y", "smem_halo", "single_pass",
-                  "column_split", "stride_reduce"})
+                  "column_split", "stride_reduce", "lane_remap", "element_remap", "column_remap"})
 #: kernels written apart from the rules (benchmarks/corpus) and the unseen-style fixture, each in another
 #: style: the general forms of the rules (through the canonical form) must verify on them too
 GENERAL = [*(ROOT / "benchmarks" / "corpus" / f"{n}.cu" for n in (

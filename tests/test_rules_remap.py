@@ -207,7 +207,7 @@ COLUMN = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i 
     (MATMUL, "already coalesced or shared"),
     (COLUMN, "no access in the loop is contiguous"),
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"
-     "  for (int j = 0; j < cols; j++) y[j] = A[i * cols + j];\n}\n", "the loop writes"),
+     "  for (int j = 0; j < cols; j++) y[j] = A[i * cols + j];\n}\n", "does not depend on the item"),
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
      "  for (int j = 0; j < cols; j++) { s += A[i * cols + j]; if (s > 10.0f) break; }\n  y[i] = s;\n}\n",
      "leaves the loop early"),
@@ -218,9 +218,11 @@ COLUMN = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i 
      "  for (int j = 0; j < cols; j++) atomicAdd(&y[i], A[i * cols + j] * x[j]);\n}\n", "atomics"),
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
      "  for (int j = 0; j < cols; j++) s += A[i * cols + j];\n  y[i] = s + gridDim.x;\n}\n", "gridDim.x"),
-    (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
-     "  for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n  y[i] = s;\n"
-     "  for (int j = 0; j < cols; j++) y[i] += x[j];\n}\n", "more than one loop"),
+    # a second loop that writes the row is element_remap's
+    (ROWS.replace("arg y: out float[R]", "arg y: out float[R*C]") + K +
+     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
+     "  for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n"
+     "  for (int j = 0; j < cols; j++) y[i * cols + j] = s * x[j];\n}\n", "element_remap"),
 ])
 def test_declines_say_why(text: str, words: str) -> None:
     assert words in reason(text)
@@ -263,9 +265,26 @@ WINDOW = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i 
                      "  for (int j = 0; j < 7; j++) s += x[start + j];\n  y[i] = s;\n}\n")
 
 
+@needs_nvcc
+def test_wider_forms_are_planned_on_the_items() -> None:
+    """A grid-stride loop over the items, and two loops per item (the second through a global accumulator the
+    IR keeps in a register): each loop split over the lanes, combined right after it (``plan_items``)."""
+    pol = policy(GRID_STRIDE)
+    (child,) = pol.propose_sync(pol.root_candidate())
+    assert "i += (blockDim.x * gridDim.x) / 32)" in child.definition and "if (wfl_lane == 0) {" in child.definition
+    two = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
+                      "  for (int j = 0; j < cols; j++) s += A[i * cols + j] * x[j];\n  y[i] = s;\n"
+                      "  for (int j = 0; j < cols; j++) y[i] += x[j];\n}\n")
+    pol = policy(two)
+    (child,) = pol.propose_sync(pol.root_candidate())
+    text = child.definition
+    assert text.count("__shfl_xor_sync") == 2 and text.count("+= 32)") == 2
+    assert text.index("s = wfl_init0_s + s;") < text.index("for (int j = wfl_lane; j < cols; j += 32) y_acc")
+    got = ca.EvaluatorBuild(pol).check(child)
+    assert got.ok, (got.stage, got.reason[-2000:])
+
+
 def test_mapping_declines_name_the_mapping() -> None:
-    # a grid-stride loop over items is not one item per thread
-    assert "grid-stride loop" in reason(GRID_STRIDE)
     # an index derived from the item (a window's start) follows it: the decline is about profit, not mapping
     assert "already coalesced" in reason(WINDOW)
 

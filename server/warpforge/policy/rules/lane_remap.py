@@ -26,6 +26,12 @@ The rewrite (legality: see ``policy.ir.remap``):
 
 Launch: the grid's x dimension times 32 (the same number of items, a warp each). Floating-point sums are
 reassociated (the verifier's tolerances apply).
+
+Beyond that one-loop plan (when ``plan_lanes`` declines for the form alone: several loops per item, a
+grid-stride loop over the items), the rule takes ``policy.ir.remap_items.plan_items``'s plan where its loops
+only read (a mean then a variance pass, a maximum then a sum, items walked by a grid-stride loop): every
+loop is split over the lanes and its accumulators combined right after it, so the next loop sees the
+item's totals (``element_remap.rewrite_items`` writes it). Loops that write memory are ``element_remap``'s.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ from dataclasses import dataclass
 
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import LanePlan, NotLegal, plan_lanes
+from ..ir.remap_items import ItemPlan, plan_items
 from ..ir.summary import Summary, summarize
 from . import register
 from ._structural import dims_values
 from ._structural_rule import Launch, StructuralRule, fitting
 from .base import RuleContext
+from .element_remap import group_launches, rewrite_items
 
 PREFIX = "wfl_"
 LANES = 32
@@ -53,7 +61,7 @@ class _Declined(Exception):
 class _Shape:
     kernel: Kernel
     summary: Summary
-    plan: LanePlan
+    plan: LanePlan | ItemPlan
 
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:
@@ -69,8 +77,23 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     s = summarize(k, targs)
     plan = plan_lanes(k, s, targs)
     if isinstance(plan, NotLegal):
-        return plan
+        if not any(w in plan.reason for w in _FORMS):
+            return plan
+        wider = plan_items(k, s, targs)
+        if isinstance(wider, NotLegal):
+            return wider
+        if wider.writes:
+            written = sorted({w for lp in wider.loops for w in lp.writes})
+            return NotLegal(f"the loop writes `{'`, `'.join(written)}`: a write "
+                            "loop is element_remap's", wider.line)
+        if not wider.reductions:
+            return NotLegal("the item's loops carry no accumulator", wider.line)
+        return _Shape(k, s, wider)
     return _Shape(k, s, plan)
+
+
+#: declines of the one-loop plan that are about its form only (``plan_items`` may accept the kernel)
+_FORMS = ("more than one loop", "grid-stride loop", "loop writes", "not declared once", "declared after the loop")
 
 
 def why_not(ctx: RuleContext) -> NotLegal | None:
@@ -145,13 +168,21 @@ class LaneRemap(StructuralRule[_Shape]):
         if blocks is None or any(b[0] % LANES for b in blocks):
             return {}
         grid = (f"({ctx.grid[0]}) * {LANES}", *ctx.grid[1:])
+        if isinstance(shape.plan, ItemPlan):
+            return {p: lc for p, lc in group_launches(ctx, shape.plan).items() if p == "warp"}
         return fitting(ctx, {"warp": Launch(grid=grid)})
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
+        if isinstance(shape.plan, ItemPlan):
+            return rewrite_items(shape.kernel, shape.plan, str(LANES))
         return rewrite(shape.kernel, shape.plan)
 
     def rationale(self, shape: _Shape, param: str) -> str:
         p = shape.plan
+        if isinstance(p, ItemPlan):
+            return (f"one warp per `{p.index}` instead of one thread: the lanes split each of its loops over "
+                    f"{', '.join(f'`{lp.var}`' for lp in p.loops)}, so `{p.strided}` is read contiguously "
+                    f"(coalesced) and {', '.join(r.name for r in p.reductions)} combined with warp shuffles")
         return (f"one warp per `{p.index}` instead of one thread: the lanes split the loop over `{p.loop_var}`, "
                 f"so `{p.strided}` is read contiguously (coalesced) and "
                 f"{', '.join(r.name for r in p.reductions)} combined with warp shuffles")

@@ -1,0 +1,565 @@
+"""Binding every serial loop over an item to a group of threads (a warp, or a block): legality on the IR.
+
+Why: ``lane_remap``'s plan (``remap.plan_lanes``) binds *one* reading loop to a warp's lanes. Other
+people's "one thread per outer item" kernels do more with the item than that: an embedding row copy writes
+the row (``for (c...) out[i*C + c] = wte[ix*C + c] + wpe[t*C + c]``), a softmax or layernorm row makes two
+or three passes (a maximum, then ``out[j] = expf(...)`` with a sum, then ``out[j] /= sum``), and many walk
+the items with a grid-stride loop. In all of them one thread walks a row while its neighbours walk rows far
+away, so every load and store of a warp touches 32 cache lines. Giving the item a group of ``G`` threads
+(a warp, or the whole block), each loop started at ``lane`` and stepped by ``G``, makes them coalesced.
+
+Legality is a question about the item's accesses, answered here on the lowered text with the item index
+held fixed (everything computed from the item alone, ``b = idx / T`` or ``ix = inp[b*T + t]``, is one
+value per item, the same in all lanes):
+
+* the item is ``blockIdx.x*blockDim.x + threadIdx.x``, declared once at the top (guard, early exit or none)
+  or a grid-stride loop ``for (i = that; i < n; i += blockDim.x*gridDim.x)``, and no other use of
+  ``threadIdx.x``/``blockIdx.x``/``gridDim.x``;
+* the item's loops are ``for (j = a; j < b; j++)`` at the item's top level, with no ``break``/``return``
+  out of them (``continue`` only skips an iteration); a loop carries no outer variable but accumulators
+  (``acc += e``, ``acc = max/min(acc, e)``, ``if (e > acc) acc = e;`` of a shuffle type), combined over the
+  lanes after the loop;
+* iterations are independent: an array the kernel writes is touched in the loops only at one element per
+  iteration, the same affine index in every access (``out[i*C + j]`` written, then read back as
+  ``out[i*C + j]`` by a later loop with the same start: the same lane owns that element in every loop), the
+  index depends on the item (items do not write each other's elements) and on the loop counter alone among
+  the counters, and nothing outside the loops touches it;
+* nothing before or between the loops writes memory (every lane runs it); what follows the last loop runs
+  on lane 0 (per-item stores happen once);
+* profitable: some access in a loop is contiguous in the counter while neighbouring items are not
+  neighbouring elements (a row ``C`` apart, a gathered row ``ix*C``), or a loop starts at a per-item offset.
+
+``plan_items`` answers an ``ItemPlan`` (byte ranges for the rewrite) or ``NotLegal(reason, line)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...cuda.poly import Poly, padd
+from ...cuda.tree import element_use, unparen, walk
+from .affine import COORDS, NonAffine, Scope, poly
+from .passes import Kernel, declared_names, statements
+from .remap import _ITEM, SHUFFLE_TYPES, NotLegal, Reduction, _combine_of, _declaration_of, _hidden_write, _loop_parts
+from .summary import Summary, _views, params_of, scope_of
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_LEAVE = ("break_statement", "return_statement", "goto_statement")
+_LOOPS = ("for_statement", "while_statement", "do_statement")
+
+
+@dataclass(frozen=True)
+class SplitLoop:
+    """One top-level loop of the item; the loop split over the group (it, or the outermost loop nested in it
+    that reads or writes the row contiguously): ``for (j = a + lane; j < b; j += G)``. ``start``/``end`` are
+    the top loop's (accumulators are saved before it and combined after it: partials carried across it)."""
+
+    var: str
+    start: int
+    init_value: tuple[int, int]
+    update: tuple[int, int]
+    end: int
+    reductions: tuple[Reduction, ...]
+    #: the parameters the loop writes
+    writes: tuple[str, ...]
+    #: the split loop's bytes and its initializer's text (lanes own the same elements in loops that start alike)
+    span: tuple[int, int] = (0, 0)
+    first: str = ""
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    index: str
+    #: "top" (declared once at the top of the body) or "grid-stride" (a loop over the items)
+    form: str
+    #: the item index's value (divided by the group size) and where the lane's declaration goes
+    index_value: tuple[int, int]
+    lane_at: int
+    #: the grid-stride loop's step (divided by the group size); None for "top"
+    step: tuple[int, int] | None
+    loops: tuple[SplitLoop, ...]
+    #: the statements after the last loop (run on lane 0), or None
+    tail: tuple[int, int] | None
+    #: the access that makes it worth it (``out[C*T*(idx / T) + ... + i]``), for the rationale
+    strided: str
+    line: int
+
+    @property
+    def writes(self) -> bool:
+        return any(lp.writes for lp in self.loops)
+
+    @property
+    def reductions(self) -> tuple[Reduction, ...]:
+        return tuple(r for lp in self.loops for r in lp.reductions)
+
+
+@dataclass(frozen=True)
+class _Acc:
+    param: str
+    stored: bool
+    loaded: bool
+    #: the index with the item held fixed; None when not affine in the counters
+    index: Poly | None
+    line: int
+    #: its byte offset in the kernel text
+    at: int
+    #: the top-level loop it is in (its index in the plan), -1 outside them
+    loop: int
+    #: the innermost loop counter around it
+    innermost: str
+    text: str
+
+
+def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> ItemPlan | NotLegal:
+    """The plan to give each item a group of threads that split its loops, or why it is not legal."""
+    targs = template_args or {}
+    blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
+    if blocking:
+        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
+    items = [p for p in s.parallel if p.index == _ITEM and p.form in ("guard", "exit", "unguarded", "grid-stride")]
+    if not items:
+        return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x (declared once, or a "
+                        "grid-stride loop over the items)")
+    dim = items[0]
+    top = statements(k.body)
+    step: tuple[int, int] | None = None
+    if dim.form == "grid-stride":
+        found = _grid_stride(dim.var, top, k)
+        if isinstance(found, NotLegal):
+            return found
+        loop, value, step = found
+        body = loop.child_by_field_name("body")
+        assert body is not None
+        outside = [st for st in top if st is not loop]
+        block, lane_at, form = _item_block(statements(body), dim.var, k), loop.start_byte, "grid-stride"
+    else:
+        decl = _declaration_of(dim.var, top, k)
+        if decl is None:
+            return NotLegal(f"the item index `{dim.var}` is not declared once at the top of the body", dim.line)
+        decl_stmt, value = decl
+        after = top[top.index(decl_stmt) + 1:]
+        outside = top[:top.index(decl_stmt)]
+        block, lane_at, form = _item_block(after, dim.var, k), decl_stmt.end_byte, "top"
+    stride_node = None if step is None else (step[0], step[1])
+    for n in walk(k.body, ("field_expression",)):
+        obj = n.child_by_field_name("argument")
+        text = "".join(k.t(n).split())
+        if obj is None or text not in ("threadIdx.x", "blockIdx.x", "gridDim.x"):
+            continue
+        if value.start_byte <= n.start_byte < value.end_byte or (
+                stride_node is not None and stride_node[0] <= n.start_byte < stride_node[1]):
+            continue
+        return NotLegal(f"`{text}` is used besides the item index (line {k.line(n)}): the group launch changes it",
+                        k.line(n))
+    if not block:
+        return NotLegal("no work per item after the index", dim.line)
+    sts, extra = block
+    outside += extra
+    loops = [st for st in sts if st.type == "for_statement"]
+    if not loops:
+        return NotLegal("no serial loop at the top of the item's work", dim.line)
+    other = next((st for st in sts if st.type in ("while_statement", "do_statement")), None)
+    if other is not None:
+        return NotLegal("a `while`/`do` loop over the item the IR could not make a counted `for`", k.line(other))
+    split: list[SplitLoop] = []
+    for lp in loops:
+        got = _split_loop(lp, k, targs)
+        if isinstance(got, NotLegal):
+            return got
+        split.append(got)
+    accs = _item_accesses(k, s, dim.var, loops)
+    if isinstance(accs, NotLegal):
+        return accs
+    accesses, derived = accs
+    for i, lp in enumerate(loops):
+        got = _choose_split(lp, split[i], [a for a in accesses if a.loop == i], k)
+        if isinstance(got, NotLegal):
+            return got
+        split[i] = got
+    tail_sts = sts[sts.index(loops[-1]) + 1:]
+    pre = [st for st in sts if st.start_byte < loops[-1].start_byte and st not in loops] + outside
+    legal = _independent(accesses, split, loops, pre, derived, k)
+    if isinstance(legal, NotLegal):
+        return legal
+    for st in [*pre, *(lp.child_by_field_name("body") for lp in loops)]:
+        if st is None:
+            continue
+        hidden = _hidden_write(st, k)
+        if hidden is not None:
+            return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every thread of the "
+                            "item's group would run it", k.line(hidden))
+    strided = _profit(accesses, split, loops, derived, k)
+    if isinstance(strided, NotLegal):
+        return strided
+    writes = [tuple(sorted({a.param for a in accesses if a.stored and a.loop == i})) for i in range(len(loops))]
+    plans = tuple(SplitLoop(p.var, p.start, p.init_value, p.update, p.end, p.reductions, w, p.span, p.first)
+                  for p, w in zip(split, writes, strict=True))
+    tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
+    return ItemPlan(dim.var, form, (value.start_byte, value.end_byte), lane_at, step, plans, tail, strided,
+                    k.line(loops[0]))
+
+
+def _grid_stride(var: str, top: list[Node], k: Kernel) -> tuple[Node, Node, tuple[int, int]] | NotLegal:
+    """The top-level ``for (int i = item; i < n; i += blockDim.x * gridDim.x)``: the loop, the item's value
+    and the step expression's range."""
+    for st in top:
+        if st.type != "for_statement":
+            continue
+        init, upd = st.child_by_field_name("initializer"), st.child_by_field_name("update")
+        if init is None or upd is None or var not in declared_names(init, k.data):
+            continue
+        ds = init.children_by_field_name("declarator")
+        v = ds[0].child_by_field_name("value") if len(ds) == 1 and ds[0].type == "init_declarator" else None
+        u = unparen(upd)
+        op, right = u.child_by_field_name("operator"), u.child_by_field_name("right")
+        if v is None or u.type != "assignment_expression" or op is None or right is None or k.t(op) != "+=":
+            return NotLegal(f"the grid-stride loop over `{var}` is not `{var} += blockDim.x * gridDim.x`", k.line(st))
+        try:
+            p = poly(right, Scope({}, frozenset(), frozenset(), frozenset(), k.data))
+        except NonAffine:
+            p = {}
+        if p != {("blockDim.x", "gridDim.x"): 1}:
+            return NotLegal(f"the loop over `{var}` steps `{k.t(right)}`, not the grid's thread count "
+                            "(blockDim.x * gridDim.x)", k.line(st))
+        return st, v, (right.start_byte, right.end_byte)
+    return NotLegal(f"the grid-stride loop over `{var}` is not at the top of the body")
+
+
+def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list[Node]] | None:
+    """The statements of the item's work: ``sts``, or the body of a guard ``if (item < n) { ... }`` that is
+    the last statement (no ``else``), followed down; and the statements passed on the way (run by all)."""
+    passed: list[Node] = []
+    while sts and sts[-1].type == "if_statement" and sts[-1].child_by_field_name("alternative") is None:
+        cond, cons = sts[-1].child_by_field_name("condition"), sts[-1].child_by_field_name("consequence")
+        if cond is None or cons is None or not any(st.type == "for_statement" for st in walk(cons, ("for_statement",))):
+            break
+        if any(st.type == "for_statement" for st in sts[:-1]):
+            break
+        passed += sts[:-1]
+        sts = statements(cons)
+    return (sts, passed) if sts else None
+
+
+def _split_loop(loop: Node, k: Kernel, targs: Mapping[str, str]) -> SplitLoop | NotLegal:
+    parts = _loop_parts(loop, k)
+    if isinstance(parts, NotLegal):
+        return parts
+    var, init_value, update = parts
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
+                    and n is not body), None)
+    out = own or next(walk(body, ("return_statement", "goto_statement")), None)
+    if out is not None:
+        return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` leaves the loop early (line {k.line(out)}): lanes "
+                        "would stop at different iterations", k.line(out))
+    red = _carried(loop, body, var, k, targs)
+    if isinstance(red, NotLegal):
+        return red
+    return SplitLoop(var, loop.start_byte, init_value, update, loop.end_byte, red, (), (loop.start_byte, loop.end_byte),
+                     _first(loop, k))
+
+
+def _first(loop: Node, k: Kernel) -> str:
+    """The loop's initial value, spacing aside (``for (int j = a; ...)`` -> ``a``)."""
+    init = loop.child_by_field_name("initializer")
+    d = next(walk(init, ("init_declarator",)), None) if init is not None else None
+    v = d.child_by_field_name("value") if d is not None else None
+    return "".join(k.t(v).split()) if v is not None else ""
+
+
+def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> SplitLoop | NotLegal:
+    """The loop the group splits: the top loop when an access is contiguous in its counter and no write is
+    nested deeper, else the outermost loop nested in it that has one (``for (t2) for (i) out[i] += a * v[i]``:
+    every lane runs the outer loop
+    and owns the same ``i`` in each of its iterations)."""
+    def contiguous(var: str) -> bool:
+        return any(a.index is not None and a.index.get((var,)) == 1 and a.innermost == var for a in inside)
+
+    if contiguous(sl.var) and not any(a.stored and a.innermost != sl.var for a in inside):
+        return sl
+    for loop in walk(top, ("for_statement",)):
+        if loop is top:
+            continue
+        parts = _loop_parts(loop, k)
+        if isinstance(parts, NotLegal) or not contiguous(parts[0]):
+            continue
+        body = loop.child_by_field_name("body")
+        jump = next(walk(body, _LEAVE), None) if body is not None else None
+        if jump is not None:
+            return NotLegal(f"`{k.t(jump).split()[0].rstrip(';')}` in the loop the group would split (line "
+                            f"{k.line(jump)})", k.line(jump))
+        # what the lanes compute differently must stay in the split loop: outer locals it writes would differ
+        # between lanes outside it, and an accumulator updated outside it would be added once per lane
+        lo, hi = loop.start_byte, loop.end_byte
+        outer_locals = declared_names(top, k.data) - declared_names(loop, k.data)
+        for n in walk(top, ("assignment_expression", "update_expression")):
+            t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+            if t is None or unparen(t).type != "identifier":
+                continue
+            name = k.t(unparen(t))
+            inside_split = lo <= n.start_byte < hi
+            if inside_split and name in outer_locals:
+                return NotLegal(f"`{name}` is written in the loop the group splits (line {k.line(n)}) and used "
+                                "outside it, where every lane would see another value", k.line(n))
+            if not inside_split and name in {r.name for r in sl.reductions}:
+                return NotLegal(f"the accumulator `{name}` is updated outside the loop the group splits (line "
+                                f"{k.line(n)}): every lane would add it", k.line(n))
+        for a in inside:
+            if a.stored and not lo <= a.at < hi:
+                return NotLegal(f"`{a.text}` is written outside the loop the group splits (line {a.line}): every "
+                                "lane would write it", a.line)
+        return SplitLoop(parts[0], sl.start, parts[1], parts[2], sl.end, sl.reductions, (), (lo, hi),
+                         _first(loop, k))
+    return sl
+
+
+def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
+             ) -> tuple[Reduction, ...] | NotLegal:
+    """The loop's accumulators (outer scalars it writes, each a sum or min/max read nowhere else in the loop);
+    element writes are checked on the accesses, a write through a pointer is declined."""
+    local = declared_names(body, k.data) | {var}
+    types: dict[str, str] = {}
+    for d in walk(k.body, ("declaration",)):
+        t = d.child_by_field_name("type")
+        if t is not None:
+            for dn in declared_names(d, k.data):
+                types.setdefault(dn, " ".join(k.t(t).replace("const ", "").split()))
+    combines: dict[str, str] = {}
+    updates: dict[str, list[Node]] = {}
+    for n in walk(body, ("assignment_expression", "update_expression")):
+        target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+        assert target is not None
+        t = unparen(target)
+        if t.type == "subscript_expression":
+            continue  # an element: the accesses decide
+        if t.type != "identifier":
+            return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
+                            k.line(n))
+        name = k.t(t)
+        if name in local:
+            continue
+        if n.type == "update_expression":
+            return NotLegal(f"`{k.t(n)}` in the loop (line {k.line(n)}) carries `{name}` across iterations",
+                            k.line(n))
+        op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
+        assert op is not None and right is not None
+        combine = _combine_of(name, k.t(op), right, k) or _compare_assign(n, name, right, types.get(name, ""), k)
+        if combine is None:
+            return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
+                            f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
+        if combines.setdefault(name, combine) != combine:
+            return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
+        updates.setdefault(name, []).append(n)
+    for name, ups in updates.items():
+        uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
+        if len(uses) != sum(1 if combines[name] == "sum" else 2 for _ in ups):
+            return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
+                            "is not the running total", k.line(ups[0]))
+        written = types.get(name, "?")
+        if " ".join(targs.get(written, written).split()) not in SHUFFLE_TYPES:
+            return NotLegal(f"the accumulator `{name}` has type `{written}`, which a warp shuffle does not move",
+                            k.line(ups[0]))
+    return tuple(Reduction(n, combines[n], types[n]) for n in updates)
+
+
+#: the max/min function a compare-and-assign accumulator is combined with, by its type
+_MAX_OF = {"float": "fmaxf", "double": "fmax"}
+_MIN_OF = {"float": "fminf", "double": "fmin"}
+
+
+def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> str | None:
+    """``if (e > m) m = e;`` (``m < e``, ``>=``; ``<`` for a minimum), the assignment alone in an ``if`` without
+    ``else``: a running maximum (minimum), combined with ``fmaxf``/``fmax``/``max`` by its type."""
+    stmt = n.parent
+    if stmt is None or stmt.type != "expression_statement":
+        return None
+    up = stmt.parent
+    if up is not None and up.type == "compound_statement" and len(statements(up)) == 1:
+        up = up.parent
+    if up is None or up.type != "if_statement" or up.child_by_field_name("alternative") is not None:
+        return None
+    cond = up.child_by_field_name("condition")
+    c = unparen(cond.named_children[0]) if cond is not None and cond.named_children else None
+    if c is None or c.type != "binary_expression":
+        return None
+    left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if left is None or op is None or other is None:
+        return None
+    value = "".join(k.t(right).split())
+    sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
+    if (sides == (value, name) and k.t(op) in (">", ">=")) or (sides == (name, value) and k.t(op) in ("<", "<=")):
+        return _MAX_OF.get(type_, "max")
+    if (sides == (value, name) and k.t(op) in ("<", "<=")) or (sides == (name, value) and k.t(op) in (">", ">=")):
+        return _MIN_OF.get(type_, "min")
+    return None
+
+
+def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
+                   ) -> tuple[list[_Acc], set[str]] | NotLegal:
+    """Every element access of a parameter, its index with the item held fixed (locals computed from the item
+    alone are atoms), and the atoms that depend on the item."""
+    params, uniform = params_of(k)
+    base = scope_of(k, uniform, set())
+    pointers = {n for n, _, ptr, _ in params if ptr}
+    views = _views(k, pointers, base)
+    written = {a.param for a in s.accesses if a.kind != "read"}
+    atoms = {item}
+    derived = {item}
+    candidates = {n: v for n, v in base.values.items() if n != item and n not in base.varying}
+    for _ in range(len(candidates) + 1):
+        changed = False
+        for name, v in candidates.items():
+            if name in atoms or not _per_item(v, k, base, atoms, pointers, views, written):
+                continue
+            scope = Scope(base.values, base.counters, base.uniform | atoms, base.varying, k.data)
+            try:
+                poly(v, scope)
+            except NonAffine:
+                atoms.add(name)
+                if set(_WORD.findall(k.t(v))) & derived:
+                    derived.add(name)
+                changed = True
+        if not changed:
+            break
+    for name, v in candidates.items():  # locals poly expands stay expanded; those of the item are derived
+        if name not in atoms and set(_WORD.findall(k.t(v))) & derived:
+            derived.add(name)
+    scope = Scope(base.values, base.counters, base.uniform | atoms, base.varying, k.data)
+    spans = [(lp.start_byte, lp.end_byte) for lp in loops]
+    out: list[_Acc] = []
+    for sub in walk(k.body, ("subscript_expression",)):
+        arg = sub.child_by_field_name("argument")
+        idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
+        name = k.t(unparen(arg)) if arg is not None else ""
+        if arg is None or idx is None or (name not in pointers and name not in views):
+            continue
+        param, offset = views.get(name, (name, []))
+        inner = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_children else idx
+        loaded, stored = element_use(sub)
+        index: Poly | None = {}
+        try:
+            for n in [*offset, inner]:
+                index = padd(index or {}, poly(n, scope))
+        except NonAffine:
+            index = None
+        where = next((i for i, (a, b) in enumerate(spans) if a <= sub.start_byte < b), -1)
+        inner_loop = _innermost(sub, k)
+        out.append(_Acc(param, stored, loaded, index, k.line(sub), sub.start_byte, where, inner_loop, k.t(sub)))
+    return out, derived
+
+
+def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[str],
+              views: Mapping[str, tuple[str, list[Node]]], written: set[str]) -> bool:
+    """Whether a local's value is one value per item: no thread coordinate or counter, only parameters the
+    kernel never writes read, and only locals that are per item themselves."""
+    for n in walk(v, ("field_expression", "identifier")):
+        if n.type == "field_expression":
+            a = n.child_by_field_name("argument")
+            if a is not None and k.t(a) in COORDS:
+                return False
+            continue
+        name = k.t(n)
+        if name in base.counters or name in base.varying:
+            return False
+        if name in pointers or name in views:
+            if views.get(name, (name, []))[0] in written:
+                return False
+        elif name in base.values and name not in atoms and name not in base.uniform \
+                and not _per_item(base.values[name], k, base, atoms, pointers, views, written):
+            return False
+    return True
+
+
+def _innermost(n: Node, k: Kernel) -> str:
+    cur = n.parent
+    while cur is not None and cur is not k.body:
+        if cur.type == "for_statement":
+            init = cur.child_by_field_name("initializer")
+            names = sorted(declared_names(init, k.data)) if init is not None else []
+            return names[0] if names else ""
+        cur = cur.parent
+    return ""
+
+
+def _counter_terms(p: Poly, var: str) -> Poly:
+    return {m: c for m, c in p.items() if var in m}
+
+
+def _renamed(p: Poly, var: str) -> dict[tuple[str, ...], int]:
+    return {tuple(sorted("#" if a == var else a for a in m)): c for m, c in p.items()}
+
+
+def _independent(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node], pre: list[Node],
+                 derived: set[str], k: Kernel) -> NotLegal | None:
+    """Iterations and lanes touch disjoint elements of every array the kernel writes (see the module)."""
+    written = {a.param for a in accesses if a.stored}
+    pre_lines = [(st.start_point[0] + 1, st.end_point[0] + 1) for st in pre]
+    for a in accesses:
+        if a.stored and a.loop < 0 and any(lo <= a.line <= hi for lo, hi in pre_lines):
+            return NotLegal(f"`{a.text}` is written before the item's loops (line {a.line}): every thread of "
+                            "the group would write it", a.line)
+    for param in sorted(written):
+        mine = [a for a in accesses if a.param == param]
+        inside = [a for a in mine if a.loop >= 0]
+        if not inside:
+            continue  # written and read outside the loops only (the tail, on lane 0)
+        out = next((a for a in mine if a.loop < 0), None)
+        if out is not None:
+            return NotLegal(f"`{param}` is touched in the loops and outside them (line {out.line}): the lane "
+                            "that reads an element may not be the one that wrote it", out.line)
+        ref: dict[tuple[str, ...], int] | None = None
+        start: str | None = None
+        for a in inside:
+            lp = split[a.loop]
+            if a.index is None:
+                return NotLegal(f"`{a.text}` (line {a.line}) is not affine in the loop counter with the item "
+                                "held fixed: iterations may touch the same element", a.line)
+            if a.stored:
+                terms = _counter_terms(a.index, lp.var)
+                if len(terms) != 1 or a.innermost != lp.var:
+                    return NotLegal(f"`{a.text}` (line {a.line}) is not one element per iteration of the loop "
+                                    f"over `{lp.var}`", a.line)
+                if not any(set(_WORD.findall(" ".join(m))) & derived for m in a.index):
+                    return NotLegal(f"`{a.text}` (line {a.line}) does not depend on the item: every item writes "
+                                    "the same elements", a.line)
+            if not lp.span[0] <= a.at < lp.span[1]:
+                return NotLegal(f"`{a.text}` (line {a.line}) touches an array the loops write outside the loop "
+                                "the group splits", a.line)
+            got = _renamed(a.index, lp.var)
+            first = lp.first
+            if ref is None:
+                ref, start = got, first
+            elif got != ref or first != start:
+                return NotLegal(f"`{param}` is written and read at different elements (line {a.line}): a lane "
+                                "could read what another lane wrote", a.line)
+    return None
+
+
+def _profit(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node], derived: set[str], k: Kernel
+            ) -> str | NotLegal:
+    """The access that neighbouring items read far apart while the loop reads it contiguously."""
+    for a in accesses:
+        if a.loop < 0 or a.index is None:
+            continue
+        var = split[a.loop].var
+        if a.index.get((var,)) != 1 or a.innermost != var:
+            continue
+        far = [m for m, c in a.index.items() if set(_WORD.findall(" ".join(m))) & derived
+               and not (len(m) == 1 and abs(c) == 1)]
+        if far:
+            return a.text
+    for i, lp in enumerate(loops):
+        init = lp.child_by_field_name("initializer")
+        if init is not None and (set(_WORD.findall(k.t(init))) & derived
+                                 or next(walk(init, ("subscript_expression",)), None) is not None):
+            hit = next((a for a in accesses if a.loop == i and a.index is not None
+                        and a.index.get((split[i].var,)) == 1), None)
+            if hit is not None:
+                return hit.text
+    return NotLegal("no loop reads or writes a row contiguously while neighbouring items are far apart: "
+                    "the threads' accesses are already coalesced", k.line(loops[0]))
