@@ -61,9 +61,10 @@ async def test_why_not_hint_at_the_loop_and_gone_once_a_rewrite_applies(client: 
     loop = MATVEC.splitlines().index("        for (int j = 0; j < n; j++) {")
     assert hint.range.start.line == loop and hint.severity == lsp.DiagnosticSeverity.Hint
     # the squiggle: the closest rewrite and the blocking line (1-based); the words are in data (and the hover)
-    assert hint.message == f"no structural rewrite applies; closest lane_remap, blocked at line {loop + 2}"
-    assert isinstance(hint.data, dict) and "blocked by: the loop writes memory `y[i]`" in hint.data["message"]
-    assert hint.related_information and hint.related_information[0].location.range.start.line == loop + 1
+    assert hint.message == f"no structural rewrite applies; closest lane_remap, blocked at line {loop}"
+    assert isinstance(hint.data, dict)
+    assert "blocked by: `y[i]` is written before the item's loops" in hint.data["message"]
+    assert hint.related_information and hint.related_information[0].location.range.start.line == loop - 1
 
     # The same document rewritten into a row softmax: warp_per_row takes it, so the hint goes away.
     client.text_document_did_change(lsp.DidChangeTextDocumentParams(

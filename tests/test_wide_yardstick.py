@@ -148,6 +148,10 @@ def test_author_versions_pairs_numbered_and_named_versions() -> None:
     assert got == {"softmax_kernel1": "softmax_kernel4", "reduce0": "reduce6", "transposeNaive": "transposeCoalesced"}
 
 
+#: the closest decline of the self-written matrix-vector kernel (lane_remap, through element_remap's planner)
+WRITTEN_BEFORE = "`y[i]` is written before the item's loops: every thread of the group would write it"
+
+
 @needs_nvcc
 def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelRecord]) -> None:
     assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely", "mv"}  # `scale`'s copy counted once
@@ -168,7 +172,7 @@ def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelR
     # where nothing is proposed, the closest family and its words (policy.whynot), not a raise site
     mv = records["mv"]
     assert not mv.proposed and mv.closest["family"] == "lane_remap", mv.closest
-    assert mv.closest["reason"] == "the loop writes memory `y[i]`" and mv.closest["stage"] == "shape"
+    assert mv.closest["reason"] == WRITTEN_BEFORE and mv.closest["stage"] == "shape"
     assert mv.families["vectorize"]["declined"].startswith("each thread walks a serial loop over memory")
     assert row.closest == {}
     assert row.ir in {"not available", "lowered", "declined", "error"}
@@ -181,7 +185,9 @@ def test_summary_names_projects_commits_and_rates(records: dict[str, funnel.Kern
     assert "| me/demo | 0123456789ab | 6 | 1 |" in text
     assert "over the kernels with a serial loop over global memory or a reduction" in text
     assert "| warp_per_row |" in text
-    assert "| 1 | lane_remap: the loop writes memory `…` |" in text  # the top blocking reasons, in words
+    # the top blocking reasons, in words
+    assert "| 1 | lane_remap: `…` is written before the item's loops: every thread of the group would write it |" \
+        in text
 
 
 @needs_nvcc

@@ -32,6 +32,9 @@ WHAT: dict[str, str] = {
     "atomic_aggregate": "one atomic per warp instead of one per thread",
     "coarsen_y": "each thread computes several rows of a 2-D grid",
     "column_split": "a column sum split over many threads, combined with atomics",
+    "column_remap": "several threads per column splitting its row walk, partials combined in shared memory",
+    "element_remap": "a warp or a block per item, its row loops split over the group",
+    "smem_stage": "the loop's shared reads staged tile by tile in shared memory (GEMM-style, transposes)",
     "lane_remap": "one warp per item, its loop split over the 32 lanes",
     "atomics_privatize": "a histogram's atomics into a per-block copy in shared memory",
     "reduce_coarsen": "a block reduction that first sums several elements per thread",
@@ -44,6 +47,9 @@ WHAT: dict[str, str] = {
     "warp_per_row": "one warp (or block) per row, shuffle reductions",
     "warp_reduce": "a shared-memory tree reduction's last steps as warp shuffles",
 }
+
+#: a line reference inside a rule's words: " (line 12)"
+_LINE_REF = re.compile(r"\s*\(line \d+\)")
 
 NO_SPEC = ("the kernel has no spec (sizes and launch), so no launch can be planned: add `// @warpforge` lines "
            "above it (the \"Add benchmark spec\" action writes them) or launch it from host code in this file")
@@ -126,7 +132,10 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
     if own is not None:
         got = own(ctx)  # type: ignore[operator]
         if got is not None:
-            return Decline(fam, str(getattr(got, "reason", got)), Stage(int(getattr(got, "stage", Stage.SHAPE))),
+            # "(line N)" inside the words counts lines of the text the rule read (the canonical form, the kernel
+            # alone), not the user's file: dropped, the hint gives the blocking line itself, mapped back
+            words = _LINE_REF.sub("", str(getattr(got, "reason", got)))
+            return Decline(fam, words, Stage(int(getattr(got, "stage", Stage.SHAPE))),
                            int(getattr(got, "line", 0) or 0))
         if not has_spec:
             return Decline(fam, NO_SPEC, Stage.LAUNCH)
@@ -154,13 +163,18 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
 SECONDARY = frozenset({"coarsen_y", "vectorize"})
 
 
-def _rank(d: Decline) -> tuple[int, bool, bool]:
-    return int(d.stage), d.family not in SECONDARY, d.line > 0
+#: families whose planner another family falls back to (``lane_remap`` asks ``element_remap``'s ``plan_items`` when
+#: its one-loop plan declines on the kernel's form): at the same stage the primary family's words are the answer
+FALLBACK = frozenset({"element_remap"})
+
+
+def _rank(d: Decline) -> tuple[int, bool, bool, bool]:
+    return int(d.stage), d.family not in SECONDARY, d.line > 0, d.family not in FALLBACK
 
 
 def closest(declines: Sequence[Decline]) -> Decline | None:
     """The decline that got furthest: highest stage, then a rule that re-maps loops (not ``SECONDARY``), then one
-    with a line, then the first given."""
+    with a line, then a primary rule (not ``FALLBACK``), then the first given."""
     best: Decline | None = None
     for d in declines:
         if best is None or _rank(d) > _rank(best):

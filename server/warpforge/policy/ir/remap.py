@@ -54,10 +54,15 @@ _JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_sta
 
 @dataclass(frozen=True)
 class NotLegal:
-    """Why the loop cannot be bound to lanes, at a 1-based line of the kernel text (0: the whole kernel)."""
+    """Why the loop cannot be bound to lanes, at a 1-based line of the kernel text (0: the whole kernel).
+
+    ``stage`` says how far the analysis got, on the scale of ``policy.rules._why.Stage`` (0 the kernel is not of
+    the remap's kind at all, 1 its shape, 2 legality, 3 launch): the "why not" hint names the decline that got
+    furthest, so a column remap's "no loop walks a column" must not outrank a row remap's "the loop writes"."""
 
     reason: str
     line: int = 0
+    stage: int = 1
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,10 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     if isinstance(accs, NotLegal):
         return accs
     accesses, derived = accs
+    # the shape first: a loop that walks no column is not this remap's kind of kernel at all
+    walks = _walks(top, accesses, derived, k)
+    if isinstance(walks, NotLegal):
+        return walks
     stored = next((a for a in accesses if a.stored and a.loop >= 0), None)
     if stored is not None:
         return NotLegal(f"the loop writes `{stored.text}` (line {stored.line})", stored.line)
@@ -152,9 +156,6 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
         if hidden is not None:
             return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every row of "
                             "threads would run it", k.line(hidden))
-    walks = _walks(top, accesses, derived, k)
-    if isinstance(walks, NotLegal):
-        return walks
     tail_sts = rest[rest.index(top) + 1:]
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ColumnPlan(dim.var, (exit_node.start_byte, exit_node.end_byte) if exit_node is not None else None,
@@ -203,4 +204,4 @@ def _walks(top: Node, accesses: list[_Acc], derived: set[str], k: Kernel) -> tup
     if out:
         return tuple(out)
     return NotLegal("no loop walks a column: no read in the loop is strided in its counter while neighbouring "
-                    "items read neighbouring elements", k.line(top))
+                    "items read neighbouring elements", k.line(top), stage=0)
