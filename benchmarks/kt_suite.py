@@ -132,13 +132,16 @@ class KTPlan:
             threads <= 1024 and (len(self.free) < 2 or threads >= 32)
 
     def restriction(self) -> Callable[..., bool]:
-        """``valid`` in the form Kernel Tuner 1.x hands to python-constraint: the values of the parameters as
-        positional arguments, in ``params``' order. (Given ``valid`` itself, Kernel Tuner 1.5 calls it with
-        the bare value where the space has one parameter: "'int' object has no attribute 'get'" on 20 of
-        the wide sample's 50 kernels.)"""
+        """``valid`` as Kernel Tuner 1.5 calls a plain-function restriction: with the configuration as a dict
+        where the space has several parameters (its "monolithic" form), with the bare values as positional
+        arguments where it has one. (Given ``valid`` itself, a one-parameter space passed an ``int``: "'int'
+        object has no attribute 'get'" on 20 of the wide sample's 50 kernels; a ``(function, names)`` tuple is
+        dropped by Kernel Tuner 1.5's lambda parser: "If you mix lambdas and string-based restrictions".)"""
         names = list(self.params)
 
         def restriction(*values: Any) -> bool:
+            if len(values) == 1 and isinstance(values[0], dict):
+                return self.valid(values[0])
             return self.valid(dict(zip(names, values, strict=True)))
 
         return restriction
@@ -152,7 +155,7 @@ class KTPlan:
         """``tune_kernel``'s keyword arguments besides name, source, problem size, arguments and parameters."""
         kw: dict[str, Any] = {"lang": "PYCUDA", "verbose": False, "strategy": "brute_force",
                               "block_size_names": self.block_names, "grid_div_x": [], "grid_div_y": [],
-                              "grid_div_z": [], "restrictions": [(self.restriction(), list(self.params))],
+                              "grid_div_z": [], "restrictions": [self.restriction()],
                               "compiler_options": self.compiler_options}
         if self.resolved.smem or any(self.launch(c)[2] for c in self.configs()):
             kw["smem_args"] = {"size": lambda p: self.launch(p)[2]}

@@ -130,24 +130,31 @@ def test_a_file_with_several_kernels_needs_one_named() -> None:
 
 def _solutions(p: kt.KTPlan) -> list[dict[str, Any]]:
     """The configurations python-constraint (Kernel Tuner 1.x's search-space solver) keeps with the plan's
-    restriction added as Kernel Tuner adds a ``(function, parameter names)`` restriction: a
-    ``FunctionConstraint`` over those variables, called with their values as positional arguments."""
+    restriction added as Kernel Tuner 1.5 adds a plain function: with one parameter, a ``FunctionConstraint``
+    called with the value as a positional argument; with several, its "monolithic" wrapper, which calls the
+    function with the configuration as a dict (``check_instance_restrictions``)."""
     from constraint import FunctionConstraint, Problem
 
     kw = p.kt_kwargs()
-    ((function, names),) = kw["restrictions"]
+    (function,) = kw["restrictions"]
+    assert callable(function) and not isinstance(function, tuple)
+    names = list(p.params)
     problem = Problem()
     for name, values in p.params.items():
         problem.addVariable(name, list(values))
-    problem.addConstraint(FunctionConstraint(function), names)
+    if len(names) == 1:
+        problem.addConstraint(FunctionConstraint(function), names)
+    else:
+        problem.addConstraint(FunctionConstraint(lambda *vals: bool(function(dict(zip(names, vals, strict=True))))),
+                              names)
     return sorted(problem.getSolutions(), key=lambda c: [c[n] for n in p.params])
 
 
 @needs_nvcc
 def test_the_restriction_is_called_as_kernel_tuner_calls_it() -> None:
-    """Kernel Tuner 1.5 hands a one-parameter space's bare value to a monolithic restriction (an ``int`` where
-    ``valid`` wanted a dict: 20 of the wide sample's 50 kernels failed so); the plan gives it the positional
-    form, and the solver keeps exactly the plan's own configurations, one parameter or two."""
+    """Kernel Tuner 1.5 hands a one-parameter space's bare value to a restriction (an ``int`` where ``valid``
+    wanted a dict: 20 of the wide sample's 50 kernels failed so) and a several-parameter space's dict; the plan
+    takes both, and the solver keeps exactly the plan's own configurations, one parameter or two."""
     one = kt.plan(FIXTURES / "forms" / "templated.cu", "map_scaled")
     assert _solutions(one) == one.configs() and len(one.configs()) == 6
     two = kt.plan(ROOT / "kernels" / "transpose.cu")
