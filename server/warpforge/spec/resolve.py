@@ -9,7 +9,7 @@ GPU worker.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,10 +25,21 @@ from .elsewhere import HostFile
 from .expr import ExprError
 from .expr import parse as expr_parse
 from .infer import Inference, infer
+from .guess import (
+    BLOCK,
+    GRID_STRIDE_BLOCKS,
+    budget_values,
+    dynamic_shared_type,
+    launch_form,
+    names_of,
+    small_value,
+    template_values,
+)
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     C_SPELLING,
     DEFAULT_SEEDS,
+    GUESSED_TEMPLATE,
     ArgSpec,
     KernelSpec,
     LaunchSpec,
@@ -44,7 +55,7 @@ _DEFAULT_SIZE = "1 << 20"
 
 
 def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str, str] | None = None,
-             bounds: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+             bounds: dict[str, tuple[str, ...]] | None = None, src: SourceText | None = None) -> list[str]:
     """Annotation lines that complete what inference left open, and that validate when written above
     the kernel (``tests/test_spec_hostflow.py`` writes them and builds the spec).
 
@@ -66,6 +77,8 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
     new_sizes: dict[str, str] = {}
     lines: list[str] = []
+    #: the names of each expression whose values multiply (lengths, integer scalars, grid dimensions)
+    products: list[list[str]] = []
 
     def usable(text: str) -> bool:
         """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
@@ -107,6 +120,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = adopt(raw)
             elif p.unnamed:
                 values[p.name] = "0"  # the kernel cannot read it: any value does
+            elif (integer(p) or _is_bool(p.type)) and (small := small_value(p.name, p.type)) is not None:
+                values[p.name] = small[0]  # a filter width, a stride, a flag: small, never a problem size
+                why_here[f"arg {p.name}"] = f"{why}; {small[1]}: {small[0]} assumed"
             elif integer(p):
                 # a size of the same name in another case (`n` and `size N`) is the usual meaning
                 same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
@@ -116,6 +132,11 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
                 why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
+    products.extend(names_of(v) for p in kernel.params if p.name in values and integer(p)
+                    for v in (values[p.name],))
+    for a in args.values():  # what inference or the block gave: its sizes take part too
+        if a.is_buffer and a.count:
+            products.append(names_of(a.count))
     first_int = next((values[p.name] for p in kernel.params
                       if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
@@ -127,10 +148,6 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
             count = " * ".join(_factor(v) for v in bounded)
             names = " * ".join((bounds or {})[p.name])
             how = f"length from the kernel's guards (its subscripts stay below `{names}`)"
-            if len(bounded) > 1:  # a product of placeholder sizes: keep the buffer near 2^20 elements
-                for v in bounded:
-                    if new_sizes.get(v) == _DEFAULT_SIZE:
-                        new_sizes[v] = f"1 << {max(20 // len(bounded), 5)}"
         else:
             count = first_int or (adopt(scope_size) if scope_size is not None else None) \
                 or next(iter(sorted(known)), None) or fresh("N")
@@ -138,21 +155,96 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         problem = inf.problems.get(p.name, "").partition(": ")[2]
         why_here[f"arg {p.name}"] = f"{problem}; {how}" if problem and site is not None else how
         role = inf.roles[p.name].value
+        products.append(names_of(count))
         lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
+    fixed: set[str] = set()
     if ann.launch is None and inf.launch is None:
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
-        if not (grid and block and usable(grid) and usable(block)):
-            n = first_int or fresh("N")
-            grid, block = f"cdiv({n}, 256)", "256"
-            why_here["launch"] = (no_launch if site is None else inf.problems.get("launch", "")) \
-                + "; one thread per element of `" + n + "` assumed"
+        smem = site.smem.strip() if site is not None and site.smem else ""
+        if not (grid and block and usable(grid) and usable(block) and (not smem or usable(smem))):
+            why = no_launch if site is None else inf.problems.get("launch", "")
+            grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, values, first_int, fresh, integer)
+            why_here["launch"] = f"{why}; {how}" if why else how
         else:
             adopt(grid)
             adopt(block)
-        lines.append(f"// @warpforge launch grid={grid}, block={block}")
-    head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
+            if smem:
+                adopt(smem)
+            for n in names_of(block):  # a block size the host sweeps (`for (bs = 32; ...)`): its usual value
+                if new_sizes.get(n) == _DEFAULT_SIZE:
+                    new_sizes[n] = BLOCK
+                    fixed.add(n)
+                    why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
+                        f"(a sweep?): {BLOCK} threads assumed"
+        products.extend(names_of(g) for g in _split_dims(grid))
+        lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
+    if kernel.template_params and not (ann.template_args or inf.template_args):
+        targs, how = template_values(kernel)
+        lines.append("// @warpforge template " + ", ".join(f"{t.name}={a}"
+                                                           for t, a in zip(kernel.template_params, targs,
+                                                                           strict=True)))
+        why_here["template"] = how
+    # placeholders get values by what they are (`spec.guess`): small by name, a share of the problem budget
+    # when they multiply with others, else a moderate count
+    free = [n for n, v in new_sizes.items() if v == _DEFAULT_SIZE]
+    for n in free:
+        small = small_value(n)
+        if small is not None:
+            new_sizes[n] = small[0]
+            fixed.add(n)
+            why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {small[1]}: {small[0]} assumed"
+    free = [n for n in free if n not in fixed]
+    for n, (v, how) in budget_values(free, products).items():
+        new_sizes[n] = v
+        why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {how}"
+    head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed else "") for n, v in new_sizes.items()]
     return head + lines
+
+
+def _is_bool(ctype: str) -> bool:
+    return " ".join(ctype.replace("const", " ").split()) == "bool"
+
+
+def _split_dims(text: str) -> list[str]:
+    """``(a, b)`` -> ``["a", "b"]``; ``a`` -> ``["a"]``."""
+    t = text.strip()
+    if t.startswith("(") and t.endswith(")") and "," in t:
+        from .annotations import _split_top
+
+        return _split_top(t[1:-1])
+    return [t]
+
+
+def _guessed_launch(src: SourceText, kernel: Kernel, values: dict[str, str], first_int: str | None,
+                    fresh: Callable[[str], str], integer: Callable[[Param], bool]) -> tuple[str, str, str, str]:
+    """``(grid, block, smem, how)`` from the kernel's index form (``guess.launch_form``)."""
+    ints = {p.name for p in kernel.params if not p.is_pointer and integer(p) and p.name in values}
+    form = launch_form(src, kernel, ints)
+    threads = 256
+    if form.kind == "2d" and form.x is not None and form.y is not None:
+        x, y = values[form.x], values[form.y]
+        grid, block = f"(cdiv({x}, 16), cdiv({y}, 16))", "(16, 16)"
+        how = f"a 2-D index guarded by `{form.x}` and `{form.y}`: 16 x 16 threads over them assumed"
+    elif form.kind == "grid-stride":
+        grid, block = GRID_STRIDE_BLOCKS, BLOCK
+        how = f"a grid-stride loop: {GRID_STRIDE_BLOCKS} blocks (4 per SM of an H100) of {BLOCK} assumed"
+    elif form.kind == "block-per-row" and form.x is not None:
+        grid, block = values[form.x], BLOCK
+        how = f"a block per row of `{form.x}`, {BLOCK} threads striding over it assumed"
+    else:
+        n = values[form.x] if form.kind == "1d" and form.x is not None else first_int or fresh("N")
+        grid, block = f"cdiv({_factor(n)}, {BLOCK})", BLOCK
+        how = f"one thread per element of `{n}` assumed"
+    if form.kind == "2d":
+        threads = 256
+    smem = ""
+    shared = dynamic_shared_type(src, kernel)
+    if shared is not None:
+        ctype = shared if canonical_dtype(shared) is not None else "float"
+        smem = f"{threads} * sizeof({ctype})"
+        how += f"; `extern __shared__` memory of one {ctype} per thread"
+    return grid, block, smem, how
 
 
 def _factor(text: str) -> str:
@@ -177,11 +269,12 @@ def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) 
     return None
 
 
-def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
+def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation,
+            src: SourceText) -> SpecError:
     """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
     that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
     reasons: dict[str, str] = {}
-    lines = tuple(proposal(kernel, inf, ann, reasons, inf.bounds))
+    lines = tuple(proposal(kernel, inf, ann, reasons, inf.bounds, src))
     scope = inf.env.in_scope
     where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
     quoted = " ".join(f"`{line}`" for line in lines)
@@ -225,7 +318,7 @@ def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_
     for a in args:
         p = kernel.param(a.name)
         written = ann.types.get(a.name) if ann.args.get(a.name) is a else None
-        line = a.line if a.source == "annotation" else kline
+        line = a.line if a.source in ("annotation", "guessed") and a.line is not None else kline
         if a.is_buffer:
             if not a.dtype and written is not None:
                 dtype = scope.dtype(written)
@@ -308,7 +401,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in {inf.nowhere}")
-            raise _failed(file, kline, why, kernel, inf, ann)
+            raise _failed(file, kline, why, kernel, inf, ann, src)
         args.append(a)
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
     enum_values = file_enumerators(src, model, file)
@@ -320,14 +413,15 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in {inf.nowhere}"
         raise _failed(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}", kernel, inf,
-                      ann)
+                      ann, src)
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
-        names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
-        raise SpecError(file, kline, f"`{kernel.name}` is a template and no launch instantiates it",
-                        f"add `// @warpforge template {names}`")
+        raise _failed(file, kline, f"`{kernel.name}` is a template and no launch instantiates it", kernel, inf,
+                      ann, src)
     sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
+    if "template" in ann.guessed:
+        notes.append(GUESSED_TEMPLATE)
     if inf.site is not None and any(a.source == "inferred" for a in args):
         notes.append(f"inferred from the launch at {inf.at(inf.site.line + 1)}")
     spec = KernelSpec(
@@ -618,7 +712,8 @@ def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ..
     launch = spec.launch
     if any(line.startswith("// @warpforge launch") for line in block):
         launch = replace(launch, source="guessed", line=None)
-    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line",))
+    template = (GUESSED_TEMPLATE,) if any(line.startswith("// @warpforge template") for line in block) else ()
+    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line", *template))
 
 
 def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> KernelSpec:

@@ -1,0 +1,191 @@
+"""Values a CUDA developer accepts as a starting point, for what inference cannot pin.
+
+Inference reads sizes, scalars and the launch from the host code; when the host code has no constant for a
+value (a runtime size, a struct member, a kernel launched nowhere, a template never instantiated), the spec
+it proposes must still *run*, or the kernel is never measured at all. Every placeholder used to be
+``1 << 20``: a product of four of them (``outer * inner * c * h``) was 2^80 elements and the spec failed,
+and a filter width of a million read far outside its buffer. The rules here are derived from the kernel's own
+analysis, not from any one file:
+
+- **a problem budget**: the sizes that multiply together in a length, a scalar or the grid share about 2^22
+  elements (two dims 2048 x 2048, four 16 x 64 x 64 x 64), so the largest buffer runs in milliseconds;
+- **small parameters by name**: filter and kernel widths 3, strides, pads, dilations, radii and groups 1,
+  offsets 0, flags (``bool``, ``is_*``, ``use_*``) 0 — fixed, so the perturbed run keeps them;
+- **moderate counts**: a size in no product (a loop bound, a dimension only used in index arithmetic) 64;
+- **template parameters** with no instantiation: types ``float``, values their default, else 256;
+- **the launch from the kernel's index form**: ``blockIdx.x*blockDim.x+threadIdx.x`` guarded by ``n`` is
+  ``cdiv(n, 256)`` x 256; two such indices guarded by ``w`` and ``h`` are 16 x 16 blocks over them; a
+  grid-stride loop a fixed grid of 4 blocks per SM of an H100; a block per row (``blockIdx.x`` the row, a
+  ``threadIdx.x``-strided loop) one block per row; a block size the host sweeps (``for (bs = 32; ...)``) 256;
+  ``extern __shared__`` memory one element per thread.
+
+Each guess comes with its reason, written after the line as ``// guessed: WHY`` (``spec.resolve.Draft``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..cuda.model import Kernel
+from ..cuda.text import SourceText
+from .expr import ExprError
+from .expr import parse as expr_parse
+
+#: log2 of the elements the sizes of one product share (2^22 floats: 16 MiB, milliseconds on any GPU)
+BUDGET_LOG2 = 22
+#: a count in no product: a loop bound, a dimension used only in index arithmetic
+MODERATE = "64"
+#: threads per block of a guessed launch, and the value of a block size the host sweeps
+BLOCK = "256"
+#: blocks of a grid-stride loop: 4 per SM of a 132-SM H100
+GRID_STRIDE_BLOCKS = "528"
+
+#: (pattern over the name lowercased without underscores, value, what it is)
+_SMALL: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"^(?:kernel|filter|ksize|window|win|patch|mask)(?:size|width|height|dim|len|[hwdxy])?$"
+                r"|^k(?:size|sz|[hwd])?$"), "3", "a filter width"),
+    (re.compile(r"^(?:stride|dilation|dil|pad|padding|radius|rad|groups?)(?:size|[hwdxy])?$"),
+     "1", "a stride, pad, dilation, radius or group count"),
+    (re.compile(r"^(?:offset|off|start|begin|shift)"), "0", "an offset"),
+    (re.compile(r"^(?:is|use|has|do|with|enable)[a-z]|flag"), "0", "a flag"),
+)
+
+
+def small_value(name: str, ctype: str = "") -> tuple[str, str] | None:
+    """``(value, what)`` for a parameter whose name (or ``bool`` type) says it is small: ``kernel_h`` 3,
+    ``stride_w`` 1, ``pad`` 1, ``offset`` 0, ``is_train`` 0; None for any other name."""
+    if " ".join(ctype.replace("const", " ").split()) == "bool":
+        return "0", "a flag"
+    key = name.lower().replace("_", "")
+    for rx, value, what in _SMALL:
+        if rx.search(key):
+            return value, what
+    return None
+
+
+def split_bits(k: int, total: int = BUDGET_LOG2) -> list[int]:
+    """``total`` bits over ``k`` factors, the first (the outermost: a batch) taking what the others leave:
+    1 -> [22], 2 -> [11, 11], 3 -> [6, 8, 8], 4 -> [4, 6, 6, 6]."""
+    if k <= 1:
+        return [total]
+    hi = -(-total // k)
+    return [max(total - hi * (k - 1), 1)] + [hi] * (k - 1)
+
+
+def names_of(text: str) -> list[str]:
+    """The names an expression uses, in order of appearance (none when it does not parse)."""
+    try:
+        found = expr_parse(text).names()
+    except ExprError:
+        return []
+    return [n for n in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)) if n in found]
+
+
+def budget_values(free: list[str], products: list[list[str]]) -> dict[str, tuple[str, str]]:
+    """A value and its reason for each name of ``free`` (sizes with no value), from the ``products`` it takes
+    part in (the names of each length, integer scalar and grid expression): the names of one product share
+    ``2^BUDGET_LOG2``; a name in several takes its share of the one with the most free names; a name in none
+    is a moderate count."""
+    out: dict[str, tuple[str, str]] = {}
+    for n in free:
+        best: list[str] = []
+        for prod in products:
+            mine = [m for m in dict.fromkeys(prod) if m in free]
+            if n in mine and len(mine) > len(best):
+                best = mine
+        if not best:
+            out[n] = (MODERATE, "a count used in no length: a moderate value")
+            continue
+        bits = split_bits(len(best))[best.index(n)]
+        if len(best) == 1:
+            out[n] = (f"1 << {bits}", f"a problem of 2^{BUDGET_LOG2} elements")
+        else:
+            out[n] = (f"1 << {bits}", f"{' x '.join(best)} share a problem of 2^{BUDGET_LOG2} elements")
+    return out
+
+
+@dataclass(frozen=True)
+class LaunchForm:
+    """How the kernel maps threads to its problem, read from its index expressions.
+
+    ``kind``: ``1d`` (a global x index guarded by ``x``), ``2d`` (x and y indices guarded by ``x`` and
+    ``y``), ``grid-stride`` (a loop striding by ``gridDim``), ``block-per-row`` (``blockIdx.x`` a row
+    guarded by ``x``, threads striding over it), or ``unknown``."""
+
+    kind: str
+    x: str | None = None
+    y: str | None = None
+
+
+def _index_vars(body: str, axis: str) -> list[str]:
+    """Variables assigned a global index along ``axis``: ``i = blockIdx.x * blockDim.x + threadIdx.x``."""
+    out = []
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*=\s*([^;=][^;]*);", body):
+        rhs = m.group(2)
+        if re.search(rf"\bblockIdx\s*\.\s*{axis}\b", rhs) and re.search(rf"\bthreadIdx\s*\.\s*{axis}\b", rhs) \
+                and re.search(rf"\bblockDim\s*\.\s*{axis}\b", rhs):
+            out.append(m.group(1))
+    return out
+
+
+def _guard(body: str, var: str, ints: set[str]) -> str | None:
+    """The integer parameter that bounds ``var``: ``var < n``, ``n > var``, ``if (var >= n) return``."""
+    for rx in (rf"\b{re.escape(var)}\s*<=?\s*([A-Za-z_]\w*)\b(?!\s*[\[(.])",
+               rf"\b([A-Za-z_]\w*)\s*>\s*{re.escape(var)}\b",
+               rf"\b{re.escape(var)}\s*>=\s*([A-Za-z_]\w*)\b(?!\s*[\[(.])"):
+        for m in re.finditer(rx, body):
+            if m.group(1) in ints:
+                return m.group(1)
+    return None
+
+
+def launch_form(src: SourceText, kernel: Kernel, ints: set[str]) -> LaunchForm:
+    """The kernel's thread mapping (``LaunchForm``), ``ints`` the names of its integer parameters."""
+    body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace")
+    body = re.sub(r"//[^\n]*|/\*.*?\*/", " ", body, flags=re.S)
+    xs, ys = _index_vars(body, "x"), _index_vars(body, "y")
+    gx = next((g for v in xs if (g := _guard(body, v, ints)) is not None), None)
+    gy = next((g for v in ys if (g := _guard(body, v, ints)) is not None), None)
+    if re.search(r"\bgridDim\s*\.\s*x\b", body) and re.search(r"(?:for|while)\s*\([^)]*gridDim", body) \
+            or re.search(r"\+=\s*[^;]*\bgridDim\s*\.\s*x", body):
+        return LaunchForm("grid-stride", gx)
+    if gx is not None and gy is not None:
+        return LaunchForm("2d", gx, gy)
+    if gx is not None:
+        return LaunchForm("1d", gx)
+    if not xs and re.search(r"\bblockIdx\s*\.\s*x\b", body) and re.search(r"\+=\s*blockDim\s*\.\s*x\b", body):
+        rows = next((g for m in re.finditer(r"\b([A-Za-z_]\w*)\s*=\s*blockIdx\s*\.\s*x\s*;", body)
+                     if (g := _guard(body, m.group(1), ints)) is not None), None)
+        rows = rows or next((m.group(1) for m in re.finditer(r"\bblockIdx\s*\.\s*x\s*<\s*([A-Za-z_]\w*)", body)
+                             if m.group(1) in ints), None)
+        return LaunchForm("block-per-row", rows)
+    return LaunchForm("unknown")
+
+
+_EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:<> ]*?)\s*"
+                            r"(?:__align__\s*\(\s*\d+\s*\)\s*)?\b([A-Za-z_]\w*)\s*\[\s*\]")
+
+
+def dynamic_shared_type(src: SourceText, kernel: Kernel) -> str | None:
+    """The element type of the kernel's ``extern __shared__ T s[]`` array, None when it has none."""
+    body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace")
+    m = _EXTERN_SHARED.search(body)
+    return " ".join(m.group(1).split()) if m else None
+
+
+def template_values(kernel: Kernel) -> tuple[tuple[str, ...], str]:
+    """Arguments for a template no launch instantiates: ``float`` for a type, a value's default, else a small
+    value by name (``small_value``) or 256; with the reason."""
+    out = []
+    for t in kernel.template_params:
+        if t.default is not None:
+            out.append(t.default)
+        elif t.kind == "type":
+            out.append("float")
+        elif " ".join(t.type.split()) == "bool":
+            out.append("false")
+        else:
+            small = small_value(t.name, t.type)
+            out.append(small[0] if small is not None else BLOCK)
+    return tuple(out), "no launch instantiates the template: float for a type, else the default or 256"
