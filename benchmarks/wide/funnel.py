@@ -413,7 +413,8 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
               f"| preprocessed (nvcc -E) | {_pct(sum(r.preprocessed for r in records), n)} |",
               f"| lowered to the IR | {_pct(irs.get('lowered', 0), n)} "
               f"({', '.join(f'{k}: {v}' for k, v in sorted(irs.items()))}) |",
-              f"| spec available | {_pct(len(with_spec), n)}: exact {len(exact)}, guessed {len(with_spec) - len(exact)} |",
+              f"| spec available | {_pct(len(with_spec), n)}: exact {len(exact)}, guessed "
+              f"{len(with_spec) - len(exact)} |",
               f"| a structural family proposed | {_pct(len(prop), n)} |",
               f"| a proposed candidate builds (nvcc -cubin sm_90) | {_pct(len(built), n)} |", ""]
     den_spec = [r for r in den if r.spec]
@@ -429,7 +430,8 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
               f"{len(den_spec) - len(den_exact)} of {len(den)}; proposed: exact "
               f"{sum(1 for r in den_exact if r.proposed)}, guessed "
               f"{sum(1 for r in den_spec if r.proposed and r.spec_guessed)}; builds: exact "
-              f"{sum(1 for r in den_exact if r.built)}, guessed {sum(1 for r in den_spec if r.built and r.spec_guessed)}",
+              f"{sum(1 for r in den_exact if r.built)}, guessed "
+              f"{sum(1 for r in den_spec if r.built and r.spec_guessed)}",
               f"- over the whole corpus: {_pct(len(built), n)}; of those with a spec: "
               f"{_pct(len(built), len(with_spec))}", ""]
     spec_src = Counter("guessed" if r.spec_guessed else r.spec_source.split(" ")[0]

@@ -28,8 +28,8 @@ from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, Rule, RuleContext, load
 from warpforge.policy.rules._structural_rule import StructuralRule
 from warpforge.spec import build_spec
-from warpforge.spec.resolve import draft_spec
 from warpforge.spec.model import KernelSpec, SpecError
+from warpforge.spec.resolve import draft_spec
 
 _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT / "benchmarks") not in sys.path:

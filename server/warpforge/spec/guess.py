@@ -25,6 +25,7 @@ Each guess comes with its reason, written after the line as ``// guessed: WHY`` 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..cuda.model import Kernel
@@ -44,7 +45,7 @@ GRID_STRIDE_BLOCKS = "528"
 #: (pattern over the name lowercased without underscores, value, what it is)
 _SMALL: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"^(?:kernel|filter|ksize|window|win|patch|mask)(?:size|width|height|dim|len|[hwdxy])?$"
-                r"|^k(?:size|sz|[hwd])?$"), "3", "a filter width"),
+                r"|^k(?:size|sz|[hwd])$"), "3", "a filter width"),
     (re.compile(r"^(?:stride|dilation|dil|pad|padding|radius|rad|groups?)(?:size|[hwdxy])?$"),
      "1", "a stride, pad, dilation, radius or group count"),
     (re.compile(r"^(?:offset|off|start|begin|shift)"), "0", "an offset"),
@@ -82,26 +83,27 @@ def names_of(text: str) -> list[str]:
     return [n for n in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)) if n in found]
 
 
-def budget_values(free: list[str], products: list[list[str]]) -> dict[str, tuple[str, str]]:
+def budget_values(free: list[str], products: list[tuple[list[str], int]]) -> dict[str, tuple[str, str]]:
     """A value and its reason for each name of ``free`` (sizes with no value), from the ``products`` it takes
-    part in (the names of each length, integer scalar and grid expression): the names of one product share
-    ``2^BUDGET_LOG2``; a name in several takes its share of the one with the most free names; a name in none
-    is a moderate count."""
+    part in (the names of each length, integer scalar and grid expression, with the bits they share: a grid
+    that counts blocks shares what the block's threads leave): the names of one product share those bits; a
+    name in several takes the smallest share; a name in none is a moderate count."""
     out: dict[str, tuple[str, str]] = {}
     for n in free:
-        best: list[str] = []
-        for prod in products:
+        best: tuple[int, list[str], int] | None = None
+        for prod, total in products:
             mine = [m for m in dict.fromkeys(prod) if m in free]
-            if n in mine and len(mine) > len(best):
-                best = mine
-        if not best:
+            if n in mine:
+                bits = split_bits(len(mine), total)[mine.index(n)]
+                if best is None or bits < best[0]:
+                    best = (bits, mine, total)
+        if best is None:
             out[n] = (MODERATE, "a count used in no length: a moderate value")
             continue
-        bits = split_bits(len(best))[best.index(n)]
-        if len(best) == 1:
-            out[n] = (f"1 << {bits}", f"a problem of 2^{BUDGET_LOG2} elements")
-        else:
-            out[n] = (f"1 << {bits}", f"{' x '.join(best)} share a problem of 2^{BUDGET_LOG2} elements")
+        bits, names, total = best
+        what = f"a problem of 2^{total} elements" if total >= BUDGET_LOG2 else \
+            f"a grid of 2^{total} blocks (2^{BUDGET_LOG2} threads)"
+        out[n] = (f"1 << {bits}", f"{' x '.join(names)} share {what}" if len(names) > 1 else what)
     return out
 
 
@@ -111,11 +113,25 @@ class LaunchForm:
 
     ``kind``: ``1d`` (a global x index guarded by ``x``), ``2d`` (x and y indices guarded by ``x`` and
     ``y``), ``grid-stride`` (a loop striding by ``gridDim``), ``block-per-row`` (``blockIdx.x`` a row
-    guarded by ``x``, threads striding over it), or ``unknown``."""
+    guarded by ``x``, threads striding over it), or ``unknown``. ``xvar``/``yvar`` are the index variables;
+    ``guarded`` is False where no guard bounds them and ``x``/``y`` were read from the subscripts instead (the
+    kernel assumes the launch covers its problem exactly: those sizes must not be perturbed)."""
 
     kind: str
     x: str | None = None
     y: str | None = None
+    xvar: str | None = None
+    yvar: str | None = None
+    guarded: bool = True
+
+    def extents(self) -> dict[str, str]:
+        """Each index variable's extent (for ``cuda.access.index_bounds``)."""
+        out = {}
+        if self.xvar is not None and self.x is not None:
+            out[self.xvar] = self.x
+        if self.yvar is not None and self.y is not None:
+            out[self.yvar] = self.y
+        return out
 
 
 def _index_vars(body: str, axis: str) -> list[str]:
@@ -129,7 +145,7 @@ def _index_vars(body: str, axis: str) -> list[str]:
     return out
 
 
-def _guard(body: str, var: str, ints: set[str]) -> str | None:
+def _guard(body: str, var: str, ints: Collection[str]) -> str | None:
     """The integer parameter that bounds ``var``: ``var < n``, ``n > var``, ``if (var >= n) return``."""
     for rx in (rf"\b{re.escape(var)}\s*<=?\s*([A-Za-z_]\w*)\b(?!\s*[\[(.])",
                rf"\b([A-Za-z_]\w*)\s*>\s*{re.escape(var)}\b",
@@ -140,20 +156,34 @@ def _guard(body: str, var: str, ints: set[str]) -> str | None:
     return None
 
 
-def launch_form(src: SourceText, kernel: Kernel, ints: set[str]) -> LaunchForm:
-    """The kernel's thread mapping (``LaunchForm``), ``ints`` the names of its integer parameters."""
+def _row_length(body: str, var: str, ints: list[str]) -> str | None:
+    """The integer parameter a row index is multiplied by where ``var`` is the column: ``row * M + col``."""
+    m = re.search(rf"\*\s*([A-Za-z_]\w*)\s*\+\s*{re.escape(var)}\b(?!\s*\*)", body)
+    return m.group(1) if m and m.group(1) in ints else None
+
+
+def launch_form(src: SourceText, kernel: Kernel, ints: list[str]) -> LaunchForm:
+    """The kernel's thread mapping (``LaunchForm``), ``ints`` its integer parameters in signature order."""
     body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace")
     body = re.sub(r"//[^\n]*|/\*.*?\*/", " ", body, flags=re.S)
     xs, ys = _index_vars(body, "x"), _index_vars(body, "y")
-    gx = next((g for v in xs if (g := _guard(body, v, ints)) is not None), None)
-    gy = next((g for v in ys if (g := _guard(body, v, ints)) is not None), None)
-    if re.search(r"\bgridDim\s*\.\s*x\b", body) and re.search(r"(?:for|while)\s*\([^)]*gridDim", body) \
+    gx, xvar = next(((g, v) for v in xs if (g := _guard(body, v, ints)) is not None), (None, xs[0] if xs else None))
+    gy, yvar = next(((g, v) for v in ys if (g := _guard(body, v, ints)) is not None), (None, ys[0] if ys else None))
+    if (re.search(r"\bgridDim\s*\.\s*x\b", body) and re.search(r"(?:for|while)\s*\([^)]*gridDim", body)) \
             or re.search(r"\+=\s*[^;]*\bgridDim\s*\.\s*x", body):
-        return LaunchForm("grid-stride", gx)
+        return LaunchForm("grid-stride", gx, xvar=xvar)
+    if xvar is not None and yvar is not None and (gx is None or gy is None):
+        # no guard (teaching code that assumes exact multiples): the column's extent is the row length it is
+        # added to (`row * M + col`), the row's the first other integer parameter that bounds no loop
+        gx = gx or _row_length(body, xvar, ints)
+        loops = {m.group(1) for m in re.finditer(r"for\s*\([^;]*;\s*[A-Za-z_]\w*\s*<=?\s*([A-Za-z_]\w*)", body)}
+        gy = gy or next((n for n in ints if n != gx and n not in loops and small_value(n) is None), None)
+        if gx is not None and gy is not None:
+            return LaunchForm("2d", gx, gy, xvar, yvar, guarded=False)
     if gx is not None and gy is not None:
-        return LaunchForm("2d", gx, gy)
+        return LaunchForm("2d", gx, gy, xvar, yvar)
     if gx is not None:
-        return LaunchForm("1d", gx)
+        return LaunchForm("1d", gx, xvar=xvar)
     if not xs and re.search(r"\bblockIdx\s*\.\s*x\b", body) and re.search(r"\+=\s*blockDim\s*\.\s*x\b", body):
         rows = next((g for m in re.finditer(r"\b([A-Za-z_]\w*)\s*=\s*blockIdx\s*\.\s*x\s*;", body)
                      if (g := _guard(body, m.group(1), ints)) is not None), None)

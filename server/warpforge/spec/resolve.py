@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..compiler.files import read_text_regular
+from ..cuda.access import index_bounds
 from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
@@ -24,10 +25,11 @@ from .ctypes import TypeScope, kernel_scope, type_fix, with_enumerators
 from .elsewhere import HostFile
 from .expr import ExprError
 from .expr import parse as expr_parse
-from .infer import Inference, infer
 from .guess import (
     BLOCK,
+    BUDGET_LOG2,
     GRID_STRIDE_BLOCKS,
+    LaunchForm,
     budget_values,
     dynamic_shared_type,
     launch_form,
@@ -35,6 +37,7 @@ from .guess import (
     small_value,
     template_values,
 )
+from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     C_SPELLING,
@@ -77,8 +80,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
     new_sizes: dict[str, str] = {}
     lines: list[str] = []
-    #: the names of each expression whose values multiply (lengths, integer scalars, grid dimensions)
-    products: list[list[str]] = []
+    #: the names of each expression whose values multiply (lengths, integer scalars, grid dimensions), with the
+    #: bits of the problem budget they share
+    products: list[tuple[list[str], int]] = []
 
     def usable(text: str) -> bool:
         """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
@@ -132,11 +136,16 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
                 why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
-    products.extend(names_of(v) for p in kernel.params if p.name in values and integer(p)
+    products.extend((names_of(v), BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
                     for v in (values[p.name],))
     for a in args.values():  # what inference or the block gave: its sizes take part too
         if a.is_buffer and a.count:
-            products.append(names_of(a.count))
+            products.append((names_of(a.count), BUDGET_LOG2))
+    # the kernel's thread mapping: a thread index's extent bounds the subscripts it appears in
+    ints = [p.name for p in kernel.params if not p.is_pointer and integer(p) and p.name in values]
+    form = launch_form(src, kernel, ints) if src is not None else LaunchForm("unknown")
+    if src is not None and form.extents():
+        bounds = index_bounds(src, kernel, form.extents())
     first_int = next((values[p.name] for p in kernel.params
                       if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
@@ -155,16 +164,19 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         problem = inf.problems.get(p.name, "").partition(": ")[2]
         why_here[f"arg {p.name}"] = f"{problem}; {how}" if problem and site is not None else how
         role = inf.roles[p.name].value
-        products.append(names_of(count))
+        products.append((names_of(count), BUDGET_LOG2))
         lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
-    fixed: set[str] = set()
+    fixed: set[str] = set()  # sizes valued here that the perturbed run keeps (a filter width, a block size)
+    hold: set[str] = set()  # sizes the perturbed run keeps, valued from the budget
     if ann.launch is None and inf.launch is None:
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
         smem = site.smem.strip() if site is not None and site.smem else ""
         if not (grid and block and usable(grid) and usable(block) and (not smem or usable(smem))):
             why = no_launch if site is None else inf.problems.get("launch", "")
-            grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, values, first_int, fresh, integer)
+            grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, form, values, first_int, fresh)
+            if not form.guarded:  # the kernel assumes the launch covers it exactly: no perturbed size
+                hold.update(n for d in (form.x, form.y) if d is not None for n in names_of(values[d]))
             why_here["launch"] = f"{why}; {how}" if why else how
         else:
             adopt(grid)
@@ -177,7 +189,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                     fixed.add(n)
                     why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
                         f"(a sweep?): {BLOCK} threads assumed"
-        products.extend(names_of(g) for g in _split_dims(grid))
+        # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements
+        products.extend((names_of(g), BUDGET_LOG2 if "/" in g or "cdiv" in g else BUDGET_LOG2 - 8)
+                        for g in _split_dims(grid))
         lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
     if kernel.template_params and not (ann.template_args or inf.template_args):
         targs, how = template_values(kernel)
@@ -198,7 +212,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     for n, (v, how) in budget_values(free, products).items():
         new_sizes[n] = v
         why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {how}"
-    head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed else "") for n, v in new_sizes.items()]
+    head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed | hold else "") for n, v in new_sizes.items()]
     return head + lines
 
 
@@ -216,16 +230,16 @@ def _split_dims(text: str) -> list[str]:
     return [t]
 
 
-def _guessed_launch(src: SourceText, kernel: Kernel, values: dict[str, str], first_int: str | None,
-                    fresh: Callable[[str], str], integer: Callable[[Param], bool]) -> tuple[str, str, str, str]:
+def _guessed_launch(src: SourceText, kernel: Kernel, form: LaunchForm, values: dict[str, str],
+                    first_int: str | None, fresh: Callable[[str], str]) -> tuple[str, str, str, str]:
     """``(grid, block, smem, how)`` from the kernel's index form (``guess.launch_form``)."""
-    ints = {p.name for p in kernel.params if not p.is_pointer and integer(p) and p.name in values}
-    form = launch_form(src, kernel, ints)
     threads = 256
     if form.kind == "2d" and form.x is not None and form.y is not None:
         x, y = values[form.x], values[form.y]
         grid, block = f"(cdiv({x}, 16), cdiv({y}, 16))", "(16, 16)"
-        how = f"a 2-D index guarded by `{form.x}` and `{form.y}`: 16 x 16 threads over them assumed"
+        how = (f"a 2-D index guarded by `{form.x}` and `{form.y}`" if form.guarded else
+               f"an unguarded 2-D index over `{form.x}` (its row length) and `{form.y}`") \
+            + ": 16 x 16 threads over them assumed"
     elif form.kind == "grid-stride":
         grid, block = GRID_STRIDE_BLOCKS, BLOCK
         how = f"a grid-stride loop: {GRID_STRIDE_BLOCKS} blocks (4 per SM of an H100) of {BLOCK} assumed"
