@@ -136,8 +136,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
                 why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
-    products.extend((names_of(v), BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
-                    for v in (values[p.name],))
+    # a relation the launch states (`nthreads = outer * inner`); a scalar that is one size is no product
+    products.extend((names, BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
+                    for names in (names_of(values[p.name]),) if len(names) > 1)
     for a in args.values():  # what inference or the block gave: its sizes take part too
         if a.is_buffer and a.count:
             products.append((names_of(a.count), BUDGET_LOG2))
@@ -146,14 +147,25 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     form = launch_form(src, kernel, ints) if src is not None else LaunchForm("unknown")
     if src is not None and form.extents():
         bounds = index_bounds(src, kernel, form.extents())
-    first_int = next((values[p.name] for p in kernel.params
-                      if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
+    # the length a buffer without guards gets: the size guarding the thread index, else the first integer
+    # argument that bounds no loop and is not small (`iteration` of a time-step loop is no length)
+    body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace") if src else ""
+    loops = set(re.findall(r"for\s*\([^;]*;\s*[A-Za-z_]\w*\s*<=?\s*([A-Za-z_]\w*)", body))
+    candidates = [p.name for p in kernel.params
+                  if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed]
+    first_int = values[form.x] if form.x is not None and form.x in values else next(
+        (values[n] for n in candidates if n not in loops and small_value(n) is None),
+        values[candidates[0]] if candidates else None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
     for p in kernel.params:
         if p.name not in inf.roles or p.name in args:
             continue
         bounded = [values[b] for b in (bounds or {}).get(p.name, ()) if b in values]
-        if bounded and len(bounded) == len((bounds or {})[p.name]):
+        stated = inf.unresolved.get(p.name, "")
+        if stated and usable(stated):  # the launch's own length (`rows * cols - cols`), its sizes guessed
+            count = adopt(stated)
+            how = f"the length the launch allocates, `{stated}`"
+        elif bounded and len(bounded) == len((bounds or {})[p.name]):
             count = " * ".join(_factor(v) for v in bounded)
             names = " * ".join((bounds or {})[p.name])
             how = f"length from the kernel's guards (its subscripts stay below `{names}`)"
@@ -172,7 +184,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
         smem = site.smem.strip() if site is not None and site.smem else ""
-        if not (grid and block and usable(grid) and usable(block) and (not smem or usable(smem))):
+        if grid and block and usable(grid) and usable(block) and smem and not usable(smem):
+            # the host computes the dynamic shared memory at run time: the most a block may use without opting in
+            adopt(grid)
+            adopt(block)
+            smem = str(48 * 1024)
+            why_here["launch"] = f"`{site.smem if site is not None else ''}` (dynamic shared memory) is not a " \
+                "constant at the launch: 48 KiB assumed (the most a block may use without opting in)"
+        elif not (grid and block and usable(grid) and usable(block) and (not smem or usable(smem))):
             why = no_launch if site is None else inf.problems.get("launch", "")
             grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, form, values, first_int, fresh)
             if not form.guarded:  # the kernel assumes the launch covers it exactly: no perturbed size
@@ -183,12 +202,12 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
             adopt(block)
             if smem:
                 adopt(smem)
-            for n in names_of(block):  # a block size the host sweeps (`for (bs = 32; ...)`): its usual value
-                if new_sizes.get(n) == _DEFAULT_SIZE:
-                    new_sizes[n] = BLOCK
-                    fixed.add(n)
-                    why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
-                        f"(a sweep?): {BLOCK} threads assumed"
+        for n in names_of(block):  # a block size the host sweeps (`for (bs = 32; ...)`): its usual value
+            if new_sizes.get(n) == _DEFAULT_SIZE:
+                new_sizes[n] = BLOCK
+                fixed.add(n)
+                why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
+                    f"(a sweep?): {BLOCK} threads assumed"
         # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements
         products.extend((names_of(g), BUDGET_LOG2 if "/" in g or "cdiv" in g else BUDGET_LOG2 - 8)
                         for g in _split_dims(grid))
