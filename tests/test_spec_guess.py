@@ -225,3 +225,64 @@ def test_cli_says_the_spec_has_guessed_values(tmp_path: Path, capsys: pytest.Cap
     assert "the spec has guessed values, check them: `size N`" in err
     got = json.loads(out)
     assert "launch" in got["guessed"] and got["resolved"]["sizes"] == {"N": 16, "C": 64, "H": 64, "W": 64}
+
+
+UNGUARDED = """
+__global__ void matmul_naive(const float* A, const float* B, float* C, int N, int M, int K) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    float acc = 0.0f;
+    for (int i = 0; i < K; ++i) acc += A[row * K + i] * B[i * M + col];
+    C[row * M + col] = acc;
+}
+"""
+
+STATED = """
+__global__ void step(int* out, const int* wall, int iters, int cols) {
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= cols) return;
+    int s = 0;
+    for (int t = 0; t < iters; t++) s += wall[t * cols + x];
+    out[x] = s;
+}
+
+void run(int rows, int cols, int iters, int* out) {
+    int* wall;
+    cudaMalloc(&wall, rows * cols * sizeof(int));
+    step<<<(cols + 255) / 256, 256>>>(out, wall, iters, cols);
+}
+"""
+
+
+def test_an_unguarded_2d_index_takes_its_extents_from_the_subscripts_and_keeps_them_fixed() -> None:
+    block, got = read_back(UNGUARDED, "matmul_naive")
+    ln = lines_of(block)
+    # col is added to `row * M`: M is the row length; the row's extent is the integer that bounds no loop (N)
+    assert ln["launch"] == "launch grid=(cdiv(M, 16), cdiv(N, 16)), block=(16, 16)"
+    assert ln["size M"].endswith(" fixed") and ln["size N"].endswith(" fixed")  # no guard: exact multiples
+    assert ln["arg A"].startswith("arg A: in float[N * K]") and ln["arg C"].startswith("arg C: out float[N * M]")
+    sizes = got["sizes"]
+    assert sizes == {"N": 2048, "M": 2048, "K": 2048}  # type: ignore[comparison-overlap]
+
+
+def test_a_length_the_host_states_is_kept_and_a_loop_count_is_moderate() -> None:
+    block, got = read_back(STATED, "step")
+    ln = lines_of(block)
+    assert ln["arg wall"].startswith("arg wall: in int[rows * cols]")  # the relation the allocation states
+    assert "the length the launch allocates, `rows * cols`" in block
+    assert got["sizes"]["rows"] == 2048 and got["sizes"]["cols"] == 2048  # type: ignore[index]
+    assert got["sizes"]["iters"] == 64  # type: ignore[index]  # a loop count, in no length
+    # and the kernel stays inside `wall`: t < iters <= rows
+    assert got["sizes"]["iters"] <= got["sizes"]["rows"]  # type: ignore[index, operator]
+
+
+def test_the_editor_warns_while_a_block_has_guessed_values(tmp_path: Path) -> None:
+    from warpforge.profile.hints import analyze_source
+
+    _, new = written(KERNELS, "shift_add")
+    report = analyze_source(str(tmp_path / "g.cu"), new, use_compiler=False)
+    warned = [f for f in report.findings if f.code == "WF003" and "has guessed values" in f.message]
+    assert len(warned) == 1 and "`shift_add`" in warned[0].message and "delete the `// guessed`" in warned[0].message
+    checked = "\n".join(line.split("  // guessed")[0] for line in new.splitlines()) + "\n"
+    report = analyze_source(str(tmp_path / "g.cu"), checked, use_compiler=False)
+    assert not [f for f in report.findings if "has guessed values" in f.message]
