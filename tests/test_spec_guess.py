@@ -286,3 +286,41 @@ def test_the_editor_warns_while_a_block_has_guessed_values(tmp_path: Path) -> No
     checked = "\n".join(line.split("  // guessed")[0] for line in new.splitlines()) + "\n"
     report = analyze_source(str(tmp_path / "g.cu"), checked, use_compiler=False)
     assert not [f for f in report.findings if "has guessed values" in f.message]
+
+
+KNOWN = """
+__global__ void rowdot(float* y, const float* a, const float* x, int m, int k) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < m) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) s += a[r * k + j] * x[j];
+        y[r] = s;
+    }
+}
+
+void run(float* y, const float* a, const float* x, int m) {
+    rowdot<<<(m + 255) / 256, 256>>>(y, a, x, m, 2048);
+}
+"""
+
+QUADRATIC = """
+__global__ void prefix_naive(float* out, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s = 0.0f;
+    for (int j = 0; j < n; j++) if (j <= i) s += in[j];
+    out[i] = s;
+}
+"""
+
+
+def test_a_known_factor_takes_its_share_of_the_budget() -> None:
+    block, got = read_back(KNOWN, "rowdot")
+    assert "arg a: in float[m * 2048]" in block and "arg k = 2048" in block
+    assert got["sizes"] == {"m": 2048}  # 2048 x 2048 = 2^22 elements, not 2^22 x 2048
+
+
+def test_a_size_every_thread_loops_over_is_capped() -> None:
+    block, got = read_back(QUADRATIC, "prefix_naive")
+    assert got["sizes"] == {"n": 1 << 14}  # 2^28 steps, not 2^44
+    assert "it also bounds a loop of the kernel" in block

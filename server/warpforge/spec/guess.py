@@ -24,13 +24,14 @@ Each guess comes with its reason, written after the line as ``// guessed: WHY`` 
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..cuda.model import Kernel
 from ..cuda.text import SourceText
-from .expr import ExprError
+from .expr import ExprError, Number
 from .expr import parse as expr_parse
 
 #: log2 of the elements the sizes of one product share (2^22 floats: 16 MiB, milliseconds on any GPU)
@@ -83,26 +84,44 @@ def names_of(text: str) -> list[str]:
     return [n for n in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", text)) if n in found]
 
 
-def budget_values(free: list[str], products: list[tuple[list[str], int]]) -> dict[str, tuple[str, str]]:
+#: log2 of the most a size that also bounds a serial loop of the kernel gets (a quadratic kernel: 2^28 steps)
+LOOPED_LOG2 = 14
+
+
+def budget_values(free: list[str], products: list[tuple[str, int]], known: Mapping[str, Number] | None = None,
+                  loops: Collection[str] = ()) -> dict[str, tuple[str, str]]:
     """A value and its reason for each name of ``free`` (sizes with no value), from the ``products`` it takes
-    part in (the names of each length, integer scalar and grid expression, with the bits they share: a grid
-    that counts blocks shares what the block's threads leave): the names of one product share those bits; a
-    name in several takes the smallest share; a name in none is a moderate count."""
+    part in (each length, integer scalar and grid expression, with the bits it may take: a grid that counts
+    blocks takes what the block's threads leave): the names of one product share those bits, less what its
+    ``known`` sizes and numbers take (``M * K`` with ``K = 2048``, or ``M * 2048``, leave ``M`` 2^11); a name
+    in several takes the smallest share; a name in none is a moderate count. A name that also bounds a serial
+    loop of the kernel (``loops``: every thread iterates up to it) gets at most ``2^LOOPED_LOG2``."""
     out: dict[str, tuple[str, str]] = {}
     for n in free:
-        best: tuple[int, list[str], int] | None = None
-        for prod, total in products:
-            mine = [m for m in dict.fromkeys(prod) if m in free]
+        best: tuple[int, list[str], int, int] | None = None
+        for text, total in products:
+            mine = [m for m in names_of(text) if m in free]
             if n in mine:
-                bits = split_bits(len(mine), total)[mine.index(n)]
+                try:  # the expression with every free name 1: what its known sizes and numbers multiply to
+                    fixed = float(expr_parse(text).evaluate({**(known or {}), **dict.fromkeys(free, 1)}))
+                except (ExprError, ZeroDivisionError, OverflowError, TypeError, ValueError):
+                    fixed = 1.0
+                taken = max(0, round(math.log2(fixed))) if fixed >= 1 else 0
+                left = max(total - taken, 4 * len(mine))
+                bits = split_bits(len(mine), left)[mine.index(n)]
                 if best is None or bits < best[0]:
-                    best = (bits, mine, total)
+                    best = (bits, mine, total, taken)
         if best is None:
             out[n] = (MODERATE, "a count used in no length: a moderate value")
             continue
-        bits, names, total = best
+        bits, names, total, taken = best
+        if n in loops and bits > LOOPED_LOG2:
+            out[n] = (f"1 << {LOOPED_LOG2}", f"it also bounds a loop of the kernel (every thread iterates up to "
+                      f"it): 2^{LOOPED_LOG2}")
+            continue
         what = f"a problem of 2^{total} elements" if total >= BUDGET_LOG2 else \
             f"a grid of 2^{total} blocks (2^{BUDGET_LOG2} threads)"
+        what += " with the known sizes in it" if taken else ""
         out[n] = (f"1 << {bits}", f"{' x '.join(names)} share {what}" if len(names) > 1 else what)
     return out
 
@@ -156,6 +175,20 @@ def _guard(body: str, var: str, ints: Collection[str]) -> str | None:
     return None
 
 
+def serial_loop_bounds(body: str) -> set[str]:
+    """The names bounding the kernel's serial ``for`` loops (``for (k = 0; k < K; k++)``): every thread iterates
+    up to them. Grid- and block-stride loops (their step names ``gridDim``/``blockDim``) share the work out and
+    are not counted."""
+    out = set()
+    for m in re.finditer(r"\bfor\s*\(([^;()]*);([^;]*);([^)]*)\)", body):
+        if re.search(r"\b(?:gridDim|blockDim)\b", m.group(3)):
+            continue
+        b = re.match(r"\s*[A-Za-z_]\w*\s*<=?\s*([A-Za-z_]\w*)\s*$", m.group(2))
+        if b:
+            out.add(b.group(1))
+    return out
+
+
 def _row_length(body: str, var: str, ints: list[str]) -> str | None:
     """The integer parameter a row index is multiplied by where ``var`` is the column: ``row * M + col``."""
     m = re.search(rf"\*\s*([A-Za-z_]\w*)\s*\+\s*{re.escape(var)}\b(?!\s*\*)", body)
@@ -176,7 +209,7 @@ def launch_form(src: SourceText, kernel: Kernel, ints: list[str]) -> LaunchForm:
         # no guard (teaching code that assumes exact multiples): the column's extent is the row length it is
         # added to (`row * M + col`), the row's the first other integer parameter that bounds no loop
         gx = gx or _row_length(body, xvar, ints)
-        loops = {m.group(1) for m in re.finditer(r"for\s*\([^;]*;\s*[A-Za-z_]\w*\s*<=?\s*([A-Za-z_]\w*)", body)}
+        loops = serial_loop_bounds(body)
         gy = gy or next((n for n in ints if n != gx and n not in loops and small_value(n) is None), None)
         if gx is not None and gy is not None:
             return LaunchForm("2d", gx, gy, xvar, yvar, guarded=False)

@@ -23,7 +23,7 @@ from ..cuda.types import canonical_type, file_enumerators
 from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, MARK, Annotation, parse_annotation
 from .ctypes import TypeScope, kernel_scope, type_fix, with_enumerators
 from .elsewhere import HostFile
-from .expr import ExprError
+from .expr import ExprError, Number
 from .expr import parse as expr_parse
 from .guess import (
     BLOCK,
@@ -34,6 +34,7 @@ from .guess import (
     dynamic_shared_type,
     launch_form,
     names_of,
+    serial_loop_bounds,
     small_value,
     template_values,
 )
@@ -82,7 +83,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     lines: list[str] = []
     #: the names of each expression whose values multiply (lengths, integer scalars, grid dimensions), with the
     #: bits of the problem budget they share
-    products: list[tuple[list[str], int]] = []
+    products: list[tuple[str, int]] = []
 
     def usable(text: str) -> bool:
         """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
@@ -137,11 +138,11 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
     # a relation the launch states (`nthreads = outer * inner`); a scalar that is one size is no product
-    products.extend((names, BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
-                    for names in (names_of(values[p.name]),) if len(names) > 1)
+    products.extend((values[p.name], BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
+                    and len(names_of(values[p.name])) > 1)
     for a in args.values():  # what inference or the block gave: its sizes take part too
         if a.is_buffer and a.count:
-            products.append((names_of(a.count), BUDGET_LOG2))
+            products.append((a.count, BUDGET_LOG2))
     # the kernel's thread mapping: a thread index's extent bounds the subscripts it appears in
     ints = [p.name for p in kernel.params if not p.is_pointer and integer(p) and p.name in values]
     form = launch_form(src, kernel, ints) if src is not None else LaunchForm("unknown")
@@ -150,7 +151,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     # the length a buffer without guards gets: the size guarding the thread index, else the first integer
     # argument that bounds no loop and is not small (`iteration` of a time-step loop is no length)
     body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace") if src else ""
-    loops = set(re.findall(r"for\s*\([^;]*;\s*[A-Za-z_]\w*\s*<=?\s*([A-Za-z_]\w*)", body))
+    loops = serial_loop_bounds(body)
     candidates = [p.name for p in kernel.params
                   if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed]
     first_int = values[form.x] if form.x is not None and form.x in values else next(
@@ -176,7 +177,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         problem = inf.problems.get(p.name, "").partition(": ")[2]
         why_here[f"arg {p.name}"] = f"{problem}; {how}" if problem and site is not None else how
         role = inf.roles[p.name].value
-        products.append((names_of(count), BUDGET_LOG2))
+        products.append((count, BUDGET_LOG2))
         lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
     fixed: set[str] = set()  # sizes valued here that the perturbed run keeps (a filter width, a block size)
     hold: set[str] = set()  # sizes the perturbed run keeps, valued from the budget
@@ -209,7 +210,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
                     f"(a sweep?): {BLOCK} threads assumed"
         # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements
-        products.extend((names_of(g), BUDGET_LOG2 if "/" in g or "cdiv" in g else BUDGET_LOG2 - 8)
+        products.extend((g, BUDGET_LOG2 if "/" in g or "cdiv" in g else BUDGET_LOG2 - 8)
                         for g in _split_dims(grid))
         lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
     if kernel.template_params and not (ann.template_args or inf.template_args):
@@ -228,7 +229,13 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
             fixed.add(n)
             why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {small[1]}: {small[0]} assumed"
     free = [n for n in free if n not in fixed]
-    for n, (v, how) in budget_values(free, products).items():
+    known_values: dict[str, Number] = {}
+    for sz in [*inf.sizes, *ann.sizes]:
+        try:
+            known_values[sz.name] = expr_parse(sz.expr).evaluate(known_values)
+        except (ExprError, TypeError, ValueError):
+            continue
+    for n, (v, how) in budget_values(free, products, known_values, loops).items():
         new_sizes[n] = v
         why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {how}"
     head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed | hold else "") for n, v in new_sizes.items()]
