@@ -106,8 +106,9 @@ def draft(text: str, name: str) -> Draft:
 def written(text: str, name: str) -> tuple[str, str]:
     """The block "Add benchmark spec" writes above ``name`` and the file with it."""
     block = draft(text, name).annotation()
-    anchor = text.index("template <typename T>\n__global__ void scale_all") if name == "scale_all" \
-        else text.index(f"__global__ void {name}(")
+    src = SourceText(text)
+    kernel = parse(src.data).require(name, "g.cu")
+    anchor = src.line_starts[src.line_of(kernel.span.start)]  # the kernel's first line (its `template <...>`)
     return block, text[:anchor] + block + text[anchor:]
 
 
@@ -324,3 +325,26 @@ def test_a_size_every_thread_loops_over_is_capped() -> None:
     block, got = read_back(QUADRATIC, "prefix_naive")
     assert got["sizes"] == {"n": 1 << 14}  # 2^28 steps, not 2^44
     assert "it also bounds a loop of the kernel" in block
+
+
+STRIDED = """
+template <class T, int block>
+__global__ void sum_strided(const T* in, T* out, unsigned int n) {
+    extern volatile __shared__ float part[];
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int step = blockDim.x * gridDim.x;
+    float s = 0.0f;
+    while (i < n) { s += in[i]; i += step; }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+"""
+
+
+def test_a_grid_stride_through_a_variable_and_volatile_dynamic_shared_memory() -> None:
+    block, got = read_back(STRIDED, "sum_strided")
+    ln = lines_of(block)
+    assert ln["launch"] == "launch grid=528, block=256, smem=256 * sizeof(float)"
+    assert ln["template"] == "template float, 256"
+    assert got["resolved"].smem == 1024  # type: ignore[attr-defined]

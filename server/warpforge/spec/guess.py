@@ -202,8 +202,12 @@ def launch_form(src: SourceText, kernel: Kernel, ints: list[str]) -> LaunchForm:
     xs, ys = _index_vars(body, "x"), _index_vars(body, "y")
     gx, xvar = next(((g, v) for v in xs if (g := _guard(body, v, ints)) is not None), (None, xs[0] if xs else None))
     gy, yvar = next(((g, v) for v in ys if (g := _guard(body, v, ints)) is not None), (None, ys[0] if ys else None))
+    # a stride through the whole grid: in the loop's header, added directly, or through a variable
+    # (`gridSize = blockDim.x * 2 * gridDim.x; ... i += gridSize;`)
+    strides = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*=\s*[^;=]*\bgridDim\s*\.\s*x", body)}
     if (re.search(r"\bgridDim\s*\.\s*x\b", body) and re.search(r"(?:for|while)\s*\([^)]*gridDim", body)) \
-            or re.search(r"\+=\s*[^;]*\bgridDim\s*\.\s*x", body):
+            or re.search(r"\+=\s*[^;]*\bgridDim\s*\.\s*x", body) \
+            or any(re.search(rf"\+=\s*{re.escape(s)}\s*;", body) for s in strides):
         return LaunchForm("grid-stride", gx, xvar=xvar)
     if xvar is not None and yvar is not None and (gx is None or gy is None):
         # no guard (teaching code that assumes exact multiples): the column's extent is the row length it is
@@ -226,7 +230,8 @@ def launch_form(src: SourceText, kernel: Kernel, ints: list[str]) -> LaunchForm:
     return LaunchForm("unknown")
 
 
-_EXTERN_SHARED = re.compile(r"\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:<> ]*?)\s*"
+_EXTERN_SHARED = re.compile(r"\bextern\s+(?:volatile\s+)?__shared__\s+(?:volatile\s+)?"
+                            r"(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:<> ]*?)\s*"
                             r"(?:__align__\s*\(\s*\d+\s*\)\s*)?\b([A-Za-z_]\w*)\s*\[\s*\]")
 
 
