@@ -348,3 +348,13 @@ def test_a_grid_stride_through_a_variable_and_volatile_dynamic_shared_memory() -
     assert ln["launch"] == "launch grid=528, block=256, smem=256 * sizeof(float)"
     assert ln["template"] == "template float, 256"
     assert got["resolved"].smem == 1024  # type: ignore[attr-defined]
+
+
+def test_rewriting_a_block_keeps_its_guessed_remarks() -> None:
+    """"Edit benchmark spec" on a block that still has guesses rewrites it with the same remarks: a guess never
+    turns exact by being written again."""
+    _, new = written(KERNELS, "shift_add")
+    again = draft(new, "shift_add")
+    assert set(again.guesses) == {"size n", "arg y", "arg x", "arg n", "launch"}
+    assert again.guesses["size n"].startswith("no launch of `shift_add` in this file")
+    assert again.annotation().count("// guessed:") == 5

@@ -66,7 +66,8 @@ class Annotation:
     types: dict[str, str] = field(default_factory=dict)
     #: the lines that still carry the ``// guessed: why`` remark "Add benchmark spec" wrote (``size N``,
     #: ``arg x``, ``launch``, ``template``): values nobody has checked yet, counted apart from exact ones
-    guessed: list[str] = field(default_factory=list)
+    #: (the line's key -> the remark's reason, which "Edit benchmark spec" writes back)
+    guessed: dict[str, str] = field(default_factory=dict)
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -195,7 +196,9 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
     # a remark after the directive (`// guessed: ...`, written by "Add benchmark spec") is no part of it
     after = raw.split(MARK, 1)[1].strip()
     body = re.sub(r"\s+//.*$", "", after)
-    guessed = re.search(r"\s//\s*guessed\b", after) is not None
+    remark = re.search(r"\s//\s*guessed\b:?\s*(.*)$", after)
+    guessed = remark is not None
+    why = remark.group(1).strip() if remark is not None else ""
     directive, _, rest = body.partition(" ")
     rest = rest.strip()
     if directive not in DIRECTIVES:
@@ -213,7 +216,7 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
                             "keep one `@warpforge size` line per name")
         ann.sizes.append(replace(size, source="guessed") if guessed else size)
         if guessed:
-            ann.guessed.append(f"size {size.name}")
+            ann.guessed[f"size {size.name}"] = why
     elif directive == "arg":
         a, written = _arg(rest, file, line, params, kernel)
         if written is not None:
@@ -223,12 +226,12 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
                             "keep one `@warpforge arg` line per argument")
         ann.args[a.name] = replace(a, source="guessed") if guessed else a
         if guessed:
-            ann.guessed.append(f"arg {a.name}")
+            ann.guessed[f"arg {a.name}"] = why
     elif directive == "launch":
         ann.launch = _launch(rest, file, line)
         if guessed:
             ann.launch = replace(ann.launch, source="guessed")
-            ann.guessed.append("launch")
+            ann.guessed["launch"] = why
     elif directive == "tol":
         ann.tolerance = _tol(rest, file, line)
     elif directive == "tune":
@@ -243,7 +246,7 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
         ann.template_args = _template(rest, kernel, file, line)
         ann.lines["template"] = line
         if guessed:
-            ann.guessed.append("template")
+            ann.guessed["template"] = why
     elif directive == "seeds":
         try:
             ann.seeds = tuple(int(s) for s in _split_top(rest))

@@ -666,8 +666,10 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     user edits. Each guessed line is named in ``Draft.guesses`` with why.
     """
     try:
-        return _typed(Draft(build_spec(src, model, kernel, file, host=host, searched=searched), {}, host), src,
-                      model, kernel)
+        spec = build_spec(src, model, kernel, file, host=host, searched=searched)
+        # lines the block still marks `// guessed` keep their remark: rewriting the block never makes a guess exact
+        kept = {k: why or "not checked yet" for k, why in parse_annotation(src, kernel, file).guessed.items()}
+        return _typed(Draft(spec, kept, host), src, model, kernel)
     except SpecError as e:
         # A mistake in the user's own block is reported, not papered over with a guess that would
         # overwrite it: only what inference could not finish is guessed.
