@@ -358,3 +358,33 @@ def test_rewriting_a_block_keeps_its_guessed_remarks() -> None:
     assert set(again.guesses) == {"size n", "arg y", "arg x", "arg n", "launch"}
     assert again.guesses["size n"].startswith("no launch of `shift_add` in this file")
     assert again.annotation().count("// guessed:") == 5
+
+
+PLANE = """
+#define BX 16
+#define BY 8
+
+__global__ void blur_rows(float* dst, const float* src, int w, int h) {
+    int x = blockIdx.x * BX + threadIdx.x;
+    int y = blockIdx.y * BY + threadIdx.y;
+    dst += y * w + x;
+    src += y * w + x;
+    dst[0] = 0.5f * (src[0] + src[x > 0 ? -1 : 0]);
+}
+
+void blur(float* dst, const float* src, int w, int h) {
+    dim3 blocks(w / BX, h / BY);
+    dim3 threads(BX, BY);
+    blur_rows<<<blocks, threads>>>(dst, src, w, h);
+}
+"""
+
+
+def test_the_hosts_launch_is_kept_and_a_2d_problem_spans_its_plane() -> None:
+    block, got = read_back(PLANE, "blur_rows")
+    ln = lines_of(block)
+    assert ln["launch"] == "launch grid=(w / BX, h / BY), block=(BX, BY)"  # the host's, its sizes guessed
+    assert ln["arg dst"].startswith("arg dst: out float[w * h]")
+    assert ln["arg src"].startswith("arg src: in float[w * h]")
+    assert got["sizes"]["w"] == 2048 and got["sizes"]["h"] == 2048  # type: ignore[index]
+    assert got["resolved"].grid == (128, 256, 1)  # type: ignore[attr-defined]

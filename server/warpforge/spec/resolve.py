@@ -101,6 +101,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                     why_here[f"size {n}"] = f"`{n}` has no constant value at the launch"
         return text
 
+    def usable_dims(text: str) -> bool:
+        """A launch dimension, or each of ``(x, y)``, is ``usable``."""
+        return all(usable(d) for d in _split_dims(text))
+
+    def adopt_dims(text: str) -> None:
+        for d in _split_dims(text):
+            adopt(d)
+
     def fresh(name: str) -> str:
         if name not in known and name not in new_sizes:
             new_sizes[name] = _DEFAULT_SIZE
@@ -158,6 +166,15 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         (values[n] for n in candidates if n not in loops and small_value(n) is None),
         values[candidates[0]] if candidates else None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
+    # a 2-D problem: a buffer no guard bounds spans the plane the grid covers (`imageW * imageH`)
+    plane: list[str] | None = None
+    if inf.unresolved_launch is not None and len(inf.unresolved_launch.grid) >= 2:
+        free_dims = [[n for n in names_of(g) if n not in known and not env.is_constant(n)]
+                     for g in inf.unresolved_launch.grid[:2]]
+        if all(len(d) == 1 and usable(d[0]) for d in free_dims):
+            plane = [d[0] for d in free_dims]
+    elif form.kind == "2d" and form.x is not None and form.y is not None:
+        plane = [form.x, form.y]
     for p in kernel.params:
         if p.name not in inf.roles or p.name in args:
             continue
@@ -170,6 +187,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
             count = " * ".join(_factor(v) for v in bounded)
             names = " * ".join((bounds or {})[p.name])
             how = f"length from the kernel's guards (its subscripts stay below `{names}`)"
+        elif plane is not None:
+            count = " * ".join(adopt(n) if n in env.in_scope else values.get(n, n) for n in plane)
+            how = f"a 2-D problem: length assumed to be `{count}`"
         else:
             count = first_int or (adopt(scope_size) if scope_size is not None else None) \
                 or next(iter(sorted(known)), None) or fresh("N")
@@ -185,22 +205,29 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
         smem = site.smem.strip() if site is not None and site.smem else ""
-        if grid and block and usable(grid) and usable(block) and smem and not usable(smem):
+        stated = inf.unresolved_launch
+        if stated is not None and not (grid and block and usable_dims(grid) and usable_dims(block)):
+            # the launch as the host computes it (`dim3 blocks(imageW / 16, imageH / 64)`), its sizes guessed
+            texts = [*stated.grid, *stated.block, stated.smem]
+            if all(usable(t) for t in texts):
+                grid, block = _dims_text(stated.grid), _dims_text(stated.block)
+                smem = "" if stated.smem in ("", "0") else stated.smem
+        if grid and block and usable_dims(grid) and usable_dims(block) and smem and not usable(smem):
             # the host computes the dynamic shared memory at run time: the most a block may use without opting in
-            adopt(grid)
-            adopt(block)
+            adopt_dims(grid)
+            adopt_dims(block)
             smem = str(48 * 1024)
             why_here["launch"] = f"`{site.smem if site is not None else ''}` (dynamic shared memory) is not a " \
                 "constant at the launch: 48 KiB assumed (the most a block may use without opting in)"
-        elif not (grid and block and usable(grid) and usable(block) and (not smem or usable(smem))):
+        elif not (grid and block and usable_dims(grid) and usable_dims(block) and (not smem or usable(smem))):
             why = no_launch if site is None else inf.problems.get("launch", "")
             grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, form, values, first_int, fresh)
             if not form.guarded:  # the kernel assumes the launch covers it exactly: no perturbed size
                 hold.update(n for d in (form.x, form.y) if d is not None for n in names_of(values[d]))
             why_here["launch"] = f"{why}; {how}" if why else how
         else:
-            adopt(grid)
-            adopt(block)
+            adopt_dims(grid)
+            adopt_dims(block)
             if smem:
                 adopt(smem)
         for n in names_of(block):  # a block size the host sweeps (`for (bs = 32; ...)`): its usual value
@@ -209,9 +236,11 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 fixed.add(n)
                 why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
                     f"(a sweep?): {BLOCK} threads assumed"
-        # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements
-        products.extend((g, BUDGET_LOG2 if "/" in g or "cdiv" in g else BUDGET_LOG2 - 8)
-                        for g in _split_dims(grid))
+        # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements;
+        # the dimensions of one grid multiply
+        dims = _split_dims(grid)
+        products.append((" * ".join(f"({g})" for g in dims),
+                         BUDGET_LOG2 if any("/" in g or "cdiv" in g for g in dims) else BUDGET_LOG2 - 8))
         lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
     if kernel.template_params and not (ann.template_args or inf.template_args):
         targs, how = template_values(kernel)
@@ -240,6 +269,10 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {how}"
     head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed | hold else "") for n, v in new_sizes.items()]
     return head + lines
+
+
+def _dims_text(dims: tuple[str, ...]) -> str:
+    return dims[0] if len(dims) == 1 else "(" + ", ".join(dims) + ")"
 
 
 def _is_bool(ctype: str) -> bool:
