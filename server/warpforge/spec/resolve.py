@@ -205,13 +205,13 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
         smem = site.smem.strip() if site is not None and site.smem else ""
-        stated = inf.unresolved_launch
-        if stated is not None and not (grid and block and usable_dims(grid) and usable_dims(block)):
+        host_launch = inf.unresolved_launch
+        if host_launch is not None and not (grid and block and usable_dims(grid) and usable_dims(block)):
             # the launch as the host computes it (`dim3 blocks(imageW / 16, imageH / 64)`), its sizes guessed
-            texts = [*stated.grid, *stated.block, stated.smem]
+            texts = [*host_launch.grid, *host_launch.block, host_launch.smem]
             if all(usable(t) for t in texts):
-                grid, block = _dims_text(stated.grid), _dims_text(stated.block)
-                smem = "" if stated.smem in ("", "0") else stated.smem
+                grid, block = _dims_text(host_launch.grid), _dims_text(host_launch.block)
+                smem = "" if host_launch.smem in ("", "0") else host_launch.smem
         if grid and block and usable_dims(grid) and usable_dims(block) and smem and not usable(smem):
             # the host computes the dynamic shared memory at run time: the most a block may use without opting in
             adopt_dims(grid)
