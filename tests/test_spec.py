@@ -398,8 +398,9 @@ ERRORS = [
      "write `template T=..., BS=...`"),
     ([(6, "// @warpforge template U=float")], (), 8, "unknown template parameter(s) U", "`k` has: T, BS"),
     ([(6, "// @warpforge template BS=64")], (), 8, "template parameter `T` has no value", "add `T=...`"),
+    # the fix proposes guesses (`spec.guess`): a type float, a value its default (`int BS = 128`)
     ([(6, None)], (), 8, "`k` is a template and no launch instantiates it",
-     "add `// @warpforge template T=..., BS=...`"),
+     "add above the kernel: `// @warpforge template T=float, BS=128`"),
     ([(0, "// @warpforge size N = 1 <<")], (), 2, "size `N`: the expression ends where a value was expected",
      "write a C-like arithmetic expression"),
     ([(0, "// @warpforge size N = fixed")], (), 2, "size `N` has no value", "write `size N = 4096`"),
@@ -608,9 +609,10 @@ def test_guess_spec_when_inference_fails_still_parses() -> None:
         build_spec(src, model, k, "host_launch.cu")
     guess = guess_spec(src, model, k, "host_launch.cu")
     assert guess.notes == ("guessed: check every line",)
-    # the error's proposal: the kernel's own `n` as the size, `x += 1` reads x first (inout)
+    # the error's proposal: the kernel's own `n` as the size (the 2^22-element problem budget), `x += 1` reads x
+    # first (inout)
     assert guess.to_annotation() == (
-        "// @warpforge size n = 1 << 20\n"
+        "// @warpforge size n = 1 << 22\n"
         "// @warpforge arg x: inout float[n] uniform(-1, 1)\n"
         "// @warpforge arg n = n\n"
         "// @warpforge launch grid=cdiv(n, 256), block=256\n")

@@ -74,7 +74,7 @@ def test_a_library_launcher_names_its_sizes_and_proposes_a_block_that_validates(
     spec = spec_of(fixed, "axpby")
     assert args_of(spec)[:2] == [("y", "inout", "n"), ("x", "in", "n")]
     r = spec.resolve()
-    assert r.block == (512, 1, 1) and r.grid == (((1 << 20) + 511) // 512, 1, 1)
+    assert r.block == (512, 1, 1) and r.grid == (((1 << 22) + 511) // 512, 1, 1)  # n: the 2^22 budget
 
 
 # ------------------------------------------------------------------------------------- host forms
@@ -168,7 +168,7 @@ def test_spec_write_proposes_sizes_from_the_launch_site() -> None:
     model = parse(text)
     guess = guess_spec(SourceText(text), model, model.kernels[0], "library_launcher.cu")
     assert [(s.name, s.expr, s.source) for s in guess.sizes] == [("threads", "512", "inferred"),
-                                                                 ("n", "1 << 20", "guessed")]
+                                                                 ("n", "1 << 22", "guessed")]
     assert guess.launch.grid == ("(unsigned)((n + threads - 1) / threads)",) and guess.launch.block == ("threads",)
     assert [(a.name, a.role.value, a.source) for a in guess.args][:2] == [("y", "inout", "guessed"),
                                                                          ("x", "in", "guessed")]

@@ -115,6 +115,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (proj / "lonely.cu").write_text("__global__ void lonely(float* y, int n) {\n"
                                     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                                     "    if (i < n) y[i] = 0.0f;\n}\n")
+    # a kernel no file launches and no hand spec describes: its spec is the guessed block (`spec.guess`)
+    (proj / "orphan.cu").write_text("__global__ void orphan_rows(float* out, const float* m, int rows, int cols) {\n"
+                                    "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                    "    if (r >= rows) return;\n    float s = 0.0f;\n"
+                                    "    for (int j = 0; j < cols; j++) s += m[r * cols + j];\n"
+                                    "    out[r] = s;\n}\n")
     hand = root.parent / f"{root.name}-specs" / "me+demo" / "lonely.cu"
     hand.mkdir(parents=True)
     (hand / "lonely.txt").write_text("// @warpforge size N = 4096\n// @warpforge arg y: out float[N]\n"
@@ -154,12 +160,19 @@ WRITTEN_BEFORE = "`y[i]` is written before the item's loops: every thread of the
 
 @needs_nvcc
 def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelRecord]) -> None:
-    assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely", "mv"}  # `scale`'s copy counted once
+    # the copy of `scale` counted once
+    assert set(records) == {"scale", "row_sum", "block_sum", "shift", "lonely", "mv", "orphan_rows"}
     assert all(r.parsed and r.preprocessed for r in records.values()), \
         {k: (r.parse_note, r.preprocess_error) for k, r in records.items()}
     assert all(r.spec for r in records.values()), {k: r.spec_error for k, r in records.items()}
     assert records["shift"].spec_source == "host file main.cu"
     assert records["lonely"].spec_source == "hand-written"
+    # exact specs carry no guessed line; the orphan's is the block "Add benchmark spec" writes, marked guessed,
+    # with the reason no exact one was found kept beside it
+    assert all(not r.spec_guessed for k, r in records.items() if k != "orphan_rows")
+    orphan = records["orphan_rows"]
+    assert orphan.spec_source == "guessed" and "no launch of `orphan_rows`" in orphan.spec_error
+    assert {"size rows", "size cols", "launch"} <= set(orphan.spec_guessed)
     assert records["row_sum"].serial_or_reduction and records["block_sum"].reduction
     assert not records["scale"].serial_or_reduction
     row = records["row_sum"]
@@ -182,7 +195,9 @@ def test_funnel_stages_on_self_written_kernels(records: dict[str, funnel.KernelR
 def test_summary_names_projects_commits_and_rates(records: dict[str, funnel.KernelRecord], corpus: Path) -> None:
     text = funnel.summary(list(records.values()), {"projects": [
         {"name": "me+demo", "origin": "me/demo", "commit": "0123456789abcdef", "duplicates": 1}]})
-    assert "| me/demo | 0123456789ab | 6 | 1 |" in text
+    assert "| me/demo | 0123456789ab | 7 | 1 |" in text
+    assert "| spec available | 7/7 (100 %): exact 6, guessed 1 |" in text
+    assert "the same counting only exact specs (guessed ones as no spec)" in text
     assert "over the kernels with a serial loop over global memory or a reduction" in text
     assert "| warp_per_row |" in text
     # the top blocking reasons, in words

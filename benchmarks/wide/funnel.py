@@ -7,7 +7,9 @@ others. Only a large body of code nobody here wrote says whether a change genera
   preprocessed  ``nvcc -E`` of its file with the file's folder and the project's include folders
   lowered       ``warpforge.policy.ir.lower`` (pluggable: "not available" until that package exists)
   spec          ``warpforge.spec.build_spec`` on its file, else joined with a host file of the project that
-                launches it, else a hand-written annotation block (``--specs``/<project>/<kernel>.txt)
+                launches it, else a hand-written annotation block (``--specs``/<project>/<kernel>.txt):
+                an exact spec; else the block "Add benchmark spec" writes, its values guessed where
+                inference could not pin them (``spec.guess``; ``--no-guess`` leaves these out)
   families      every structural rule of the offline policy asked for variants (the canonical form too, as
                 the policy does): proposed, or declined with the rule's own reason
   built         proposed children through the evaluator's build path (guards, launch, unit, nvcc -cubin)
@@ -86,6 +88,8 @@ class KernelRecord:
     spec: bool = False
     spec_source: str = ""
     spec_error: str = ""
+    #: the spec's guessed lines (``size N``, ``launch``, ...); empty for an exact spec (own, host file, hand)
+    spec_guessed: list[str] = field(default_factory=list)
     serial_or_reduction: bool = False
     serial_loop: bool = False
     reduction: bool = False
@@ -168,6 +172,7 @@ class FileJob:
     specs: str | None
     hosts: dict[str, list[str]]
     skip: list[str]  # kernel-text hashes already measured in this project (duplicates)
+    guess: bool = True  # complete a spec inference cannot finish with guesses (``spec.guess``)
 
 
 def _hash(text: str) -> str:
@@ -218,8 +223,9 @@ def run_file(job: FileJob) -> list[KernelRecord]:
         stage = "spec inference"
         try:
             with _time_limit(KERNEL_LIMIT):
-                sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
+                sp = infer_spec(root, file, text, src, model, kernel, hosts, hand, job.guess)
                 rec.spec, rec.spec_source, rec.spec_error = sp.spec is not None, sp.source, sp.error
+                rec.spec_guessed = list(sp.spec.guessed) if sp.spec is not None else []
                 stage = "lowering"
                 ir = lower_kernel(str(file), text, src, model, kernel, sp.spec, incs)
                 rec.ir, rec.ir_reason = ir.status, ir.reason
@@ -289,7 +295,7 @@ def _families(rec: KernelRecord, root: Path, file: Path, text: str, name: str, s
 
 
 def plan(root: Path, *, only: Sequence[str] = (), build: bool = True, specs: Path | None = None,
-         limit: int | None = None) -> tuple[list[Project], list[FileJob], dict[str, int]]:
+         limit: int | None = None, guess: bool = True) -> tuple[list[Project], list[FileJob], dict[str, int]]:
     """The projects, one job per file with a kernel, and per project the number of duplicate kernels skipped."""
     projs = projects(root, only)
     jobs: list[FileJob] = []
@@ -312,7 +318,8 @@ def plan(root: Path, *, only: Sequence[str] = (), build: bool = True, specs: Pat
             if len(skip) == len(model.kernels):
                 continue
             jobs.append(FileJob(pr.name, str(pr.root), str(f), build, str(specs) if specs else None,
-                                {k: v for k, v in hosts.items() if k in {kk.name for kk in model.kernels}}, skip))
+                                {k: v for k, v in hosts.items() if k in {kk.name for kk in model.kernels}}, skip,
+                                guess))
         dups[pr.name] = skip_total
     if limit is not None:
         jobs = jobs[:limit]
@@ -341,7 +348,8 @@ def vendor_includes(out: Path, dirs: Sequence[Path] = ()) -> list[Path]:
 
 
 def run(root: Path, out: Path, *, workers: int = 2, only: Sequence[str] = (), build: bool = True,
-        specs: Path | None = None, limit: int | None = None, vendor: Sequence[Path] = ()) -> list[KernelRecord]:
+        specs: Path | None = None, limit: int | None = None, vendor: Sequence[Path] = (),
+        guess: bool = True) -> list[KernelRecord]:
     """The funnel over every project under ``root``; writes ``out/kernels.jsonl``, ``meta.json``, ``summary.md``."""
     out.mkdir(parents=True, exist_ok=True)
     saved = {k: os.environ.get(k) for k in ("CPATH", "WARPFORGE_CACHE", "WIDE_CPATH_BASE")}
@@ -349,7 +357,8 @@ def run(root: Path, out: Path, *, workers: int = 2, only: Sequence[str] = (), bu
         vendor_includes(out, vendor)
         # the build cache is keyed by source, not by CPATH: a cache of its own keeps other header sets' results out
         os.environ["WARPFORGE_CACHE"] = str(out / "cache")
-        return _run(root, out, workers=workers, only=only, build=build, specs=specs, limit=limit, vendor=vendor)
+        return _run(root, out, workers=workers, only=only, build=build, specs=specs, limit=limit, vendor=vendor,
+                    guess=guess)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -359,8 +368,8 @@ def run(root: Path, out: Path, *, workers: int = 2, only: Sequence[str] = (), bu
 
 
 def _run(root: Path, out: Path, *, workers: int, only: Sequence[str], build: bool, specs: Path | None,
-         limit: int | None, vendor: Sequence[Path]) -> list[KernelRecord]:
-    projs, jobs, dups = plan(root, only=only, build=build, specs=specs, limit=limit)
+         limit: int | None, vendor: Sequence[Path], guess: bool = True) -> list[KernelRecord]:
+    projs, jobs, dups = plan(root, only=only, build=build, specs=specs, limit=limit, guess=guess)
     records: list[KernelRecord] = []
     t0 = time.perf_counter()
     with (out / "kernels.jsonl").open("w", encoding="utf-8") as fh:
@@ -404,6 +413,7 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
     lines = ["# Wide yardstick: CPU funnel", ""]
     den = [r for r in records if r.serial_or_reduction]
     with_spec = [r for r in records if r.spec]
+    exact = [r for r in with_spec if not r.spec_guessed]
     prop = [r for r in records if r.proposed]
     built = [r for r in records if r.built]
     irs = Counter(r.ir for r in records)
@@ -413,18 +423,29 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
               f"| preprocessed (nvcc -E) | {_pct(sum(r.preprocessed for r in records), n)} |",
               f"| lowered to the IR | {_pct(irs.get('lowered', 0), n)} "
               f"({', '.join(f'{k}: {v}' for k, v in sorted(irs.items()))}) |",
-              f"| spec available | {_pct(len(with_spec), n)} |",
+              f"| spec available | {_pct(len(with_spec), n)}: exact {len(exact)}, guessed "
+              f"{len(with_spec) - len(exact)} |",
               f"| a structural family proposed | {_pct(len(prop), n)} |",
               f"| a proposed candidate builds (nvcc -cubin sm_90) | {_pct(len(built), n)} |", ""]
     den_spec = [r for r in den if r.spec]
+    den_exact = [r for r in den_spec if not r.spec_guessed]
     lines += ["Rates (\"structural candidate that builds\"):", "",
               f"- over the kernels with a serial loop over global memory or a reduction: "
               f"{_pct(sum(1 for r in den if r.built), len(den))}; of those with a spec: "
               f"{_pct(sum(1 for r in den_spec if r.built), len(den_spec))}",
+              f"- the same counting only exact specs (guessed ones as no spec): "
+              f"{_pct(sum(1 for r in den_exact if r.built), len(den))}; of those with an exact spec: "
+              f"{_pct(sum(1 for r in den_exact if r.built), len(den_exact))}",
+              f"- loop/reduction kernels with a spec: exact {len(den_exact)}, guessed "
+              f"{len(den_spec) - len(den_exact)} of {len(den)}; proposed: exact "
+              f"{sum(1 for r in den_exact if r.proposed)}, guessed "
+              f"{sum(1 for r in den_spec if r.proposed and r.spec_guessed)}; builds: exact "
+              f"{sum(1 for r in den_exact if r.built)}, guessed "
+              f"{sum(1 for r in den_spec if r.built and r.spec_guessed)}",
               f"- over the whole corpus: {_pct(len(built), n)}; of those with a spec: "
               f"{_pct(len(built), len(with_spec))}", ""]
-    spec_src = Counter(r.spec_source.split(" ")[0] + (" file" if r.spec_source.startswith("host") else "")
-                       for r in with_spec)
+    spec_src = Counter("guessed" if r.spec_guessed else r.spec_source.split(" ")[0]
+                       + (" file" if r.spec_source.startswith("host") else "") for r in with_spec)
     lines += [f"Spec sources: {', '.join(f'{k}: {v}' for k, v in spec_src.most_common())}", ""]
     lines += ["| family | proposed | builds | declined (with a spec) |", "|---|---|---|---|"]
     for f in fams:
@@ -447,6 +468,8 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
             f"{f}: {error_class(o['build_failures'][0].split(': ', 1)[-1])}" for r in records
             for f, o in r.families.items() if o.get("proposed") and not o.get("built") and o.get("build_failures"))),
         ("Top spec failures", Counter(error_class(r.spec_error) for r in records if not r.spec)),
+        ("Guessed lines of guessed specs (what inference could not pin)", Counter(
+            g.split(" ")[0] for r in records for g in r.spec_guessed)),
         ("Top preprocess failures", Counter(error_class(r.preprocess_error) for r in records if not r.preprocessed)),
         ("IR declines", Counter(error_class(r.ir_reason) for r in records if r.ir == "declined")),
     ):
@@ -483,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="hand-written annotation blocks: SPECS/<project>/<kernel>.txt (default: none)")
     ap.add_argument("--vendor-include", type=Path, action="append", default=[],
                     help="a folder of vendor library headers (cuBLAS, cuRAND, cuDNN) for nvcc, via CPATH; repeatable")
+    ap.add_argument("--no-guess", action="store_true",
+                    help="exact specs only: do not complete a spec inference cannot finish with guesses")
     ap.add_argument("--limit", type=int, default=None, help="only the first N files (a quick look)")
     ap.add_argument("--summary", action="store_true", help="only rewrite summary.md from OUT's records")
     args = ap.parse_args(argv)
@@ -495,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print((args.out / "summary.md").read_text())
         return 0
     run(args.root, args.out, workers=args.workers, only=args.projects, build=not args.no_build, specs=args.specs,
-        limit=args.limit, vendor=args.vendor_include)
+        limit=args.limit, vendor=args.vendor_include, guess=not args.no_guess)
     print((args.out / "summary.md").read_text())
     return 0
 

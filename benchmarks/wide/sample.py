@@ -90,6 +90,8 @@ class Entry:
     built: list[str] = field(default_factory=list)
     serial_or_reduction: bool = False
     author: str = ""  # the id of the author's optimized version, when there is one
+    #: the spec's guessed lines (``--guessed``: a spec "Add benchmark spec" completed); empty for an exact spec
+    spec_guessed: list[str] = field(default_factory=list)
 
 
 #: an include, quoted or angled: an angled one is copied too when the project has it (``<helper_cuda.h>``)
@@ -184,16 +186,21 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
 
 
 def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Path | None,
-            vendor: Sequence[Path], every_kernel: bool = False, pairs: bool = True) -> list[Entry]:
+            vendor: Sequence[Path], every_kernel: bool = False, pairs: bool = True,
+            guessed: bool = False) -> list[Entry]:
     """Write the sample folder. The pool is the kernels with a spec that have a serial loop over global memory
     or a reduction (the funnel's denominator: an empty kernel or a timing helper has nothing to optimize), or
     every kernel with a spec with ``every_kernel``; the pool is shuffled with ``seed`` and taken in order.
     With ``pairs``, every other naive kernel that has an author's optimized version (both with specs) is added
-    as a "pair" entry: measured for best ÷ author, not counted in the random sample's numbers."""
+    as a "pair" entry: measured for best ÷ author, not counted in the random sample's numbers. Kernels whose
+    spec the funnel had to guess (``spec_guessed``) join only with ``guessed``: their sizes are nobody's choice,
+    so a sample measured without them stays comparable with earlier ones."""
     if vendor:  # the units' builds here find the vendor headers as the GPU run will (run_sample.sh: CPATH)
         os.environ["CPATH"] = os.pathsep.join([str(v) for v in vendor] + [os.environ.get("CPATH", "")]).rstrip(
             os.pathsep)
     recs = [json.loads(line) for line in (funnel / "kernels.jsonl").read_text().splitlines() if line]
+    if not guessed:
+        recs = [dict(r, spec=False) if r.get("spec_guessed") else r for r in recs]
     meta = json.loads((funnel / "meta.json").read_text())
     proj = {p["name"]: p for p in meta["projects"]}
     with_spec = [r for r in recs if r["spec"] and (every_kernel or r["serial_or_reduction"])]
@@ -223,7 +230,7 @@ def prepare(funnel: Path, corpus: Path, out: Path, n: int, seed: int, specs: Pat
         p = proj[r["project"]]
         e = Entry(eid, role, r["project"], p["origin"], p["commit"], r["file"], r["kernel"],
                   str(next((out / "units" / eid).glob("*.cu")).relative_to(out)), r["proposed"], r["built"],
-                  r["serial_or_reduction"])
+                  r["serial_or_reduction"], spec_guessed=list(r.get("spec_guessed") or []))
         entries.append(e)
         ar = tuned_of(r)
         aid = f"a{eid}"
@@ -353,13 +360,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="sample every kernel with a spec (default: those with a serial loop or a reduction)")
     p.add_argument("--vendor-include", type=Path, action="append", default=[],
                    help="vendor headers to ship as vendor/ (the run script puts it on CPATH)")
+    p.add_argument("--guessed", action="store_true",
+                   help="also sample kernels whose spec the funnel guessed (default: exact specs only)")
     a = sub.add_parser("aggregate", help="summarize a run's results")
     a.add_argument("sample", type=Path)
     a.add_argument("results", type=Path, help="the folder with <id>.json (and <id>.bench.json) results")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         entries = prepare(args.funnel, args.corpus, args.out, args.n, args.seed, args.specs, args.vendor_include,
-                          args.every_kernel, not args.no_pairs)
+                          args.every_kernel, not args.no_pairs, args.guessed)
         size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
         print(f"{sum(e.role == 'sample' for e in entries)} sampled kernels, {sum(e.role == 'pair' for e in entries)} "
               "naive kernels with an author's version beside them, "

@@ -30,6 +30,7 @@ from warpforge.policy.rules._structural_rule import StructuralRule
 from warpforge.policy.whynot import Decline, RuleCrashed, ask, closest
 from warpforge.spec import build_spec
 from warpforge.spec.model import KernelSpec, SpecError
+from warpforge.spec.resolve import draft_spec
 
 _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT / "benchmarks") not in sys.path:
@@ -139,35 +140,47 @@ def lower_kernel(file: str, text: str, src: SourceText, model: FileModel, kernel
 
 def start_in(sp: SpecResult, original: str, start: int) -> int:
     """Where a kernel that starts at byte ``start`` of ``original`` starts in the spec's text: a hand-written
-    block is inserted above it (shifting it by the block's bytes), a host file is appended after it."""
-    if sp.text is None or sp.source != "hand-written":
+    or guessed block is inserted above it (shifting it by the block's bytes), a host file is appended after it."""
+    if sp.text is None or not (sp.source == "hand-written" or sp.source.startswith("guessed")):
         return start
-    return start + len(sp.text.encode()) - len(original.encode())
+    return start + sp.shift if sp.shift is not None else start + len(sp.text.encode()) - len(original.encode())
 
 
 @dataclass
 class SpecResult:
     spec: KernelSpec | None
-    source: str  # "own file" | "host file <path>" | "hand-written" | ""
+    #: "own file" | "host file <path>" | "hand-written" (exact) | "guessed" | "guessed with host file <path>"
+    #: (completed by ``spec.guess`` where inference could not pin a value) | ""
+    source: str
     error: str = ""
     #: the text the spec was built from, when it is not the kernel's own file (a host file's launch joined)
     text: str | None = None
+    #: bytes inserted above the kernel in ``text`` (a guessed block), when ``text`` also has a host file joined
+    shift: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        """A spec with no guessed value: inferred from the project's own launch, or written by hand."""
+        return self.spec is not None and not self.spec.guessed
 
 
 _INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*["<]([^">]+)[">]', re.M)
 
 
 def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: FileModel, kernel: Kernel,
-               hosts: dict[str, list[Path]], hand: Path | None) -> SpecResult:
+               hosts: dict[str, list[Path]], hand: Path | None, guess: bool = True) -> SpecResult:
     """The kernel's spec: inferred from its own file's launch; else from a host file of the project that
     launches it (the host file's text after the kernel file's, its include of the kernel file blanked); else
-    a hand-written annotation block from ``hand`` (``<wide-specs>/<project>/<kernel>.txt``)."""
+    a hand-written annotation block from ``hand`` (``<wide-specs>/<project>/<kernel>.txt``); else, with
+    ``guess``, the block "Add benchmark spec" writes, its guesses marked (``guessed_spec``; ``SpecResult.exact``
+    tells the two apart). An exact spec is always tried first: a guess never replaces one."""
     try:
         return SpecResult(build_spec(src, model, kernel, str(file)), "own file")
     except SpecError as e:
         first = f"{e}".splitlines()[0]
     except Exception as e:  # inference must not stop the run; the message is the funnel's record
         first = f"{type(e).__name__}: {e}"
+    joined_hosts: list[tuple[str, str]] = []
     for host in hosts.get(kernel.name, []):
         if host == file:
             continue
@@ -184,6 +197,7 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
                       None)
             if jk is None:
                 continue
+            joined_hosts.append((joined, str(host.relative_to(project))))
             spec = build_spec(jsrc, jmodel, jk, str(file))
             return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
         except Exception as e:  # one host file of several; its reason is the telling one (no launch in the own)
@@ -200,7 +214,39 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
             return SpecResult(build_spec(jsrc, jmodel, jk, str(file)), "hand-written", text=joined)
         except Exception as e:
             return SpecResult(None, "", f"hand-written spec {hand}: {type(e).__name__}: {e}")
+    if guess:
+        for joined, where in [*joined_hosts[:1], (text, "")]:
+            got = guessed_spec(file, joined, kernel, where)
+            if got is not None:
+                got.error = _short_error(first, project)  # why no exact spec: kept beside the guess
+                return got
     return SpecResult(None, "", _short_error(first, project))
+
+
+def guessed_spec(file: Path, text: str, kernel: Kernel, host: str = "") -> SpecResult | None:
+    """The spec "Add benchmark spec" writes when inference cannot finish (``spec.resolve.draft_spec``: exact
+    values kept, the rest guessed by ``spec.guess``), read back as the user gets it: the block inserted above
+    the kernel in ``text`` (the kernel's file, or it joined with a host file) and built again. None when the
+    written block does not build (a texture object, a struct passed by value: nothing to guess)."""
+    try:
+        src = SourceText(text)
+        model = parse(src.data)
+        k = next((k for k in model.kernels if k.name == kernel.name and k.span.start == kernel.span.start), None)
+        if k is None:
+            return None
+        block = draft_spec(src, model, k, str(file)).annotation()
+        at = src.line_starts[src.line_of(k.span.start)]
+        joined = (src.data[:at] + block.encode() + src.data[at:]).decode("utf-8", "replace")
+        jsrc = SourceText(joined)
+        jmodel = parse(jsrc.data)
+        shift = len(block.encode())
+        jk = next((x for x in jmodel.kernels if x.name == k.name and x.span.start == k.span.start + shift), None)
+        if jk is None:
+            return None
+        spec = build_spec(jsrc, jmodel, jk, str(file))
+    except Exception:  # a guess that does not read back is no spec
+        return None
+    return SpecResult(spec, "guessed" + (f" with host file {host}" if host else ""), text=joined, shift=shift)
 
 
 # ----------------------------------------------------------------------------- rule proposals and declines

@@ -202,8 +202,12 @@ def cmd_spec(args: argparse.Namespace) -> int:
         return EXIT_OK
     # Checked against this machine's GPU when it has one, as `optimize` will check it.
     spec = build_spec(src, model, kernel, args.file, launch_limits(None), host=host, searched=searched)
+    if spec.guessed:  # lines "Add benchmark spec" guessed and nobody has checked (still marked `// guessed:`)
+        print(f"note: {args.file}:{kernel.start_line + 1}: `{kernel.name}`: the spec has guessed values, check "
+              f"them: {', '.join(f'`{g}`' for g in spec.guessed)} (delete `// guessed` once checked)", file=sys.stderr)
     if args.json:
         out = spec.to_json()
+        out["guessed"] = list(spec.guessed)
         out["resolved"] = _resolved_json(spec, False)
         if spec.symbolic:
             out["perturbed"] = _resolved_json(spec, True)

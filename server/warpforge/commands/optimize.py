@@ -242,6 +242,9 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
     workspace = Path.cwd()
     console = Console(stderr=True)
     notes: list[str] = []
+    if prepared.spec.guessed:  # measured at sizes nobody checked: the user should know before reading a speedup
+        notes.append(f"the spec of `{kernel}` has guessed values ({', '.join(prepared.spec.guessed)}): "
+                     "the speedup is measured at those sizes; check the `// guessed` lines")
     baseline: list[Profiled] = []
     bar_update: list[Callable[[Progress], None]] = []
 
@@ -339,6 +342,7 @@ def _optimize(args: argparse.Namespace, prepared: PreparedKernel, findings: list
             "phases": job.phases.to_json(),
             "first_improvement_seconds": job.phases.to_json()["first_improvement_seconds"],
             "applied_backup": applied, "notices": notices, "report": args.report,
+            "spec_guessed": list(prepared.spec.guessed),
             "backend": backend.summary() if backend is not None else None, "errors": write_errors,
             "baseline_profile": _baseline_json(baseline[0]) if baseline else None,
             "stopped": result.stopped,

@@ -281,14 +281,16 @@ _BOUND_RETURN = re.compile(r"\bif\s*\(\s*([A-Za-z_]\w*)\s*>=\s*([A-Za-z_]\w*)\s*
 _BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "y", "z", "warpSize"})
 
 
-def index_bounds(source: str | SourceText, kernel: Kernel) -> dict[str, tuple[str, ...]]:
+def index_bounds(source: str | SourceText, kernel: Kernel,
+                 extents: dict[str, str] | None = None) -> dict[str, tuple[str, ...]]:
     """For each pointer parameter, the integer parameters whose product bounds its subscripts, where the
     kernel's guards say so: ``w[c]`` under ``for (int c = ...; c < cols; ...)`` gives ``("cols",)``,
     ``x[r * cols + c]`` under ``r < rows`` and ``c < cols`` gives ``("rows", "cols")``.
 
     A length proposed for an annotation comes from here (``spec.resolve.proposal``): the kernel's first
     integer argument, the old proposal, gave a row-length vector the number of rows. Textual and cautious:
-    a subscript with a variable no guard bounds by a parameter gives nothing."""
+    a subscript with a variable no guard bounds by a parameter gives nothing. ``extents`` adds bounds the caller
+    knows otherwise (a thread index's extent read from the launch's form, ``spec.guess.launch_form``)."""
     src = source if isinstance(source, SourceText) else SourceText(source)
     body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace")
     scalars = {p.name for p in kernel.params if not p.is_pointer}
@@ -297,6 +299,8 @@ def index_bounds(source: str | SourceText, kernel: Kernel) -> dict[str, tuple[st
         for m in rx.finditer(body):
             if m.group(2) in scalars and m.group(1) not in scalars:
                 bound.setdefault(m.group(1), m.group(2))
+    for var, extent in (extents or {}).items():
+        bound.setdefault(var, extent)
     out: dict[str, tuple[str, ...]] = {}
     for p in kernel.params:
         if not p.is_pointer:

@@ -38,7 +38,7 @@ from ..cuda.text import Position, Range, SourceText
 from ..defaults import user_cache_dir
 from ..spec.annotations import has_annotation
 from ..spec.model import KernelSpec, SpecError
-from ..spec.problems import Problem, annotation_problems, launch_dimension_problems, near_misses
+from ..spec.problems import Problem, annotation_problems, guessed_values, launch_dimension_problems, near_misses
 from ..spec.resolve import build_spec
 from .analyzers import load
 from .context import KernelContext
@@ -433,7 +433,7 @@ def analyze_source(
                 spec_errors[k.name] = str(e)
         spec = specs[k.name]
         if spec is not None:
-            spec_problems[k.name] += launch_dimension_problems(src, k, spec)
+            spec_problems[k.name] += launch_dimension_problems(src, k, spec) + guessed_values(src, k, spec)
     builds: dict[str, KernelBuild] = {}
     compiler_missing: str | None = None
     compiler = _Compiler(file, src, model, arch, nvcc)

@@ -163,7 +163,7 @@ def apply_candidate(text: str, kernel: Kernel, candidate: Candidate, spec: Kerne
         grid = lo.grid or spec.launch.grid
         block = lo.block or spec.launch.block
         smem = lo.smem if lo.smem is not None else spec.launch.smem
-        if spec.launch.source == "annotation" and spec.launch.line is not None:
+        if spec.launch.source in ("annotation", "guessed") and spec.launch.line is not None:
             line = spec.launch.line - 1
             old = src.line_text(line)
             prefix = old[: old.index("@warpforge")] + "@warpforge launch "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..cuda.model import Kernel, Param
 from ..cuda.rewrite import TextEdit, make_edit
@@ -64,6 +64,10 @@ class Annotation:
     #: the template arguments (known only once the whole block and the launch are read): argument -> the type
     #: as written (``real`` of ``arg in: in real[N]``, ``int`` of ``arg nbins: int = 768``)
     types: dict[str, str] = field(default_factory=dict)
+    #: the lines that still carry the ``// guessed: why`` remark "Add benchmark spec" wrote (``size N``,
+    #: ``arg x``, ``launch``, ``template``): values nobody has checked yet, counted apart from exact ones
+    #: (the line's key -> the remark's reason, which "Edit benchmark spec" writes back)
+    guessed: dict[str, str] = field(default_factory=dict)
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -190,7 +194,11 @@ def parse_annotation(src: SourceText, kernel: Kernel, file: str,
 def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str, Param], kernel: Kernel) -> None:
     """Read one ``// @warpforge`` line into ``ann``."""
     # a remark after the directive (`// guessed: ...`, written by "Add benchmark spec") is no part of it
-    body = re.sub(r"\s+//.*$", "", raw.split(MARK, 1)[1].strip())
+    after = raw.split(MARK, 1)[1].strip()
+    body = re.sub(r"\s+//.*$", "", after)
+    remark = re.search(r"\s//\s*guessed\b:?\s*(.*)$", after)
+    guessed = remark is not None
+    why = remark.group(1).strip() if remark is not None else ""
     directive, _, rest = body.partition(" ")
     rest = rest.strip()
     if directive not in DIRECTIVES:
@@ -206,7 +214,9 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
             # The later line would silently win; which one the user meant is theirs to say.
             raise SpecError(file, line, f"size `{size.name}` is defined twice (first at line {earlier.line})",
                             "keep one `@warpforge size` line per name")
-        ann.sizes.append(size)
+        ann.sizes.append(replace(size, source="guessed") if guessed else size)
+        if guessed:
+            ann.guessed[f"size {size.name}"] = why
     elif directive == "arg":
         a, written = _arg(rest, file, line, params, kernel)
         if written is not None:
@@ -214,9 +224,14 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
         if a.name in ann.args:
             raise SpecError(file, line, f"argument `{a.name}` is described twice",
                             "keep one `@warpforge arg` line per argument")
-        ann.args[a.name] = a
+        ann.args[a.name] = replace(a, source="guessed") if guessed else a
+        if guessed:
+            ann.guessed[f"arg {a.name}"] = why
     elif directive == "launch":
         ann.launch = _launch(rest, file, line)
+        if guessed:
+            ann.launch = replace(ann.launch, source="guessed")
+            ann.guessed["launch"] = why
     elif directive == "tol":
         ann.tolerance = _tol(rest, file, line)
     elif directive == "tune":
@@ -230,6 +245,8 @@ def _directive(ann: Annotation, raw: str, line: int, file: str, params: dict[str
     elif directive == "template":
         ann.template_args = _template(rest, kernel, file, line)
         ann.lines["template"] = line
+        if guessed:
+            ann.guessed["template"] = why
     elif directive == "seeds":
         try:
             ann.seeds = tuple(int(s) for s in _split_top(rest))

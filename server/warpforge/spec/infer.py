@@ -61,6 +61,11 @@ class Inference:
     searched: bool = False
     #: the integer parameters bounding each buffer's subscripts (``cuda.access.index_bounds``): proposals
     bounds: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: what the launch says of an argument whose names are no constants there (``rows * cols`` with runtime
+    #: ``rows``): a relation a guess keeps, giving the names values (``spec.resolve.proposal``)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    #: the launch read from the host whose names are no constants there (``(imageW / 16, imageH / 64)``)
+    unresolved_launch: LaunchSpec | None = None
 
     def at(self, line: int) -> str:
         """A launch line (1-based) as the user finds it: ``line 12``, or ``main.cu:12`` in another file."""
@@ -274,6 +279,7 @@ def infer(
         if unknown:
             inf.problems[a.name] = (f"cannot infer {'the length' if a.is_buffer else 'the value'} of `{a.name}`: "
                                     f"`{text}` uses {', '.join(sorted(unknown))}, which is not a constant here")
+            inf.unresolved[a.name] = text or ""
             del inf.args[a.name]
     if inf.launch is not None:
         launch_texts = (*inf.launch.grid, *inf.launch.block, inf.launch.smem)
@@ -281,6 +287,7 @@ def infer(
         if unknown:
             inf.problems["launch"] = (f"cannot infer the launch configuration: it uses "
                                       f"{', '.join(sorted(unknown))}, which is not a constant here")
+            inf.unresolved_launch = inf.launch
             inf.launch = None
     if inf.host is not None:
         # lines of another file mean nothing in this one: only the kernel file's own constants keep theirs

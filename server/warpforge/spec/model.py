@@ -223,6 +223,9 @@ class ResolvedSpec:
         return self.block[0] * self.block[1] * self.block[2]
 
 
+#: the note of a spec whose template arguments are guesses (they have no source of their own)
+GUESSED_TEMPLATE = "guessed: template"
+
 #: what ``KernelSpec.small_sizes`` aims for (bytes over all buffers) and the smallest base size it makes
 SMALL_BYTES = 16 << 20
 SMALL_MIN = 33
@@ -250,6 +253,19 @@ class KernelSpec:
     notes: tuple[str, ...] = field(default=())
 
     # ----------------------------------------------------------------- queries
+    @property
+    def guessed(self) -> tuple[str, ...]:
+        """The lines whose values are guesses nobody has checked (``size N``, ``arg x``, ``launch``,
+        ``template``): what "Add benchmark spec" completed with ``spec.guess`` and marked ``// guessed:``.
+        Empty for an exact spec (inferred, annotated and checked, or both), so tools count the two apart."""
+        out = [f"size {s.name}" for s in self.sizes if s.source == "guessed"]
+        out += [f"arg {a.name}" for a in self.args if a.source == "guessed"]
+        if self.launch.source == "guessed":
+            out.append("launch")
+        if GUESSED_TEMPLATE in self.notes:
+            out.append("template")
+        return tuple(out)
+
     def arg(self, name: str) -> ArgSpec | None:
         return next((a for a in self.args if a.name == name), None)
 

@@ -212,6 +212,22 @@ def launch_dimension_problems(src: SourceText, kernel: Kernel, spec: KernelSpec)
     return out
 
 
+def guessed_values(src: SourceText, kernel: Kernel, spec: KernelSpec) -> list[Problem]:
+    """One warning where a block still carries lines "Add benchmark spec" guessed (``// guessed:``): the spec
+    runs, but at sizes nobody checked, so a speedup measured with it may not be the user's. At the first such
+    line, naming them all; gone once the remarks are deleted."""
+    if not spec.guessed or kernel.comment_span is None:
+        return []
+    first = src.line_of(kernel.comment_span.start)
+    last = src.line_of(kernel.comment_span.end)
+    at = next((i + 1 for i in range(first, last + 1)
+               if is_directive_line(src.line_text(i)) and re.search(r"\s//\s*guessed\b", src.line_text(i))), None)
+    if at is None:
+        return []
+    return [Problem(at, f"the spec of `{kernel.name}` has guessed values ({', '.join(spec.guessed)}): check them "
+                    "(sizes, lengths, launch), then delete the `// guessed` remarks", warning=True)]
+
+
 _DIRECTIVE_WORDS = "|".join(DIRECTIVES)
 #: `// warpforge: size N = 4096`, `// warpforge size ...` (no @); `launch with`/`compile with` are the
 #: remarks an accepted variant carries, not directives

@@ -9,11 +9,12 @@ GPU worker.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..compiler.files import read_text_regular
+from ..cuda.access import index_bounds
 from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
@@ -22,13 +23,27 @@ from ..cuda.types import canonical_type, file_enumerators
 from .annotations import _TEMPLATE_TYPE, _TYPE_NAME, MARK, Annotation, parse_annotation
 from .ctypes import TypeScope, kernel_scope, type_fix, with_enumerators
 from .elsewhere import HostFile
-from .expr import ExprError
+from .expr import ExprError, Number
 from .expr import parse as expr_parse
+from .guess import (
+    BLOCK,
+    BUDGET_LOG2,
+    GRID_STRIDE_BLOCKS,
+    LaunchForm,
+    budget_values,
+    dynamic_shared_type,
+    launch_form,
+    names_of,
+    serial_loop_bounds,
+    small_value,
+    template_values,
+)
 from .infer import Inference, infer
 from .limits import DEFAULT_LIMITS, LaunchLimits, check_limits
 from .model import (
     C_SPELLING,
     DEFAULT_SEEDS,
+    GUESSED_TEMPLATE,
     ArgSpec,
     KernelSpec,
     LaunchSpec,
@@ -44,7 +59,7 @@ _DEFAULT_SIZE = "1 << 20"
 
 
 def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str, str] | None = None,
-             bounds: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+             bounds: dict[str, tuple[str, ...]] | None = None, src: SourceText | None = None) -> list[str]:
     """Annotation lines that complete what inference left open, and that validate when written above
     the kernel (``tests/test_spec_hostflow.py`` writes them and builds the spec).
 
@@ -66,6 +81,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
     known = {sz.name for sz in inf.sizes} | {sz.name for sz in ann.sizes}
     new_sizes: dict[str, str] = {}
     lines: list[str] = []
+    #: the names of each expression whose values multiply (lengths, integer scalars, grid dimensions), with the
+    #: bits of the problem budget they share
+    products: list[tuple[str, int]] = []
 
     def usable(text: str) -> bool:
         """``text`` is arithmetic over known sizes and integer variables in scope at the launch."""
@@ -82,6 +100,14 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 if not env.is_constant(n):
                     why_here[f"size {n}"] = f"`{n}` has no constant value at the launch"
         return text
+
+    def usable_dims(text: str) -> bool:
+        """A launch dimension, or each of ``(x, y)``, is ``usable``."""
+        return all(usable(d) for d in _split_dims(text))
+
+    def adopt_dims(text: str) -> None:
+        for d in _split_dims(text):
+            adopt(d)
 
     def fresh(name: str) -> str:
         if name not in known and name not in new_sizes:
@@ -107,6 +133,9 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = adopt(raw)
             elif p.unnamed:
                 values[p.name] = "0"  # the kernel cannot read it: any value does
+            elif (integer(p) or _is_bool(p.type)) and (small := small_value(p.name, p.type)) is not None:
+                values[p.name] = small[0]  # a filter width, a stride, a flag: small, never a problem size
+                why_here[f"arg {p.name}"] = f"{why}; {small[1]}: {small[0]} assumed"
             elif integer(p):
                 # a size of the same name in another case (`n` and `size N`) is the usual meaning
                 same = next((k for k in sorted(known) if k.lower() == p.name.lower()), None)
@@ -116,21 +145,51 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                 values[p.name] = "1.0"  # a coefficient (`float a`): a value to edit, not a size
                 why_here[f"arg {p.name}"] = why
             lines.append(f"// @warpforge arg {p.name} = {values[p.name]}")
-    first_int = next((values[p.name] for p in kernel.params
-                      if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed), None)
+    # a relation the launch states (`nthreads = outer * inner`); a scalar that is one size is no product
+    products.extend((values[p.name], BUDGET_LOG2) for p in kernel.params if p.name in values and integer(p)
+                    and len(names_of(values[p.name])) > 1)
+    for a in args.values():  # what inference or the block gave: its sizes take part too
+        if a.is_buffer and a.count:
+            products.append((a.count, BUDGET_LOG2))
+    # the kernel's thread mapping: a thread index's extent bounds the subscripts it appears in
+    ints = [p.name for p in kernel.params if not p.is_pointer and integer(p) and p.name in values]
+    form = launch_form(src, kernel, ints) if src is not None else LaunchForm("unknown")
+    if src is not None and form.extents():
+        bounds = index_bounds(src, kernel, form.extents())
+    # the length a buffer without guards gets: the size guarding the thread index, else the first integer
+    # argument that bounds no loop and is not small (`iteration` of a time-step loop is no length)
+    body = src.data[kernel.body_span.start : kernel.body_span.end].decode("utf-8", "replace") if src else ""
+    loops = serial_loop_bounds(body)
+    candidates = [p.name for p in kernel.params
+                  if p.name in values and p.name not in inf.roles and integer(p) and not p.unnamed]
+    first_int = values[form.x] if form.x is not None and form.x in values else next(
+        (values[n] for n in candidates if n not in loops and small_value(n) is None),
+        values[candidates[0]] if candidates else None)
     scope_size = next((n for n in env.in_scope if usable(n)), None)
+    # a 2-D problem: a buffer no guard bounds spans the plane the grid covers (`imageW * imageH`)
+    plane: list[str] | None = None
+    if inf.unresolved_launch is not None and len(inf.unresolved_launch.grid) >= 2:
+        free_dims = [[n for n in names_of(g) if n not in known and not env.is_constant(n)]
+                     for g in inf.unresolved_launch.grid[:2]]
+        if all(len(d) == 1 and usable(d[0]) for d in free_dims):
+            plane = [d[0] for d in free_dims]
+    elif form.kind == "2d" and form.x is not None and form.y is not None:
+        plane = [form.x, form.y]
     for p in kernel.params:
         if p.name not in inf.roles or p.name in args:
             continue
         bounded = [values[b] for b in (bounds or {}).get(p.name, ()) if b in values]
-        if bounded and len(bounded) == len((bounds or {})[p.name]):
+        stated = inf.unresolved.get(p.name, "")
+        if stated and usable(stated):  # the launch's own length (`rows * cols - cols`), its sizes guessed
+            count = adopt(stated)
+            how = f"the length the launch allocates, `{stated}`"
+        elif bounded and len(bounded) == len((bounds or {})[p.name]):
             count = " * ".join(_factor(v) for v in bounded)
             names = " * ".join((bounds or {})[p.name])
             how = f"length from the kernel's guards (its subscripts stay below `{names}`)"
-            if len(bounded) > 1:  # a product of placeholder sizes: keep the buffer near 2^20 elements
-                for v in bounded:
-                    if new_sizes.get(v) == _DEFAULT_SIZE:
-                        new_sizes[v] = f"1 << {max(20 // len(bounded), 5)}"
+        elif plane is not None:
+            count = " * ".join(adopt(n) if n in env.in_scope else values.get(n, n) for n in plane)
+            how = f"a 2-D problem: length assumed to be `{count}`"
         else:
             count = first_int or (adopt(scope_size) if scope_size is not None else None) \
                 or next(iter(sorted(known)), None) or fresh("N")
@@ -138,21 +197,127 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
         problem = inf.problems.get(p.name, "").partition(": ")[2]
         why_here[f"arg {p.name}"] = f"{problem}; {how}" if problem and site is not None else how
         role = inf.roles[p.name].value
+        products.append((count, BUDGET_LOG2))
         lines.append(f"// @warpforge arg {p.name}: {role} {inf.ctypes.get(p.name, 'float')}[{count}]")
+    fixed: set[str] = set()  # sizes valued here that the perturbed run keeps (a filter width, a block size)
+    hold: set[str] = set()  # sizes the perturbed run keeps, valued from the budget
     if ann.launch is None and inf.launch is None:
         grid = site.grid.strip() if site is not None else ""
         block = site.block.strip() if site is not None else ""
-        if not (grid and block and usable(grid) and usable(block)):
-            n = first_int or fresh("N")
-            grid, block = f"cdiv({n}, 256)", "256"
-            why_here["launch"] = (no_launch if site is None else inf.problems.get("launch", "")) \
-                + "; one thread per element of `" + n + "` assumed"
+        smem = site.smem.strip() if site is not None and site.smem else ""
+        host_launch = inf.unresolved_launch
+        if host_launch is not None and not (grid and block and usable_dims(grid) and usable_dims(block)):
+            # the launch as the host computes it (`dim3 blocks(imageW / 16, imageH / 64)`), its sizes guessed
+            texts = [*host_launch.grid, *host_launch.block, host_launch.smem]
+            if all(usable(t) for t in texts):
+                grid, block = _dims_text(host_launch.grid), _dims_text(host_launch.block)
+                smem = "" if host_launch.smem in ("", "0") else host_launch.smem
+        if grid and block and usable_dims(grid) and usable_dims(block) and smem and not usable(smem):
+            # the host computes the dynamic shared memory at run time: the most a block may use without opting in
+            adopt_dims(grid)
+            adopt_dims(block)
+            smem = str(48 * 1024)
+            why_here["launch"] = f"`{site.smem if site is not None else ''}` (dynamic shared memory) is not a " \
+                "constant at the launch: 48 KiB assumed (the most a block may use without opting in)"
+        elif not (grid and block and usable_dims(grid) and usable_dims(block) and (not smem or usable(smem))):
+            why = no_launch if site is None else inf.problems.get("launch", "")
+            grid, block, smem, how = _guessed_launch(src or SourceText(""), kernel, form, values, first_int, fresh)
+            if not form.guarded:  # the kernel assumes the launch covers it exactly: no perturbed size
+                hold.update(n for d in (form.x, form.y) if d is not None for n in names_of(values[d]))
+            why_here["launch"] = f"{why}; {how}" if why else how
         else:
-            adopt(grid)
-            adopt(block)
-        lines.append(f"// @warpforge launch grid={grid}, block={block}")
-    head = [f"// @warpforge size {n} = {v}" for n, v in new_sizes.items()]
+            adopt_dims(grid)
+            adopt_dims(block)
+            if smem:
+                adopt(smem)
+        for n in names_of(block):  # a block size the host sweeps (`for (bs = 32; ...)`): its usual value
+            if new_sizes.get(n) == _DEFAULT_SIZE:
+                new_sizes[n] = BLOCK
+                fixed.add(n)
+                why_here[f"size {n}"] = f"`{n}` is the block size and has no constant value at the launch " \
+                    f"(a sweep?): {BLOCK} threads assumed"
+        # a grid of blocks (`n_blocks`) shares what the block's threads leave; `cdiv(n, 256)` counts elements;
+        # the dimensions of one grid multiply
+        dims = _split_dims(grid)
+        products.append((" * ".join(f"({g})" for g in dims),
+                         BUDGET_LOG2 if any("/" in g or "cdiv" in g for g in dims) else BUDGET_LOG2 - 8))
+        lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
+    if kernel.template_params and not (ann.template_args or inf.template_args):
+        targs, how = template_values(kernel)
+        lines.append("// @warpforge template " + ", ".join(f"{t.name}={a}"
+                                                           for t, a in zip(kernel.template_params, targs,
+                                                                           strict=True)))
+        why_here["template"] = how
+    # placeholders get values by what they are (`spec.guess`): small by name, a share of the problem budget
+    # when they multiply with others, else a moderate count
+    free = [n for n, v in new_sizes.items() if v == _DEFAULT_SIZE]
+    for n in free:
+        small = small_value(n)
+        if small is not None:
+            new_sizes[n] = small[0]
+            fixed.add(n)
+            why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {small[1]}: {small[0]} assumed"
+    free = [n for n in free if n not in fixed]
+    known_values: dict[str, Number] = {}
+    for sz in [*inf.sizes, *ann.sizes]:
+        try:
+            known_values[sz.name] = expr_parse(sz.expr).evaluate(known_values)
+        except (ExprError, TypeError, ValueError):
+            continue
+    for n, (v, how) in budget_values(free, products, known_values, loops).items():
+        new_sizes[n] = v
+        why_here[f"size {n}"] = f"{why_here.get(f'size {n}', 'no value')}; {how}"
+    head = [f"// @warpforge size {n} = {v}" + (" fixed" if n in fixed | hold else "") for n, v in new_sizes.items()]
     return head + lines
+
+
+def _dims_text(dims: tuple[str, ...]) -> str:
+    return dims[0] if len(dims) == 1 else "(" + ", ".join(dims) + ")"
+
+
+def _is_bool(ctype: str) -> bool:
+    return " ".join(ctype.replace("const", " ").split()) == "bool"
+
+
+def _split_dims(text: str) -> list[str]:
+    """``(a, b)`` -> ``["a", "b"]``; ``a`` -> ``["a"]``."""
+    t = text.strip()
+    if t.startswith("(") and t.endswith(")") and "," in t:
+        from .annotations import _split_top
+
+        return _split_top(t[1:-1])
+    return [t]
+
+
+def _guessed_launch(src: SourceText, kernel: Kernel, form: LaunchForm, values: dict[str, str],
+                    first_int: str | None, fresh: Callable[[str], str]) -> tuple[str, str, str, str]:
+    """``(grid, block, smem, how)`` from the kernel's index form (``guess.launch_form``)."""
+    threads = 256
+    if form.kind == "2d" and form.x is not None and form.y is not None:
+        x, y = values[form.x], values[form.y]
+        grid, block = f"(cdiv({x}, 16), cdiv({y}, 16))", "(16, 16)"
+        how = (f"a 2-D index guarded by `{form.x}` and `{form.y}`" if form.guarded else
+               f"an unguarded 2-D index over `{form.x}` (its row length) and `{form.y}`") \
+            + ": 16 x 16 threads over them assumed"
+    elif form.kind == "grid-stride":
+        grid, block = GRID_STRIDE_BLOCKS, BLOCK
+        how = f"a grid-stride loop: {GRID_STRIDE_BLOCKS} blocks (4 per SM of an H100) of {BLOCK} assumed"
+    elif form.kind == "block-per-row" and form.x is not None:
+        grid, block = values[form.x], BLOCK
+        how = f"a block per row of `{form.x}`, {BLOCK} threads striding over it assumed"
+    else:
+        n = values[form.x] if form.kind == "1d" and form.x is not None else first_int or fresh("N")
+        grid, block = f"cdiv({_factor(n)}, {BLOCK})", BLOCK
+        how = f"one thread per element of `{n}` assumed"
+    if form.kind == "2d":
+        threads = 256
+    smem = ""
+    shared = dynamic_shared_type(src, kernel)
+    if shared is not None:
+        ctype = shared if canonical_dtype(shared) is not None else "float"
+        smem = f"{threads} * sizeof({ctype})"
+        how += f"; `extern __shared__` memory of one {ctype} per thread"
+    return grid, block, smem, how
 
 
 def _factor(text: str) -> str:
@@ -177,11 +342,12 @@ def _syntax_error(src: SourceText, model: FileModel, kernel: Kernel, file: str) 
     return None
 
 
-def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation) -> SpecError:
+def _failed(file: str, line: int, message: str, kernel: Kernel, inf: Inference, ann: Annotation,
+            src: SourceText) -> SpecError:
     """The error of a failed inference: what is missing, the sizes in scope at the launch, and a block
     that validates (quoted in the fix, and kept whole in ``SpecError.block``)."""
     reasons: dict[str, str] = {}
-    lines = tuple(proposal(kernel, inf, ann, reasons, inf.bounds))
+    lines = tuple(proposal(kernel, inf, ann, reasons, inf.bounds, src))
     scope = inf.env.in_scope
     where = f" (sizes in scope at the launch: {', '.join(scope)})" if scope else ""
     quoted = " ".join(f"`{line}`" for line in lines)
@@ -225,7 +391,7 @@ def _resolve_types(args: list[ArgSpec], ann: Annotation, scope: TypeScope, enum_
     for a in args:
         p = kernel.param(a.name)
         written = ann.types.get(a.name) if ann.args.get(a.name) is a else None
-        line = a.line if a.source == "annotation" else kline
+        line = a.line if a.source in ("annotation", "guessed") and a.line is not None else kline
         if a.is_buffer:
             if not a.dtype and written is not None:
                 dtype = scope.dtype(written)
@@ -308,7 +474,7 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
             why = inf.problems.get(p.name) or inf.problems.get("*") or (
                 f"cannot infer {'the length' if p.is_pointer else 'the value'} of `{p.name}`: "
                 f"no launch of `{kernel.name}` in {inf.nowhere}")
-            raise _failed(file, kline, why, kernel, inf, ann)
+            raise _failed(file, kline, why, kernel, inf, ann, src)
         args.append(a)
     scope = kernel_scope(src, model, kernel, file, ann.template_args or inf.template_args)
     enum_values = file_enumerators(src, model, file)
@@ -320,14 +486,15 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     if launch is None:
         why = inf.problems.get("launch") or f"no launch of `{kernel.name}` in {inf.nowhere}"
         raise _failed(file, kline, f"cannot infer the launch configuration of `{kernel.name}`: {why}", kernel, inf,
-                      ann)
+                      ann, src)
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
-        names = ", ".join(f"{t.name}=..." for t in kernel.template_params)
-        raise SpecError(file, kline, f"`{kernel.name}` is a template and no launch instantiates it",
-                        f"add `// @warpforge template {names}`")
+        raise _failed(file, kline, f"`{kernel.name}` is a template and no launch instantiates it", kernel, inf,
+                      ann, src)
     sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
+    if "template" in ann.guessed:
+        notes.append(GUESSED_TEMPLATE)
     if inf.site is not None and any(a.source == "inferred" for a in args):
         notes.append(f"inferred from the launch at {inf.at(inf.site.line + 1)}")
     spec = KernelSpec(
@@ -532,8 +699,10 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     user edits. Each guessed line is named in ``Draft.guesses`` with why.
     """
     try:
-        return _typed(Draft(build_spec(src, model, kernel, file, host=host, searched=searched), {}, host), src,
-                      model, kernel)
+        spec = build_spec(src, model, kernel, file, host=host, searched=searched)
+        # lines the block still marks `// guessed` keep their remark: rewriting the block never makes a guess exact
+        kept = {k: why or "not checked yet" for k, why in parse_annotation(src, kernel, file).guessed.items()}
+        return _typed(Draft(spec, kept, host), src, model, kernel)
     except SpecError as e:
         # A mistake in the user's own block is reported, not papered over with a guess that would
         # overwrite it: only what inference could not finish is guessed.
@@ -618,7 +787,8 @@ def _with_block(src: SourceText, kernel: Kernel, file: str, block: tuple[str, ..
     launch = spec.launch
     if any(line.startswith("// @warpforge launch") for line in block):
         launch = replace(launch, source="guessed", line=None)
-    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line",))
+    template = (GUESSED_TEMPLATE,) if any(line.startswith("// @warpforge template") for line in block) else ()
+    return replace(spec, sizes=sizes, args=args, launch=launch, notes=("guessed: check every line", *template))
 
 
 def load_spec(path: str | Path, kernel_name: str, text: str | None = None) -> KernelSpec:
