@@ -130,6 +130,25 @@ def test_staging_is_proposed_and_builds(case: str) -> None:
         assert got.ok, (case, got.stage, got.reason[-2000:], text)
 
 
+@needs_nvcc
+def test_a_read_only_cache_load_of_a_staged_read_becomes_a_plain_shared_read() -> None:
+    """Staging composed after ``readonly_cache``: ``__ldg(&a[..])`` in the loop's term must not become
+    ``__ldg(&wfs_t0[..][..])``, a global load of a shared address (the CUDA context was lost on an H200)."""
+    text = SQUARE + SIG + ("  int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                           "  int col = blockIdx.x * blockDim.x + threadIdx.x;\n  float t = 0;\n"
+                           "  for (int k = 0; k < n; k++) {\n"
+                           "    t += __ldg(&a[row * n + k]) * __ldg(&b[k * n + col]);\n  }\n"
+                           "  c[row * n + col] = t;\n}\n")
+    pol = policy(text)
+    children = pol.propose_sync(pol.root_candidate())
+    assert children, pol.errors
+    for child in children:
+        assert "__ldg(&wfs_t" not in child.definition and "wfs_sum += wfs_t0[threadIdx.y][wfs_c] * " \
+            "wfs_t1[threadIdx.x][wfs_c];" in child.definition, child.definition
+        got = ca.EvaluatorBuild(pol).check(child)
+        assert got.ok, got.reason[-2000:]
+
+
 def test_a_block_of_1024_rows_gets_the_narrow_tile_only() -> None:
     """A row per thread on 1024-thread blocks: 1024 x 33 floats exceed static shared memory, 1024 x 9 do not."""
     text = SPELLINGS["row_per_thread_matvec"].replace("cdiv(R, 128), block=128", "cdiv(R, 1024), block=1024")

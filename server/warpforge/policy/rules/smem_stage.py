@@ -229,6 +229,17 @@ def rewrite_transposed_read(shape: _Shape, p: TransposePlan) -> str:
                                                f"{PREFIX}x[threadIdx.y][threadIdx.x]")])
 
 
+#: a read-only-cache load (``__ldg(&a[i])``, what ``readonly_cache`` writes) of what is now a shared tile
+_CACHED_TILE_READ = re.compile(r"__ld(?:g|cg|ca|cs|lu|cv)\s*\(\s*&\s*(" + PREFIX + r"t\d+\[[^\]]*\]\[[^\]]*\])\s*\)")
+
+
+def _plain_tile_reads(term: str) -> str:
+    """``__ldg(&wfs_t0[..][..])`` -> ``wfs_t0[..][..]``: a global read-only load of a shared address is an illegal
+    instruction ("operation not supported on global/shared address space" on an H200, staging composed after
+    ``readonly_cache`` on the wide sample's integer matmul: the CUDA context was lost)."""
+    return _CACHED_TILE_READ.sub(r"\1", term)
+
+
 def rewrite(shape: _Shape, kt: int) -> str:
     """The new body (braces included) of the kernel for the k-tile width ``kt``."""
     k, p = shape.kernel, shape.plan
@@ -266,8 +277,9 @@ def rewrite(shape: _Shape, kt: int) -> str:
                   "        }"]
     edits = [(a, b, f"{tiles[(a, b)]}[threadIdx.{r.axis}][{PREFIX}c]") for r in p.reads for a, b in [r.span]] \
         + [(a, b, text) for (a, b), text in p.direct]
-    terms = [splice(data[u.term[0]:u.term[1]], [(a - u.term[0], b - u.term[0], t) for a, b, t in edits
-                                                  if u.term[0] <= a < u.term[1]]) for u in p.sums]
+    terms = [_plain_tile_reads(splice(data[u.term[0]:u.term[1]], [(a - u.term[0], b - u.term[0], t)
+                                                                   for a, b, t in edits if u.term[0] <= a < u.term[1]]))
+             for u in p.sums]
     adds = [f"{nm} += {t};" for nm, t in zip(names, terms, strict=True)]
     counter = [f"            const {vt} {var} = {PREFIX}k0 + {PREFIX}c;"] \
         if any(re.search(rf"\b{var}\b", t) for t in terms) else []
