@@ -24,7 +24,7 @@ from warpforge.cuda.candidate import Candidate, LaunchOverride
 from warpforge.cuda.extract import standalone
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, RuleContext, load
-from warpforge.policy.rules.block_size import derive_grid, work_extent
+from warpforge.policy.rules.block_size import BlockSize, derive_grid, work_extent
 from warpforge.spec.resolve import load_spec
 
 MINE = frozenset({"block_size", "grid_stride", "launch_bounds", "unroll", "compile_flags", "fast_math", "tunables",
@@ -172,6 +172,34 @@ def test_block_size_derives_the_grid() -> None:
     assert c2.launch is not None and c2.launch.grid == ("cdiv(N, 128)",)
     sg = child(kernel_policy("sgemm"), "block_size", "32x8")
     assert sg.launch == LaunchOverride(("cdiv(N, 32)", "cdiv(M, 8)"), ("32", "8"), None)
+
+
+def test_block_size_follows_a_named_block_and_a_per_thread_share() -> None:
+    """Two launch spellings of other people's code that Kernel Tuner searched and this rule did not (the wide
+    sample, H200: Learn-CUDA's `init` 1.17x, llm.c's `encoder_forward_kernel3` 1.19x from the block alone):
+    a block named by a fixed size the kernel never names (`block=blockSize`), and a grid dividing the work by a
+    multiple of the block (four elements a thread)."""
+    named = saxpy_like(grid="(N + blockSize - 1) / blockSize", block="blockSize").replace(
+        "// @warpforge arg n = N", "// @warpforge arg n = N\n// @warpforge size blockSize = 256 fixed")
+    pol = text_policy(named, "k")
+    c = child(pol, "block_size", "512")
+    assert c.launch == LaunchOverride(("cdiv(N, 512)",), ("512",), None)
+    assert sorted(BlockSize().variants(pol.context(pol.root_candidate())), key=int) == ["64", "128", "512", "1024"]
+    # a size the kernel names itself sizes something in it: not the rule's to change
+    uses = named.replace("y[i] = 2.0f * x[i];", "y[i] = 2.0f * x[i] + (float)blockSize;")
+    pol2 = text_policy(uses, "k")
+    assert BlockSize().variants(pol2.context(pol2.root_candidate())) == []
+    four = saxpy_like(grid="cdiv(N, 256 * 4)", body="""\
+    int i = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    for (int j = i; j < i + 4 && j < n; j++) {
+        y[j] = 2.0f * x[j];
+    }""")
+    pol3 = text_policy(four, "k")
+    c3 = child(pol3, "block_size", "128")
+    assert c3.launch == LaunchOverride(("cdiv(N, 128 * 4)",), ("128",), None)
+    # the work is not divided by the block: a grid of its own, left alone
+    assert BlockSize().variants(text_policy(saxpy_like(grid="cdiv(N * 4, 1024)"), "k").context(
+        text_policy(saxpy_like(grid="cdiv(N * 4, 1024)"), "k").root_candidate())) == []
 
 
 def test_work_extent_recognizes_only_ceiling_divisions() -> None:

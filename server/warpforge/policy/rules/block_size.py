@@ -14,7 +14,11 @@ block dimension changes must be written as a ceiling division by the block (``cd
 ``(N + 255) / 256``; also inside ``min(..., C)`` as the grid-stride rule writes it), which is checked
 numerically at the spec size and the perturbed size before ``cdiv(N, NEW)`` replaces it — or the kernel
 must already be a grid-stride loop, which covers any grid. A block size that is a spec tunable is left
-to the ``tunables`` rule.
+to the ``tunables`` rule. A block written as a size name (``block=blockSize``) is searched like a literal when
+the name is a fixed size of the spec that the kernel never names; a grid that divides the work by a multiple
+of the block (``cdiv(W, 256 * 4)``: four elements a thread) is recomputed with the new block in that multiple
+(``follow_grid``). Both forms were found on other people's kernels where Kernel Tuner, which varies any block
+the grid follows, got 1.17-1.49x and this rule proposed nothing (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -138,6 +142,37 @@ def derive_grid(expr: str, old: int, new: int, envs: Sequence[Mapping[str, Numbe
     return f"cdiv({w}, {new})"
 
 
+def _substitute(expr: str, token: str, old: int, new: int) -> str | None:
+    """``expr`` with the block dimension ``token`` (a literal ``old`` — and ``old - 1`` beside it — or a size
+    name) replaced by ``new``; None when ``expr`` does not name it."""
+    if token.isdigit():
+        out = re.sub(rf"(?<![\w.]){old - 1}(?![\w.])", f"({new} - 1)", expr) if old > 1 else expr
+        out = re.sub(rf"(?<![\w.]){old}(?![\w.])", str(new), out)
+    else:
+        out = re.sub(rf"(?<![\w.]){re.escape(token)}(?![\w.])", str(new), expr)
+    return out if out != expr else None
+
+
+def follow_grid(expr: str, token: str, old: int, new: int, envs: Sequence[Mapping[str, Number]]) -> str | None:
+    """The grid dimension for block dimension ``new`` where ``expr`` is a ceiling division of the work by a
+    multiple of the block rather than by the block itself (``cdiv(B * T * C, 256 * 4)``: four elements a
+    thread): the same work divided by the new block's share, which covers it by construction. Checked to
+    evaluate to a grid at every environment of ``envs``. (A plain ``W / B`` stays refused, see
+    ``work_extent``.)"""
+    args = call_args(expr, "cdiv")
+    if args is None or len(args) != 2 or _substitute(args[0], token, old, new) is not None:
+        return None
+    share = _substitute(args[1], token, old, new)
+    if share is None:
+        return None
+    got = f"cdiv({args[0]}, {share})"
+    for env in envs:
+        g = eval_expr(got, env)
+        if not isinstance(g, int) or g < 1:
+            return None
+    return got
+
+
 def _is_pow2(v: int) -> bool:
     return v > 0 and v & (v - 1) == 0
 
@@ -185,16 +220,32 @@ class BlockSize(Rule):
                 return f"it indexes by threadIdx.{axis}/blockIdx.{axis} without blockDim.{axis}"
         return None
 
+    @staticmethod
+    def _free_name(ctx: RuleContext, name: str, text: str) -> bool:
+        """A block dimension written as a size name (``block=blockSize``) the search may change: the whole
+        dimension, a size of the spec that no tunable sets and that the kernel never names (it reads the block
+        through ``blockDim``)."""
+        if text.strip() != name or name in tunable_names(ctx) or ctx.cand_kernel is None:
+            return False
+        got = kernel_body(ctx)
+        if got is None:
+            return False
+        body = node_text(got[0], got[1])
+        return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", body) is None
+
     def _plan(self, ctx: RuleContext) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """param -> (grid, block) for every block shape that applies safely."""
         k = ctx.cand_kernel
         if k is None or self.family in families(ctx):
             return {}
-        if any(expr_names(b) != frozenset() for b in ctx.block):
-            return {}  # a tunable (the tunables rule) or a size-dependent block: not ours
+        named = [expr_names(b) for b in ctx.block]
+        if any(n is None or len(n) > 1 or (n and not self._free_name(ctx, next(iter(n)), b))
+               for n, b in zip(named, ctx.block, strict=True)):
+            return {}  # a tunable (the tunables rule), an expression of sizes, a name the kernel uses: not ours
         dims = constant_block(ctx)
         if dims is None or dims[2] != 1 or self._hardcoded(ctx, dims) is not None:
             return {}
+        tokens = [b.strip() if n else str(d) for b, n, d in zip(ctx.block, named, dims, strict=False)]
         fams = families(ctx)
         own_bounds = "launch_bounds" in fams
         lb_max: int | None = None
@@ -229,7 +280,12 @@ class BlockSize(Rule):
                 if axis >= len(grid):
                     ok = False
                     break
-                d = derive_grid(grid[axis], dims[axis], shape[axis], envs)
+                # a block named by a size reads as its value: `(N + blockSize - 1) / blockSize` is a cdiv by 256
+                literal = grid[axis] if tokens[axis].isdigit() else \
+                    (_substitute(grid[axis], tokens[axis], dims[axis], dims[axis]) or grid[axis])
+                d = derive_grid(literal, dims[axis], shape[axis], envs)
+                if d is None:
+                    d = follow_grid(grid[axis], tokens[axis], dims[axis], shape[axis], envs)
                 if d is None and not (axis == 0 and dims[1] == 1 and "grid_stride" in fams):
                     ok = False
                     break
