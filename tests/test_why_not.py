@@ -412,3 +412,41 @@ def test_hint_through_the_cli(tmp_path: Path) -> None:
     wf = [f for f in findings if f["code"] == "WF113"]
     loop = MATVEC.splitlines().index("        for (int j = 0; j < n; j++) {") + 1
     assert len(wf) == 1 and wf[0]["line"] == loop and "closest is lane_remap" in wf[0]["message"], wf
+
+
+SMEM_INTERLEAVED = """\
+// @warpforge size N = 1 << 20
+// @warpforge arg v: in int[N]
+// @warpforge arg v_r: out int[N / 256]
+// @warpforge launch grid=N / 256, block=256
+__global__ void sum_reduction(const int* v, int* v_r) {
+    __shared__ int partial_sum[256];
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    partial_sum[threadIdx.x] = v[tid];
+    __syncthreads();
+    for (int s = 1; s < blockDim.x; s *= 2) {
+        if (threadIdx.x % (2 * s) == 0) {
+            partial_sum[threadIdx.x] += partial_sum[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        v_r[blockIdx.x] = partial_sum[0];
+    }
+}
+"""
+
+
+def test_a_remap_of_another_kind_of_kernel_is_not_the_closest() -> None:
+    """A shared-memory tree reduction (a teaching kernel's interleaved stride): the remaps that bind a serial
+    loop to threads decline it at the scope ("the kernel uses shared memory") and rank below the rules that
+    got into the kernel's shape (on the wide yardstick "column_remap: the kernel uses shared memory" was the
+    top closest reason, for 82 kernels)."""
+    v = explain([_ctx(SMEM_INTERLEAVED)])
+    assert v.closest is not None and v.closest.family not in {"lane_remap", "column_remap", "element_remap"}
+    assert v.closest.stage >= Stage.SHAPE, v.closest
+    reduce = next(d for d in v.declines if d.family == "warp_reduce")
+    assert "does not halve down to 1" in reduce.reason and reduce.stage == v.closest.stage
+    for fam in ("lane_remap", "column_remap", "element_remap"):
+        d = _why(fam, SMEM_INTERLEAVED)
+        assert d.reason.startswith("the kernel uses shared memory") and d.stage == Stage.SCOPE, d

@@ -103,7 +103,8 @@ def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     ``template_args`` (the spec's instantiation) resolves an accumulator typed by a template parameter."""
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
-        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
+        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
+                        stage=0)
     xdims = [p for p in s.parallel if "threadIdx.x" in p.index or "threadIdx.x" in p.why]
     if not xdims:
         return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x")
@@ -111,7 +112,8 @@ def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     if not items:
         dim = xdims[0]
         idx = index_text(dim.index) if dim.index else f"non-affine ({dim.why})"
-        return NotLegal(f"the thread mapping `{dim.var} = {idx}` is not one 1-D item per thread", dim.line)
+        return NotLegal(f"the thread mapping `{dim.var} = {idx}` is not one 1-D item per thread", dim.line,
+                        stage=0)
     loops_over = [p for p in items if p.form not in ("guard", "exit", "unguarded")]
     if loops_over:
         p = loops_over[0]

@@ -67,7 +67,8 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     targs = template_args or {}
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
-        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
+        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
+                        stage=0)
     items = [p for p in s.parallel if p.index == _ITEM and p.form in ("exit", "unguarded")]
     if not items:
         return NotLegal("no item index `blockIdx.x*blockDim.x + threadIdx.x` with an early exit or no guard")

@@ -119,7 +119,8 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     targs = template_args or {}
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
-        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping")
+        return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
+                        stage=0)
     items = [p for p in s.parallel if p.index == _ITEM and p.form in ("guard", "exit", "unguarded", "grid-stride")]
     if not items:
         return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x (declared once, or a "
