@@ -34,7 +34,7 @@ WHAT: dict[str, str] = {
     "column_split": "a column sum split over many threads, combined with atomics",
     "column_remap": "several threads per column splitting its row walk, partials combined in shared memory",
     "element_remap": "a warp or a block per item, its row loops split over the group",
-    "smem_stage": "the loop's shared reads staged tile by tile in shared memory (GEMM-style, transposes)",
+    "smem_stage": "the loop's shared reads staged tile by tile in shared memory, GEMM-style, or a transpose's tile",
     "lane_remap": "one warp per item, its loop split over the 32 lanes",
     "atomics_privatize": "a histogram's atomics into a per-block copy in shared memory",
     "reduce_coarsen": "a block reduction that first sums several elements per thread",

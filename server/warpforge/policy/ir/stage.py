@@ -206,7 +206,7 @@ def plan_stage(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
         return NotLegal(f"the kernel already uses {', '.join(blocking)}: the staging's barriers and tiles would "
-                        "interleave with them")
+                        "interleave with them", stage=0)
     targs = template_args or {}
     params, uniform = params_of(k)
     pointers = {n for n, _, ptr, _ in params if ptr}
@@ -387,7 +387,7 @@ def plan_transpose(k: Kernel, s: Summary) -> TransposePlan | NotLegal:
     """The plan to stage a strided store through a shared tile, or why it is not legal."""
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking:
-        return NotLegal(f"the kernel already uses {', '.join(blocking)}")
+        return NotLegal(f"the kernel already uses {', '.join(blocking)}", stage=0)
     if s.loops or next(walk(k.body, ("for_statement", "while_statement", "do_statement")), None) is not None:
         return NotLegal("the kernel has a loop: not a one-element copy")
     sts = statements(k.body)
