@@ -309,16 +309,23 @@ def _written(node: Node, k: Kernel) -> set[str]:
     return out
 
 
-def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
-                ) -> tuple[Reduction, ...] | NotLegal:
-    """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
-    local = declared_names(body, k.data) | {var}
+def local_types(k: Kernel) -> dict[str, str]:
+    """Each local's declared type (``const`` dropped, first declaration wins): which accumulators a shuffle can
+    move."""
     types: dict[str, str] = {}
     for d in walk(k.body, ("declaration",)):
         t = d.child_by_field_name("type")
         if t is not None:
             for dn in declared_names(d, k.data):
                 types.setdefault(dn, " ".join(k.t(t).replace("const ", "").split()))
+    return types
+
+
+def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
+                ) -> tuple[Reduction, ...] | NotLegal:
+    """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
+    local = declared_names(body, k.data) | {var}
+    types = local_types(k)
     combines: dict[str, str] = {}
     updates: dict[str, list[Node]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):

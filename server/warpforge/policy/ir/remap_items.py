@@ -44,7 +44,17 @@ from ...cuda.poly import Poly, padd
 from ...cuda.tree import element_use, unparen, walk
 from .affine import COORDS, NonAffine, Scope, poly
 from .passes import Kernel, declared_names, statements
-from .remap import _ITEM, SHUFFLE_TYPES, NotLegal, Reduction, _combine_of, _declaration_of, _hidden_write, _loop_parts
+from .remap import (
+    _ITEM,
+    SHUFFLE_TYPES,
+    NotLegal,
+    Reduction,
+    _combine_of,
+    _declaration_of,
+    _hidden_write,
+    _loop_parts,
+    local_types,
+)
 from .summary import Summary, _views, params_of, scope_of
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -324,12 +334,7 @@ def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, st
     """The loop's accumulators (outer scalars it writes, each a sum or min/max read nowhere else in the loop);
     element writes are checked on the accesses, a write through a pointer is declined."""
     local = declared_names(body, k.data) | {var}
-    types: dict[str, str] = {}
-    for d in walk(k.body, ("declaration",)):
-        t = d.child_by_field_name("type")
-        if t is not None:
-            for dn in declared_names(d, k.data):
-                types.setdefault(dn, " ".join(k.t(t).replace("const ", "").split()))
+    types = local_types(k)
     combines: dict[str, str] = {}
     updates: dict[str, list[Node]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):

@@ -12,13 +12,30 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ...cuda.candidate import Candidate
+from ..ir.passes import Kernel
+from ..ir.remap import NotLegal
 from ._structural import launch_ok, with_body
 from .base import Rule, RuleContext
 
 S = TypeVar("S")
+
+
+class _OnKernel(Protocol):
+    @property
+    def kernel(self) -> Kernel: ...
+
+
+K = TypeVar("K", bound=_OnKernel)
+
+
+def analysed(got: K | NotLegal) -> tuple[K, bytes] | None:
+    """``analyse``'s answer for a rule decided on the kernel IR (its ``analysis`` gives a shape or ``NotLegal``):
+    the shape and the text it was read from, or None. The words of a decline reach users and the wide funnel
+    through the rule's ``why_not`` (``policy.whynot``)."""
+    return None if isinstance(got, NotLegal) else (got, got.kernel.data)
 
 
 @dataclass(frozen=True)

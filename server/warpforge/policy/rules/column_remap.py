@@ -27,7 +27,7 @@ from ..ir.remap_columns import ColumnPlan, Walk, plan_columns
 from ..ir.summary import summarize
 from . import register
 from ._structural import dims_values
-from ._structural_rule import Launch, StructuralRule, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting
 from .base import RuleContext
 
 PREFIX = "wfc_"
@@ -35,9 +35,6 @@ PREFIX = "wfc_"
 #: sector per row (4 rows per warp instruction, still whole sectors) and give 4x more blocks for few columns
 SHAPES = ((32, 8), (32, 32), (8, 32), (8, 128))
 
-
-class _Declined(Exception):
-    """Why the rule declines on a candidate, in words (the wide yardstick's funnel records the message)."""
 
 
 @dataclass(frozen=True)
@@ -148,13 +145,7 @@ class ColumnRemap(StructuralRule[_Shape]):
     motivated_by = ("low_occupancy_work", "memory_bound", "latency_bound")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-        got = analysis(ctx)
-        if isinstance(got, NotLegal):
-            try:  # constructing the exception records the reason for the wide yardstick's funnel
-                raise _Declined(got.reason)
-            except _Declined:
-                return None
-        return got, got.kernel.data
+        return analysed(analysis(ctx))
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         return column_launches(ctx, shape.plan)

@@ -44,7 +44,7 @@ from ..ir.remap_items import ItemPlan, plan_items
 from ..ir.summary import Summary, summarize
 from . import register
 from ._structural import dims_values
-from ._structural_rule import Launch, StructuralRule, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting
 from .base import RuleContext
 from .element_remap import group_launches, rewrite_items
 
@@ -52,9 +52,6 @@ PREFIX = "wfl_"
 LANES = 32
 _FULL = "0xffffffffu"
 
-
-class _Declined(Exception):
-    """Why the rule declines on a candidate, in words (the wide yardstick's funnel records the message)."""
 
 
 @dataclass(frozen=True)
@@ -155,13 +152,7 @@ class LaneRemap(StructuralRule[_Shape]):
     motivated_by = ("uncoalesced_global", "coalescing", "memory_bound", "low_occupancy_work")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-        got = analysis(ctx)
-        if isinstance(got, NotLegal):
-            try:  # constructing the exception records the reason for the wide yardstick's funnel
-                raise _Declined(got.reason)
-            except _Declined:
-                return None
-        return got, got.kernel.data
+        return analysed(analysis(ctx))
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         blocks = dims_values(ctx, ctx.block)

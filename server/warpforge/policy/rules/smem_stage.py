@@ -33,7 +33,7 @@ from ..ir.stage import StagePlan, TransposePlan, footprint, plan_stage, plan_tra
 from ..ir.summary import params_of, summarize
 from . import register
 from ._structural import dims_values, envs
-from ._structural_rule import Launch, StructuralRule, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting
 from ._util import eval_expr, expr_names
 from .base import RuleContext
 
@@ -48,9 +48,6 @@ _SMEM_LIMIT = 48 * 1024
 _BYTES = {"double": 8, "long": 8, "long long": 8, "int64_t": 8, "uint64_t": 8, "size_t": 8, "__half": 2,
           "half": 2, "__nv_bfloat16": 2, "short": 2, "char": 1, "unsigned char": 1}
 
-
-class _Declined(Exception):
-    """Why the rule declines on a candidate, in words (the wide yardstick's funnel records the message)."""
 
 
 @dataclass(frozen=True)
@@ -313,13 +310,7 @@ class SmemStage(StructuralRule[_Shape]):
     motivated_by = ("memory_bound", "l1_hit_low", "uncoalesced_global", "smem_tiling")
 
     def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-        got = analysis(ctx)
-        if isinstance(got, NotLegal):
-            try:  # constructing the exception records the reason for the wide yardstick's funnel
-                raise _Declined(got.reason)
-            except _Declined:
-                return None
-        return got, got.kernel.data
+        return analysed(analysis(ctx))
 
     def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
         return fitting(ctx, {p: Launch() for p in _variants(shape)})
