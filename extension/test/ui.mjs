@@ -406,11 +406,17 @@ async function focusDiff() {
   const diff = page.locator('.monaco-diff-editor').first();
   await diff.waitFor({ state: 'visible' });
   await diff.locator('.line-insert, .char-insert').first().waitFor();
-  // the variant side: shown in side-by-side and inline layouts alike (a narrow group renders the diff inline)
-  await diff.locator('.editor.modified .view-line').first().click();
-  // the pointer off the diff: its gutter menus (inline layout: "Copy changed line") would take the keys
-  await page.mouse.move(2, 2);
-  await page.keyboard.press('Escape');
+  // The variant side: shown in side-by-side and inline layouts alike (a narrow group renders the diff inline).
+  // A webview that held focus a moment before (the search view's Review Diff) can take it back after the click
+  // (seen once in CI: the active tab stayed "WarpForge search"), so click until the diff's group is the active one.
+  await until(async () => {
+    await diff.locator('.editor.modified .view-line').first().click();
+    // the pointer off the diff: its gutter menus (inline layout: "Copy changed line") would take the keys
+    await page.mouse.move(2, 2);
+    await page.keyboard.press('Escape');
+    await new Promise((r) => setTimeout(r, 150));
+    return /current ↔/.test(await activeTabLabel());
+  }, 'the variant diff to be the active editor', 10_000);
   return diff;
 }
 
