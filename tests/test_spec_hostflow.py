@@ -174,3 +174,43 @@ def test_spec_write_proposes_sizes_from_the_launch_site() -> None:
                                                                          ("x", "in", "guessed")]
     written = text.replace("__global__ void axpby(", guess.to_annotation() + "__global__ void axpby(", 1)
     assert spec_of(written, "axpby").spec_hash() == guess.spec_hash()
+
+
+CHAINED = r'''
+__global__ void scale(float* out, const float* in, int n, float s) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * s;
+}
+int main() {
+    int w = 4096, h = 512;
+    float sx = w * 1.0f / 640, sy = h * 1.0f / 480;
+    sx = sy = sx > sy ? sx : sy;
+    int a = w, b = h;
+    a = b = a > b ? a : b;
+    int n = a * b;
+    float *d_in, *d_out;
+    cudaMalloc(&d_in, n * sizeof(float));
+    cudaMalloc(&d_out, n * sizeof(float));
+    scale<<<(n + 255) / 256, 256>>>(d_out, d_in, n, sy);
+}
+'''
+
+
+def test_chained_assignments_take_the_value_read_before_the_statement() -> None:
+    """``a = b = a > b ? a : b`` sets both to the larger *old* value. Read link by link it recorded ``a`` as the
+    text ``b = ...`` and made ``a`` and ``b`` refer to each other: inlining the pair took minutes (a resize
+    kernel of NVIDIA's samples hit the wide yardstick's 240 s limit) and gave no value."""
+    spec = spec_of(CHAINED, "scale")
+    r = spec.resolve()
+    assert [a.count for a in r.args][:2] == [4096 * 4096, 4096 * 4096]
+    assert r.args[2].value == 4096 * 4096
+    assert r.args[3].value == pytest.approx(6.4)
+
+
+def test_a_swap_through_a_temporary_takes_the_values_of_its_time() -> None:
+    """``t = a; a = b; b = t;``: each definition is recorded with the values of its time, so ``b`` gets ``a``'s
+    old value. Kept as references, ``b -> t -> a`` read ``a``'s new value and ``a -> b -> t -> a`` led back to
+    itself."""
+    spec = spec_of(CHAINED.replace("a = b = a > b ? a : b;", "int t = a; a = b; b = t;"), "scale")
+    assert args_of(spec)[2] == ("n", "scalar", "h * w")
+    assert spec.resolve().args[2].value == 512 * 4096

@@ -91,6 +91,10 @@ class HostEnv:
                 self.defs.pop(name, None)
                 return
             text = re.sub(rf"\b{re.escape(name)}\b", lambda _: _wrap(old), text)
+        # the other derived names as they are now: `t = a; a = b; b = t;` must leave b with a's old value, and
+        # a definition read later through a name redefined since would take the new value and could lead back
+        # to itself
+        text = self.inline(text)
         self.defs[name] = text
         self.lines[name] = line
         self.toplevel.discard(name)
@@ -106,9 +110,14 @@ class HostEnv:
             return False
         return not e.names()
 
-    def inline(self, text: str, depth: int = 0) -> str:
+    def inline(self, text: str, depth: int = 0, memo: dict[str, str] | None = None) -> str:
         """Replace derived variables by their definitions (and ``v.size()`` by the vector's length);
-        constant ones stay as size names."""
+        constant ones stay as size names.
+
+        ``memo`` keeps each name's inlined definition for the rest of the call: definitions that each use
+        several derived names (a resize kernel's host code: widths, pitches and scales built from one
+        another) otherwise expand the same name once per path to it, which took minutes."""
+        memo = {} if memo is None else memo
         if depth > 20:
             return text
         text = _SIZE_CALL.sub(lambda m: _wrap(self.vec_sizes[m.group(1)]) if m.group(1) in self.vec_sizes
@@ -122,8 +131,12 @@ class HostEnv:
 
         def sub(m: re.Match[str]) -> str:
             name = m.group(0)
+            if name in memo:
+                return memo[name]
             if name in self.defs and not self.is_constant(name) and name != "sizeof":
-                return _wrap(self.inline(self.defs[name], depth + 1))
+                memo[name] = name  # while it expands: a definition that leads back to it stays a name
+                memo[name] = _wrap(self.inline(self.defs[name], depth + 1, memo))
+                return memo[name]
             return name
 
         return _IDENT.sub(sub, text)
@@ -190,8 +203,44 @@ def _alloc_target(node: Node, data: bytes) -> str | None:
     return None
 
 
+def _chain(n: Node, data: bytes) -> tuple[list[str], Node] | None:
+    """``a = b = v``: the names assigned (outermost first) and the value node, where every link is a plain
+    ``=`` to a name; None for a single assignment. The walk meets the outer assignment first, and reading it
+    alone would record ``a`` as the text ``b = v``."""
+    names: list[str] = []
+    cur: Node | None = n
+    while cur is not None and cur.type == "assignment_expression":
+        left, op = cur.child_by_field_name("left"), cur.child_by_field_name("operator")
+        if left is None or left.type != "identifier" or op is None or node_text(op, data) != "=":
+            return None
+        names.append(node_text(left, data))
+        cur = cur.child_by_field_name("right")
+    return (names, cur) if len(names) > 1 and cur is not None else None
+
+
 def _collect(node: Node, data: bytes, env: HostEnv, src: SourceText, base: int) -> None:
+    chained: set[int] = set()  # inner links of a chain already recorded with their outermost assignment
     for n in list(walk(node)):
+        if n.type == "assignment_expression" and n.id in chained:
+            continue
+        if n.type == "assignment_expression" and (chain := _chain(n, data)) is not None:
+            names, value = chain
+            line = src.line_of(n.start_byte + base) + 1
+            # every name gets the value read with the definitions from before the statement
+            text = node_text(value, data)
+            old = {m: env.defs[m] for m in names if m in env.defs}
+            if old:
+                text = re.sub(r"\b(" + "|".join(map(re.escape, old)) + r")\b", lambda m: _wrap(old[m.group(1)]), text)
+            for name in names:
+                if re.search(rf"\b{re.escape(name)}\b", text):
+                    env.defs.pop(name, None)  # its old value unknown: so is the new one
+                    continue
+                env.define(name, text, line)
+            link = n.child_by_field_name("right")
+            while link is not None and link.type == "assignment_expression":
+                chained.add(link.id)
+                link = link.child_by_field_name("right")
+            continue
         if n.type == "init_declarator":
             decl = n.child_by_field_name("declarator")
             val = n.child_by_field_name("value")
