@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
-from ...cuda.tree import node_text
-from ...spec.expr import Number
-from ._structural import (
+from ....cuda.tree import node_text
+from ....spec.expr import Number
+from .._structural import (
     Bound,
     Decl,
     condition_of,
@@ -28,10 +28,11 @@ from ._structural import (
     unparen,
     upper_bound,
 )
-from ._util import eval_expr, int_literal
+from .._util import eval_expr, int_literal
+from .cover import CDIV
 
 if TYPE_CHECKING:
-    from .smem_tiling import _Analysis
+    from .analysis import _Analysis
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wft_"
@@ -75,6 +76,12 @@ class _Shape:
     x_locals: list[str] = field(default_factory=list)
     #: exit terms linear in x and y: a tile where one holds at every corner skips its loads
     masks: list[Node] = field(default_factory=list)
+    #: the loop's term ``E`` of ``acc += E`` (None for an fma update): the tiled step computes it as written
+    term: Node | None = None
+    #: the accumulator starts at a value of its own output: the tiled sum starts at zero and is added to it
+    acc_after: bool = False
+    #: bounds from the launch's extent where the kernel wrote none (``row < (n)``): each output checks them
+    limits: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- contiguity
@@ -210,6 +217,8 @@ def _per_output(shape: _Shape, data: bytes) -> str:
     p = PREFIX
     skip = {shape.x.node.id, shape.y.node.id, shape.loop.id} | {n.id for n in shape.hoisted}
     lines: list[str] = []
+    if shape.limits:
+        lines.append(f"if (!({' && '.join(shape.limits)})) return;  // outside what the original launch covered")
     acc_value = shape.acc.value
     assert acc_value is not None
     for at, st in enumerate(shape.items):
@@ -217,9 +226,12 @@ def _per_output(shape: _Shape, data: bytes) -> str:
             cond = condition_of(shape.guard)
             assert cond is not None
             lines.append(f"if (!({node_text(cond, data)})) return;")
+        if st.id == shape.loop.id and shape.acc_after:
+            lines.append(f"{shape.acc.name} += {p}acc[{p}i][{p}j];  // the loop, tiled")
+            continue
         if st.id in skip:
             continue
-        if st.id == shape.acc.node.id:
+        if st.id == shape.acc.node.id and not shape.acc_after:
             text = render(st, data, lambda n: f"{p}acc[{p}i][{p}j]" if n.id == acc_value.id else None)
             lines.append(flush(text, st, data))
             continue
@@ -232,7 +244,8 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
     x, y, kv = shape.x, shape.y, shape.k
     a, b = shape.a, shape.b
     acc = shape.acc
-    init = node_text(acc.value, data) if acc.value is not None else "0"
+    init = node_text(acc.value, data) if acc.value is not None and not shape.acc_after \
+        else f"static_cast<{acc.type}>(0)"
     kb = upper_bound(shape.k_cond, data, kv.name)
     assert kb is not None and kv.value is not None
     k_end = f"({node_text(kb.limit, data)}) + 1" if kb.inclusive else f"({node_text(kb.limit, data)})"
@@ -242,7 +255,9 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
         step = f"{p}acc[{p}i][{p}j] = {shape.fma}({av if shape.a_first else bv}, {bv if shape.a_first else av}, " \
                f"{p}acc[{p}i][{p}j]);"
     else:
-        step = f"{p}acc[{p}i][{p}j] += {av + ' * ' + bv if shape.a_first else bv + ' * ' + av};"
+        assert shape.term is not None
+        reads = {a.node.id: av, b.node.id: bv}
+        step = f"{p}acc[{p}i][{p}j] += {render(shape.term, data, lambda n: reads.get(n.id))};"
     hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
     masks = ""
     compute_open, compute_close = "", ""
@@ -283,8 +298,10 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
 }}"""
     if compute_open:
         kloop = compute_open + indent(kloop, "    ") + compute_close
+    cdiv = f"auto {CDIV} = [](long long n, long long d) {{ return (n + d - 1) / d; }};\n" \
+        if any(CDIV in lim for lim in shape.limits) else ""
     code = f"""{hoisted}
-constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
+{cdiv}constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
 constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
 static_assert(({p}BM * {p}BK) % {p}NT == 0 && ({p}BK * {p}BN) % {p}NT == 0, "whole tiles per thread");
 __shared__ {a.elem} {p}As[{p}BM][{p}BK + {pa}];
