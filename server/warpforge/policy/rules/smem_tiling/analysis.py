@@ -106,6 +106,8 @@ class _Analysis:
         #: the output coordinates some exit term reads (a bound of the launch's extent is taken only on an axis no
         #: exit tests: otherwise a tile could load columns the kernel never reads, past the buffer's end)
         self.tested: set[str] = set()
+        #: a local of the loop body -> the one read it names (``float a = A[m + i * lda];``)
+        self.loop_reads: dict[str, Node] = {}
 
     # ------------------------------------------------------------------ dependences
     def depends(self, node: Node) -> set[str]:
@@ -243,7 +245,8 @@ class _Analysis:
         a, b, a_first = self._operands(prod, kd.name)
         b.kfast = False  # unless the addresses say otherwise: A along k, B along x (row-major operands)
         shape = _Shape(x, y, acc, loop, kd, k_cond, a, b, a_first, fma, hoisted, items, guard, guard_at,
-                       term=None if fma else prod, acc_after=acc_after)
+                       term=None if fma else prod, acc_after=acc_after,
+                       named=dict(self.loop_reads))
         self._bounds(shape, exits)
         for o, locs in ((a, shape.y_locals), (b, shape.x_locals)):
             for name in o.locals_:
@@ -269,6 +272,14 @@ class _Analysis:
             raise _Reject(f"the loop is not `for ({kv} = s; {kv} < b; {kv}++)`: it steps otherwise or its bound is not "
                           "an upper bound", loop)
         sts = statements(lbody)
+        while len(sts) > 1 and sts[0].type == "declaration":
+            # ``float a = A[..]; float b = B[..]; c += a * b;``: a name for one read, used in the update
+            d = single_decl(sts[0], data)
+            if d is None or d.pointer or d.shared or d.value is None \
+                    or unparen(d.value).type != "subscript_expression" or d.name in self.loop_reads:
+                raise _Reject("a declaration in the loop's body is not a name for one array read `T v = P[i];`", sts[0])
+            self.loop_reads[d.name] = unparen(d.value)
+            sts = sts[1:]
         if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
             raise _Reject("the loop's body is more than one update `acc += term`: it carries something besides the "
                           "sum", lbody)
@@ -348,22 +359,28 @@ class _Analysis:
             args = prod.child_by_field_name("arguments")
             assert args is not None
             xs = [c for c in args.named_children if c.type != "comment"]
-            p1, p2 = xs[0], xs[1]
+            p1, p2 = (self.loop_reads.get(node_text(x, data), x) for x in xs[:2])
         else:
             # any term made of exactly two reads and values every thread of a block shares (``alpha * A[..] *
             # B[..]``, casts): the tiled step computes it as written, the reads replaced by their tile values
             reads = [n for n in walk(prod, ("subscript_expression",))
                      if not any(p.type == "subscript_expression" for p in _ancestors(n, prod))]
+            named = [node_text(n, data) for n in walk(prod, ("identifier",)) if node_text(n, data) in self.loop_reads]
+            if len(set(named)) != len(named):
+                raise _Reject("a read named in the loop's body is used twice in the term", prod)
+            reads += [self.loop_reads[n] for n in named]
             if len(reads) != 2:
                 raise _Reject(f"the loop's term reads {len(reads)} arrays, not two (a row and a column)", prod)
             p1, p2 = reads
             self.deps[kv] = {_K}
+            self.deps.update({n: set() for n in named})
             self.depends(prod)  # no call, assignment or thread coordinate anywhere in the term
-            del self.deps[kv]
+            for n in [kv, *named]:
+                del self.deps[n]
             spans = [(r.start_byte, r.end_byte) for r in reads]
             for n in walk(prod, ("identifier",)):
                 name = node_text(n, data)
-                if any(a <= n.start_byte < b for a, b in spans):
+                if any(a <= n.start_byte < b for a, b in spans) or name in named:
                     continue
                 if name == kv or self.deps.get(name):
                     raise _Reject(f"the loop's term uses `{name}` outside its two reads, a value that differs "

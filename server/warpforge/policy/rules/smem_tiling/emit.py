@@ -78,6 +78,8 @@ class _Shape:
     masks: list[Node] = field(default_factory=list)
     #: the loop's term ``E`` of ``acc += E`` (None for an fma update): the tiled step computes it as written
     term: Node | None = None
+    #: locals of the loop body that name one read (``float a = A[..];``): the term uses them
+    named: dict[str, Node] = field(default_factory=dict)
     #: the accumulator starts at a value of its own output: the tiled sum starts at zero and is added to it
     acc_after: bool = False
     #: bounds from the launch's extent where the kernel wrote none (``row < (n)``): each output checks them
@@ -257,7 +259,13 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
     else:
         assert shape.term is not None
         reads = {a.node.id: av, b.node.id: bv}
-        step = f"{p}acc[{p}i][{p}j] += {render(shape.term, data, lambda n: reads.get(n.id))};"
+        # a name the loop body gave a read (``float a = A[..];``) stands for that read's tile value
+        named = {name: reads[r.id] for name, r in shape.named.items() if r.id in reads}
+
+        def tile_value(n: Node) -> str | None:
+            return named.get(node_text(n, data)) if n.type == "identifier" else reads.get(n.id)
+
+        step = f"{p}acc[{p}i][{p}j] += {render(shape.term, data, tile_value)};"
     hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
     masks = ""
     compute_open, compute_close = "", ""
