@@ -142,6 +142,8 @@ def test_alpha_beta_nt_keeps_the_term_and_the_scaling_store() -> None:
     assert params(kids) == ALL
     d = kids[0].definition
     assert "+= alpha * wft_a[wft_i] * wft_b[wft_j];" in d  # the term as written, reads from the tiles
+    # not a plain product of the reads: a partial k-tile's zero padding is skipped, not added (alpha could be inf)
+    assert "if (wft_k0 + wft_kk < (depth)) wft_acc" in d
     assert "= beta * Y[r * cols + c];" in d  # the store before the loop, per output
     assert "__shared__ float wft_Bs[wft_BK][wft_BN + 1]" in d  # W read along k: padded
 
@@ -151,6 +153,7 @@ def test_a_loop_body_naming_its_reads_is_a_product_of_them() -> None:
     assert params(kids) == ALL
     d = kids[0].definition
     assert "wft_acc[wft_i][wft_j] += wft_a[wft_i] * wft_b[wft_j];" in d and "__shared__ int wft_As" in d
+    assert "if (wft_k0 + wft_kk <" not in d  # a product of the reads: the zero padding adds nothing
 
 
 @pytest.mark.parametrize("text,kernel,words", [

@@ -241,6 +241,24 @@ def _per_output(shape: _Shape, data: bytes) -> str:
     return "\n".join(lines)
 
 
+def _plain_product(shape: _Shape, data: bytes) -> bool:
+    """Whether the loop's term is the two reads multiplied (``a * b``, either order, named or not): zero when
+    either is."""
+    t = unparen(shape.term) if shape.term is not None else None
+    if t is None or t.type != "binary_expression":
+        return False
+    op, left, right = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or left is None or right is None or node_text(op, data) != "*":
+        return False
+    reads = {shape.a.node.id, shape.b.node.id}
+
+    def read(n: Node) -> bool:
+        n = unparen(n)
+        return n.id in reads or (n.type == "identifier" and node_text(n, data) in shape.named)
+
+    return read(left) and read(right)
+
+
 def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:
     p = PREFIX
     x, y, kv = shape.x, shape.y, shape.k
@@ -266,6 +284,10 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
             return named.get(node_text(n, data)) if n.type == "identifier" else reads.get(n.id)
 
         step = f"{p}acc[{p}i][{p}j] += {render(shape.term, data, tile_value)};"
+        if not _plain_product(shape, data):
+            # a partial k-tile's padding is zeros, which adds nothing to a product of the two reads; any other term
+            # (``alpha * a * b`` with alpha infinite, ``a * b + 1``) would add its value at 0: skip k past the end
+            step = f"if ({p}k0 + {p}kk < {k_end}) {step}"
     hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
     masks = ""
     compute_open, compute_close = "", ""
