@@ -375,16 +375,16 @@ class _Analysis:
             self.deps[kv] = {_K}
             self.deps.update({n: set() for n in named})
             self.depends(prod)  # no call, assignment or thread coordinate anywhere in the term
-            for n in [kv, *named]:
-                del self.deps[n]
+            for gone in [kv, *named]:
+                del self.deps[gone]
             spans = [(r.start_byte, r.end_byte) for r in reads]
-            for n in walk(prod, ("identifier",)):
-                name = node_text(n, data)
-                if any(a <= n.start_byte < b for a, b in spans) or name in named:
+            for ident in walk(prod, ("identifier",)):
+                name = node_text(ident, data)
+                if any(a <= ident.start_byte < b for a, b in spans) or name in named:
                     continue
                 if name == kv or self.deps.get(name):
                     raise _Reject(f"the loop's term uses `{name}` outside its two reads, a value that differs "
-                                  "between k or between outputs", n)
+                                  "between k or between outputs", ident)
         self.deps[kv] = {_K}
         o1, o2 = self._operand(p1), self._operand(p2)
         d1, d2 = self._operand_deps(o1), self._operand_deps(o2)
