@@ -264,7 +264,9 @@ class _Analysis:
             raise _Reject("the loop does not start, test and step its counter in its header", loop)
         kd = single_decl(init, data)
         if kd is None or kd.value is None or kd.pointer:
-            raise _Reject("the loop counter is not declared in the loop's header with a start value", loop)
+            # a spelling the canonical form rewrites (the counter moved into its ``for``): ranked below what the
+            # canonical form's analysis says, so the "why not" names the substantive reason
+            raise _Reject("the loop counter is not declared in the loop's header with a start value", loop, Stage.SCOPE)
         kv = kd.name
         kb = upper_bound(cond, data, kv)
         if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1",
