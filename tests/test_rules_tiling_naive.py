@@ -103,6 +103,29 @@ __global__ void int_named(const int* P, const int* Q, int* R, int s, int d)
 """
 
 
+#: a symmetric rank-2k update written as a sum of two products (two tiles on each side), an early exit
+SYM2K = """\
+// @warpforge size S = 130
+// @warpforge size D = 40
+// @warpforge arg U: in float[S*D] uniform(-1, 1)
+// @warpforge arg V: in float[S*D] uniform(-1, 1)
+// @warpforge arg G: out float[S*S]
+// @warpforge arg s = S
+// @warpforge arg d = D
+// @warpforge launch grid=(cdiv(S, 16), cdiv(S, 16)), block=(16, 16)
+__global__ void sym2k(const float* U, const float* V, float* G, int s, int d)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= s) return;
+    if (r >= s) return;
+    float g = 0.0f;
+    for (int t = 0; t < d; t++)
+        g += U[r * d + t] * V[c * d + t] + V[r * d + t] * U[c * d + t];
+    G[r * s + c] = g;
+}
+"""
+
 def tiled(text: str, kernel: str) -> list[Candidate]:
     pol = text_policy(text, kernel)
     return [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "smem_tiling"]
@@ -156,6 +179,14 @@ def test_a_loop_body_naming_its_reads_is_a_product_of_them() -> None:
     assert "if (wft_k0 + wft_kk <" not in d  # a product of the reads: the zero padding adds nothing
 
 
+def test_a_sum_of_two_products_stages_two_tiles_per_side() -> None:
+    kids = tiled(SYM2K, "sym2k")
+    assert params(kids) == ALL
+    d = kids[0].definition
+    assert "__shared__ float wft_As1[wft_BM]" in d and "__shared__ float wft_Bs1[wft_BK]" in d
+    assert "+= wft_a[wft_i] * wft_b[wft_j] + wft_a1[wft_i] * wft_b1[wft_j];" in d
+    assert "if (wft_k0 + wft_kk <" in d  # not a plain product: the padding of a partial k-tile is skipped
+
 @pytest.mark.parametrize("text,kernel,words", [
     # no bound written, and no parameter carries the column count: which columns exist cannot be told
     (INT_NAMED.replace("// @warpforge size S = 128", "// @warpforge size S = 128\n// @warpforge size T = 96")
@@ -165,8 +196,9 @@ def test_a_loop_body_naming_its_reads_is_a_product_of_them() -> None:
     # an exit tests the column only together with the row: a tile could load columns the kernel never reads
     (NT_ALPHA_BETA.replace("if (r < rows && c < cols) {", "if (r < rows && c < cols - r) {"), "nt_scaled",
      "do not bound it alone"),
-    # three reads in the term: not a product of a row and a column
-    (INT_NAMED.replace("total += lhs * rhs;", "total += lhs * rhs * P[e];"), "int_named", "reads 3 arrays"),
+    # a read that moves with k alone (shared by every output): not a row's or a column's tile
+    (INT_NAMED.replace("total += lhs * rhs;", "total += lhs * rhs * P[e];"), "int_named",
+     "does not move with k and one output coordinate only"),
 ])
 def test_near_misses_are_declined_in_words(text: str, kernel: str, words: str) -> None:
     assert tiled(text, kernel) == []
@@ -178,6 +210,7 @@ def test_near_misses_are_declined_in_words(text: str, kernel: str, words: str) -
     (ATB_UNGUARDED, "atb_accumulate"),
     (NT_ALPHA_BETA, "nt_scaled"),
     (INT_NAMED, "int_named"),
+    (SYM2K, "sym2k"),
 ])
 def test_register_tiled_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
     path = tmp_path / f"{kernel}.cu"

@@ -158,7 +158,9 @@ class SmemTiling(StructuralRule[_Shape]):
         bm, bn, bk, tm, tn = VARIANTS[param]
         per = f", {tm}x{tn} outputs per thread in registers" if tm * tn > 1 else ""
         skip = "; tiles inside the mask skip the loads" if shape.masks else ""
-        return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
+        rows = " and ".join(sorted({o.array for o, side in shape.operands() if side}))
+        cols = " and ".join(sorted({o.array for o, side in shape.operands() if not side}))
+        return (f"stage {bm}x{bk} tiles of {rows} and {bk}x{bn} tiles of {cols} in shared "
                 f"memory ({bm}x{bn} outputs per block{per}){skip}")
 
 

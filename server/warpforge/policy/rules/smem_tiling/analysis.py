@@ -242,13 +242,14 @@ class _Analysis:
             raise _Reject("an output coordinate is written, or the accumulator is written before its loop")
         if not fma and acc_name in _ids(prod, data):
             raise _Reject(f"the accumulator `{acc_name}` is read in its own term", prod)
-        a, b, a_first = self._operands(prod, kd.name)
+        a, b, a_first, more = self._operands(prod, kd.name)
         b.kfast = False  # unless the addresses say otherwise: A along k, B along x (row-major operands)
         shape = _Shape(x, y, acc, loop, kd, k_cond, a, b, a_first, fma, hoisted, items, guard, guard_at,
                        term=None if fma else prod, acc_after=acc_after,
-                       named=dict(self.loop_reads))
+                       named=dict(self.loop_reads), more=more)
         self._bounds(shape, exits)
-        for o, locs in ((a, shape.y_locals), (b, shape.x_locals)):
+        for o, locs in ((a, shape.y_locals), (b, shape.x_locals),
+                        *((o, shape.y_locals if side else shape.x_locals) for o, side in more)):
             for name in o.locals_:
                 if name not in locs:
                     locs.append(name)
@@ -355,25 +356,27 @@ class _Analysis:
             self.depends(parts[1])
             self.depends(right)
 
-    def _operands(self, prod: Node, kv: str) -> tuple[_Operand, _Operand, bool]:
+    def _operands(self, prod: Node, kv: str) -> tuple[_Operand, _Operand, bool, list[tuple[_Operand, bool]]]:
+        """The term's reads: the first moving with y and k (the A tile), the first moving with x and k (the B
+        tile), whether A comes first in the term, and any further reads with the side whose tile they get
+        (``alpha * a[i, k] * b[j, k] + alpha * b[i, k] * a[j, k]``: syr2k stages two tiles per side)."""
         data = self.data
         if prod.type == "call_expression":
             args = prod.child_by_field_name("arguments")
             assert args is not None
             xs = [c for c in args.named_children if c.type != "comment"]
-            p1, p2 = (self.loop_reads.get(node_text(x, data), x) for x in xs[:2])
+            reads = [self.loop_reads.get(node_text(x, data), x) for x in xs[:2]]
         else:
-            # any term made of exactly two reads and values every thread of a block shares (``alpha * A[..] *
-            # B[..]``, casts): the tiled step computes it as written, the reads replaced by their tile values
+            # any term made of reads and values every thread of a block shares (``alpha * A[..] * B[..]``, casts,
+            # sums of such products): the tiled step computes it as written, the reads replaced by tile values
             reads = [n for n in walk(prod, ("subscript_expression",))
                      if not any(p.type == "subscript_expression" for p in _ancestors(n, prod))]
             named = [node_text(n, data) for n in walk(prod, ("identifier",)) if node_text(n, data) in self.loop_reads]
             if len(set(named)) != len(named):
                 raise _Reject("a read named in the loop's body is used twice in the term", prod)
             reads += [self.loop_reads[n] for n in named]
-            if len(reads) != 2:
-                raise _Reject(f"the loop's term reads {len(reads)} arrays, not two (a row and a column)", prod)
-            p1, p2 = reads
+            if len(reads) < 2:
+                raise _Reject(f"the loop's term reads {len(reads)} arrays, not a row and a column", prod)
             self.deps[kv] = {_K}
             self.deps.update({n: set() for n in named})
             self.depends(prod)  # no call, assignment or thread coordinate anywhere in the term
@@ -385,20 +388,29 @@ class _Analysis:
                 if any(a <= ident.start_byte < b for a, b in spans) or name in named:
                     continue
                 if name == kv or self.deps.get(name):
-                    raise _Reject(f"the loop's term uses `{name}` outside its two reads, a value that differs "
+                    raise _Reject(f"the loop's term uses `{name}` outside its reads, a value that differs "
                                   "between k or between outputs", ident)
         self.deps[kv] = {_K}
-        o1, o2 = self._operand(p1), self._operand(p2)
-        d1, d2 = self._operand_deps(o1), self._operand_deps(o2)
+        ops = [self._operand(r) for r in reads]
+        sides: list[tuple[_Operand, bool]] = []
+        for o in ops:
+            d = self._operand_deps(o)
+            if d == {_Y, _K}:
+                sides.append((o, True))
+            elif d == {_X, _K}:
+                sides.append((o, False))
+            else:
+                del self.deps[kv]
+                raise _Reject(f"the read `{node_text(o.node, data)}` does not move with k and one output coordinate "
+                              "only: a tile of it is not shared by a row or a column of outputs", o.node)
         del self.deps[kv]
-        if not ({_K} <= d1 and {_K} <= d2):
-            raise _Reject("a read of the term does not move with the loop counter: no tile to stage", prod)
-        if _Y in d1 and _X not in d1 and _X in d2 and _Y not in d2:
-            return o1, o2, True
-        if _Y in d2 and _X not in d2 and _X in d1 and _Y not in d1:
-            return o2, o1, False
-        raise _Reject("the two reads are not one moving with the row (y) and k, the other with the column (x) and "
-                      "k: not a product of a row and a column", prod)
+        a_at = next((i for i, (_, side) in enumerate(sides) if side), None)
+        b_at = next((i for i, (_, side) in enumerate(sides) if not side), None)
+        if a_at is None or b_at is None:
+            raise _Reject("the term's reads do not include one moving with the row (y) and k and one with the column "
+                          "(x) and k: not a product of a row and a column", prod)
+        more = [s for i, s in enumerate(sides) if i not in (a_at, b_at)]
+        return sides[a_at][0], sides[b_at][0], a_at < b_at, more
 
     def _operand(self, node: Node) -> _Operand:
         data = self.data
@@ -515,7 +527,7 @@ class _Analysis:
             if parts is None or not is_ident(parts[0], data):
                 raise _Reject("a store's target is not an element of a named array", n)
             root = self.root.get(node_text(unparen(parts[0]), data))
-            if root is None or root in (shape.a.root, shape.b.root):
+            if root is None or root in {o.root for o, _ in shape.operands()}:
                 raise _Reject("the kernel writes an operand it reads in the loop (in place), or a store's target is "
                               "unknown", n)
         written = written_names(self.body, data)
