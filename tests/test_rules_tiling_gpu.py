@@ -2,10 +2,11 @@
 
 Self-written naive kernels in styles unlike the corpus and the wide yardstick — ``C += Aᵀ·B`` accumulated in global
 memory with no bound written (the launch covers the matrix exactly), an NT product with alpha/beta, a scaling store
-before the loop, a counter declared before its ``for`` and sizes no multiple of a tile, and an integer product whose
-loop body names its two reads — are evaluated as the search evaluates a candidate: outputs compared with the
-original's on random inputs at the spec size and at the perturbed size, then timed against it. Every register-tiled
-variant must verify; the best must be faster (speedup > 1).
+before the loop, a counter declared before its ``for`` and sizes no multiple of a tile, an integer product whose loop
+body names its two reads, and a symmetric rank-2k update (a sum of two products, two tiles a side) — are evaluated as
+the search evaluates a candidate: outputs compared with the original's on random inputs at the spec size and at the
+perturbed size, then timed against it. Every register-tiled variant must verify; the best must be faster (speedup >
+1).
 Run on the GPU machine: ``pytest -m gpu tests/test_rules_tiling_gpu.py``.
 """
 
@@ -96,6 +97,25 @@ __global__ void k(const int* P, const int* Q, int* R, int s, int d) {
         total += lhs * rhs;
     }
     R[i * s + j] = total;
+}
+""",
+    "sym2k": """// @warpforge size S = 1024
+// @warpforge size D = 512
+// @warpforge arg U: in float[S*D] uniform(-1, 1)
+// @warpforge arg V: in float[S*D] uniform(-1, 1)
+// @warpforge arg G: out float[S*S]
+// @warpforge arg s = S
+// @warpforge arg d = D
+// @warpforge launch grid=(cdiv(S, 16), cdiv(S, 16)), block=(16, 16)
+__global__ void k(const float* U, const float* V, float* G, int s, int d) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= s) return;
+    if (r >= s) return;
+    float g = 0.0f;
+    for (int t = 0; t < d; t++)
+        g += U[r * d + t] * V[c * d + t] + V[r * d + t] * U[c * d + t];
+    G[r * s + c] = g;
 }
 """,
 }

@@ -13,8 +13,11 @@ the canonical form, so a guarded body, typedefs and index macros are seen as the
 * the 2-D output index: ``x = blockIdx.x * blockDim.x + threadIdx.x`` and the same along y, each declared
   once and never written;
 * one **k-loop** ``for (k = S; k < KB; ++k) acc += E;`` (also ``acc = acc + E``, ``acc = fmaf(P, Q, acc)``)
-  whose term ``E`` reads exactly two arrays, ``P[IP]`` and ``Q[IQ]``, and otherwise only values every thread
-  of a block shares (``alpha * A[..] * B[..]``): the loop carries nothing but the sum; ``S`` and ``KB`` are the
+  whose term ``E`` reads arrays, each read ``P[IP]`` moving with k and y alone (staged as an A tile) or with k
+  and x alone (a B tile), at least one of each, and otherwise only values every thread of a block shares
+  (``alpha * A[..] * B[..]``; syr2k's ``alpha*a[i,k]*b[j,k] + alpha*b[i,k]*a[j,k]`` gets two tiles a side;
+  a term that is not the two reads multiplied skips the zero padding of a partial k-tile rather than adding
+  its value at zero): the loop carries nothing but the sum; ``S`` and ``KB`` are the
   same for every thread of a block (**uniform**: made of scalar parameters, literals, ``blockIdx.z`` and
   locals of those). ``acc`` is a local; when its start value is uniform the tiled sum starts from it (the
   k-order of the original), otherwise (``float c_acc = c[i * n + j];``: the canonical form's register for a
