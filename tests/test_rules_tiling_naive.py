@@ -193,6 +193,9 @@ def test_a_sum_of_two_products_stages_two_tiles_per_side() -> None:
      .replace("R: out int[S*S]", "R: out int[S*T]").replace("Q: in int[D*S]", "Q: in int[D*T]")
      .replace("grid=(S / 32", "grid=(T / 32").replace("e * s + j", "e * 96 + j").replace("i * s + j", "i * 96 + j"),
      "int_named", "not an expression of the kernel's integer parameters"),
+    # the parameter that carries the extent is written in the kernel: the bound it would give is not the launch's
+    (INT_NAMED.replace("    R[i * s + j] = total;", "    s = s - 1;\n    R[i * s + j] = total;"), "int_named",
+     "not an expression of the kernel's integer parameters"),
     # an exit tests the column only together with the row: a tile could load columns the kernel never reads
     (NT_ALPHA_BETA.replace("if (r < rows && c < cols) {", "if (r < rows && c < cols - r) {"), "nt_scaled",
      "do not bound it alone"),

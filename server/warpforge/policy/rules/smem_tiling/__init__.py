@@ -78,7 +78,7 @@ funnel report.
 from __future__ import annotations
 
 from .. import register
-from .._structural import dims_values, launch_ok
+from .._structural import dims_values, launch_ok, written_names
 from .._structural_rule import Launch, StructuralRule
 from .._util import kernel_body
 from .._why import Stage, declined
@@ -116,7 +116,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                               f"{'columns' if axis == 0 else 'rows'} the kernel never reads, past the buffer's end",
                               coord.node, Stage.LEGALITY)
             cover = covered(ctx, axis)
-            limit = in_kernel_terms(ctx, cover) if cover is not None else None
+            limit = in_kernel_terms(ctx, cover, written_names(body, data)) if cover is not None else None
             if limit is None:
                 raise _Reject(f"no bound on `{coord.name}` is written, and the extent the launch covers along "
                               f"{'xy'[axis]} ({cover}) is not an expression of the kernel's integer parameters: "

@@ -32,10 +32,10 @@ def covered(ctx: RuleContext, axis: int) -> str | None:
     return f"({ctx.grid[axis]}) * ({ctx.block[axis]})"
 
 
-def in_kernel_terms(ctx: RuleContext, expr: str) -> str | None:
-    """A spec expression in the kernel's terms: each size the integer scalar parameter that carries it, or its
-    value where that is the same at every size of the spec; None when a size is neither or the expression calls
-    a function other than ``cdiv``, ``min`` and ``max``."""
+def in_kernel_terms(ctx: RuleContext, expr: str, written: set[str] | frozenset[str] = frozenset()) -> str | None:
+    """A spec expression in the kernel's terms: each size the integer scalar parameter that carries it (one the
+    kernel does not write: ``written``), or its value where that is the same at every size of the spec; None when
+    a size is neither or the expression calls a function other than ``cdiv``, ``min`` and ``max``."""
     names = expr_names(expr)
     es = envs(ctx)
     if names is None or es is None:
@@ -44,7 +44,7 @@ def in_kernel_terms(ctx: RuleContext, expr: str) -> str | None:
     params = {p.name: p for p in k.params} if k is not None else {}
     carriers = {a.value.strip(): a.name for a in ctx.spec.args
                 if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())
-                and a.name in params and not params[a.name].is_pointer
+                and a.name in params and a.name not in written and not params[a.name].is_pointer
                 and resolved_type(ctx, params[a.name].type) in _INTEGER}
     subst: dict[str, str] = {}
     for n in names:
