@@ -142,8 +142,8 @@ def test_register_tiled_variants_verify_and_the_best_is_faster(backend: Backend,
     assert kernel is not None
     pol = OfflinePolicy(str(path), src, model, kernel, load_spec(str(path), "k", text=KERNELS[case]),
                         families={"smem_tiling"})
-    children = pol.propose_sync(pol.root_candidate())
-    assert len(children) == 5, (case, pol.errors)
+    children = [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "smem_tiling"]
+    assert len(children) == 5, (case, pol.errors)  # t64r4x4, t32r4, t128r8x8, t32, t16
     ev = Evaluator(path, "k", backend=backend, settings=SETTINGS)
     base = run(ev.baseline())
     assert base.status == "ok", base.reason
