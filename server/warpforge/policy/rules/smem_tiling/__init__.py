@@ -100,6 +100,8 @@ VARIANTS: dict[str, tuple[int, int, int, int, int]] = {
 
 
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
+    """The kernel's matmul shape, with a bound on each output axis (written, or the launch's extent in the kernel's
+    terms), or None with the failed precondition recorded in words (``_why.declined``)."""
     k = ctx.cand_kernel
     got = kernel_body(ctx)
     if k is None or got is None:
