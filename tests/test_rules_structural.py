@@ -411,7 +411,8 @@ __global__ void mm(const double* P, const double* Q, double* O, int m, int n, in
     ("s += Q[j * kk + t] * P[i * kk + t];", "O[i * n + j] = s;", True),
     ("s += P[t + i * kk] * Q[j * kk + t];", "if (s < 0) s = 0;\n    O[i * n + j] = s;", True),
     ("s += P[i * kk + t] * Q[i * kk + t];", "O[i * n + j] = s;", False),  # both use the row
-    ("s += P[i * kk + t] * Q[j * kk + t] + 1.0;", "O[i * n + j] = s;", False),  # not a pure product
+    # any term of the two reads and shared values (the padding of a partial k-tile is skipped, not added)
+    ("s += P[i * kk + t] * Q[j * kk + t] + 1.0;", "O[i * n + j] = s;", True),
     ("s += P[i * kk + t] * O[j * kk + t];", "O[i * n + j] = s;", False),  # reads what it writes
     ("s += P[i * kk + t] * Q[j * kk + t + threadIdx.x];", "O[i * n + j] = s;", False),
 ])

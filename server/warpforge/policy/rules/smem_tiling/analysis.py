@@ -1,87 +1,23 @@
-"""smem_tiling: shared-memory (and register) tiling of a kernel of matmul form.
+"""The analysis of smem_tiling: whether a kernel is of matmul form, read on its statements (see the package's
+docstring for what it requires); every decline is a ``_Reject`` carrying the precondition in words."""
 
-Why it helps: a kernel computing one output per thread as a K-long dot product straight from global
-memory loads every input element once per output that uses it (N times for A, M times for B), so it is
-bound by load bandwidth and latency, not arithmetic. Staging a BM×BK tile of A and a BK×BN tile of B in
-shared memory lets a block reuse each loaded element BM (or BN) times; giving each thread a TM×TN block of
-outputs in registers reuses each shared-memory value TM (or TN) times more, so the inner loop does TM·TN
-fused multiply-adds per TM+TN shared loads.
-
-What the analysis requires (on the kernel's top-level statements; the offline policy also hands the rule
-the canonical form, so a guarded body, typedefs and index macros are seen as their plain equivalents):
-
-* the 2-D output index: ``x = blockIdx.x * blockDim.x + threadIdx.x`` and the same along y, each declared
-  once and never written;
-* one **k-loop** ``for (k = S; k < KB; ++k) acc += P[IP] * Q[IQ];`` (also ``acc = acc + P * Q``,
-  ``acc = fmaf(P, Q, acc)``): the loop carries nothing but the sum; ``acc`` is a local whose start value,
-  like ``S`` and ``KB``, is the same for every thread of a block (**uniform**: made of scalar parameters,
-  literals, ``blockIdx.z`` and locals of those);
-* by following every local the two reads depend on (``const float* qi = q + head_off + i * D`` included),
-  one read varies with y and k but not x (staged as the A tile), the other with x and k but not y (the B
-  tile), both from pointer parameters nothing in the kernel writes (the output does not alias an operand);
-* before the loop only declarations with pure values, exits ``if (C) return;`` and **masks**
-  ``if (C) { stores; return; }``; a uniform exit or declaration (a batch index ``p = blockIdx.z`` and its
-  ``if (p >= batch) return;``) comes before any store; among the exit terms one bounds y alone and one x
-  alone (so a block never loads rows or columns the kernel never reads); after the loop any **epilogue**
-  (bias, activation, scaling, alpha/beta, stores) that does not synchronize or read the thread coordinates
-  (``blockIdx.z`` excepted).
-
-What it declines, besides anything else: a written operand (in place), a loop carrying a second value or
-a conditional update, a k-bound or start that differs between threads (triangular loops), a local that
-feeds the tiles or is hoisted and is written, thread coordinates used outside the index declarations,
-``threadIdx.z`` / 3-D blocks, existing shared memory or collectives.
-
-The rewrite: a block computes a BM×BN tile of outputs; the uniform statements run first, in their order;
-for each BK-slice of k it loads the A tile (the read, with ``y`` = block row + r, ``k`` = k0 + c and the
-locals it depends on recomputed from them) and the B tile cooperatively into shared memory, each load
-predicated by the exit terms on y (x) and the loop condition (zeros outside: adding 0·0 leaves a sum
-unchanged). Threads load along whichever of the two indices the address is contiguous in (evaluated at the
-spec's sizes), so an operand read ``B[n * K + k]`` (transposed) is loaded along k into a padded tile. Then
-every thread accumulates its TM×TN outputs; ``__syncthreads`` after the loads and after the compute. The
-summation order over k is the original one. Finally each of a thread's outputs runs the kernel's own
-statements, as written, in a lambda (``[&]() { ... }()``): the exits and masks return from it, the
-accumulator's declaration takes the tiled sum, the epilogue follows, so bias, activation, mask values and
-alpha/beta are computed exactly as before.
-
-**Masks at tile granularity**: when an exit's term is a linear comparison of x and y (``j > i``: the causal
-mask), it holds for a whole tile exactly when it holds at the tile's four corners (a half-plane is convex);
-a block whose tile is entirely masked skips the loads and the k-loop (uniformly: the test reads only block
-indices and uniform values) and only runs the per-output statements, which take the mask's branch.
-
-Launch: grid ``(cdiv(NX, BN), cdiv(NY, BM)[, the original grid's z])`` with NX, NY the bounds in spec terms
-(or the extent the original launch covered); declined if the original launch covered fewer outputs than the
-bound admits. Variants: ``t16``/``t32`` (one output per thread), ``t32r4`` (4 outputs per thread along y),
-``t64r4x4`` and ``t128r8x8`` (4×4 and 8×8 outputs per thread, 256 threads). Thread (tx, ty) owns outputs
-y = ty + i·(BM/TM), x = tx + j·(BN/TN): consecutive threads take consecutive columns, so tile reads are
-conflict-free and epilogue stores coalesce.
-
-This module holds the analysis and the rule; the shape it finds, the contiguity of the operands and the code
-it writes are in ``_tiling_emit``. A kernel it declines for want of a bound on x and y (a launch that covers the
-matrix exactly) is staged by ``smem_stage`` on the kernel IR instead.
-"""
 
 from __future__ import annotations
 
 from tree_sitter import Node
 
-from ...cuda.tree import node_text, walk
-from . import register
-from ._structural import (
-    Bound,
+from ....cuda.tree import node_text, walk
+from .._structural import (
     Decl,
     all_names,
     condition_of,
     declared_names,
-    dims_values,
-    envs,
     failing_bound,
     global_index,
     has_collective,
     is_ident,
     is_return_only,
-    launch_ok,
     resolved_type,
-    scalar_value_expr,
     single_decl,
     statements,
     subscript_parts,
@@ -89,21 +25,11 @@ from ._structural import (
     upper_bound,
     written_names,
 )
-from ._structural_rule import Launch, StructuralRule
-from ._tiling_emit import PREFIX, _contiguity, _generate, _Operand, _Shape
-from ._util import eval_expr, kernel_body, macro_values
-from .base import RuleContext
+from .._util import macro_values
+from .._why import Stage
+from ..base import RuleContext
+from .emit import PREFIX, _Operand, _Shape
 
-#: param -> (BM, BN, BK, TM, TN)
-#: most promising first: a search that can afford one variant of a family tries the register-tiled 64×64
-#: tile (4×4 outputs per thread), the usual sweet spot for mid-size matrices; 128×128 suits large ones
-VARIANTS: dict[str, tuple[int, int, int, int, int]] = {
-    "t64r4x4": (64, 64, 16, 4, 4),
-    "t32r4": (32, 32, 32, 4, 1),
-    "t128r8x8": (128, 128, 8, 8, 8),
-    "t32": (32, 32, 32, 1, 1),
-    "t16": (16, 16, 16, 1, 1),
-}
 _ELEM = frozenset({"float", "double", "int", "unsigned", "unsigned int"})
 #: index types whose arithmetic does not wrap at small values (the corner test of a mask needs that)
 _SIGNED = frozenset({"int", "long", "long long", "long int", "long long int", "int32_t", "int64_t", "ptrdiff_t",
@@ -117,7 +43,12 @@ _X, _Y, _K = "\x00x", "\x00y", "\x00k"
 
 
 class _Reject(Exception):
-    """Not of matmul form, or a precondition does not hold (internal control flow of the analysis)."""
+    """Not of matmul form, or a precondition does not hold: the precondition in words and where it fails (internal
+    control flow of the analysis; ``_analyse`` turns it into the rule's decline note)."""
+
+    def __init__(self, reason: str, node: Node | None = None, stage: Stage = Stage.SHAPE) -> None:
+        super().__init__(reason)
+        self.reason, self.node, self.stage = reason, node, stage
 
 
 
@@ -133,6 +64,16 @@ def _coords(node: Node, data: bytes) -> set[str]:
         if arg is not None and fld is not None and node_text(arg, data) in ("threadIdx", "blockIdx", "blockDim",
                                                                              "gridDim"):
             out.add(f"{node_text(arg, data)}.{node_text(fld, data)}")
+    return out
+
+
+def _ancestors(node: Node, stop: Node) -> list[Node]:
+    """The nodes strictly between ``node`` and ``stop`` (its ancestor)."""
+    out: list[Node] = []
+    cur = node.parent
+    while cur is not None and cur.id != stop.id:
+        out.append(cur)
+        cur = cur.parent
     return out
 
 
@@ -162,6 +103,11 @@ class _Analysis:
         self.deps: dict[str, set[str]] = {}
         #: pointer name -> the pointer parameter it points into
         self.root: dict[str, str] = {p.name: p.name for p in k.params if p.pointer_depth == 1 and not p.array_dims}
+        #: the output coordinates some exit term reads (a bound of the launch's extent is taken only on an axis no
+        #: exit tests: otherwise a tile could load columns the kernel never reads, past the buffer's end)
+        self.tested: set[str] = set()
+        #: a local of the loop body -> the one read it names (``float a = A[m + i * lda];``)
+        self.loop_reads: dict[str, Node] = {}
 
     # ------------------------------------------------------------------ dependences
     def depends(self, node: Node) -> set[str]:
@@ -171,17 +117,20 @@ class _Analysis:
         out: set[str] = set()
         bad = _coords(node, data) - _KEPT
         if bad:
-            raise _Reject
+            raise _Reject(f"`{node_text(node, data)}` reads a thread coordinate ({', '.join(sorted(bad))}) outside the "
+                          "index declarations: the rewrite moves threads", node)
         for n in walk(node):
             if n.type in ("assignment_expression", "update_expression", "lambda_expression"):
-                raise _Reject
+                raise _Reject(f"`{node_text(n, data)}` writes inside an expression the rewrite recomputes per tile "
+                              "element", n)
             if n.type == "call_expression":
                 fn = n.child_by_field_name("function")
                 name = node_text(fn, data) if fn is not None else ""
                 if name not in self.types and name not in _ELEM:
-                    raise _Reject
+                    raise _Reject(f"`{node_text(n, data)}` calls `{name}`, which the rewrite cannot recompute per tile "
+                                  "element", n)
             if n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*"):
-                raise _Reject
+                raise _Reject("a pointer dereference `*p` is not an array read the rewrite can follow", n)
         for name in _ids(node, data):
             if name in self.deps:
                 d = self.deps[name]
@@ -190,7 +139,8 @@ class _Analysis:
                     out.add(name)
             elif name not in self.params and name not in self.types and name not in self.macros \
                     and name not in _COORD_NAMES:
-                raise _Reject  # a name declared later, in a loop, or a global: not followed
+                raise _Reject(f"`{name}` is declared later, in a loop, or outside the kernel: the rewrite does not "
+                              "follow it", node)
         return out
 
     # ------------------------------------------------------------------ shape
@@ -201,9 +151,10 @@ class _Analysis:
         body = self.body
         if any(n.startswith(PREFIX) for n in all_names(body, data)) or has_collective(body, data) \
                 or any(n.type == "__shared__" for n in walk(body)):
-            raise _Reject
+            raise _Reject("the kernel already uses shared memory or collectives: the tiles' barriers would interleave "
+                          "with them", None, Stage.SCOPE)
         if declared_names(body, data) & set(self.params):
-            raise _Reject  # a local shadowing a parameter
+            raise _Reject("a local shadows a parameter")
         items = statements(body)
         guard: Node | None = None
         guard_at = -1
@@ -212,9 +163,10 @@ class _Analysis:
             guard, guard_at = items[-1], len(items) - 1
             items = items[:-1] + statements(guard.child_by_field_name("consequence"))
         x = y = acc = None
+        acc_after = False  # the accumulator starts at a value of its own output: the tiled sum is added to it
         loop_at = next((i for i, st in enumerate(items) if st.type == "for_statement"), None)
         if loop_at is None:
-            raise _Reject
+            raise _Reject("no serial loop at the top level of the body (or inside its one guard)", None, Stage.SCOPE)
         loop = items[loop_at]
         acc_name, kd, k_cond, prod, fma = self._loop(loop)
         written = written_names(body, data)
@@ -224,20 +176,21 @@ class _Analysis:
         if guard is not None:
             cond = condition_of(guard)
             if cond is None:
-                raise _Reject
+                raise _Reject("the guard has no condition", guard)
             exits.extend((t, True) for t in _terms(cond, data, "&&"))
         for at, st in enumerate(items[:loop_at]):
             if guard is not None and at >= guard_at:
                 stored = True  # the guard's exit is taken in the per-output code, where it stands
             if acc is not None and acc.name in _ids(st, data):
-                raise _Reject  # the accumulator read before the loop
+                raise _Reject(f"the accumulator `{acc.name}` is read before its loop", st)
             d = single_decl(st, data)
             if st.type == "declaration":
                 if d is None or d.shared or d.value is None:
-                    raise _Reject
+                    raise _Reject("a declaration before the loop is not one variable with a value", st)
                 if d.name == acc_name:
-                    if d.pointer or self.depends(d.value) or acc is not None:
-                        raise _Reject
+                    if d.pointer or acc is not None:
+                        raise _Reject(f"the accumulator `{acc_name}` is a pointer or declared twice", st)
+                    acc_after = bool(self.depends(d.value))
                     acc = d
                     self.deps[d.name] = set()
                     continue
@@ -249,7 +202,8 @@ class _Analysis:
                     continue
                 dep = self.depends(d.value)
                 if d.name in written:
-                    raise _Reject
+                    raise _Reject(f"the local `{d.name}` feeds the tiles or the outputs and is written later: each "
+                                  "output needs its value as it was", st)
                 if d.pointer:
                     self._pointer(d)
                 self.decls[d.name] = d
@@ -257,11 +211,16 @@ class _Analysis:
                 if not dep:
                     hoisted.append(st)
                 continue
+            if st.type == "expression_statement":
+                self._store(st)  # ``c[i*n+j] *= beta;``: runs once per output, where it stands
+                stored = True
+                continue
             if st.type != "if_statement" or st.child_by_field_name("alternative") is not None:
-                raise _Reject
+                raise _Reject("a statement before the loop is not a declaration, an exit `if (C) return;`, a mask "
+                              "`if (C) { stores; return; }` or a store `P[i] op= v`", st)
             cond = condition_of(st)
             if cond is None:
-                raise _Reject
+                raise _Reject("the exit has no condition", st)
             dep = self.depends(cond)
             if is_return_only(st.child_by_field_name("consequence")):
                 if not dep and not stored:
@@ -272,18 +231,25 @@ class _Analysis:
                 stored = True
             exits.extend((t, False) for t in _terms(cond, data, "||"))
         if x is None or y is None or acc is None:
-            raise _Reject
+            raise _Reject("the kernel's 2-D output index `x = blockIdx.x * blockDim.x + threadIdx.x` (and the same "
+                          "along y) or a scalar accumulator declared before the loop is missing")
         for st in items[loop_at + 1 :]:
             if has_collective(st, data) or _coords(st, data) - _KEPT or any(
                     n.type in ("lambda_expression", "goto_statement", "labeled_statement") for n in walk(st)):
-                raise _Reject
+                raise _Reject("a statement after the loop synchronizes, reads a thread coordinate or jumps: it cannot "
+                              "run once per output", st)
         if {x.name, y.name} & written or acc_name in {w for st in items[:loop_at] for w in written_names(st, data)}:
-            raise _Reject
-        a, b, a_first = self._operands(prod, kd.name)
+            raise _Reject("an output coordinate is written, or the accumulator is written before its loop")
+        if not fma and acc_name in _ids(prod, data):
+            raise _Reject(f"the accumulator `{acc_name}` is read in its own term", prod)
+        a, b, a_first, more = self._operands(prod, kd.name)
         b.kfast = False  # unless the addresses say otherwise: A along k, B along x (row-major operands)
-        shape = _Shape(x, y, acc, loop, kd, k_cond, a, b, a_first, fma, hoisted, items, guard, guard_at)
+        shape = _Shape(x, y, acc, loop, kd, k_cond, a, b, a_first, fma, hoisted, items, guard, guard_at,
+                       term=None if fma else prod, acc_after=acc_after,
+                       named=dict(self.loop_reads), more=more)
         self._bounds(shape, exits)
-        for o, locs in ((a, shape.y_locals), (b, shape.x_locals)):
+        for o, locs in ((a, shape.y_locals), (b, shape.x_locals),
+                        *((o, shape.y_locals if side else shape.x_locals) for o, side in more)):
             for name in o.locals_:
                 if name not in locs:
                     locs.append(name)
@@ -296,24 +262,37 @@ class _Analysis:
         init, cond, upd, lbody = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update",
                                                                          "body"))
         if init is None or cond is None or upd is None or lbody is None:
-            raise _Reject
+            raise _Reject("the loop does not start, test and step its counter in its header", loop)
         kd = single_decl(init, data)
         if kd is None or kd.value is None or kd.pointer:
-            raise _Reject
+            # a spelling the canonical form rewrites (the counter moved into its ``for``): ranked below what the
+            # canonical form's analysis says, so the "why not" names the substantive reason
+            raise _Reject("the loop counter is not declared in the loop's header with a start value", loop, Stage.SCOPE)
         kv = kd.name
         kb = upper_bound(cond, data, kv)
         if kb is None or node_text(unparen(upd), data).replace(" ", "") not in (f"{kv}++", f"++{kv}", f"{kv}+=1",
                                                                                    f"{kv}={kv}+1"):
-            raise _Reject
+            raise _Reject(f"the loop is not `for ({kv} = s; {kv} < b; {kv}++)`: it steps otherwise or its bound is not "
+                          "an upper bound", loop)
         sts = statements(lbody)
+        while len(sts) > 1 and sts[0].type == "declaration":
+            # ``float a = A[..]; float b = B[..]; c += a * b;``: a name for one read, used in the update
+            d = single_decl(sts[0], data)
+            if d is None or d.pointer or d.shared or d.value is None \
+                    or unparen(d.value).type != "subscript_expression" or d.name in self.loop_reads:
+                raise _Reject("a declaration in the loop's body is not a name for one array read `T v = P[i];`", sts[0])
+            self.loop_reads[d.name] = unparen(d.value)
+            sts = sts[1:]
         if len(sts) != 1 or sts[0].type != "expression_statement" or sts[0].named_child_count != 1:
-            raise _Reject  # the loop carries something besides the sum
+            raise _Reject("the loop's body is more than one update `acc += term`: it carries something besides the "
+                          "sum", lbody)
         e = sts[0].named_children[0]
         if e.type != "assignment_expression":
-            raise _Reject
+            raise _Reject("the loop's statement is not an update `acc += term`", sts[0])
         left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
         if left is None or op is None or right is None or not is_ident(left, data):
-            raise _Reject
+            raise _Reject("the loop's update is not of a scalar accumulator (a global one the canonical form could "
+                          "not keep in a register)", e)
         acc = node_text(unparen(left), data)
         o = node_text(op, data)
         r = unparen(right)
@@ -334,8 +313,22 @@ class _Analysis:
             if fn is not None and node_text(fn, data) in _FMA and len(xs) == 3 and is_ident(xs[2], data, acc):
                 prod, fma = r, node_text(fn, data)
         if prod is None:
-            raise _Reject
+            raise _Reject("the loop's update is not `acc += term`, `acc = acc + term` or `acc = fma(p, q, acc)`", e)
         return acc, kd, cond, prod, fma
+
+    def _store(self, st: Node) -> None:
+        """``P[E] op= v;`` before the loop: a store of the thread's own that runs, per output, where it stands
+        (``c[i * n + j] *= beta;``); ``_writes`` checks that it does not reach an operand."""
+        data = self.data
+        e = unparen(st.named_children[0]) if st.named_child_count == 1 else None
+        left = e.child_by_field_name("left") if e is not None and e.type == "assignment_expression" else None
+        right = e.child_by_field_name("right") if e is not None else None
+        parts = subscript_parts(left, data) if left is not None else None
+        if parts is None or right is None or not is_ident(parts[0], data):
+            raise _Reject("a statement before the loop is not a declaration, an exit `if (C) return;`, a mask "
+                          "`if (C) { stores; return; }` or a store `P[i] op= v`", st)
+        self.depends(parts[1])
+        self.depends(right)
 
     def _pointer(self, d: Decl) -> None:
         """``T* p = base + offset`` (offsets added on either side, any number): p points into base's root."""
@@ -343,7 +336,7 @@ class _Analysis:
         assert d.value is not None
         bases = [t for t in _terms(d.value, data, "+") if t.type == "identifier" and node_text(t, data) in self.root]
         if len(bases) != 1:
-            raise _Reject
+            raise _Reject("a local pointer is not `base + offsets` of exactly one pointer parameter")
         self.root[d.name] = self.root[node_text(bases[0], data)]
 
     def _mask_body(self, st: Node) -> None:
@@ -351,58 +344,88 @@ class _Analysis:
         data = self.data
         sts = statements(st.child_by_field_name("consequence"))
         if not sts or sts[-1].type != "return_statement" or sts[-1].named_child_count:
-            raise _Reject
+            raise _Reject("a mask before the loop is not `if (C) { stores; return; }`", st)
         for s in sts[:-1]:
             e = s.named_children[0] if s.type == "expression_statement" and s.named_child_count == 1 else None
             if e is None or e.type != "assignment_expression":
-                raise _Reject
+                raise _Reject("a mask's statement is not a store `p[i] = v`", s)
             left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
             parts = subscript_parts(left, data) if left is not None else None
             if parts is None or right is None:
-                raise _Reject
+                raise _Reject("a mask stores to something other than an array element", s)
             self.depends(parts[1])
             self.depends(right)
 
-    def _operands(self, prod: Node, kv: str) -> tuple[_Operand, _Operand, bool]:
+    def _operands(self, prod: Node, kv: str) -> tuple[_Operand, _Operand, bool, list[tuple[_Operand, bool]]]:
+        """The term's reads: the first moving with y and k (the A tile), the first moving with x and k (the B
+        tile), whether A comes first in the term, and any further reads with the side whose tile they get
+        (``alpha * a[i, k] * b[j, k] + alpha * b[i, k] * a[j, k]``: syr2k stages two tiles per side)."""
         data = self.data
         if prod.type == "call_expression":
             args = prod.child_by_field_name("arguments")
             assert args is not None
             xs = [c for c in args.named_children if c.type != "comment"]
-            p1, p2 = xs[0], xs[1]
+            reads = [self.loop_reads.get(node_text(x, data), x) for x in xs[:2]]
         else:
-            if prod.type != "binary_expression":
-                raise _Reject
-            pop, q1, q2 = (prod.child_by_field_name(f) for f in ("operator", "left", "right"))
-            if pop is None or q1 is None or q2 is None or node_text(pop, data) != "*":
-                raise _Reject
-            p1, p2 = q1, q2
+            # any term made of reads and values every thread of a block shares (``alpha * A[..] * B[..]``, casts,
+            # sums of such products): the tiled step computes it as written, the reads replaced by tile values
+            reads = [n for n in walk(prod, ("subscript_expression",))
+                     if not any(p.type == "subscript_expression" for p in _ancestors(n, prod))]
+            named = [node_text(n, data) for n in walk(prod, ("identifier",)) if node_text(n, data) in self.loop_reads]
+            if len(set(named)) != len(named):
+                raise _Reject("a read named in the loop's body is used twice in the term", prod)
+            reads += [self.loop_reads[n] for n in named]
+            if len(reads) < 2:
+                raise _Reject(f"the loop's term reads {len(reads)} arrays, not a row and a column", prod)
+            self.deps[kv] = {_K}
+            self.deps.update({n: set() for n in named})
+            self.depends(prod)  # no call, assignment or thread coordinate anywhere in the term
+            for gone in [kv, *named]:
+                del self.deps[gone]
+            spans = [(r.start_byte, r.end_byte) for r in reads]
+            for ident in walk(prod, ("identifier",)):
+                name = node_text(ident, data)
+                if any(a <= ident.start_byte < b for a, b in spans) or name in named:
+                    continue
+                if name == kv or self.deps.get(name):
+                    raise _Reject(f"the loop's term uses `{name}` outside its reads, a value that differs "
+                                  "between k or between outputs", ident)
         self.deps[kv] = {_K}
-        o1, o2 = self._operand(p1), self._operand(p2)
-        d1, d2 = self._operand_deps(o1), self._operand_deps(o2)
+        ops = [self._operand(r) for r in reads]
+        sides: list[tuple[_Operand, bool]] = []
+        for o in ops:
+            d = self._operand_deps(o)
+            if d == {_Y, _K}:
+                sides.append((o, True))
+            elif d == {_X, _K}:
+                sides.append((o, False))
+            else:
+                del self.deps[kv]
+                raise _Reject(f"the read `{node_text(o.node, data)}` does not move with k and one output coordinate "
+                              "only: a tile of it is not shared by a row or a column of outputs", o.node)
         del self.deps[kv]
-        if not ({_K} <= d1 and {_K} <= d2):
-            raise _Reject
-        if _Y in d1 and _X not in d1 and _X in d2 and _Y not in d2:
-            return o1, o2, True
-        if _Y in d2 and _X not in d2 and _X in d1 and _Y not in d1:
-            return o2, o1, False
-        raise _Reject
+        a_at = next((i for i, (_, side) in enumerate(sides) if side), None)
+        b_at = next((i for i, (_, side) in enumerate(sides) if not side), None)
+        if a_at is None or b_at is None:
+            raise _Reject("the term's reads do not include one moving with the row (y) and k and one with the column "
+                          "(x) and k: not a product of a row and a column", prod)
+        more = [s for i, s in enumerate(sides) if i not in (a_at, b_at)]
+        return sides[a_at][0], sides[b_at][0], a_at < b_at, more
 
     def _operand(self, node: Node) -> _Operand:
         data = self.data
         parts = subscript_parts(node, data)
         if parts is None or not is_ident(parts[0], data):
-            raise _Reject
+            raise _Reject(f"`{node_text(node, data)}` is not a read `P[index]` of an array", node)
         name = node_text(unparen(parts[0]), data)
         root = self.root.get(name)
         if root is None:
-            raise _Reject
+            raise _Reject(f"`{name}` is not a pointer parameter or a local view into one", node)
         p = self.params[root]
         if resolved_type(self.ctx, p.type) not in _ELEM:
-            raise _Reject
+            raise _Reject(f"`{name}`'s element type is not float, double or an integer", node)
         if any(n.type == "subscript_expression" for n in walk(parts[1])):
-            raise _Reject
+            raise _Reject(f"`{node_text(node, data)}` indexes memory with memory (not affine)", node)
         return _Operand(name, root, p.type, unparen(node), [])
 
     def _operand_deps(self, o: _Operand) -> set[str]:
@@ -417,6 +440,7 @@ class _Analysis:
         for term, passes in exits:
             dep = self.depends(term)
             marks = {d for d in dep if d in (_X, _Y)}
+            self.tested |= marks
             text = node_text(term, data)
             ok = text if passes else f"!({text})"
             locs = [n for n in self.deps if n in dep and self.deps[n] and n in self.decls]
@@ -437,14 +461,13 @@ class _Analysis:
                 shape.x_ok.append(ok)
             elif not passes and self._linear_compare(term, shape):
                 shape.masks.append(term)
-        if shape.y_bound is None or shape.x_bound is None:
-            raise _Reject  # loads of a block could reach rows or columns the kernel never reads
         assert shape.k.value is not None
         self.deps[shape.k.name] = set()
         k_ids = self.depends(shape.k_cond)
         del self.deps[shape.k.name]
         if k_ids or self.depends(shape.k.value):
-            raise _Reject  # the k-range differs between threads of a block
+            raise _Reject("the loop's range differs between threads of a block (triangular): tiles would need "
+                          "per-thread bounds", shape.loop)
 
     def _linear_compare(self, term: Node, shape: _Shape) -> bool:
         """``L op R`` with L - R linear in x and y over uniform values, on signed index types."""
@@ -497,93 +520,17 @@ class _Analysis:
             t = unparen(target)
             if t.type == "identifier":
                 if node_text(t, data) in self.root:
-                    raise _Reject  # a pointer moved: what it points into is no longer followed
+                    raise _Reject(f"the pointer `{node_text(t, data)}` is moved: what it points into is no longer "
+                                  "followed", n)
                 continue
             parts = subscript_parts(t, data)
             if parts is None or not is_ident(parts[0], data):
-                raise _Reject
+                raise _Reject("a store's target is not an element of a named array", n)
             root = self.root.get(node_text(unparen(parts[0]), data))
-            if root is None or root in (shape.a.root, shape.b.root):
-                raise _Reject
+            if root is None or root in {o.root for o, _ in shape.operands()}:
+                raise _Reject("the kernel writes an operand it reads in the loop (in place), or a store's target is "
+                              "unknown", n)
         written = written_names(self.body, data)
         for name in self.decls:
             if not self.deps[name] and name in written:
-                raise _Reject  # hoisted locals are shared by all of a thread's outputs
-
-
-
-# ----------------------------------------------------------------------------- the rule
-
-
-def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-    k = ctx.cand_kernel
-    got = kernel_body(ctx)
-    if k is None or got is None:
-        return None
-    body, data = got
-    an = _Analysis(ctx, body, data)
-    try:
-        shape = an.run()
-    except _Reject:
-        return None
-    _contiguity(an, shape)
-    return shape, data
-
-
-def _extent(ctx: RuleContext, b: Bound, data: bytes, axis: int) -> str | None:
-    """How many outputs a bound admits along ``axis`` in spec terms; None when the original launch covered
-    fewer (the tiled grid would compute outputs the kernel never wrote) or it cannot be told."""
-    cover = f"({ctx.grid[axis]}) * ({ctx.block[axis]})" if len(ctx.grid) > axis and len(ctx.block) > axis else None
-    lim = scalar_value_expr(ctx, b.limit, data)
-    if lim is None:
-        return cover
-    ext = f"{lim} + 1" if b.inclusive else lim
-    es = envs(ctx)
-    if cover is None or es is None:
-        return None
-    for env in es:
-        e, c = eval_expr(ext, env), eval_expr(cover, env)
-        if not isinstance(e, int) or not isinstance(c, int) or c < e:
-            return None
-    return ext
-
-
-class SmemTiling(StructuralRule[_Shape]):
-    family = "smem_tiling"
-    structural = True
-    motivated_by = ("smem_tiling", "data_reuse")
-
-    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
-        return _analyse(ctx)
-
-    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
-        g, b = dims_values(ctx, ctx.grid), dims_values(ctx, ctx.block)
-        if g is None or b is None or any(v[2] != 1 for v in b) or len(ctx.block) > 2:
-            return {}
-        assert shape.x_bound is not None and shape.y_bound is not None
-        nx = _extent(ctx, shape.x_bound, data, 0)
-        ny = _extent(ctx, shape.y_bound, data, 1)
-        if nx is None or ny is None:
-            return {}
-        z = (ctx.grid[2],) if len(ctx.grid) > 2 else ()
-        out: dict[str, Launch] = {}
-        for param, (bm, bn, _bk, tm, tn) in VARIANTS.items():
-            grid = (f"cdiv({nx}, {bn})", f"cdiv({ny}, {bm})", *z)
-            block = (str(bn // tn), str(bm // tm))
-            if launch_ok(ctx, grid, block):
-                out[param] = Launch(grid, block)
-        return out
-
-    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
-        return _generate(shape, data, *VARIANTS[param])
-
-    def rationale(self, shape: _Shape, param: str) -> str:
-        bm, bn, bk, tm, tn = VARIANTS[param]
-        per = f", {tm}x{tn} outputs per thread in registers" if tm * tn > 1 else ""
-        skip = "; tiles inside the mask skip the loads" if shape.masks else ""
-        return (f"stage {bm}x{bk} tiles of {shape.a.array} and {bk}x{bn} tiles of {shape.b.array} in shared "
-                f"memory ({bm}x{bn} outputs per block{per}){skip}")
-
-
-
-register(SmemTiling())
+                raise _Reject("a local shared by all of a thread's outputs (hoisted) is written")

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
-from ...cuda.tree import node_text
-from ...spec.expr import Number
-from ._structural import (
+from ....cuda.tree import node_text
+from ....spec.expr import Number
+from .._structural import (
     Bound,
     Decl,
     condition_of,
@@ -28,10 +28,11 @@ from ._structural import (
     unparen,
     upper_bound,
 )
-from ._util import eval_expr, int_literal
+from .._util import eval_expr, int_literal
+from .cover import CDIV
 
 if TYPE_CHECKING:
-    from .smem_tiling import _Analysis
+    from .analysis import _Analysis
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wft_"
@@ -75,6 +76,32 @@ class _Shape:
     x_locals: list[str] = field(default_factory=list)
     #: exit terms linear in x and y: a tile where one holds at every corner skips its loads
     masks: list[Node] = field(default_factory=list)
+    #: the loop's term ``E`` of ``acc += E`` (None for an fma update): the tiled step computes it as written
+    term: Node | None = None
+    #: locals of the loop body that name one read (``float a = A[..];``): the term uses them
+    named: dict[str, Node] = field(default_factory=dict)
+    #: the accumulator starts at a value of its own output: the tiled sum starts at zero and is added to it
+    acc_after: bool = False
+    #: bounds from the launch's extent where the kernel wrote none (``row < (n)``): each output checks them
+    limits: list[str] = field(default_factory=list)
+    #: further reads of the term, each with its side (True: moves with y, an A-side tile), each its own tile
+    more: list[tuple[_Operand, bool]] = field(default_factory=list)
+
+    def operands(self) -> list[tuple[_Operand, bool]]:
+        """Every staged read with its side (True: A, moving with y), A and B first."""
+        return [(self.a, True), (self.b, False), *self.more]
+
+    def names(self) -> list[tuple[_Operand, bool, str, str]]:
+        """Every staged read with its side, its shared tile's name and its register array's name."""
+        out: list[tuple[_Operand, bool, str, str]] = []
+        count = {True: 0, False: 0}
+        for o, side in self.operands():
+            n = count[side]
+            count[side] += 1
+            suffix = str(n) if n else ""
+            tile, reg = ("As", "a") if side else ("Bs", "b")
+            out.append((o, side, f"{PREFIX}{tile}{suffix}", f"{PREFIX}{reg}{suffix}"))
+        return out
 
 
 # ----------------------------------------------------------------------------- contiguity
@@ -149,7 +176,8 @@ def _contiguity(an: _Analysis, shape: _Shape) -> None:
         return
     env = es[0]
     kv = shape.k.name
-    for o, c in ((shape.a, shape.y.name), (shape.b, shape.x.name)):
+    for o, side in shape.operands():
+        c = shape.y.name if side else shape.x.name
         base = _address(an, o.node, env, {kv: 1, c: 1})
         along_k = _address(an, o.node, env, {kv: 2, c: 1})
         along_c = _address(an, o.node, env, {kv: 1, c: 2})
@@ -173,14 +201,12 @@ def _local_decls(shape: _Shape, names: list[str], data: bytes) -> list[str]:
     return out
 
 
-def _load(shape: _Shape, data: bytes, a_side: bool) -> str:
+def _load(shape: _Shape, data: bytes, o: _Operand, a_side: bool, tile: str) -> str:
     p = PREFIX
-    o = shape.a if a_side else shape.b
     c = shape.y if a_side else shape.x
     kv = shape.k
     oks = (shape.y_ok if a_side else shape.x_ok) + [node_text(shape.k_cond, data)]
     locs = _local_decls(shape, shape.y_locals if a_side else shape.x_locals, data)
-    tile = f"{p}As" if a_side else f"{p}Bs"
     rn, cn = (f"{p}BM", f"{p}BK") if a_side else (f"{p}BN", f"{p}BK")
     # e -> (output coordinate r, k offset q); the faster-varying one follows the contiguous address
     if o.kfast:
@@ -210,6 +236,8 @@ def _per_output(shape: _Shape, data: bytes) -> str:
     p = PREFIX
     skip = {shape.x.node.id, shape.y.node.id, shape.loop.id} | {n.id for n in shape.hoisted}
     lines: list[str] = []
+    if shape.limits:
+        lines.append(f"if (!({' && '.join(shape.limits)})) return;  // outside what the original launch covered")
     acc_value = shape.acc.value
     assert acc_value is not None
     for at, st in enumerate(shape.items):
@@ -217,9 +245,12 @@ def _per_output(shape: _Shape, data: bytes) -> str:
             cond = condition_of(shape.guard)
             assert cond is not None
             lines.append(f"if (!({node_text(cond, data)})) return;")
+        if st.id == shape.loop.id and shape.acc_after:
+            lines.append(f"{shape.acc.name} += {p}acc[{p}i][{p}j];  // the loop, tiled")
+            continue
         if st.id in skip:
             continue
-        if st.id == shape.acc.node.id:
+        if st.id == shape.acc.node.id and not shape.acc_after:
             text = render(st, data, lambda n: f"{p}acc[{p}i][{p}j]" if n.id == acc_value.id else None)
             lines.append(flush(text, st, data))
             continue
@@ -227,22 +258,68 @@ def _per_output(shape: _Shape, data: bytes) -> str:
     return "\n".join(lines)
 
 
+def _plain_product(shape: _Shape, data: bytes) -> bool:
+    """Whether the loop's term is the two reads multiplied (``a * b``, either order, named or not): zero when
+    either is."""
+    t = unparen(shape.term) if shape.term is not None else None
+    if t is None or t.type != "binary_expression" or shape.more:
+        return False
+    op, left, right = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or left is None or right is None or node_text(op, data) != "*":
+        return False
+    reads = {shape.a.node.id, shape.b.node.id}
+
+    def read(n: Node) -> bool:
+        n = unparen(n)
+        return n.id in reads or (n.type == "identifier" and node_text(n, data) in shape.named)
+
+    return read(left) and read(right)
+
+
+def _registers(o: _Operand, a_side: bool, tile: str, reg: str) -> str:
+    """A thread's values of one tile for this k: TM rows (A side) or TN columns (B side), into registers."""
+    p = PREFIX
+    if a_side:
+        return f"""{o.elem} {reg}[{p}TM];
+#pragma unroll
+for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
+    {reg}[{p}i] = {tile}[{p}ty + {p}i * {p}TY][{p}kk];
+}}"""
+    return f"""{o.elem} {reg}[{p}TN];
+#pragma unroll
+for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
+    {reg}[{p}j] = {tile}[{p}kk][{p}tx + {p}j * {p}TX];
+}}"""
+
+
 def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn: int) -> str:
     p = PREFIX
     x, y, kv = shape.x, shape.y, shape.k
-    a, b = shape.a, shape.b
     acc = shape.acc
-    init = node_text(acc.value, data) if acc.value is not None else "0"
+    init = node_text(acc.value, data) if acc.value is not None and not shape.acc_after \
+        else f"static_cast<{acc.type}>(0)"
     kb = upper_bound(shape.k_cond, data, kv.name)
     assert kb is not None and kv.value is not None
     k_end = f"({node_text(kb.limit, data)}) + 1" if kb.inclusive else f"({node_text(kb.limit, data)})"
-    pa, pb = (0 if a.kfast else 1), (1 if b.kfast else 0)
+    staged = shape.names()
     av, bv = f"{p}a[{p}i]", f"{p}b[{p}j]"
     if shape.fma:
         step = f"{p}acc[{p}i][{p}j] = {shape.fma}({av if shape.a_first else bv}, {bv if shape.a_first else av}, " \
                f"{p}acc[{p}i][{p}j]);"
     else:
-        step = f"{p}acc[{p}i][{p}j] += {av + ' * ' + bv if shape.a_first else bv + ' * ' + av};"
+        assert shape.term is not None
+        reads = {o.node.id: f"{reg}[{p}i]" if side else f"{reg}[{p}j]" for o, side, _, reg in staged}
+        # a name the loop body gave a read (``float a = A[..];``) stands for that read's tile value
+        named = {name: reads[r.id] for name, r in shape.named.items() if r.id in reads}
+
+        def tile_value(n: Node) -> str | None:
+            return named.get(node_text(n, data)) if n.type == "identifier" else reads.get(n.id)
+
+        step = f"{p}acc[{p}i][{p}j] += {render(shape.term, data, tile_value)};"
+        if not _plain_product(shape, data):
+            # a partial k-tile's padding is zeros, which adds nothing to a product of the two reads; any other term
+            # (``alpha * a * b`` with alpha infinite, ``a * b + 1``) would add its value at 0: skip k past the end
+            step = f"if ({p}k0 + {p}kk < {k_end}) {step}"
     hoisted = "\n".join(flush(node_text(n, data), n, data) for n in shape.hoisted)
     masks = ""
     compute_open, compute_close = "", ""
@@ -255,22 +332,18 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
                  f"return {test}; }};\n"
                  f"const bool {p}skip = {corners};\n")
         compute_open, compute_close = f"if (!{p}skip) {{\n", "\n}"
+    loads = "\n".join(indent(_load(shape, data, o, side, tile), "    ") for o, side, tile, _ in staged)
+    registers = "\n".join(indent(_registers(o, side, tile, reg), "        ") for o, side, tile, reg in staged)
+    # padded by one where the loads run across the tile's rows, so a column of the tile hits distinct banks
+    tiles = "\n".join(f"__shared__ {o.elem} {tile}[{p}BM][{p}BK + {0 if o.kfast else 1}];" if side else
+                      f"__shared__ {o.elem} {tile}[{p}BK][{p}BN + {1 if o.kfast else 0}];"
+                      for o, side, tile, _ in staged)
     kloop = f"""for ({kv.type} {p}k0 = {node_text(kv.value, data)}; {p}k0 < {k_end}; {p}k0 += {p}BK) {{
-{indent(_load(shape, data, True), "    ")}
-{indent(_load(shape, data, False), "    ")}
+{loads}
     __syncthreads();
     #pragma unroll
     for (int {p}kk = 0; {p}kk < {p}BK; ++{p}kk) {{
-        {a.elem} {p}a[{p}TM];
-        {b.elem} {p}b[{p}TN];
-        #pragma unroll
-        for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
-            {p}a[{p}i] = {p}As[{p}ty + {p}i * {p}TY][{p}kk];
-        }}
-        #pragma unroll
-        for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
-            {p}b[{p}j] = {p}Bs[{p}kk][{p}tx + {p}j * {p}TX];
-        }}
+{registers}
         #pragma unroll
         for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
             #pragma unroll
@@ -283,12 +356,13 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
 }}"""
     if compute_open:
         kloop = compute_open + indent(kloop, "    ") + compute_close
+    cdiv = f"auto {CDIV} = [](long long n, long long d) {{ return (n + d - 1) / d; }};\n" \
+        if any(CDIV in lim for lim in shape.limits) else ""
     code = f"""{hoisted}
-constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
+{cdiv}constexpr int {p}BM = {bm}, {p}BN = {bn}, {p}BK = {bk}, {p}TM = {tm}, {p}TN = {tn};
 constexpr int {p}TX = {p}BN / {p}TN, {p}TY = {p}BM / {p}TM, {p}NT = {p}TX * {p}TY;
 static_assert(({p}BM * {p}BK) % {p}NT == 0 && ({p}BK * {p}BN) % {p}NT == 0, "whole tiles per thread");
-__shared__ {a.elem} {p}As[{p}BM][{p}BK + {pa}];
-__shared__ {b.elem} {p}Bs[{p}BK][{p}BN + {pb}];
+{tiles}
 const int {p}tx = threadIdx.x, {p}ty = threadIdx.y;
 const int {p}tid = {p}ty * {p}TX + {p}tx;
 const {y.type} {p}y0 = blockIdx.y * {p}BM;
