@@ -28,7 +28,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import unparen, walk
 from .passes import Kernel, statements
-from .remap import _ITEM, NotLegal, Reduction, _declaration_of, _hidden_write, _loop_parts
+from .remap import NotLegal, Reduction, _declaration_of, _hidden_write, _loop_parts, is_item
 from .remap_items import _WORD, _Acc, _carried, _item_accesses
 from .summary import Summary
 
@@ -49,6 +49,8 @@ class ColumnPlan:
     tail: tuple[int, int] | None
     reductions: tuple[Reduction, ...]
     line: int
+    #: the ``const`` of the item's declaration, dropped where the early exit moves a thread to column 0
+    const: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     if blocking:
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
                         stage=0)
-    items = [p for p in s.parallel if p.index == _ITEM and p.form in ("exit", "unguarded")]
+    items = [p for p in s.parallel if is_item(p.index) and p.form in ("exit", "unguarded")]
     if not items:
         return NotLegal("no item index `blockIdx.x*blockDim.x + threadIdx.x` with an early exit or no guard")
     dim = items[0]
@@ -86,9 +88,9 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
             continue
         return NotLegal(f"`{text}` is used besides the item index (line {k.line(n)}): the (X, R) block changes it",
                         k.line(n))
-    if "const" in k.t(decl_stmt).split("=", 1)[0].split():
-        return NotLegal(f"the item index `{dim.var}` is const: a thread past the bound cannot be moved to column 0",
-                        dim.line)
+    # a ``const`` item is written once more by the rewrite (a thread past the bound moves to column 0): the
+    # qualifier goes, which changes nothing else (the kernel never writes it, or it would not compile)
+    const = next((c for c in decl_stmt.children if c.type == "type_qualifier" and k.t(c) == "const"), None)
     rest = sts[sts.index(decl_stmt) + 1:]
     exit_node, cond, bound = None, "", ""
     first_loop = next((st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")), None)
@@ -160,7 +162,8 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     tail_sts = rest[rest.index(top) + 1:]
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ColumnPlan(dim.var, (exit_node.start_byte, exit_node.end_byte) if exit_node is not None else None,
-                      cond, bound, walks, top.start_byte, top.end_byte, tail, reductions, k.line(top))
+                      cond, bound, walks, top.start_byte, top.end_byte, tail, reductions, k.line(top),
+                      (const.start_byte, const.end_byte) if const is not None and exit_node is not None else None)
 
 
 def _exit_bound(st: Node, item: str, k: Kernel) -> tuple[str, str] | None:

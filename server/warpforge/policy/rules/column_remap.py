@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.passes import Kernel, find_kernel, splice
-from ..ir.remap import NotLegal
+from ..ir.remap import NotLegal, zero_of
 from ..ir.remap_columns import ColumnPlan, Walk, plan_columns
 from ..ir.summary import summarize
 from . import register
@@ -107,6 +107,8 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
     ind = _indent_at(data, p.top_start)
     off = f"{PREFIX}off"
     edits: list[tuple[int, int, str]] = []
+    if p.const is not None:
+        edits.append((p.const[0], p.const[1], ""))
     if p.exit is not None:
         edits.append((p.exit[0], p.exit[1],
                       f"if (({p.bound}) <= 0) return;  // no item at all: the whole block leaves (uniform)\n"
@@ -114,7 +116,7 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
                       f"{ind}if ({off}) {p.index} = 0;  // past the bound: column 0, no store, reaches the barrier"
                       ))
     sums = [r for r in p.reductions if r.combine == "sum"]
-    pre = "".join(f"if (threadIdx.y != 0) {r.name} = 0;\n{ind}" for r in sums)
+    pre = "".join(f"if (threadIdx.y != 0) {r.name} = {zero_of(r.type)};\n{ind}" for r in sums)
     first = text(w.init_value)
     edits += [(p.top_start, p.top_start, pre),
               (w.init_value[0], w.init_value[1], "threadIdx.y" if first.strip() == "0" else f"({first}) + threadIdx.y"),
