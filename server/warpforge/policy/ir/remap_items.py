@@ -471,7 +471,7 @@ def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[st
                 return False
             continue
         name = k.t(n)
-        if name in base.counters or name in base.varying:
+        if (name in base.counters and name not in atoms) or name in base.varying:  # atoms: a grid-stride item
             return False
         if name in pointers or name in views:
             if views.get(name, (name, []))[0] in written:
