@@ -137,11 +137,11 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
         if st.type == "if_statement" and next(walk(st, ("return_statement",)), None) is not None:
             if exit_node is not None:
                 return NotLegal("more than one early exit", k.line(st))
-            got = _exit_bound(st, dim.var, k)
-            if got is None:
+            ex = _exit_bound(st, dim.var, k)
+            if ex is None:
                 return NotLegal(f"the early exit `{k.t(st).split(chr(10))[0]}` is not `if ({dim.var} >= bound) "
                                 "return;`", k.line(st))
-            exit_node, (cond, bound) = st, got
+            exit_node, (cond, bound) = st, ex
             early_use = next((x for x in rest[:rest.index(st)] if dim.var in _WORD.findall(k.t(x))), None)
             if early_use is not None:
                 return NotLegal(f"`{k.t(early_use).strip()}` uses `{dim.var}` before the early exit (line "
