@@ -84,6 +84,10 @@ LANE: dict[str, str] = {
     "  for (int j = 0; j < len; ++j) {\n    int a = j - 1;\n    int b = j + 1;\n"
     "    int inside = (a >= 0 && a < len &&\n                  b >= 0 && b < len);\n"
     "    acc += inside ? src[w * len + j] : 0.0f;\n  }\n  dst[w] = acc;\n}\n",
+    # the item declared with another variable in one statement (older code's `int i = ..., j;`)
+    "shared_declaration": WINDOWS + WINDOWS_SIG +
+    "  int w = blockIdx.x * blockDim.x + threadIdx.x, j;\n  if (w >= count) return;\n  float acc = 0.0f;\n"
+    "  for (j = 0; j < len; j++) acc += src[w * len + j];\n  dst[w] = acc;\n}\n",
     # half-precision accumulators (sm_80+: __shfl_xor_sync moves them, `+` is defined on the device)
     "half_sum": "#include <cuda_fp16.h>\n" + WINDOWS.replace("float[", "half[") +
     "__global__ void k(const __half* src, __half* dst, int count, int len) {\n"
@@ -172,6 +176,11 @@ def stride(body: str) -> str:
     (PLANES + PLANES_SIG + "  int e = blockIdx.x * blockDim.x + threadIdx.x;\n  if (e >= pixels) return;\n"
      "  float t = 0;\n  for (int pl = 0; pl < planes; ++pl) t += img[e * planes + pl] * gridDim.x;\n  res[e] = t;\n}\n",
      "column_remap", "no loop walks a column"),
+    # a variable declared beside the item from it would keep the old item's value past the bound
+    (PLANES + PLANES_SIG + "  int e = blockIdx.x * blockDim.x + threadIdx.x, px = e % pixels;\n"
+     "  if (e >= images * pixels) return;\n  float t = 0;\n"
+     "  for (int pl = 0; pl < planes; ++pl) t += img[(e / pixels * planes + pl) * pixels + px];\n  res[e] = t;\n}\n",
+     "column_remap", "not declared once"),
     # a struct accumulator: a shuffle moves scalars
     ("struct Sum {\n  float v;\n  __device__ Sum& operator+=(float x) { v += x; return *this; }\n};\n" + WINDOWS +
      WINDOWS_SIG + "  int w = blockIdx.x * blockDim.x + threadIdx.x;\n  if (w >= count) return;\n  Sum acc = {0.f};\n"

@@ -312,15 +312,19 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
 
 
 def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
-    """The top-level declaration ``int name = value;`` (and its value), when it is the only one."""
+    """The top-level declaration ``int name = value;`` (and its value), when it is the only one. Other variables
+    may share the statement (``int gid = ..., j = 0;``) when they do not read ``name``: a remap that moves a
+    thread past the bound to another item after the statement must not leave a value computed from the old."""
     found: tuple[Node, Node] | None = None
     for st in sts:
         if st.type != "declaration":
             continue
-        for d in st.children_by_field_name("declarator"):
+        ds = st.children_by_field_name("declarator")
+        for d in ds:
             nm, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
             if d.type == "init_declarator" and nm is not None and v is not None and k.t(nm) == name:
-                if found is not None or len(st.children_by_field_name("declarator")) != 1:
+                if found is not None or any(o is not d and name in {k.t(i) for i in walk(o, ("identifier",))}
+                                            for o in ds):
                     return None
                 found = (st, v)
     return found
