@@ -71,12 +71,24 @@ def member(node: Node, data: bytes) -> tuple[Node, str, str] | None:
     return node, node_text(arg, data), node_text(fld, data)
 
 
+def misparsed_assignment(n: Node, data: bytes) -> bool:
+    """Whether an ``assignment_expression`` is tree-sitter's misreading of a comparison: in ``(a >= 0 && a < h &&
+    b >= 0 && b < w)`` the grammar may take ``a < h && b >`` for a template's arguments and leave ``= 0 && ...``
+    as an assignment. A C++ lexer reads ``>=`` as one token wherever the two characters touch, so an ``=``
+    right after a ``>`` is never an assignment."""
+    op = n.child_by_field_name("operator")
+    return n.type == "assignment_expression" and op is not None and data[op.start_byte - 1:op.start_byte] == b">" \
+        and data[op.start_byte:op.end_byte] == b"="
+
+
 def written_names(node: Node, data: bytes) -> set[str]:
     """Plain variables assigned, incremented or whose address is taken anywhere in a subtree: what a
     transformation must not assume constant."""
     out: set[str] = set()
     for n in walk(node, ("assignment_expression", "update_expression", "pointer_expression")):
         if n.type == "assignment_expression":
+            if misparsed_assignment(n, data):
+                continue
             target = n.child_by_field_name("left")
         elif n.type == "update_expression" or node_text(n, data).lstrip().startswith("&"):
             target = n.child_by_field_name("argument")

@@ -123,7 +123,10 @@ def infer(
     inf.site = site
     tsubst: dict[str, str] = {}
     if site is not None and site.template_args and kernel.template_params:
-        inf.template_args = site.template_args
+        # ``k<Dtype><<<...>>>`` inside ``template <typename Dtype> void Layer<Dtype>::Forward_gpu``: the launch
+        # passes its own template's parameter, no instantiation (left to the guess, like no launch at all)
+        if not dependent_arguments(site.template_args, hsrc.data[:site.span.start]):
+            inf.template_args = site.template_args
     elif site is not None and kernel.template_params:
         inf.template_args = _deduced(kernel, site)
     if kernel.template_params and (template_args or inf.template_args):
@@ -328,6 +331,23 @@ def _deduced(kernel: Kernel, site: LaunchSite) -> tuple[str, ...]:
             return ()
         out.append(value)
     return tuple(out)
+
+
+_TEMPLATE_HEAD = re.compile(rb"\btemplate\s*<([^<>]*)>")
+
+
+def dependent_arguments(args: tuple[str, ...], before: bytes) -> bool:
+    """Whether a launch's template arguments name a parameter of the template around the launch (the last
+    ``template <typename T, ...>`` head before it): a dependent name, not a type the kernel can be built with.
+
+    Why no scope walk: a template parameter's name means nothing outside its template, so a launch that uses
+    it as a type sits inside that template (the last head before the launch, functions not being nested)."""
+    heads = list(_TEMPLATE_HEAD.finditer(before))
+    if not heads:
+        return False
+    params = {m.group(1).decode("utf-8", "replace")
+              for m in re.finditer(rb"(?:typename|class)\s+([A-Za-z_]\w*)", heads[-1].group(1))}
+    return any(a.strip() in params for a in args)
 
 
 def _template_values(kernel: Kernel, args: tuple[str, ...], env: HostEnv) -> tuple[str, ...]:

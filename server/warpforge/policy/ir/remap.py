@@ -32,19 +32,73 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...cuda.tree import unparen, walk
+from ...cuda.tree import misparsed_assignment, unparen, walk
 from .passes import Kernel, declared_names, statements
 from .summary import Access, Summary, index_text, params_of
 
 #: combine functions an accumulator may use besides ``+=``: name -> "max" | "min"
 MINMAX = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
 
-#: scalar types a warp shuffle moves
+#: scalar types a warp shuffle moves (``__shfl_xor_sync`` has overloads for the half and bfloat16 types, with
+#: their ``+`` on the device, on sm_80 and newer: the builds' architecture)
 SHUFFLE_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long",
-                           "int32_t", "uint32_t", "int64_t", "uint64_t"})
+                           "int32_t", "uint32_t", "int64_t", "uint64_t", "long", "unsigned long",
+                           "__half", "half", "__half2", "half2", "__nv_bfloat16", "nv_bfloat16", "__nv_bfloat162",
+                           "nv_bfloat162"})
+
+#: a sum's zero where ``acc = 0`` does not convert (the pairs have no constructor from an int)
+_ZEROS = {"__half2": "__float2half2_rn(0.0f)", "half2": "__float2half2_rn(0.0f)",
+          "__nv_bfloat162": "__float2bfloat162_rn(0.0f)", "nv_bfloat162": "__float2bfloat162_rn(0.0f)"}
+
+
+def zero_of(type_: str, template_args: Mapping[str, str] | None = None) -> str:
+    """The expression a partial sum of ``type_`` (as written, a template parameter resolved) starts from."""
+    t = " ".join((template_args or {}).get(type_, type_).split())
+    return _ZEROS.get(t, "0")
+
+
+def shuffle_decline(name: str, written: str, targs: Mapping[str, str], line: int) -> NotLegal | None:
+    """Why the accumulator ``name`` of type ``written`` cannot be combined by a warp shuffle (None when it can):
+    the type is read through the spec's template instantiation (``Dtype`` -> ``float``)."""
+    resolved = " ".join(targs.get(written, written).split())
+    if resolved in SHUFFLE_TYPES:
+        return None
+    shown = f"`{written}` (`{resolved}` in the spec's instantiation)" if resolved != written else f"`{written}`"
+    what = ("a template parameter the spec does not instantiate with a scalar" if written in targs or written == "?"
+            else "not a 4- or 8-byte scalar or a half/bfloat16 (a struct or vector is moved member by member)")
+    return NotLegal(f"the accumulator `{name}` has type {shown}, which a warp shuffle does not move: {what}", line)
 
 #: the item index every thread computes: ``blockIdx.x*blockDim.x + threadIdx.x``
 _ITEM = {"blockIdx.x": "blockDim.x", "threadIdx.x": "1"}
+
+#: the extra terms of a 2-D or 3-D grid flattened by hand (``(blockIdx.x + blockIdx.y*gridDim.x)*blockDim.x +
+#: threadIdx.x``, so that more items fit than the grid's y limit allows): the block's index in the grid, in
+#: x-major order, times the block's x size, with each coordinate's factors in any order
+_FLAT_TERMS = ({"blockIdx.y": ("blockDim.x", "gridDim.x")},
+               {"blockIdx.y": ("blockDim.x", "gridDim.x"), "blockIdx.z": ("blockDim.x", "gridDim.x", "gridDim.y")})
+
+
+def is_item(index: Mapping[str, str]) -> bool:
+    """Whether an affine index is the thread's global 1-D index: ``blockIdx.x*blockDim.x + threadIdx.x``, or
+    that of a 2-D/3-D grid flattened by hand.
+
+    Why the flattened form is the same item to a remap: the remaps scale only the grid's x size (by 32 for a
+    warp per item, by ``blockDim.x/X`` for an (X, R) block), and ``gridDim.x`` then grows by the same factor as
+    the block's x size shrinks (or the threads per item grow), so ``(blockIdx.x + blockIdx.y*gridDim.x) *
+    blockDim.x`` numbers the new threads (or warps) exactly as the old ones, row of blocks after row of
+    blocks. The remaps check that ``gridDim.x`` appears nowhere else."""
+    if any(index.get(a) != c for a, c in _ITEM.items()):
+        return False
+    rest = {a: tuple(sorted(c.replace(" ", "").split("*"))) for a, c in index.items() if a not in _ITEM}
+    return not rest or any(rest == {a: tuple(sorted(c)) for a, c in terms.items()} for terms in _FLAT_TERMS)
+
+
+def item_coordinates(index: Mapping[str, str]) -> frozenset[str]:
+    """The launch coordinates the item index reads (its uses are the item's, not another mapping's)."""
+    out = set(index)
+    for c in index.values():
+        out |= {x for x in c.replace(" ", "").split("*") if "." in x}
+    return frozenset(out)
 
 #: calls that read through a pointer and write nothing
 _READ_ONLY_CALLS = frozenset({"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"})
@@ -108,7 +162,7 @@ def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     xdims = [p for p in s.parallel if "threadIdx.x" in p.index or "threadIdx.x" in p.why]
     if not xdims:
         return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x")
-    items = [p for p in xdims if p.index == _ITEM]
+    items = [p for p in xdims if is_item(p.index)]
     if not items:
         dim = xdims[0]
         idx = index_text(dim.index) if dim.index else f"non-affine ({dim.why})"
@@ -131,7 +185,8 @@ def plan_lanes(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if obj is not None and k.t(obj) in ("threadIdx", "blockIdx") and k.t(n).rsplit(".", 1)[-1].strip() == "x" \
                 and not (value.start_byte <= n.start_byte < value.end_byte):
             return NotLegal(f"`{k.t(n)}` is used besides the item index (line {k.line(n)})", k.line(n))
-    grid_x = next((n for n in walk(k.body, ("field_expression",)) if "".join(k.t(n).split()) == "gridDim.x"), None)
+    grid_x = next((n for n in walk(k.body, ("field_expression",)) if "".join(k.t(n).split()) == "gridDim.x"
+                   and not value.start_byte <= n.start_byte < value.end_byte), None)
     if grid_x is not None:
         return NotLegal(f"the kernel reads `gridDim.x` (line {k.line(grid_x)}), which the warp-per-item launch "
                         "multiplies by 32", k.line(grid_x))
@@ -239,6 +294,8 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
     handed a pointer or an address (a function the IR could not inline may write through it)."""
     writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
     for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
+        if misparsed_assignment(n, k.data):
+            continue
         if n.type == "call_expression":
             fn = n.child_by_field_name("function")
             args = n.child_by_field_name("arguments")
@@ -255,15 +312,19 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
 
 
 def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
-    """The top-level declaration ``int name = value;`` (and its value), when it is the only one."""
+    """The top-level declaration ``int name = value;`` (and its value), when it is the only one. Other variables
+    may share the statement (``int gid = ..., j = 0;``) when they do not read ``name``: a remap that moves a
+    thread past the bound to another item after the statement must not leave a value computed from the old."""
     found: tuple[Node, Node] | None = None
     for st in sts:
         if st.type != "declaration":
             continue
-        for d in st.children_by_field_name("declarator"):
+        ds = st.children_by_field_name("declarator")
+        for d in ds:
             nm, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
             if d.type == "init_declarator" and nm is not None and v is not None and k.t(nm) == name:
-                if found is not None or len(st.children_by_field_name("declarator")) != 1:
+                if found is not None or any(o is not d and name in {k.t(i) for i in walk(o, ("identifier",))}
+                                            for o in ds):
                     return None
                 found = (st, v)
     return found
@@ -303,6 +364,8 @@ def _loop_parts(loop: Node, k: Kernel) -> tuple[str, tuple[int, int], tuple[int,
 def _written(node: Node, k: Kernel) -> set[str]:
     out: set[str] = set()
     for n in walk(node, ("assignment_expression", "update_expression")):
+        if misparsed_assignment(n, k.data):
+            continue
         t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
         if t is not None and unparen(t).type == "identifier":
             out.add(k.t(unparen(t)))
@@ -329,6 +392,8 @@ def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str,
     combines: dict[str, str] = {}
     updates: dict[str, list[Node]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
+        if misparsed_assignment(n, k.data):
+            continue
         if n.type == "update_expression":
             t = n.child_by_field_name("argument")
             if t is not None and unparen(t).type == "identifier" and k.t(unparen(t)) in local:
@@ -356,10 +421,9 @@ def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str,
         if len(uses) != allowed:
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
                             "is not the running total", k.line(ups[0]))
-        written = types.get(name, "?")
-        if " ".join(targs.get(written, written).split()) not in SHUFFLE_TYPES:
-            return NotLegal(f"the accumulator `{name}` has type `{types.get(name, '?')}`, which a warp shuffle "
-                            "does not move", k.line(ups[0]))
+        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0]))
+        if bad is not None:
+            return bad
     if not updates:
         return NotLegal("the loop carries no accumulator", k.line(loop))
     return tuple(Reduction(n, combines[n], types[n]) for n in updates)

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...cuda.tree import unparen, walk
+from ...cuda.tree import unparen, walk, written_names
 from .passes import Kernel, statements
-from .remap import _ITEM, NotLegal, Reduction, _declaration_of, _hidden_write, _loop_parts
-from .remap_items import _WORD, _Acc, _carried, _item_accesses
+from .remap import NotLegal, Reduction, _declaration_of, _hidden_write, _loop_parts, is_item
+from .remap_items import _WORD, _Acc, _carried, _grid_stride, _item_accesses
 from .summary import Summary
 
 
@@ -49,6 +49,29 @@ class ColumnPlan:
     tail: tuple[int, int] | None
     reductions: tuple[Reduction, ...]
     line: int
+    #: the ``const`` of the item's declaration, dropped where the early exit moves a thread to column 0
+    const: tuple[int, int] | None = None
+    #: the items are a grid-stride loop (its header is made uniform over the block, see ``StrideItems``)
+    stride: StrideItems | None = None
+
+
+@dataclass(frozen=True)
+class StrideItems:
+    """``for (T i = item; i < bound; i += blockDim.x * gridDim.x) { ... }``: the rewrite renames the counter in
+    the header to a new one, runs the loop while *some* thread of the block has an item (``new - threadIdx.x <
+    bound``, the same in all threads, so all reach the barriers) and declares ``T i`` at the top of the body
+    (column 0 past the bound, like an early exit's flag); a barrier ends each pass before the next one's
+    partials overwrite the shared ones."""
+
+    type: str
+    #: the counter's name in the declaration, the condition, and the counter in the update
+    name: tuple[int, int]
+    cond: tuple[int, int]
+    update_var: tuple[int, int]
+    bound: str
+    #: just after the body's ``{`` and at its ``}``
+    body_open: int
+    body_close: int
 
 
 @dataclass(frozen=True)
@@ -69,39 +92,56 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     if blocking:
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
                         stage=0)
-    items = [p for p in s.parallel if p.index == _ITEM and p.form in ("exit", "unguarded")]
+    items = [p for p in s.parallel if is_item(p.index) and p.form in ("exit", "unguarded", "grid-stride")]
     if not items:
-        return NotLegal("no item index `blockIdx.x*blockDim.x + threadIdx.x` with an early exit or no guard")
+        return NotLegal("no item index `blockIdx.x*blockDim.x + threadIdx.x` with an early exit, no guard or a "
+                        "grid-stride loop")
     dim = items[0]
     sts = statements(k.body)
-    decl = _declaration_of(dim.var, sts, k)
-    if decl is None:
-        return NotLegal(f"the item index `{dim.var}` is not declared once at the top of the body", dim.line)
-    decl_stmt, value = decl
-    for n in walk(k.body, ("field_expression",)):
-        obj = n.child_by_field_name("argument")
-        text = "".join(k.t(n).split())
-        if obj is None or k.t(obj) not in ("threadIdx", "blockIdx", "blockDim", "gridDim") \
-                or value.start_byte <= n.start_byte < value.end_byte:
-            continue
-        return NotLegal(f"`{text}` is used besides the item index (line {k.line(n)}): the (X, R) block changes it",
-                        k.line(n))
-    if "const" in k.t(decl_stmt).split("=", 1)[0].split():
-        return NotLegal(f"the item index `{dim.var}` is const: a thread past the bound cannot be moved to column 0",
-                        dim.line)
-    rest = sts[sts.index(decl_stmt) + 1:]
+    stride: StrideItems | None = None
+    if dim.form == "grid-stride":
+        got = _stride_items(dim.var, sts, k)
+        if isinstance(got, NotLegal):
+            return got
+        stride, loop_stmt, value, step = got
+        body_node = loop_stmt.child_by_field_name("body")
+        assert body_node is not None
+        decl_stmt, outside, rest = loop_stmt, sts[:sts.index(loop_stmt)], statements(body_node)
+        kept = [value, step]
+    else:
+        decl = _declaration_of(dim.var, sts, k)
+        if decl is None:
+            return NotLegal(f"the item index `{dim.var}` is not declared once at the top of the body", dim.line)
+        decl_stmt, value = decl
+        outside, rest, kept = [], sts[sts.index(decl_stmt) + 1:], [value]
+    # ``blockDim.x * gridDim.x`` (the grid's x threads: X * gridDim.x*B/X) is the same on the (X, R) launch
+    used = next((n for n in walk(k.body, ("field_expression",)) if k.t(n.child_by_field_name("argument") or n) in
+                 ("threadIdx", "blockIdx", "blockDim", "gridDim") and not _grid_threads(n, k)
+                 and not any(v.start_byte <= n.start_byte < v.end_byte for v in kept)), None)
+    # a ``const`` item is written once more by the rewrite (a thread past the bound moves to column 0): the
+    # qualifier goes, which changes nothing else (the kernel never writes it, or it would not compile)
+    const = next((c for c in decl_stmt.children if c.type == "type_qualifier" and k.t(c) == "const"), None)
     exit_node, cond, bound = None, "", ""
+    if stride is not None:
+        # every pass over the items ends at a barrier: no thread may leave a pass or the loop early
+        leave = next((j for st in rest for j in walk(st, ("return_statement", "goto_statement", "break_statement",
+                                                          "continue_statement"), cut=lambda n: n.type in (
+            "for_statement", "while_statement", "do_statement", "switch_statement")) if j is not None), None)
+        leave = leave or next(walk(decl_stmt, ("return_statement", "goto_statement")), None)
+        if leave is not None:
+            return NotLegal(f"`{k.t(leave).split()[0].rstrip(';')}` leaves a pass over the items early (line "
+                            f"{k.line(leave)}): every thread must reach its barrier", k.line(leave))
     first_loop = next((st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")), None)
     before = rest[:rest.index(first_loop)] if first_loop is not None else rest
     for st in before:
         if st.type == "if_statement" and next(walk(st, ("return_statement",)), None) is not None:
             if exit_node is not None:
                 return NotLegal("more than one early exit", k.line(st))
-            got = _exit_bound(st, dim.var, k)
-            if got is None:
+            ex = _exit_bound(st, dim.var, k)
+            if ex is None:
                 return NotLegal(f"the early exit `{k.t(st).split(chr(10))[0]}` is not `if ({dim.var} >= bound) "
                                 "return;`", k.line(st))
-            exit_node, (cond, bound) = st, got
+            exit_node, (cond, bound) = st, ex
             early_use = next((x for x in rest[:rest.index(st)] if dim.var in _WORD.findall(k.t(x))), None)
             if early_use is not None:
                 return NotLegal(f"`{k.t(early_use).strip()}` uses `{dim.var}` before the early exit (line "
@@ -137,6 +177,9 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     walks = _walks(top, accesses, derived, k)
     if isinstance(walks, NotLegal):
         return walks
+    if used is not None:
+        return NotLegal(f"`{''.join(k.t(used).split())}` is used besides the item index (line {k.line(used)}): the "
+                        "(X, R) block changes it", k.line(used))
     stored = next((a for a in accesses if a.stored and a.loop >= 0), None)
     if stored is not None:
         return NotLegal(f"the loop writes `{stored.text}` (line {stored.line})", stored.line)
@@ -152,7 +195,7 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     if early is not None:
         return NotLegal(f"`{early.text}` is written before the loop (line {early.line}): every row of threads "
                         "would write it", early.line)
-    for st in [*(x for x in rest if x.end_byte <= pre_end), body]:
+    for st in [*outside, *(x for x in rest if x.end_byte <= pre_end), body]:
         hidden = _hidden_write(st, k)
         if hidden is not None:
             return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every row of "
@@ -160,7 +203,53 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     tail_sts = rest[rest.index(top) + 1:]
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ColumnPlan(dim.var, (exit_node.start_byte, exit_node.end_byte) if exit_node is not None else None,
-                      cond, bound, walks, top.start_byte, top.end_byte, tail, reductions, k.line(top))
+                      cond, bound, walks, top.start_byte, top.end_byte, tail, reductions, k.line(top),
+                      (const.start_byte, const.end_byte) if const is not None and exit_node is not None else None,
+                      stride)
+
+
+def _grid_threads(n: Node, k: Kernel) -> bool:
+    """Whether the coordinate ``n`` is a factor of ``blockDim.x * gridDim.x`` (either order): the (X, R) launch
+    keeps that product (the block's x shrinks by the factor the grid's x grows)."""
+    up = n.parent
+    while up is not None and up.type == "parenthesized_expression":
+        up = up.parent
+    if up is None or up.type != "binary_expression" or k.t(up.child_by_field_name("operator") or up) != "*":
+        return False
+    sides = {"".join(k.t(unparen(x)).split()) for x in (up.child_by_field_name("left"), up.child_by_field_name("right"))
+             if x is not None}
+    return sides == {"blockDim.x", "gridDim.x"}
+
+
+def _stride_items(var: str, sts: list[Node], k: Kernel) -> tuple[StrideItems, Node, Node, Node] | NotLegal:
+    """The grid-stride loop over the items, the last statement of the body, ``var < bound`` its condition."""
+    found = _grid_stride(var, sts, k)
+    if isinstance(found, NotLegal):
+        return found
+    loop, value, (s0, s1) = found
+    step = next((n for n in walk(loop, ("binary_expression",)) if (n.start_byte, n.end_byte) == (s0, s1)), None)
+    init, cond, upd = (loop.child_by_field_name(x) for x in ("initializer", "condition", "update"))
+    body = loop.child_by_field_name("body")
+    if loop is not sts[-1] or step is None or init is None or cond is None or upd is None or body is None \
+            or body.type != "compound_statement":
+        return NotLegal(f"the grid-stride loop over `{var}` is not the last statement, with a block", k.line(loop))
+    if var in written_names(body, k.data):
+        return NotLegal(f"the grid-stride loop's counter `{var}` is written in its body", k.line(loop))
+    c = unparen(cond)
+    left, op, right = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if c.type != "binary_expression" or left is None or op is None or right is None or k.t(op) != "<" \
+            or k.t(unparen(left)) != var or var in _WORD.findall(k.t(right)):
+        return NotLegal(f"the grid-stride loop's condition `{k.t(cond)}` is not `{var} < bound`", k.line(loop))
+    d = next(walk(init, ("init_declarator",)), None)
+    name = d.child_by_field_name("declarator") if d is not None else None
+    t = init.child_by_field_name("type")
+    target = unparen(upd).child_by_field_name("left")
+    if name is None or t is None or target is None:
+        return NotLegal(f"the grid-stride loop over `{var}` does not declare its counter", k.line(loop))
+    ty = " ".join(k.t(t).split())
+    return (StrideItems(ty, (name.start_byte, name.end_byte), (cond.start_byte, cond.end_byte),
+                        (target.start_byte, target.end_byte), k.t(right), body.start_byte + 1, body.end_byte - 1),
+            loop, value, step)
 
 
 def _exit_bound(st: Node, item: str, k: Kernel) -> tuple[str, str] | None:
@@ -198,7 +287,7 @@ def _walks(top: Node, accesses: list[_Acc], derived: set[str], k: Kernel) -> tup
             if a.loop < 0 or a.index is None or not (lo <= a.line <= hi):
                 continue
             walks = [m for m in a.index if var in m]
-            unit = [m for m, c in a.index.items() if len(m) == 1 and m[0] in derived and c == 1]
+            unit = [m for m, c in a.index.items() if len(m) == 1 and set(_WORD.findall(m[0])) & derived and c == 1]
             if walks and a.index.get((var,)) != 1 and unit:
                 out.append(Walk(var, parts[1], parts[2], a.text))
                 break

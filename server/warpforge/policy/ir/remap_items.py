@@ -41,19 +41,19 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.poly import Poly, padd
-from ...cuda.tree import element_use, unparen, walk
+from ...cuda.tree import element_use, misparsed_assignment, unparen, walk
 from .affine import COORDS, NonAffine, Scope, poly
 from .passes import Kernel, declared_names, statements
 from .remap import (
-    _ITEM,
-    SHUFFLE_TYPES,
     NotLegal,
     Reduction,
     _combine_of,
     _declaration_of,
     _hidden_write,
     _loop_parts,
+    is_item,
     local_types,
+    shuffle_decline,
 )
 from .summary import Summary, _views, params_of, scope_of
 
@@ -131,7 +131,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     if blocking:
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
                         stage=0)
-    items = [p for p in s.parallel if p.index == _ITEM and p.form in ("guard", "exit", "unguarded", "grid-stride")]
+    items = [p for p in s.parallel if is_item(p.index) and p.form in ("guard", "exit", "unguarded", "grid-stride")]
     if not items:
         return NotLegal("no item index of the form blockIdx.x*blockDim.x + threadIdx.x (declared once, or a "
                         "grid-stride loop over the items)")
@@ -310,7 +310,7 @@ def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> Sp
         outer_locals = declared_names(top, k.data) - declared_names(loop, k.data)
         for n in walk(top, ("assignment_expression", "update_expression")):
             t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-            if t is None or unparen(t).type != "identifier":
+            if t is None or unparen(t).type != "identifier" or misparsed_assignment(n, k.data):
                 continue
             name = k.t(unparen(t))
             inside_split = lo <= n.start_byte < hi
@@ -338,6 +338,8 @@ def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, st
     combines: dict[str, str] = {}
     updates: dict[str, list[Node]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
+        if misparsed_assignment(n, k.data):
+            continue
         target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
         assert target is not None
         t = unparen(target)
@@ -366,10 +368,9 @@ def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, st
         if len(uses) != sum(1 if combines[name] == "sum" else 2 for _ in ups):
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
                             "is not the running total", k.line(ups[0]))
-        written = types.get(name, "?")
-        if " ".join(targs.get(written, written).split()) not in SHUFFLE_TYPES:
-            return NotLegal(f"the accumulator `{name}` has type `{written}`, which a warp shuffle does not move",
-                            k.line(ups[0]))
+        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0]))
+        if bad is not None:
+            return bad
     return tuple(Reduction(n, combines[n], types[n]) for n in updates)
 
 
@@ -470,7 +471,7 @@ def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[st
                 return False
             continue
         name = k.t(n)
-        if name in base.counters or name in base.varying:
+        if (name in base.counters and name not in atoms) or name in base.varying:  # atoms: a grid-stride item
             return False
         if name in pointers or name in views:
             if views.get(name, (name, []))[0] in written:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.passes import Kernel, find_kernel, splice
-from ..ir.remap import NotLegal
-from ..ir.remap_columns import ColumnPlan, Walk, plan_columns
+from ..ir.remap import NotLegal, zero_of
+from ..ir.remap_columns import ColumnPlan, StrideItems, Walk, plan_columns
 from ..ir.summary import summarize
 from . import register
 from ._structural import dims_values
@@ -107,14 +107,18 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
     ind = _indent_at(data, p.top_start)
     off = f"{PREFIX}off"
     edits: list[tuple[int, int, str]] = []
+    if p.const is not None:
+        edits.append((p.const[0], p.const[1], ""))
     if p.exit is not None:
         edits.append((p.exit[0], p.exit[1],
                       f"if (({p.bound}) <= 0) return;  // no item at all: the whole block leaves (uniform)\n"
                       f"{ind}const bool {off} = ({p.exit_cond});\n"
                       f"{ind}if ({off}) {p.index} = 0;  // past the bound: column 0, no store, reaches the barrier"
                       ))
+    if p.stride is not None:
+        edits += _stride_edits(data, p.stride, p.index, _indent_at(data, p.top_start))
     sums = [r for r in p.reductions if r.combine == "sum"]
-    pre = "".join(f"if (threadIdx.y != 0) {r.name} = 0;\n{ind}" for r in sums)
+    pre = "".join(f"if (threadIdx.y != 0) {r.name} = {zero_of(r.type)};\n{ind}" for r in sums)
     first = text(w.init_value)
     edits += [(p.top_start, p.top_start, pre),
               (w.init_value[0], w.init_value[1], "threadIdx.y" if first.strip() == "0" else f"({first}) + threadIdx.y"),
@@ -132,11 +136,26 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
     lines += ["        }", "    }", "}"]
     edits.append((p.top_end, p.top_end, "".join(f"\n{ind}{ln}" for ln in lines)))
     if p.tail is not None:
-        who = f"!{off} && threadIdx.y == 0" if p.exit is not None else "threadIdx.y == 0"
+        who = f"!{off} && threadIdx.y == 0" if p.exit is not None or p.stride is not None else "threadIdx.y == 0"
         moved = text(p.tail).replace("\n", "\n    ")
         edits.append((p.tail[0], p.tail[1], f"if ({who}) {{\n{ind}    {moved}\n{ind}}}"))
     b0 = k.body.start_byte
     return splice(data[b0:k.body.end_byte], [(s - b0, e - b0, t) for s, e, t in edits])
+
+
+def _stride_edits(data: bytes, g: StrideItems, index: str, ind: str) -> list[tuple[int, int, str]]:
+    """A grid-stride loop over the items made uniform over the block (see ``ir.remap_columns.StrideItems``)."""
+    new, off = f"{PREFIX}i", f"{PREFIX}off"
+    close = _indent_at(data, g.body_close)
+    step_in = ind[len(close):] if ind.startswith(close) else f"\n{ind}"
+    return [(g.name[0], g.name[1], new),
+            (g.cond[0], g.cond[1], f"{new} - ({g.type})threadIdx.x < ({g.bound})"),
+            (g.update_var[0], g.update_var[1], new),
+            (g.body_open, g.body_open, f"\n{ind}const bool {off} = !({new} < ({g.bound}));  // past the bound: "
+                                       f"column 0, no store, reaches the barriers\n{ind}{g.type} {index} = {off} ? "
+                                       f"({g.type})0 : {new};"),
+            (g.body_close, g.body_close, f"{step_in}__syncthreads();  // the partials are read before the next "
+                                         f"pass writes them\n{close}")]
 
 
 class ColumnRemap(StructuralRule[_Shape]):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.passes import Kernel, find_kernel, splice
-from ..ir.remap import NotLegal
+from ..ir.remap import NotLegal, zero_of
 from ..ir.remap_items import ItemPlan, plan_items
 from ..ir.summary import summarize
 from . import register
@@ -128,7 +128,8 @@ def rewrite_items(k: Kernel, p: ItemPlan, group: str) -> str:
         ind = _indent_at(data, lp.start)
         sums = [r for r in lp.reductions if r.combine == "sum"]
         init = f"{PREFIX}init{n}_"
-        pre = "".join(f"const {r.type} {init}{r.name} = {r.name};\n{ind}{r.name} = 0;\n{ind}" for r in sums)
+        pre = "".join(f"const {r.type} {init}{r.name} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
+                      for r in sums)
         first = text(lp.init_value)
         edits += [(lp.start, lp.start, pre),
                   (lp.init_value[0], lp.init_value[1], lane if first.strip() == "0" else f"({first}) + {lane}"),

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.passes import Kernel, find_kernel, splice
-from ..ir.remap import LanePlan, NotLegal, plan_lanes
+from ..ir.remap import LanePlan, NotLegal, plan_lanes, zero_of
 from ..ir.remap_items import ItemPlan, plan_items
 from ..ir.summary import Summary, summarize
 from . import register
@@ -74,11 +74,12 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     s = summarize(k, targs)
     plan = plan_lanes(k, s, targs)
     if isinstance(plan, NotLegal):
-        if not any(w in plan.reason for w in _FORMS):
-            return plan
+        # the one-loop plan reads accesses off the summary, whose indices are affine in the thread's
+        # coordinates; ``plan_items`` holds the item fixed, so a per-item local the summary cannot expand
+        # (``k = id % c`` in ``in[i + h*w*(k + b*c)]``) is one value there: it may accept what this declined
         wider = plan_items(k, s, targs)
         if isinstance(wider, NotLegal):
-            return wider
+            return wider if any(w in plan.reason for w in _FORMS) else plan
         if wider.writes:
             written = sorted({w for lp in wider.loops for w in lp.writes})
             return NotLegal(f"the loop writes `{'`, `'.join(written)}`: a write "
@@ -120,7 +121,8 @@ def rewrite(k: Kernel, p: LanePlan) -> str:
     value = data[p.index_value[0]:p.index_value[1]].decode("utf-8")
     init = data[p.init_value[0]:p.init_value[1]].decode("utf-8")
     sums = [r for r in p.reductions if r.combine == "sum"]
-    pre = "".join(f"const {r.type} {PREFIX}init_{r.name} = {r.name};\n{ind}{r.name} = 0;\n{ind}" for r in sums)
+    pre = "".join(f"const {r.type} {PREFIX}init_{r.name} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
+                  for r in sums)
     combine = [f"{r.name} = {r.name} + __shfl_xor_sync({_FULL}, {r.name}, {PREFIX}o);" if r.combine == "sum"
                else f"{r.name} = {r.combine}({r.name}, __shfl_xor_sync({_FULL}, {r.name}, {PREFIX}o));"
                for r in p.reductions]
@@ -146,6 +148,18 @@ def rewrite(k: Kernel, p: LanePlan) -> str:
     return splice(data[b0:k.body.end_byte], rel)
 
 
+def _index_fits(ctx: RuleContext, lc: Launch, shape: _Shape) -> bool:
+    """Whether the item index, computed in 32-bit before the division by 32, stays below 2^31 on the multiplied
+    launch: the grid's x size times the block's, or the whole grid's where the index flattens a 2-D/3-D grid."""
+    p = shape.plan
+    value = shape.kernel.data[p.index_value[0]:p.index_value[1]].decode("utf-8")
+    grids, blocks = dims_values(ctx, lc.grid or ctx.grid), dims_values(ctx, ctx.block)
+    if grids is None or blocks is None:
+        return False
+    flat = "gridDim" in value
+    return all((g[0] * g[1] * g[2] if flat else g[0]) * b[0] < 2**31 for g, b in zip(grids, blocks, strict=True))
+
+
 class LaneRemap(StructuralRule[_Shape]):
     family = "lane_remap"
     structural = True
@@ -160,8 +174,10 @@ class LaneRemap(StructuralRule[_Shape]):
             return {}
         grid = (f"({ctx.grid[0]}) * {LANES}", *ctx.grid[1:])
         if isinstance(shape.plan, ItemPlan):
-            return {p: lc for p, lc in group_launches(ctx, shape.plan).items() if p == "warp"}
-        return fitting(ctx, {"warp": Launch(grid=grid)})
+            got = {p: lc for p, lc in group_launches(ctx, shape.plan).items() if p == "warp"}
+        else:
+            got = fitting(ctx, {"warp": Launch(grid=grid)})
+        return {p: lc for p, lc in got.items() if _index_fits(ctx, lc, shape)}
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
         if isinstance(shape.plan, ItemPlan):

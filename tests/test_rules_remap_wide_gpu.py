@@ -1,0 +1,117 @@
+"""On the GPU: the remaps' newly accepted forms (``test_rules_remap_wide.py``) verify against the original,
+judged by the real evaluator (the search's own build, poisoned-output correctness runs at the spec size and
+the perturbed size, and timing):
+
+* a per-plane mean of an NCHW tensor walked by a grid-stride loop over (image, pixel) items (a framework's
+  ``KERNEL_LOOP`` over a channel reduction): ``column_remap`` makes each pass uniform over the block, R rows
+  of threads split the planes, a barrier ends the pass;
+* a per-window mean over a 2-D grid flattened by hand (``(blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x
+  + threadIdx.x``, launched on a real 2-D grid), the item divided down in place: ``lane_remap`` gives each a
+  warp.
+
+Every proposed variant must verify (the speedups are printed, not asserted: the forms are the point here).
+Run on the GPU machine: ``pytest -m gpu tests/test_rules_remap_wide_gpu.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from warpforge.gpu.supervisor import gpu_unavailable_reason
+
+pytestmark = pytest.mark.gpu
+
+_WHY = gpu_unavailable_reason()
+if _WHY is not None:
+    pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
+
+from warpforge.cuda import SourceText, parse  # noqa: E402
+from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
+from warpforge.gpu.timing import TimingSettings  # noqa: E402
+from warpforge.policy.offline import OfflinePolicy  # noqa: E402
+from warpforge.spec.resolve import load_spec  # noqa: E402
+
+SETTINGS = EngineSettings(kernel_timeout=6.0, compile_timeout=90.0, timing=TimingSettings(max_seconds=0.5))
+T = TypeVar("T")
+_LOOP = asyncio.new_event_loop()
+
+PLANE_MEAN = """// @warpforge size NI = 4
+// @warpforge size P = 1024
+// @warpforge size HW = 196
+// @warpforge arg img: in float[NI*P*HW] normal(0, 1)
+// @warpforge arg res: out float[NI*HW]
+// @warpforge arg images = NI
+// @warpforge arg planes = P
+// @warpforge arg pixels = HW
+// @warpforge launch grid=cdiv(NI * HW, 256), block=256
+// @warpforge tol rtol=1e-4 atol=1e-4
+__global__ void plane_mean(const float* img, float* res, int images, int planes, int pixels) {
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < images * pixels; e += blockDim.x * gridDim.x) {
+    const int im = e / pixels;
+    const int px = e - im * pixels;
+    float tot = 0.0f;
+    for (int pl = 0; pl < planes; ++pl) tot += img[(im * planes + pl) * pixels + px];
+    res[e] = tot / planes;
+  }
+}
+"""
+
+WINDOW_MEAN = """// @warpforge size NW = 8192
+// @warpforge size L = 1000
+// @warpforge arg src: in float[NW*L] normal(0, 1)
+// @warpforge arg dst: out float[NW*2]
+// @warpforge arg count = NW
+// @warpforge arg len = L
+// @warpforge launch grid=(cdiv(NW, 256), 2), block=256
+// @warpforge tol rtol=1e-4 atol=1e-4
+__global__ void window_mean(const float* src, float* dst, int count, int len) {
+  int w = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  if (w >= count * 2) return;
+  int half = w % 2;
+  w /= 2;
+  float acc = 0.0f;
+  for (int j = half; j < len; j += 1) acc += src[w * len + j];
+  dst[w * 2 + half] = acc / len;
+}
+"""
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return _LOOP.run_until_complete(coro)
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    b = Backend()
+    yield b
+    b.close()
+
+
+@pytest.mark.parametrize(("text", "kernel", "family"), [
+    (PLANE_MEAN, "plane_mean", "column_remap"),
+    (WINDOW_MEAN, "window_mean", "lane_remap"),
+])
+def test_new_forms_verify_against_the_original(backend: Backend, tmp_path: Path, text: str, kernel: str,
+                                               family: str) -> None:
+    path = tmp_path / f"{kernel}.cu"
+    path.write_text(text, encoding="utf-8")
+    src = SourceText(text)
+    model = parse(src.data)
+    k = model.require(kernel, str(path))
+    pol = OfflinePolicy(str(path), src, model, k, load_spec(str(path), kernel, text=text), families={family})
+    children = [c for c in pol.propose_sync(pol.root_candidate()) if c.family == family]
+    assert children, pol.errors
+    ev = Evaluator(path, kernel, backend=backend, settings=SETTINGS)
+    base = run(ev.baseline())
+    assert base.status == "ok", (base.status, base.reason)
+    speedups: dict[str, float] = {}
+    for child in children:
+        e = run(ev.evaluate(child))
+        assert e.status == "ok", (child.steps, e.status, e.reason, child.definition)
+        assert e.timing is not None and e.timing.speedup is not None
+        speedups["+".join(child.steps)] = e.timing.speedup.ratio
+    print(f"\n{kernel}: " + ", ".join(f"{s} {v:.2f}x" for s, v in speedups.items()))
