@@ -47,7 +47,6 @@ from ._structural import (
     has_collective,
     is_1d,
     is_ident,
-    is_syncthreads,
     is_zero_literal,
     launch_ok,
     line_indent_of,
@@ -62,7 +61,8 @@ from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
 from ._why import Stage, declined, recording
 from .base import RuleContext
-from .warp_reduce import is_tid, match_tree_loop, tid_names
+from .warp_reduce import is_tid, match_tree_loop, threads
+from .warp_reduce.tree import is_barrier
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfc_"
@@ -93,19 +93,23 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the block reduction is already coarsened", None, Stage.SCOPE)
     shared = shared_arrays(body, data)
-    tids = tid_names(body, data)
+    tids = threads(body, data)
     sts = statements(body)
     with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer
         at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
     if at is None:
         return declined("the kernel has no shared-memory tree reduction at the top level of its body", body,
                         Stage.SCOPE)
-    if at < 3 or not is_syncthreads(sts[at - 1], data):
-        return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
-                        sts[at], Stage.SHAPE)
     with recording():
         tree = match_tree_loop(sts[at], data, tids, shared)
     assert tree is not None
+    # the load sits directly before the tree when the tree's step starts with the barrier, else before the barrier
+    gap = 1 if tree.barrier_first else 2
+    if at < gap + 1 or not (tree.barrier_first or is_barrier(sts[at - 1], data, tids)):
+        return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
+                        sts[at], Stage.SHAPE)
+    if len(tree.combines) != 1:
+        return declined("the tree folds several arrays (coarsening rewrites one load)", sts[at], Stage.SHAPE)
     if k.template_params:
         return declined("the kernel is a template", None, Stage.SHAPE)
     if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
@@ -114,7 +118,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return declined("the tree combines with something other than `+` (coarsening adds elements first)",
                         sts[at], Stage.SHAPE)
     # the load: sh[tid] = (i < LIMIT) ? EXPR : 0;
-    load = sts[at - 2]
+    load = sts[at - gap]
     e = load.named_children[0] if load.type == "expression_statement" and load.named_child_count == 1 else None
     if e is None or e.type != "assignment_expression":
         return declined("the statement two before the tree is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
@@ -133,7 +137,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # the index i
     index: Decl | None = None
     mult = ""
-    for st in sts[: at - 2]:
+    for st in sts[: at - gap]:
         d = single_decl(st, data)
         if d is not None and d.value is not None and not d.pointer:
             m = global_index(d.value, data, "x")
