@@ -246,6 +246,9 @@ def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[
         form, start = "halving", node_text(d.value, data)
     elif _ws(d.value, data) == "1" and _doubling(upd, data, var) and (bound := _below(cond, data, var)) is not None:
         form, start = "interleaved", f"({node_text(bound, data)}) / 2"
+    elif _halving(upd, data, var) and (lim := _ws(cond, data)).startswith(f"{var}>") and lim != f"{var}>0":
+        return declined(f"the tree stops at `{node_text(cond, data)}`: its last steps are already written another "
+                        "way (a warp-synchronous tail)", st, Stage.SCOPE)
     else:
         return declined(f"the tree's step `{var}` neither halves down to 1 (`{var} >>= 1` while `{var} > 0`) nor "
                         f"doubles from 1 below a bound (`for ({var} = 1; {var} < n; {var} *= 2)`)", st, Stage.SHAPE)
