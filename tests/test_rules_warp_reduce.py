@@ -8,8 +8,8 @@ the GPU by ``test_rules_warp_reduce_gpu.py``.
 from __future__ import annotations
 
 import pytest
-from conftest import needs_nvcc
 
+from conftest import needs_nvcc
 from warpforge.compiler.build import compile_cubin
 from warpforge.cuda import SourceText, parse
 from warpforge.cuda.extract import standalone
@@ -205,8 +205,8 @@ def test_rewritten_trees_compile(kernel: str) -> None:
     (BARRIER_FIRST_MIN.replace("int h = blockDim.x / 2;", "int h = threadIdx.x / 2;"), "fold_min",
      Stage.LEGALITY, "the tree's extent `threadIdx.x / 2` differs between threads"),
     # a nested tree with no rewrite of the arrays before it in its block: it could fold an earlier row's values
-    (ROWS_TWO.replace("        b[threadIdx.x] = q;\n", "").replace("    for (int r = blockIdx.x",
-                                                                    "    b[threadIdx.x] = 0.0f;\n    for (int r = blockIdx.x"),
+    (ROWS_TWO.replace("        b[threadIdx.x] = q;\n", "").replace(
+        "    for (int r = blockIdx.x", "    b[threadIdx.x] = 0.0f;\n    for (int r = blockIdx.x"),
      "row_moments", Stage.LEGALITY, "no `b[tid] = ...;` precedes the nested tree"),
 ])
 def test_near_misses_decline_with_their_reason(text: str, kernel: str, stage: Stage, words: str) -> None:

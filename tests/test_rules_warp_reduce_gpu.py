@@ -31,7 +31,6 @@ from test_rules_warp_reduce import (  # noqa: E402
     INTERLEAVED_MOD,
     ROWS_TWO,
 )
-
 from warpforge.cuda import SourceText, parse  # noqa: E402
 from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
 from warpforge.gpu.timing import TimingSettings  # noqa: E402
