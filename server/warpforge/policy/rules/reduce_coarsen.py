@@ -104,8 +104,8 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         tree = match_tree_loop(sts[at], data, tids, shared)
     assert tree is not None
     # the load sits directly before the tree when the tree's step starts with the barrier, else before the barrier
-    gap = 1 if tree.barrier_first else 2
-    if at < gap + 1 or not (tree.barrier_first or is_barrier(sts[at - 1], data, tids)):
+    gap = 2 if at > 0 and is_barrier(sts[at - 1], data, tids) else 1
+    if at < gap + 1 or not (tree.barrier_first or gap == 2):
         return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
                         sts[at], Stage.SHAPE)
     if len(tree.combines) != 1:
@@ -121,7 +121,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     load = sts[at - gap]
     e = load.named_children[0] if load.type == "expression_statement" and load.named_child_count == 1 else None
     if e is None or e.type != "assignment_expression":
-        return declined("the statement two before the tree is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
+        return declined("the statement before the tree's barrier is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
                         load, Stage.SHAPE)
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
     parts = subscript_parts(left, data) if left is not None else None
