@@ -176,6 +176,18 @@ def _doubling(update: Node, data: bytes, var: str) -> bool:
         or (o == "=" and r in (f"{var}<<1", f"{var}*2", f"2*{var}", f"{var}+{var}"))
 
 
+def _geometric(update: Node, data: bytes, var: str) -> bool:
+    """The update multiplies, divides or shifts the stride (a tree of another shape, not a tiled walk)."""
+    u = unparen(update)
+    if u.type != "assignment_expression":
+        return False
+    op = u.child_by_field_name("operator")
+    o = node_text(op, data) if op is not None else ""
+    r = _ws(u.child_by_field_name("right"), data)
+    return o in ("*=", "/=", ">>=", "<<=") or (o == "=" and any(f"{var}{x}" in r or f"{x}{var}" in r
+                                                                 for x in ("*", "/", ">>", "<<")))
+
+
 def _below(cond: Node, data: bytes, var: str) -> Node | None:
     """N of ``var < N`` / ``N > var``."""
     b = binary_parts(cond, data)
@@ -249,6 +261,9 @@ def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[
     elif _halving(upd, data, var) and (lim := _ws(cond, data)).startswith(f"{var}>") and lim != f"{var}>0":
         return declined(f"the tree stops at `{node_text(cond, data)}`: its last steps are already written another "
                         "way (a warp-synchronous tail)", st, Stage.SCOPE)
+    elif not _geometric(upd, data, var):
+        return declined(f"the loop over `{var}` steps by `{node_text(upd, data)}`, not by halving or doubling: not a "
+                        "tree", st, Stage.SCOPE)
     else:
         return declined(f"the tree's step `{var}` neither halves down to 1 (`{var} >>= 1` while `{var} > 0`) nor "
                         f"doubles from 1 below a bound (`for ({var} = 1; {var} < n; {var} *= 2)`)", st, Stage.SHAPE)
