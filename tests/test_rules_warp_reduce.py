@@ -122,8 +122,28 @@ __global__ void row_moments(const float* x, float* s1, float* s2, int rows, int 
 }
 """
 
-ACCEPTED = {"fold_mod": INTERLEAVED_MOD, "fold_idx": INTERLEAVED_IDX, "fold_min": BARRIER_FIRST_MIN,
-            "row_moments": ROWS_TWO}
+#: a pointer view of dynamic shared memory, an xor through a halving stride written `s = s / 2`
+VIEW_XOR = """\
+// @warpforge size N = 1 << 18
+// @warpforge arg src: in unsigned int[N]
+// @warpforge arg dst: out unsigned int[N / 128]
+// @warpforge launch grid=N / 128, block=128, smem=128 * sizeof(unsigned int)
+__global__ void fold_xor(const unsigned int* src, unsigned int* dst)
+{
+    extern __shared__ unsigned char raw[];
+    unsigned int* h = reinterpret_cast<unsigned int*>(raw);
+    h[threadIdx.x] = src[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    for (int s = blockDim.x / 2; s != 0; s = s / 2) {
+        if (threadIdx.x < s) h[threadIdx.x] = h[threadIdx.x] ^ h[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dst[blockIdx.x] = h[0];
+}
+"""
+
+ACCEPTED = {"fold_xor": VIEW_XOR, "fold_mod": INTERLEAVED_MOD, "fold_idx": INTERLEAVED_IDX,
+            "fold_min": BARRIER_FIRST_MIN, "row_moments": ROWS_TWO}
 
 
 def _policy(text: str, kernel: str) -> OfflinePolicy:
@@ -204,6 +224,9 @@ def test_rewritten_trees_compile(kernel: str) -> None:
     # the extent differs between threads
     (BARRIER_FIRST_MIN.replace("int h = blockDim.x / 2;", "int h = threadIdx.x / 2;"), "fold_min",
      Stage.LEGALITY, "the tree's extent `threadIdx.x / 2` differs between threads"),
+    # the shared memory is reached through a second name too: the view is not the only way to its elements
+    (VIEW_XOR.replace("    h[threadIdx.x] = src", "    raw[0] = 0;\n    h[threadIdx.x] = src"), "fold_xor", Stage.SCOPE,
+     "no loop of the kernel is a shared-memory tree reduction"),
     # a nested tree with no rewrite of the arrays before it in its block: it could fold an earlier row's values
     (ROWS_TWO.replace("        b[threadIdx.x] = q;\n", "").replace(
         "    for (int r = blockIdx.x", "    b[threadIdx.x] = 0.0f;\n    for (int r = blockIdx.x"),

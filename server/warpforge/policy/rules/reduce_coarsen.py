@@ -50,7 +50,6 @@ from ._structural import (
     is_zero_literal,
     launch_ok,
     line_indent_of,
-    shared_arrays,
     single_decl,
     statements,
     subscript_parts,
@@ -62,6 +61,7 @@ from ._util import eval_expr, kernel_body
 from ._why import Stage, declined, recording
 from .base import RuleContext
 from .warp_reduce import is_tid, match_tree_loop, threads
+from .warp_reduce.scope import shared_buffers
 from .warp_reduce.tree import is_barrier
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -92,7 +92,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the block reduction is already coarsened", None, Stage.SCOPE)
-    shared = shared_arrays(body, data)
+    shared = shared_buffers(ctx, body, data)
     tids = threads(body, data)
     sts = statements(body)
     with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer

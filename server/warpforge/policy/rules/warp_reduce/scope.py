@@ -17,10 +17,22 @@ docstring, declined in words when it fails:
 
 from __future__ import annotations
 
+import re
+
 from tree_sitter import Node
 
 from ....cuda.tree import node_text, walk
-from .._structural import all_names, is_1d, is_zero_literal, resolved_type, shared_arrays, statements, subscript_parts
+from .._structural import (
+    all_names,
+    is_1d,
+    is_zero_literal,
+    resolved_type,
+    shared_arrays,
+    single_decl,
+    statements,
+    subscript_parts,
+    written_names,
+)
 from .._util import kernel_body
 from .._why import Stage, declined
 from ..base import RuleContext
@@ -83,6 +95,39 @@ def _nested_ok(body: Node, data: bytes, trees: list[Node], lp: TreeLoop, th: Thr
     return None
 
 
+_CAST = r"(?:\([\w\s:<>]+\*\s*\))?\s*"
+_VIEW = re.compile(rf"^{_CAST}(?:reinterpret_cast<[\w\s:<>]+\*\s*>\s*\()?\s*\(?([A-Za-z_]\w*)\)?\s*\)?$")
+_HELPER = re.compile(rf"^{_CAST}SharedMemory\s*<[\w\s:]+>\s*\(\s*\)$")
+
+
+def shared_buffers(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
+    """``__shared__`` arrays and pointer views of shared memory: name -> element type (as instantiated).
+
+    A view is a local pointer declared once, never reassigned, whose value is a ``__shared__`` array (through
+    a cast or ``reinterpret_cast``: ``float* s = (float*)smem;``) that nothing else names, or the result of
+    cuda-samples' ``SharedMemory<T>()`` helper (which returns its ``extern __shared__`` array) called once in
+    the kernel. Only then is the view the one name through which the kernel reaches that memory, which the
+    checks on what reads ``sh[1..]`` rely on."""
+    arrays = shared_arrays(body, data)
+    out = {a: resolved_type(ctx, t) for a, t in arrays.items()}
+    written = written_names(body, data)
+    uses: dict[str, int] = {}
+    for n in walk(body):
+        if n.type == "identifier":
+            uses[node_text(n, data)] = uses.get(node_text(n, data), 0) + 1
+    helpers = node_text(body, data).count("SharedMemory")
+    for n in walk(body):
+        d = single_decl(n, data) if n.type == "declaration" else None
+        if d is None or not d.pointer or d.value is None or d.name in written or d.name in out:
+            continue
+        v = " ".join(node_text(d.value, data).split())
+        m = _VIEW.match(v)
+        if (m is not None and m.group(1) in arrays and uses.get(m.group(1), 0) == 2) \
+                or (_HELPER.match(v) is not None and helpers == 1):
+            out[d.name] = resolved_type(ctx, d.type)
+    return out
+
+
 def _position(st: Node) -> tuple[list[Node], int]:
     parent = st.parent
     sibs = statements(parent) if parent is not None and parent.type == "compound_statement" else [st]
@@ -98,7 +143,7 @@ def analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return None
-    shared = {a: resolved_type(ctx, t) for a, t in shared_arrays(body, data).items()}
+    shared = shared_buffers(ctx, body, data)
     if not shared:
         return declined("the kernel has no shared-memory tree reduction", body, Stage.SCOPE)
     th = threads(body, data)
