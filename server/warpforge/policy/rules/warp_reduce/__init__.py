@@ -23,7 +23,8 @@ Recognized trees (``tree.py``; the array, index and stride names, the element ty
 
 The barrier may be ``__syncthreads()``, ``block.sync()`` or ``cg::sync(block)``; ``tid`` is ``threadIdx.x``,
 a local copy of it or ``block.thread_index().x`` (in the modulo test also the flat index
-``blockIdx.x * blockDim.x + threadIdx.x``); ``S0`` and ``N`` are block-uniform; the element type is one a
+``blockIdx.x * blockDim.x + threadIdx.x``); ``sh`` is a ``__shared__`` array or the one pointer view of one
+(``scope.shared_buffers``); ``S0`` and ``N`` are block-uniform; the element type is one a
 shuffle moves (a template parameter is judged as the spec instantiates it). The loop may sit at the top of
 the body or inside an ``if`` or a loop (a block-per-row kernel); ``scope.py`` states what the code around
 it must satisfy: a complete array when the tree starts, nobody reading ``sh[1..]`` afterwards (the rewrite
