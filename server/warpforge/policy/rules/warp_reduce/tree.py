@@ -327,6 +327,9 @@ def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[
                         f"min/max or bitwise combine): {got_step}", iff, Stage.SHAPE)
     for cb in got_step:
         if cb.elem not in SHUFFLE_ELEMS:
+            # a bare name is most often a template parameter the spec leaves open (a guessed spec has none)
+            hint = "" if not cb.elem.isidentifier() else \
+                " (a template parameter is judged as the spec instantiates it: `// @warpforge template ...`)"
             return declined(f"the shared array `{cb.array}`'s element type `{cb.elem}` cannot be moved by a warp "
-                            "shuffle", st, Stage.LEGALITY)
+                            f"shuffle{hint}", st, Stage.LEGALITY)
     return TreeLoop(st, var, start, form, got_step, tid, first, _flush(node_text(st, data), st, data), fast)
