@@ -238,3 +238,29 @@ def test_near_misses_decline_with_their_reason(text: str, kernel: str, stage: St
     pol = _policy(text, kernel)
     d = ask(REGISTRY["warp_reduce"], pol.context(pol.root_candidate()))
     assert d is not None and words in d.reason and d.stage == stage, d
+
+
+TEMPLATED = """\
+// @warpforge size N = 1 << 18
+// @warpforge arg src: in float[N]
+// @warpforge arg dst: out float[N / 256]
+// @warpforge template V = float
+// @warpforge launch grid=N / 256, block=256
+template <typename V>
+__global__ void fold_t(const V* src, V* dst)
+{
+    __shared__ V part[256];
+    part[threadIdx.x] = src[blockIdx.x * 256 + threadIdx.x];
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] = max(part[threadIdx.x], part[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dst[blockIdx.x] = part[0];
+}
+"""
+
+
+def test_a_template_element_is_judged_as_the_spec_instantiates_it() -> None:
+    assert list(_children(TEMPLATED, "fold_t")) == ["tail", "warps"]
+    assert "V wfr_v0_0 = part[threadIdx.x];" in _children(TEMPLATED, "fold_t")["tail"]

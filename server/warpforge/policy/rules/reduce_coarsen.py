@@ -50,6 +50,7 @@ from ._structural import (
     is_zero_literal,
     launch_ok,
     line_indent_of,
+    resolved_type,
     single_decl,
     statements,
     subscript_parts,
@@ -92,16 +93,21 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the block reduction is already coarsened", None, Stage.SCOPE)
-    shared = shared_buffers(ctx, body, data)
+    shared = shared_buffers(body, data)
+
+    def resolve(t: str) -> str:
+        return resolved_type(ctx, t)
+
     tids = threads(body, data)
     sts = statements(body)
     with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer
-        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
+        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared, resolve) is not None),
+                  None)
     if at is None:
         return declined("the kernel has no shared-memory tree reduction at the top level of its body", body,
                         Stage.SCOPE)
     with recording():
-        tree = match_tree_loop(sts[at], data, tids, shared)
+        tree = match_tree_loop(sts[at], data, tids, shared, resolve)
     assert tree is not None
     # the load sits directly before the tree when the tree's step starts with the barrier, else before the barrier
     gap = 2 if at > 0 and is_barrier(sts[at - 1], data, tids) else 1

@@ -100,8 +100,8 @@ _VIEW = re.compile(rf"^{_CAST}(?:reinterpret_cast<[\w\s:<>]+\*\s*>\s*\()?\s*\(?(
 _HELPER = re.compile(rf"^{_CAST}SharedMemory\s*<[\w\s:]+>\s*\(\s*\)$")
 
 
-def shared_buffers(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
-    """``__shared__`` arrays and pointer views of shared memory: name -> element type (as instantiated).
+def shared_buffers(body: Node, data: bytes) -> dict[str, str]:
+    """``__shared__`` arrays and pointer views of shared memory: name -> element type (as written).
 
     A view is a local pointer declared once, never reassigned, whose value is a ``__shared__`` array (through
     a cast or ``reinterpret_cast``: ``float* s = (float*)smem;``) that nothing else names, or the result of
@@ -109,7 +109,7 @@ def shared_buffers(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
     the kernel. Only then is the view the one name through which the kernel reaches that memory, which the
     checks on what reads ``sh[1..]`` rely on."""
     arrays = shared_arrays(body, data)
-    out = {a: resolved_type(ctx, t) for a, t in arrays.items()}
+    out = {a: " ".join(t.replace("const ", "").split()) for a, t in arrays.items()}
     written = written_names(body, data)
     uses: dict[str, int] = {}
     for n in walk(body):
@@ -124,7 +124,7 @@ def shared_buffers(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
         m = _VIEW.match(v)
         if (m is not None and m.group(1) in arrays and uses.get(m.group(1), 0) == 2) \
                 or (_HELPER.match(v) is not None and helpers == 1):
-            out[d.name] = resolved_type(ctx, d.type)
+            out[d.name] = " ".join(d.type.replace("const ", "").split())
     return out
 
 
@@ -143,12 +143,12 @@ def analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return None
-    shared = shared_buffers(ctx, body, data)
+    shared = shared_buffers(body, data)
     if not shared:
         return declined("the kernel has no shared-memory tree reduction", body, Stage.SCOPE)
     th = threads(body, data)
     loops = [lp for st in walk(body) if st.type == "for_statement"
-             and (lp := match_tree_loop(st, data, th, shared)) is not None]
+             and (lp := match_tree_loop(st, data, th, shared, lambda t: resolved_type(ctx, t))) is not None]
     if not loops:
         return declined("no loop of the kernel is a shared-memory tree reduction", body, Stage.SCOPE)
     nodes = [lp.node for lp in loops]

@@ -10,6 +10,7 @@ local copy of it or a cooperative-groups ``block.thread_index().x``, the block b
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -240,8 +241,11 @@ def _pairs(me: set[str], var: str) -> set[str]:
     return {f"{t}+{var}" for t in me} | {f"{var}+{t}" for t in me}
 
 
-def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[str, str]) -> TreeLoop | None:
-    """The tree reduction ``st`` is, or None (with the reason recorded by ``declined``)."""
+def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[str, str],
+                    resolve: Callable[[str], str] = str) -> TreeLoop | None:
+    """The tree reduction ``st`` is, or None (with the reason recorded by ``declined``). ``shared`` maps the
+    shared buffers to their element types as written (what the rewrite declares its registers with, so a
+    template stays a template); ``resolve`` gives a type as the spec instantiates it (what a shuffle must move)."""
     th = th if isinstance(th, Threads) else Threads(frozenset(th))
     fp = for_parts(st, data)
     if fp is None:
@@ -326,7 +330,7 @@ def match_tree_loop(st: Node, data: bytes, th: Threads | set[str], shared: dict[
         return declined(f"the tree step is not `sh[tid] op= sh[tid + {var}]` on shared arrays (a sum, product, "
                         f"min/max or bitwise combine): {got_step}", iff, Stage.SHAPE)
     for cb in got_step:
-        if cb.elem not in SHUFFLE_ELEMS:
+        if resolve(cb.elem) not in SHUFFLE_ELEMS:
             # a bare name is most often a template parameter the spec leaves open (a guessed spec has none)
             hint = "" if not cb.elem.isidentifier() else \
                 " (a template parameter is judged as the spec instantiates it: `// @warpforge template ...`)"
