@@ -156,7 +156,7 @@ def test_rewritten_text_shapes() -> None:
     g = child(kernel_policy("gelu"), "vectorize", "x4").definition
     assert "wfv_v_out wfv_out;" in g  # written unconditionally and never read: not loaded
     t = child(kernel_policy("reduce_sum"), "warp_reduce", "tail").definition
-    assert "s > 32" in t and "__shfl_down_sync(0xffffffffu, wfr_v0, wfr_o)" in t and "sdata[0] = wfr_v0;" in t
+    assert "wfr_s0 > 32" in t and "__shfl_down_sync(0xffffffffu, wfr_v0_0, wfr_o)" in t and "sdata[0] = wfr_v0_0;" in t
     s = child(kernel_policy("softmax"), "warp_per_row", "warp8").definition
     assert "for (int j = wfw_lane; j < cols; j += 32)" in s and "__shfl_xor_sync" in s
     assert "fmaxf(wfw_p0_maxval, __shfl_xor_sync" in s and "sum = sum + wfw_p1_sum;" in s
@@ -306,7 +306,7 @@ def test_warp_reduce_shapes(step: str, pre: str, post: str, block: str, want: li
         d = child(pol, "warp_reduce", param).definition
         assert signature(d, "r") == signature(pol.root_candidate().definition, "r")
         if "fmaxf" in step:
-            assert "fmaxf(wfr_v0, __shfl_down_sync" in d
+            assert "fmaxf(wfr_v0_0, __shfl_down_sync" in d
 
 
 ROWS = """\

@@ -159,19 +159,25 @@ __global__ void block_sum(const float* x, float* out, int n)
 """
 
 
-def test_warp_reduce_names_the_barrier_before_the_step() -> None:
-    d = _why("warp_reduce", TREE_BARRIER_FIRST)
-    assert "a barrier before the step" in d.reason and d.stage == Stage.SHAPE, d
-    assert d.line == _line_of(TREE_BARRIER_FIRST, "for (int s")
-    # reduce_coarsen uses the same tree matcher but does not borrow its words
-    assert _why("reduce_coarsen", TREE_BARRIER_FIRST).stage == Stage.SCOPE
-
-
-def test_warp_reduce_names_a_growing_stride() -> None:
-    text = TREE_BARRIER_FIRST.replace("for (int s = blockDim.x / 2; s > 0; s >>= 1)",
-                                      "for (int s = 1; s < blockDim.x; s *= 2)")
+def test_warp_reduce_names_a_barrier_inside_the_step() -> None:
+    """A barrier first in the step is a tree (tests/test_rules_warp_reduce.py); one between the step's
+    statements is not, and the decline says so at the loop."""
+    text = TREE_BARRIER_FIRST.replace(
+        "        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];\n",
+        "        float t = sh[threadIdx.x];\n        __syncthreads();\n"
+        "        if (threadIdx.x < s) sh[threadIdx.x] = t + sh[threadIdx.x + s];\n")
     d = _why("warp_reduce", text)
-    assert d.reason.startswith("the tree's step `s` does not halve down to 1") and d.stage == Stage.SHAPE, d
+    assert "a barrier between its statements" in d.reason and d.stage == Stage.SHAPE, d
+    assert d.line == _line_of(text, "for (int s")
+    # reduce_coarsen uses the same tree matcher but does not borrow its words
+    assert _why("reduce_coarsen", text).stage == Stage.SCOPE
+
+
+def test_warp_reduce_names_a_stride_that_is_not_a_tree() -> None:
+    text = TREE_BARRIER_FIRST.replace("for (int s = blockDim.x / 2; s > 0; s >>= 1)",
+                                      "for (int s = 2; s < blockDim.x; s *= 2)")
+    d = _why("warp_reduce", text)
+    assert d.reason.startswith("the tree's step `s` neither halves down to 1") and d.stage == Stage.SHAPE, d
     assert d.line == _line_of(text, "for (int s")
 
 
@@ -442,11 +448,13 @@ def test_a_remap_of_another_kind_of_kernel_is_not_the_closest() -> None:
     loop to threads decline it at the scope ("the kernel uses shared memory") and rank below the rules that
     got into the kernel's shape (on the wide yardstick "column_remap: the kernel uses shared memory" was the
     top closest reason, for 82 kernels)."""
-    v = explain([_ctx(SMEM_INTERLEAVED)])
+    assert "warp_reduce" in explain([_ctx(SMEM_INTERLEAVED)]).proposed  # the interleaved tree is rewritten
+    odd = SMEM_INTERLEAVED.replace("int s = 1;", "int s = 2;")  # a stride that is no tree
+    v = explain([_ctx(odd)])
     assert v.closest is not None and v.closest.family not in {"lane_remap", "column_remap", "element_remap"}
     assert v.closest.stage >= Stage.SHAPE, v.closest
     reduce = next(d for d in v.declines if d.family == "warp_reduce")
-    assert "does not halve down to 1" in reduce.reason and reduce.stage == v.closest.stage
+    assert "neither halves down to 1" in reduce.reason and reduce.stage == v.closest.stage
     for fam in ("lane_remap", "column_remap", "element_remap"):
         d = _why(fam, SMEM_INTERLEAVED)
         assert d.reason.startswith("the kernel uses shared memory") and d.stage == Stage.SCOPE, d

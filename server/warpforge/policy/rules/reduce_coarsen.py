@@ -47,11 +47,10 @@ from ._structural import (
     has_collective,
     is_1d,
     is_ident,
-    is_syncthreads,
     is_zero_literal,
     launch_ok,
     line_indent_of,
-    shared_arrays,
+    resolved_type,
     single_decl,
     statements,
     subscript_parts,
@@ -62,7 +61,9 @@ from ._structural_rule import Launch, StructuralRule
 from ._util import eval_expr, kernel_body
 from ._why import Stage, declined, recording
 from .base import RuleContext
-from .warp_reduce import is_tid, match_tree_loop, tid_names
+from .warp_reduce import is_tid, match_tree_loop, threads
+from .warp_reduce.scope import shared_buffers
+from .warp_reduce.tree import is_barrier
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
 PREFIX = "wfc_"
@@ -92,20 +93,29 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     body, data = got
     if any(n.startswith(PREFIX) for n in all_names(body, data)):
         return declined("the block reduction is already coarsened", None, Stage.SCOPE)
-    shared = shared_arrays(body, data)
-    tids = tid_names(body, data)
+    shared = shared_buffers(body, data)
+
+    def resolve(t: str) -> str:
+        return resolved_type(ctx, t)
+
+    tids = threads(body, data)
     sts = statements(body)
     with recording():  # warp_reduce's matcher speaks for warp_reduce: its notes are not this rule's answer
-        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared) is not None), None)
+        at = next((n for n, st in enumerate(sts) if match_tree_loop(st, data, tids, shared, resolve) is not None),
+                  None)
     if at is None:
         return declined("the kernel has no shared-memory tree reduction at the top level of its body", body,
                         Stage.SCOPE)
-    if at < 3 or not is_syncthreads(sts[at - 1], data):
+    with recording():
+        tree = match_tree_loop(sts[at], data, tids, shared, resolve)
+    assert tree is not None
+    # the load sits directly before the tree when the tree's step starts with the barrier, else before the barrier
+    gap = 2 if at > 0 and is_barrier(sts[at - 1], data, tids) else 1
+    if at < gap + 1 or not (tree.barrier_first or gap == 2):
         return declined("the tree is not preceded by `i = ...; sh[tid] = (i < n) ? x[i] : 0; __syncthreads();`",
                         sts[at], Stage.SHAPE)
-    with recording():
-        tree = match_tree_loop(sts[at], data, tids, shared)
-    assert tree is not None
+    if len(tree.combines) != 1:
+        return declined("the tree folds several arrays (coarsening rewrites one load)", sts[at], Stage.SHAPE)
     if k.template_params:
         return declined("the kernel is a template", None, Stage.SHAPE)
     if not (is_1d(ctx, ctx.grid) and is_1d(ctx, ctx.block)):
@@ -114,10 +124,10 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return declined("the tree combines with something other than `+` (coarsening adds elements first)",
                         sts[at], Stage.SHAPE)
     # the load: sh[tid] = (i < LIMIT) ? EXPR : 0;
-    load = sts[at - 2]
+    load = sts[at - gap]
     e = load.named_children[0] if load.type == "expression_statement" and load.named_child_count == 1 else None
     if e is None or e.type != "assignment_expression":
-        return declined("the statement two before the tree is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
+        return declined("the statement before the tree's barrier is not the load `sh[tid] = (i < n) ? x[i] : 0;`",
                         load, Stage.SHAPE)
     left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
     parts = subscript_parts(left, data) if left is not None else None
@@ -133,7 +143,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     # the index i
     index: Decl | None = None
     mult = ""
-    for st in sts[: at - 2]:
+    for st in sts[: at - gap]:
         d = single_decl(st, data)
         if d is not None and d.value is not None and not d.pointer:
             m = global_index(d.value, data, "x")
