@@ -1,0 +1,144 @@
+"""atomic_aggregate's key-aggregated form and atomics_privatize on the atomics other people write: inside
+grid-stride loops, behind early returns, to per-thread addresses, in templates, next to shared arrays of the
+kernel's own. Every kernel here is written for this test. Each proposed child must build through the evaluator's
+CPU build path (static guards, launch at both verified sizes, translation unit, nvcc); each decline is checked for
+its reason in words. Numerics are checked on the GPU (``test_rules_atomics_gpu.py``)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import ROOT, needs_nvcc
+from warpforge.cuda import SourceText, parse
+from warpforge.cuda.candidate import Candidate
+from warpforge.policy.offline import OfflinePolicy
+from warpforge.policy.rules import REGISTRY, load
+from warpforge.policy.whynot import ask
+from warpforge.spec.resolve import load_spec
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import corpus_applicability as ca
+
+#: a histogram over a grid-stride loop, the bin computed from the data, elements skipped with `continue`
+STRIDED_COUNT = """// @warpforge size N = 1 << 21
+// @warpforge arg codes: in int[N] int(0, 200)
+// @warpforge arg counts: inout unsigned[50] zeros
+// @warpforge arg total = N
+// @warpforge launch grid=160, block=256
+__global__ void k(const int* codes, unsigned int* counts, int total) {
+  for (int e = threadIdx.x + blockIdx.x * blockDim.x; e < total; e += blockDim.x * gridDim.x) {
+    const int c = codes[e];
+    if (c >= 150) continue;
+    atomicAdd(&counts[c / 3], 1);
+  }
+}
+"""
+
+#: a template scatter of float gradients behind an early return (the target a view `grad + off`)
+SCATTER = """// @warpforge size N = 1 << 20
+// @warpforge size M = 4096
+// @warpforge template T = float
+// @warpforge arg upd: in float[N]
+// @warpforge arg where: in int[N] int(0, 4095)
+// @warpforge arg grad: inout float[M] zeros
+// @warpforge arg count = N
+// @warpforge launch grid=cdiv(N, 128), block=128
+// @warpforge tol rtol=1e-4 atol=1e-3
+template <typename T>
+__global__ void k(const T* upd, const int* where, T* grad, int count) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= count) {
+    return;
+  }
+  T* row = grad + where[t];
+  atomicAdd(row, upd[t] * (T)0.5);
+}
+"""
+
+#: one address for every thread, updated inside a loop with several atomics (sum, max, 64-bit count)
+UNIFORM_LOOP = """// @warpforge size N = 1 << 20
+// @warpforge arg vals: in int[N] int(-1000, 1000)
+// @warpforge arg stats: inout int[2] zeros
+// @warpforge arg seen: inout uint64[1] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 512), block=(32, 4)
+__global__ void k(const int* vals, int* stats, unsigned long long* seen, int n) {
+  int base = (blockIdx.x * 128 + threadIdx.y * 32 + threadIdx.x) * 4;
+  for (int j = 0; j < 4; ++j) {
+    if (base + j >= n) break;
+    int v = vals[base + j];
+    if (v > 0) {
+      atomicAdd(stats, v);
+      atomicMax(stats + 1, v);
+    }
+    atomicAdd(seen, 1ull);
+  }
+}
+"""
+
+
+def policy(text: str, families: set[str]) -> OfflinePolicy:
+    src = SourceText(text)
+    model = parse(src.data)
+    k = model.kernel("k")
+    assert k is not None
+    return OfflinePolicy("fixture.cu", src, model, k, load_spec("fixture.cu", "k", text=text), families=families)
+
+
+def children(text: str, family: str) -> tuple[OfflinePolicy, list[Candidate]]:
+    pol = policy(text, {family})
+    return pol, [c for c in pol.propose_sync(pol.root_candidate()) if c.family == family]
+
+
+@needs_nvcc
+@pytest.mark.parametrize(("text", "step", "words"), [
+    (STRIDED_COUNT, "atomic_aggregate:key", ["__match_any_sync(__activemask()", "__reduce_add_sync(wfa_g, wfa_v)"]),
+    (SCATTER, "atomic_aggregate:key", ["__shfl_sync(wfa_g, wfa_own, __ffs(wfa_r) - 1)", "T wfa_v = (upd[t] * (T)0.5);"]),
+    (UNIFORM_LOOP, "atomic_aggregate:active", ["__reduce_max_sync(wfa_g, wfa_v)", "__shfl_xor_sync(0xffffffffu"]),
+], ids=["strided_count", "scatter_template", "uniform_loop"])
+def test_atomics_in_loops_and_after_early_exits_are_key_aggregated_and_build(text: str, step: str,
+                                                                             words: list[str]) -> None:
+    pol, got = children(text, "atomic_aggregate")
+    assert [c.steps[-1] for c in got] == [step], (pol.errors, [c.steps for c in got])
+    src = got[0].definition
+    for w in words:
+        assert w in src, (w, src)
+    assert src.count("if (wfa_lane == (unsigned)(__ffs(wfa_g) - 1))") == src.count("const unsigned wfa_g =")
+    assert got[0].grid is None and got[0].block is None  # the launch is the user's
+    r = ca.EvaluatorBuild(pol).check(got[0])
+    assert r.ok, (r.stage, r.reason[-2000:], src)
+
+
+def _why(text: str, family: str) -> str:
+    load()
+    pol = policy(text, {family})
+    d = ask(REGISTRY[family], pol.context(pol.root_candidate()))
+    assert d is not None, f"{family} proposes"
+    return d.reason
+
+
+HEADER = """// @warpforge size N = 1 << 20
+// @warpforge arg x: in int[N] int(0, 63)
+// @warpforge arg bins: inout int[64] zeros
+// @warpforge arg out: out int[N]
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void k(const int* x, int* bins, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+"""
+
+
+@pytest.mark.parametrize(("stmt", "words"), [
+    ("    out[i] = atomicAdd(&bins[x[i]], 1);", "is used (the old value each thread gets"),
+    ("    atomicExch(&bins[x[i]], i);", "do not combine into one"),
+    ("    atomicCAS(&bins[x[i]], 0, i);", "do not combine into one"),
+    ("    unsigned g = __match_any_sync(__activemask(), x[i]);\n    if ((g & 1u) != 0u) atomicAdd(&bins[x[i]], 1);",
+     "already groups its lanes"),
+], ids=["result_used", "exchange", "cas", "already_grouped"])
+def test_atomic_aggregate_declines_what_does_not_combine(stmt: str, words: str) -> None:
+    text = HEADER + stmt + "\n  }\n}\n"
+    assert words in _why(text, "atomic_aggregate")
