@@ -95,9 +95,12 @@ def children(text: str, family: str) -> tuple[OfflinePolicy, list[Candidate]]:
 
 @needs_nvcc
 @pytest.mark.parametrize(("text", "step", "words"), [
-    (STRIDED_COUNT, "atomic_aggregate:key", ["__match_any_sync(__activemask()", "__reduce_add_sync(wfa_g, wfa_v)"]),
-    (SCATTER, "atomic_aggregate:key", ["__shfl_sync(wfa_g, wfa_own, __ffs(wfa_r) - 1)", "T wfa_v = (upd[t] * (T)0.5);"]),
-    (UNIFORM_LOOP, "atomic_aggregate:active", ["__reduce_max_sync(wfa_g, wfa_v)", "__shfl_xor_sync(0xffffffffu"]),
+    (STRIDED_COUNT, "atomic_aggregate:key",
+     ["__match_any_sync(__activemask()", "__reduce_add_sync(wfa_g, wfa_v)"]),
+    (SCATTER, "atomic_aggregate:key",
+     ["__shfl_sync(wfa_g, wfa_own, __ffs(wfa_r) - 1)", "T wfa_v = (upd[t] * (T)0.5);"]),
+    (UNIFORM_LOOP, "atomic_aggregate:active",
+     ["__reduce_max_sync(wfa_g, wfa_v)", "__shfl_xor_sync(0xffffffffu"]),
 ], ids=["strided_count", "scatter_template", "uniform_loop"])
 def test_atomics_in_loops_and_after_early_exits_are_key_aggregated_and_build(text: str, step: str,
                                                                              words: list[str]) -> None:
@@ -136,8 +139,8 @@ __global__ void k(const int* x, int* bins, int* out, int n) {
     ("    out[i] = atomicAdd(&bins[x[i]], 1);", "is used (the old value each thread gets"),
     ("    atomicExch(&bins[x[i]], i);", "do not combine into one"),
     ("    atomicCAS(&bins[x[i]], 0, i);", "do not combine into one"),
-    ("    unsigned g = __match_any_sync(__activemask(), x[i]);\n    if ((g & 1u) != 0u) atomicAdd(&bins[x[i]], 1);",
-     "already groups its lanes"),
+    ("    unsigned g = __match_any_sync(__activemask(), x[i]);\n"
+     "    if ((g & 1u) != 0u) atomicAdd(&bins[x[i]], 1);", "already groups its lanes"),
 ], ids=["result_used", "exchange", "cas", "already_grouped"])
 def test_atomic_aggregate_declines_what_does_not_combine(stmt: str, words: str) -> None:
     text = HEADER + stmt + "\n  }\n}\n"
