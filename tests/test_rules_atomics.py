@@ -145,3 +145,75 @@ __global__ void k(const int* x, int* bins, int* out, int n) {
 def test_atomic_aggregate_declines_what_does_not_combine(stmt: str, words: str) -> None:
     text = HEADER + stmt + "\n  }\n}\n"
     assert words in _why(text, "atomic_aggregate")
+
+
+#: a grid-stride histogram whose start and step are locals named before the loop, the target a view `bins + b`
+STRIDED_LOCALS = """// @warpforge size N = 1 << 21
+// @warpforge arg px: in uint8[N]
+// @warpforge arg bins: inout uint32[16] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void k(const unsigned char* px, unsigned int* bins, int n) {
+  unsigned first = threadIdx.x + blockIdx.x * blockDim.x;
+  unsigned step = blockDim.x * gridDim.x;
+  unsigned shade;
+  for (unsigned e = first; e < n; e += step) {
+    shade = px[e] >> 4;
+    atomicAdd(bins + shade, 1u);
+  }
+}
+"""
+
+#: a templated histogram (the spec instantiates the count type), one thread per element behind a guard
+TEMPLATED = """// @warpforge size N = 1 << 20
+// @warpforge template C = int
+// @warpforge arg keys: in int[N] int(0, 1000)
+// @warpforge arg bins: inout int[100] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 128), block=128
+template <typename C>
+__global__ void k(const int* keys, C* bins, int n) {
+  int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < n) {
+    int b = keys[e] % 100;
+    atomicAdd(&bins[b], (C)1);
+  }
+}
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("text", [STRIDED_LOCALS, TEMPLATED], ids=["strided_locals", "templated"])
+def test_privatized_histograms_in_other_spellings_build(text: str) -> None:
+    pol, got = children(text, "atomics_privatize")
+    assert [c.steps[-1] for c in got] == ["atomics_privatize:sm4", "atomics_privatize:sm8"], pol.errors
+    src = got[0].definition
+    assert "extern __shared__" in src and src.count("__syncthreads();") == 2
+    assert "gridDim.x" in src.split("for (", 2)[2]  # the element loop strides over the whole grid
+    r = ca.EvaluatorBuild(pol).check(got[0])
+    assert r.ok, (r.stage, r.reason[-2000:], src)
+
+
+PRIV = """// @warpforge size N = 1 << 20
+// @warpforge arg x: in int[N] int(0, 255)
+// @warpforge arg hist: inout int[256] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void k(const int* x, int* hist, int n) {
+"""
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ("  __shared__ int part[256];\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  if (i < n) atomicAdd(&part[x[i]], 1);\n  __syncthreads();\n"
+     "  if (threadIdx.x < 256) atomicAdd(&hist[threadIdx.x], part[threadIdx.x]);\n",
+     "privatized already: `atomicAdd(&part[x[i]], 1)` updates the `__shared__` array `part`"),
+    ("  extern __shared__ int dyn[];\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  if (i < n) atomicAdd(&hist[x[i]], 1);\n", "already uses dynamic shared memory"),
+    ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) {\n    int n = x[i];\n"
+     "    atomicAdd(&hist[n], 1);\n  }\n", "a local `n` shadows the parameter"),
+    ("  __shared__ float table[12100];\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "  if (i < n) atomicAdd(&hist[x[i]], 1);\n", "beside 48400 bytes of the kernel's own shared arrays"),
+], ids=["privatized_already", "dynamic_shared", "shadowed", "no_room_beside_own_shared"])
+def test_privatize_declines_each_scope_reason_in_its_own_words(body: str, words: str) -> None:
+    assert words in _why(PRIV + body + "}\n", "atomics_privatize")

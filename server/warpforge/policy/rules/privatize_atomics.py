@@ -30,28 +30,40 @@ shared memory at both sizes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.model import Kernel
 from ...cuda.tree import node_text, walk
+from ...spec.expr import Number
 from ...spec.model import DTYPES
+from ..ir.summary import ELEMENT_TYPES
 from . import register
 from ._structural import (
     Elementwise,
+    all_names,
+    declared_names,
     elementwise_1d,
     envs,
     flush,
-    fresh_body,
+    global_index,
     has_jump,
     indent,
     is_1d,
     is_collective,
+    is_grid_stride,
     is_ident,
     launch_ok,
     render,
+    resolved_type,
+    shared_arrays,
+    single_decl,
+    statements,
     subscript_parts,
     unparen,
+    upper_bound,
     written_names,
 )
 from ._structural_rule import Launch, StructuralRule
@@ -94,17 +106,118 @@ def _target_base(arg: Node, data: bytes) -> str | None:
     return None
 
 
+def _stride_via_locals(body: Node, data: bytes) -> Elementwise | None:
+    """A grid-stride loop whose start or step is a local named before it (``int tid = blockIdx.x * blockDim.x +
+    threadIdx.x; ... for (int i = tid; i < n; i += stride)``), read as the loop ``elementwise_1d`` reads: the
+    locals' values stand for their names and their declarations are dropped, so each must be used nowhere else."""
+    sts = statements(body)
+    if not sts or sts[-1].type != "for_statement":
+        return None
+    loop = sts[-1]
+    init, cond, upd = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    idx = single_decl(init, data) if init is not None else None
+    if idx is None or idx.value is None or cond is None or upd is None:
+        return None
+    local = {d.name: (d, st) for st in sts[:-1] if (d := single_decl(st, data)) is not None and d.value is not None}
+    drop: list[Node] = []
+
+    def through(n: Node) -> Node:
+        n = unparen(n)
+        if n.type == "identifier" and node_text(n, data) in local:
+            d, st = local[node_text(n, data)]
+            drop.append(st)
+            assert d.value is not None
+            return d.value
+        return n
+
+    start = through(idx.value)
+    mult = global_index(start, data, "x")
+    u = unparen(upd)
+    op = u.child_by_field_name("operator") if u.type == "assignment_expression" else None
+    right = u.child_by_field_name("right")
+    if mult is None or op is None or node_text(op, data) != "+=" or right is None \
+            or not is_ident(u.child_by_field_name("left"), data, idx.name):
+        return None
+    stride = through(right)
+    bound = upper_bound(cond, data, idx.name)
+    if bound is None or not is_grid_stride(stride, data, mult) or not drop:
+        return None
+    dropped = {name for name, (_, st) in local.items() if st in drop}
+    uses = [n for n in walk(body, ("identifier",)) if node_text(n, data) in dropped]
+    if len(uses) != 2 * len(dropped):  # each: its declaration and its one use in the loop header
+        return None
+    return Elementwise("stride", idx, start, mult, [st for st in sts[:-1] if st not in drop], [], cond, bound,
+                       statements(loop.child_by_field_name("body")), stride)
+
+
+def _shared_bytes(ctx: RuleContext, body: Node, data: bytes, env: Mapping[str, Number]) -> int | None:
+    """Bytes of the kernel's own ``__shared__`` arrays at one size (None when a size or a type is unknown)."""
+    total = 0
+    for d in walk(body, ("declaration",)):
+        quals = {node_text(c, data) for c in d.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        t = d.child_by_field_name("type")
+        if "__shared__" not in quals or t is None:
+            continue
+        size = ELEMENT_TYPES.get(resolved_type(ctx, node_text(t, data)), (0, 0))[0]
+        for dn in d.children_by_field_name("declarator"):
+            n, cur = size, dn
+            while cur is not None and cur.type == "array_declarator":
+                dim = cur.child_by_field_name("size")
+                v = eval_expr(node_text(dim, data), env) if dim is not None else None
+                if not isinstance(v, int):
+                    return None
+                n *= v
+                cur = cur.child_by_field_name("declarator")
+            if n == 0 or cur is None or cur.type != "identifier":
+                return None
+            total += n
+    return total
+
+
+def _scope(ctx: RuleContext) -> tuple[Kernel, Node, bytes] | None:
+    """The kernel when this rewrite may move its code around, each refusal its own reason: privatized already
+    (this rule's names, or atomics into a ``__shared__`` array of its own), dynamic shared memory of its own (the
+    private copy would alias it), or a local that shadows a parameter. Templates are rewritten as written (the
+    spec's instantiation judges the types); other ``__shared__`` arrays stay, their bytes counted (``launches``)."""
+    k = ctx.cand_kernel
+    got = kernel_body(ctx)
+    if k is None or got is None:
+        return None
+    body, data = got
+    if any(n.startswith(PREFIX) for n in all_names(body, data)):
+        return declined("the kernel is privatized already (it holds this rule's `wfp_` names)", None, Stage.SCOPE)
+    shared = shared_arrays(body, data)
+    for call in walk(body, ("call_expression",)):
+        fn = call.child_by_field_name("function")
+        args = call.child_by_field_name("arguments")
+        if fn is None or args is None or not node_text(fn, data).startswith("atomic") or not args.named_children:
+            continue
+        base = _target_base(args.named_children[0], data)
+        if base is not None and base in shared:
+            return declined(f"the kernel is privatized already: `{node_text(call, data)}` updates the `__shared__` "
+                            f"array `{base}`", call, Stage.SCOPE)
+    for d in walk(body, ("declaration",)):
+        quals = {node_text(c, data) for c in d.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if {"extern", "__shared__"} <= quals:
+            return declined("the kernel already uses dynamic shared memory (`extern __shared__`), which the private "
+                            "copy would alias", d, Stage.SHAPE)
+    shadow = sorted(declared_names(body, data) & {p.name for p in k.params})
+    if shadow:
+        return declined(f"a local `{shadow[0]}` shadows the parameter of that name (the rewrite moves code and "
+                        "must know what each name means)", body, Stage.SHAPE)
+    return k, body, data
+
+
 def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     whole = kernel_body(ctx)
     if whole is not None and not any(n.type == "call_expression" and node_text(
             n.child_by_field_name("function") or n, whole[1]) == "atomicAdd" for n in walk(whole[0])):
         return declined("the kernel has no atomicAdd into a histogram", None, Stage.SCOPE)
-    got = fresh_body(ctx, PREFIX, collectives_ok=True)
+    got = _scope(ctx)
     if got is None:
-        return declined("the kernel is a template, already uses shared memory (or is privatized already), or a "
-                        "local shadows a parameter", None, Stage.SHAPE)
+        return None
     k, body, data = got
-    e = elementwise_1d(body, data)
+    e = elementwise_1d(body, data) or _stride_via_locals(body, data)
     if e is None or not e.body or e.mult != "blockDim.x":
         return declined("the atomics are not in a one-thread-per-element kernel (`i = blockIdx.x * blockDim.x + "
                         "threadIdx.x` with a guard, or a grid-stride loop)", body, Stage.SHAPE)
@@ -144,9 +257,10 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             calls.append(n)
     if bins is None:
         return declined("the element's body has no atomicAdd", body, Stage.SCOPE)
-    if pointers[bins].type not in _TYPES:
-        return declined(f"the histogram's element type `{pointers[bins].type}` has no shared-memory atomicAdd "
-                        "the rule writes", calls[0], Stage.LEGALITY)
+    elem = resolved_type(ctx, pointers[bins].type)
+    if elem not in _TYPES:
+        return declined(f"the histogram's element type `{elem}` has no shared-memory atomicAdd the rule writes",
+                        calls[0], Stage.LEGALITY)
     if i in {w for st in e.body for w in written_names(st, data)}:
         return declined(f"the index `{i}` is changed in the body", body, Stage.LEGALITY)
     # `bins` appears nowhere but as the base of those atomicAdd targets
@@ -182,13 +296,20 @@ class PrivatizeAtomics(StructuralRule[_Shape]):
             return {}
         smem = f"({a.count}) * {DTYPES[a.dtype][0]}"
         es = envs(ctx)
-        if es is None:
+        got = kernel_body(ctx)
+        if es is None or got is None:
             return {}
         for env in es:
             v = eval_expr(smem, env)
-            if not isinstance(v, int) or v < 1 or v > _MAX_SMEM:
-                declined(f"a per-block copy of `{shape.bins}` ({smem} bytes) does not fit in shared memory at every "
-                         "size of the spec", None, Stage.LAUNCH)
+            own = _shared_bytes(ctx, got[0], got[1], env)
+            if own is None:
+                declined("the size of the kernel's own `__shared__` arrays is not known at the spec's sizes (the "
+                         "private copy must fit beside them)", None, Stage.LAUNCH)
+                return {}
+            if not isinstance(v, int) or v < 1 or v + own > _MAX_SMEM:
+                declined(f"a per-block copy of `{shape.bins}` ({smem} bytes, beside {own} bytes of the kernel's own "
+                         f"shared arrays) does not fit in {_MAX_SMEM // 1024} KiB of shared memory at every size of "
+                         "the spec", None, Stage.LAUNCH)
                 return {}
         out: dict[str, Launch] = {}
         for param, per_sm in VARIANTS.items():
