@@ -182,14 +182,39 @@ __global__ void k(const int* keys, C* bins, int n) {
 """
 
 
+#: gradients scattered through a view of the output: `float* slot = acc + row * W + col` (no bound on the
+#: element count other than the guard; the rows are picked by the data)
+VIEW = """// @warpforge size N = 1 << 20
+// @warpforge size W = 32
+// @warpforge arg g: in float[N]
+// @warpforge arg rows: in int[N / W] int(0, 7)
+// @warpforge arg acc: inout float[8 * W] zeros
+// @warpforge arg n = N
+// @warpforge arg w = W
+// @warpforge launch grid=cdiv(N, 256), block=256
+// @warpforge tol rtol=1e-3 atol=1e-2
+__global__ void k(const float* g, const int* rows, float* acc, int n, int w) {
+  int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < n) {
+    int row = rows[e / w];
+    int col = e % w;
+    float* slot = acc + row * w + col;
+    atomicAdd(slot, g[e]);
+  }
+}
+"""
+
+
 @needs_nvcc
-@pytest.mark.parametrize("text", [STRIDED_LOCALS, TEMPLATED], ids=["strided_locals", "templated"])
+@pytest.mark.parametrize("text", [STRIDED_LOCALS, TEMPLATED, VIEW], ids=["strided_locals", "templated", "view"])
 def test_privatized_histograms_in_other_spellings_build(text: str) -> None:
     pol, got = children(text, "atomics_privatize")
     assert [c.steps[-1] for c in got] == ["atomics_privatize:sm4", "atomics_privatize:sm8"], pol.errors
     src = got[0].definition
     assert "extern __shared__" in src and src.count("__syncthreads();") == 2
     assert "gridDim.x" in src.split("for (", 2)[2]  # the element loop strides over the whole grid
+    if text is VIEW:
+        assert "atomicAdd((wfp_priv + (row * w + col)), g[e]);" in src, src
     r = ca.EvaluatorBuild(pol).check(got[0])
     assert r.ok, (r.stage, r.reason[-2000:], src)
 
@@ -212,8 +237,17 @@ __global__ void k(const int* x, int* hist, int n) {
      "  if (i < n) atomicAdd(&hist[x[i]], 1);\n", "already uses dynamic shared memory"),
     ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) {\n    int n = x[i];\n"
      "    atomicAdd(&hist[n], 1);\n  }\n", "a local `n` shadows the parameter"),
+    ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) {\n    int* at = hist + x[i];\n"
+     "    atomicAdd(at, 1);\n    atomicAdd(at + 1, (int)(at != hist));\n  }\n", "also used outside its atomicAdds"),
+    ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) {\n    atomicAdd(&hist[x[i]], 1);\n"
+     "    atomicAdd(&hist2[x[i] / 2], 1);\n  }\n", "go to two arrays, `hist` and `hist2`"),
     ("  __shared__ float table[12100];\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
      "  if (i < n) atomicAdd(&hist[x[i]], 1);\n", "beside 48400 bytes of the kernel's own shared arrays"),
-], ids=["privatized_already", "dynamic_shared", "shadowed", "no_room_beside_own_shared"])
+], ids=["privatized_already", "dynamic_shared", "shadowed", "view_used_elsewhere", "two_arrays",
+        "no_room_beside_own_shared"])
 def test_privatize_declines_each_scope_reason_in_its_own_words(body: str, words: str) -> None:
-    assert words in _why(PRIV + body + "}\n", "atomics_privatize")
+    text = PRIV + body + "}\n"
+    if "hist2" in body:
+        text = text.replace("int* hist,", "int* hist, int* hist2,").replace(
+            "// @warpforge arg n", "// @warpforge arg hist2: inout int[128] zeros\n// @warpforge arg n")
+    assert words in _why(text, "atomics_privatize")

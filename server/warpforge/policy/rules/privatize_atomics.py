@@ -88,11 +88,15 @@ class _Shape:
     elem: str
     #: the atomicAdd calls' first arguments (replaced by the private copy)
     targets: list[Node]
+    #: views of ``bins`` the targets go through: local -> its offset's text (``float* v = bins + (E);``)
+    views: dict[str, str]
 
 
 def _target_base(arg: Node, data: bytes) -> str | None:
-    """The array of ``&a[E]`` or ``a + E`` (None for anything else)."""
+    """The array of ``&a[E]``, ``a + E`` or ``a`` (None for anything else)."""
     a = unparen(arg)
+    if a.type == "identifier":
+        return node_text(a, data)
     if a.type == "pointer_expression" and node_text(a, data).lstrip().startswith("&"):
         inner = a.child_by_field_name("argument")
         parts = subscript_parts(inner, data) if inner is not None else None
@@ -174,6 +178,27 @@ def _shared_bytes(ctx: RuleContext, body: Node, data: bytes, env: Mapping[str, N
     return total
 
 
+def _views(body: Node, data: bytes, pointers: set[str]) -> dict[str, tuple[str, str, Node]]:
+    """Local pointers declared once as a view of a pointer parameter and never reassigned: name -> (parameter,
+    offset text, declaration). ``P + a + b`` is read as the base ``P`` plus the offset ``a + b`` (the IR's
+    ``view_offset`` writes ``P + (a + b)``; as written it is ``(P + a) + b``, the same offset)."""
+    out: dict[str, tuple[str, str, Node]] = {}
+    written = written_names(body, data)
+    for st in walk(body, ("declaration",)):
+        d = single_decl(st, data)
+        if d is None or not d.pointer or d.value is None or d.name in written:
+            continue
+        cur, first = unparen(d.value), None
+        while cur.type == "binary_expression" and (op := cur.child_by_field_name("operator")) is not None \
+                and node_text(op, data) == "+" and (left := cur.child_by_field_name("left")) is not None:
+            first, cur = op, unparen(left)
+        if first is None or cur.type != "identifier" or node_text(cur, data) not in pointers:
+            continue
+        offset = data[first.end_byte:d.value.end_byte].decode("utf-8", errors="replace").strip()
+        out[d.name] = (node_text(cur, data), offset, st)
+    return out
+
+
 def _scope(ctx: RuleContext) -> tuple[Kernel, Node, bytes] | None:
     """The kernel when this rewrite may move its code around, each refusal its own reason: privatized already
     (this rule's names, or atomics into a ``__shared__`` array of its own), dynamic shared memory of its own (the
@@ -231,6 +256,8 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     targets: list[Node] = []
     bins: str | None = None
     calls: list[Node] = []
+    views = _views(body, data, set(pointers))
+    used: dict[str, str] = {}
     for st in e.body:
         if has_jump(st, loops_ok=True):
             return declined("the element's body returns or breaks early", st, Stage.SHAPE)
@@ -249,9 +276,15 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                 return declined(f"`{name}` is not a plain `atomicAdd(&bins[b], v);` statement (its result used, "
                                 "another atomic, or a shuffle/barrier)", n, Stage.SHAPE)
             base = _target_base(xs[0], data)
-            if base is None or base not in pointers or (bins is not None and base != bins):
-                return declined(f"the atomicAdd's target `{node_text(xs[0], data)}` is not `&bins[...]` of one "
-                                "pointer parameter", n, Stage.SHAPE)
+            if base in views:
+                used[base] = views[base][1]
+                base = views[base][0]
+            if base is None or base not in pointers:
+                return declined(f"the atomicAdd's target `{node_text(xs[0], data)}` is not `&bins[...]`, `bins + i` or "
+                                "a view `T* v = bins + i` of a pointer parameter", n, Stage.SHAPE)
+            if bins is not None and base != bins:
+                return declined(f"the atomicAdds go to two arrays, `{bins}` and `{base}` (the rule privatizes one)",
+                                n, Stage.SHAPE)
             bins = base
             targets.append(xs[0])
             calls.append(n)
@@ -263,9 +296,17 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                         calls[0], Stage.LEGALITY)
     if i in {w for st in e.body for w in written_names(st, data)}:
         return declined(f"the index `{i}` is changed in the body", body, Stage.LEGALITY)
-    # `bins` appears nowhere but as the base of those atomicAdd targets
-    inside = {n.id for t in targets for n in walk(t)}
+    # `bins` appears nowhere but as the base of those atomicAdd targets (or of the views they go through)
+    inside = {n.id for t in targets for n in walk(t)} | {n.id for v in used for n in walk(views[v][2])}
+    for v in used:
+        offset_names = {node_text(n, data) for n in walk(views[v][2], ("identifier",))} - {v, bins}
+        if offset_names & {w for st in e.body for w in written_names(st, data)}:
+            return declined(f"the offset of the view `{v}` is changed in the body after it is taken", views[v][2],
+                            Stage.LEGALITY)
     for n in walk(body):
+        if n.type == "identifier" and node_text(n, data) in used and n.id not in inside:
+            return declined(f"the view `{node_text(n, data)}` of `{bins}` is also used outside its atomicAdds", n,
+                            Stage.LEGALITY)
         if n.type == "identifier" and node_text(n, data) == bins and n.id not in inside:
             return declined(f"`{bins}` is also read or written outside its atomicAdds, so a per-block copy would "
                             "not hold what the kernel reads", n, Stage.LEGALITY)
@@ -274,7 +315,7 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         if args is not None and any(node_text(n, data) == bins for x in args.named_children[1:] for n in walk(x)
                                     if n.type == "identifier"):
             return declined(f"the value added reads `{bins}` itself", c, Stage.LEGALITY)
-    return _Shape(e, bins, pointers[bins].type, targets), data
+    return _Shape(e, bins, pointers[bins].type, targets, used), data
 
 
 class PrivatizeAtomics(StructuralRule[_Shape]):
@@ -337,7 +378,14 @@ def _generate(shape: _Shape, data: bytes) -> str:
         t = targets.get(n.id)
         if t is None:
             return None
-        return render(t, data, lambda m: priv if m.type == "identifier" and node_text(m, data) == shape.bins else None)
+
+        def name(m: Node) -> str | None:
+            if m.type != "identifier":
+                return None
+            t = node_text(m, data)
+            return priv if t == shape.bins else f"({priv} + ({shape.views[t]}))" if t in shape.views else None
+
+        return render(t, data, name)
 
     body = "\n".join(flush(render(st, data, rep), st, data) for st in e.body)
     cmp = "<=" if e.bound.inclusive else "<"
