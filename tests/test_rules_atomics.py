@@ -212,6 +212,8 @@ def test_privatized_histograms_in_other_spellings_build(text: str) -> None:
     assert [c.steps[-1] for c in got] == ["atomics_privatize:sm4", "atomics_privatize:sm8"], pol.errors
     src = got[0].definition
     assert "extern __shared__" in src and src.count("__syncthreads();") == 2
+    if text is TEMPLATED:
+        assert "reinterpret_cast<C*>(wfp_raw)" in src, src
     assert "gridDim.x" in src.split("for (", 2)[2]  # the element loop strides over the whole grid
     if text is VIEW:
         assert "atomicAdd((wfp_priv + (row * w + col)), g[e]);" in src, src

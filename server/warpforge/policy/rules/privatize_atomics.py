@@ -13,10 +13,14 @@ Recognized shape (names, types, expressions free)::
     [declarations not using i or the array]
     if (i < LIMIT) { BODY }                 // or `if (i >= LIMIT) return;` + BODY, or a grid-stride loop
 
-where a pointer parameter ``bins`` (element type unsigned/int/float/unsigned long long; the spec gives its
-length) is used only as ``atomicAdd(&bins[E], V)`` or ``atomicAdd(bins + E, V)``, and whose result is not
-used; BODY has no other synchronization, warp-level exchange or atomics, no early exit and no use of the
-thread coordinates (the loop reassigns which thread handles which element).
+where a pointer parameter ``bins`` (element type unsigned/int/float/unsigned long long as the spec instantiates
+it; the spec gives its length) is used only as ``atomicAdd(&bins[E], V)``, ``atomicAdd(bins + E, V)`` or through
+a view ``T* v = bins + OFF; atomicAdd(v, V)`` (``OFF`` unchanged after it; the IR's ``view_offset`` writes views
+this way), and whose result is not used; BODY has no other synchronization, warp-level exchange or atomics, no
+early exit and no use of the thread coordinates (the loop reassigns which thread handles which element). A
+grid-stride loop may take its start and step from locals named before it (``int tid = ...; for (int i = tid; ...;
+i += stride)``). Templates are rewritten as written. A kernel's own ``__shared__`` arrays stay; its atomics into
+one mean it is privatized already, and ``extern __shared__`` of its own would alias the copy (both declined).
 
 The rewrite: the private copy is ``extern __shared__`` memory sized by the launch (``count *
 sizeof(element)``; the kernel reads that size from the ``%dynamic_smem_size`` register, so the sizes of the
@@ -24,8 +28,8 @@ launch and the kernel cannot disagree); it is zeroed, ``__syncthreads()``, the g
 original BODY with ``bins`` replaced by the private copy, ``__syncthreads()``, and each thread adds a share
 of the non-zero private counts to ``bins``. Indices stay in range because they are the indices the original
 used on an array of the same length. All barriers are outside every branch (the guard became the loop
-condition). Integer counts are exact; float sums are reassociated. The spec's array must fit in 48 KiB of
-shared memory at both sizes.
+condition). Integer counts are exact; float sums are reassociated. The spec's array, with the kernel's own
+``__shared__`` arrays, must fit in 48 KiB of shared memory at both sizes.
 """
 
 from __future__ import annotations
@@ -360,14 +364,14 @@ class PrivatizeAtomics(StructuralRule[_Shape]):
         return out
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str:
-        return _generate(shape, data)
+        return _generate(shape, data, bool(ctx.cand_kernel is not None and ctx.cand_kernel.template_params))
 
     def rationale(self, shape: _Shape, param: str) -> str:
         return (f"privatize {shape.bins} per block in shared memory (shared atomics, one global atomicAdd per "
                 f"non-zero entry per block), grid-stride loop over {VARIANTS[param]} blocks per SM")
 
 
-def _generate(shape: _Shape, data: bytes) -> str:
+def _generate(shape: _Shape, data: bytes, template: bool) -> str:
     e = shape.e
     p = PREFIX
     i = e.index.name
@@ -392,7 +396,10 @@ def _generate(shape: _Shape, data: bytes) -> str:
     limit = node_text(e.bound.limit, data)
     stride = node_text(e.stride, data) if e.stride is not None else "blockDim.x * gridDim.x"
     pre = "\n".join(flush(node_text(n, data), n, data) for n in e.prefix + e.between)
-    code = f"""extern __shared__ {shape.elem} {priv}[];
+    # a template's instantiations must not declare one extern array with different types: bytes, cast
+    decl = (f"extern __shared__ __align__(16) unsigned char {p}raw[];\n{shape.elem}* const {priv} = "
+            f"reinterpret_cast<{shape.elem}*>({p}raw);" if template else f"extern __shared__ {shape.elem} {priv}[];")
+    code = f"""{decl}
 unsigned int {p}bytes;
 asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"({p}bytes));
 const unsigned int {p}n = {p}bytes / sizeof({shape.elem});
