@@ -168,7 +168,8 @@ def _shared_bytes(ctx: RuleContext, body: Node, data: bytes, env: Mapping[str, N
             continue
         size = ELEMENT_TYPES.get(resolved_type(ctx, node_text(t, data)), (0, 0))[0]
         for dn in d.children_by_field_name("declarator"):
-            n, cur = size, dn
+            n = size
+            cur: Node | None = dn
             while cur is not None and cur.type == "array_declarator":
                 dim = cur.child_by_field_name("size")
                 v = eval_expr(node_text(dim, data), env) if dim is not None else None
