@@ -79,6 +79,31 @@ __global__ void k(const int* vals, int* stats, unsigned long long* seen, int n) 
 }
 """
 
+#: a bilinear splat in a grid-stride loop: four corners added through a local view, the offsets summed after it
+SPLAT = """// @warpforge size N = 1 << 18
+// @warpforge size H = 64
+// @warpforge size W = 64
+// @warpforge arg pts: in float[2 * N] uniform(0, 62)
+// @warpforge arg img: inout float[4 * H * W] zeros
+// @warpforge arg n = N
+// @warpforge arg h = H
+// @warpforge arg w = W
+// @warpforge launch grid=cdiv(N, 256), block=256
+// @warpforge tol rtol=1e-3 atol=1e-2
+__global__ void k(const float* pts, float* img, int n, int h, int w) {
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += blockDim.x * gridDim.x) {
+    float fy = pts[2 * p], fx = pts[2 * p + 1];
+    int y0 = (int)fy, x0 = (int)fx;
+    float ay = fy - y0, ax = fx - x0;
+    float* plane = img + (p % 4) * h * w;
+    atomicAdd(plane + y0 * w + x0, (1 - ay) * (1 - ax));
+    atomicAdd(plane + y0 * w + x0 + 1, (1 - ay) * ax);
+    atomicAdd(plane + (y0 + 1) * w + x0, ay * (1 - ax));
+    atomicAdd(plane + (y0 + 1) * w + x0 + 1, ay * ax);
+  }
+}
+"""
+
 
 def policy(text: str, families: set[str]) -> OfflinePolicy:
     src = SourceText(text)
@@ -101,7 +126,8 @@ def children(text: str, family: str) -> tuple[OfflinePolicy, list[Candidate]]:
      ["__shfl_sync(wfa_g, wfa_own, __ffs(wfa_r) - 1)", "T wfa_v = (upd[t] * (T)0.5);"]),
     (UNIFORM_LOOP, "atomic_aggregate:active",
      ["__reduce_max_sync(wfa_g, wfa_v)", "__shfl_xor_sync(0xffffffffu"]),
-], ids=["strided_count", "scatter_template", "uniform_loop"])
+    (SPLAT, "atomic_aggregate:key", ["auto wfa_p = (plane + (y0 + 1) * w + x0 + 1);", "float wfa_v = (ay * ax);"]),
+], ids=["strided_count", "scatter_template", "uniform_loop", "splat"])
 def test_atomics_in_loops_and_after_early_exits_are_key_aggregated_and_build(text: str, step: str,
                                                                              words: list[str]) -> None:
     pol, got = children(text, "atomic_aggregate")

@@ -126,11 +126,10 @@ def pointee(target: Node, body: Node, data: bytes, k: Kernel) -> str | None:
             return None
         t = unparen(cur)
     elif t.type == "binary_expression":
-        op, a, b = (t.child_by_field_name(f) for f in ("operator", "left", "right"))
-        if op is None or a is None or b is None or node_text(op, data) != "+":
+        terms = _sum_terms(t, data)
+        if terms is None:
             return None
-        names = [unparen(x) for x in (a, b) if unparen(x).type == "identifier"]
-        ptrs = [x for x in names if _levels(node_text(x, data), body, data, k) is not None]
+        ptrs = [x for x in terms if x.type == "identifier" and _levels(node_text(x, data), body, data, k) is not None]
         if len(ptrs) != 1:
             return None
         t = ptrs[0]
@@ -141,6 +140,20 @@ def pointee(target: Node, body: Node, data: bytes, k: Kernel) -> str | None:
         return None
     typ, levels = got
     return typ if levels == max(depth, 1) else None
+
+
+def _sum_terms(node: Node, data: bytes) -> list[Node] | None:
+    """The terms of ``a + b * c + d`` (parentheses looked through; a product or difference is one term)."""
+    n = unparen(node)
+    if n.type != "binary_expression":
+        return [n]
+    op, a, b = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or a is None or b is None:
+        return None
+    if node_text(op, data) != "+":
+        return [n]
+    left, right = _sum_terms(a, data), _sum_terms(b, data)
+    return None if left is None or right is None else left + right
 
 
 def _levels(name: str, body: Node, data: bytes, k: Kernel) -> tuple[str, int] | None:
