@@ -105,6 +105,24 @@ __global__ void k(const float* pts, float* img, int n, int h, int w) {
 """
 
 
+#: a block-wide count in a `__shared__` scalar, flushed once per block
+SHARED_SCALAR = """// @warpforge size N = 1 << 20
+// @warpforge arg x: in float[N]
+// @warpforge arg hits: inout int[1] zeros
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void k(const float* x, int* hits, int n) {
+  __shared__ int local_hits;
+  if (threadIdx.x == 0) local_hits = 0;
+  __syncthreads();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && x[i] > 0.5f) atomicAdd(&local_hits, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(hits, local_hits);
+}
+"""
+
+
 def policy(text: str, families: set[str]) -> OfflinePolicy:
     src = SourceText(text)
     model = parse(src.data)
@@ -127,11 +145,15 @@ def children(text: str, family: str) -> tuple[OfflinePolicy, list[Candidate]]:
     (UNIFORM_LOOP, "atomic_aggregate:active",
      ["__reduce_max_sync(wfa_g, wfa_v)", "__shfl_xor_sync(0xffffffffu"]),
     (SPLAT, "atomic_aggregate:key", ["auto wfa_p = (plane + (y0 + 1) * w + x0 + 1);", "float wfa_v = (ay * ax);"]),
-], ids=["strided_count", "scatter_template", "uniform_loop", "splat"])
+    (SHARED_SCALAR, "atomic_aggregate:key", ["auto wfa_p = (&local_hits);", "auto wfa_p = (hits);"]),
+], ids=["strided_count", "scatter_template", "uniform_loop", "splat", "shared_scalar"])
 def test_atomics_in_loops_and_after_early_exits_are_key_aggregated_and_build(text: str, step: str,
                                                                              words: list[str]) -> None:
-    pol, got = children(text, "atomic_aggregate")
-    assert [c.steps[-1] for c in got] == [step], (pol.errors, [c.steps for c in got])
+    pol, kids = children(text, "atomic_aggregate")
+    got = [c for c in kids if c.steps[-1] == step]
+    # the whole-warp forms only where one value per thread is sent at the end (the shared-scalar flush)
+    assert [c.steps[-1] for c in kids] == ["atomic_aggregate:warp", "atomic_aggregate:block", step][
+        0 if text is SHARED_SCALAR else 2:], (pol.errors, [c.steps for c in kids])
     src = got[0].definition
     for w in words:
         assert w in src, (w, src)
@@ -167,7 +189,12 @@ __global__ void k(const int* x, int* bins, int* out, int n) {
     ("    atomicCAS(&bins[x[i]], 0, i);", "do not combine into one"),
     ("    unsigned g = __match_any_sync(__activemask(), x[i]);\n"
      "    if ((g & 1u) != 0u) atomicAdd(&bins[x[i]], 1);", "already groups its lanes"),
-], ids=["result_used", "exchange", "cas", "already_grouped"])
+    # a thread's own array: its generic address is the same number in every thread, so lanes must not be grouped
+    ("    int mine[4] = {0, 0, 0, 0};\n    atomicAdd(&mine[x[i] & 3], 1);\n    out[i] = mine[0];",
+     "a thread's own local array cannot be combined"),
+    ("    int mine[4] = {0, 0, 0, 0};\n    int* q = mine + 1;\n    atomicAdd(q, 1);\n    out[i] = mine[1];",
+     "a thread's own local array cannot be combined"),
+], ids=["result_used", "exchange", "cas", "already_grouped", "local_array", "pointer_into_local_array"])
 def test_atomic_aggregate_declines_what_does_not_combine(stmt: str, words: str) -> None:
     text = HEADER + stmt + "\n  }\n}\n"
     assert words in _why(text, "atomic_aggregate")

@@ -79,40 +79,73 @@ def _uniform(node: Node, data: bytes, params: set[str]) -> bool:
     return True
 
 
-def _declared(body: Node, data: bytes, name: str) -> tuple[str, int] | None:
-    """(element type, pointer + array levels) of the local ``name`` (its first declaration)."""
+@dataclass(frozen=True)
+class _Var:
+    """What an atomic's target is made from: its element type, pointer + array levels, and whether every thread
+    sees the same memory through it (parameters, ``__shared__`` arrays and pointers into them; not a thread's own
+    local array, whose generic address is the same number in every thread)."""
+
+    type: str
+    levels: int
+    shared_by_threads: bool
+
+
+def _declared(body: Node, data: bytes, name: str, k: Kernel, depth: int = 0) -> _Var | None:
+    """The local ``name`` (its first declaration); None when ``volatile`` or not declared in the body."""
     for d in walk(body, ("declaration",)):
         t = d.child_by_field_name("type")
         if t is None:
             continue
         for dn in d.children_by_field_name("declarator"):
             cur: Node | None = dn
-            levels = 0
+            levels, pointer, init = 0, False, None
             while cur is not None and cur.type != "identifier":
                 if cur.type in ("pointer_declarator", "array_declarator"):
                     levels += 1
+                    pointer = pointer or cur.type == "pointer_declarator"
+                if cur.type == "init_declarator":
+                    init = cur.child_by_field_name("value")
                 nxt = cur.child_by_field_name("declarator")
                 if nxt is None:
                     named = [c for c in cur.named_children if c.type == "identifier"]
                     nxt = named[0] if named else None
                 cur = nxt
-            if cur is not None and node_text(cur, data) == name:
-                quals = {node_text(c, data) for c in d.children if c.type == "type_qualifier"}
-                if "volatile" in quals:
-                    return None
-                return " ".join(node_text(t, data).split()), levels
+            if cur is None or node_text(cur, data) != name:
+                continue
+            quals = {node_text(c, data) for c in d.children if c.type in ("type_qualifier", "storage_class_specifier")}
+            if "volatile" in quals:
+                return None
+            if "__shared__" in quals:
+                shared = True
+            elif pointer and init is not None and depth < 3:
+                # a pointer into memory every thread sees: its value is made from parameters or shared arrays
+                shared = any(_space_ok(node_text(n, data), body, data, k, depth + 1)
+                             for n in walk(init, ("identifier",)))
+            else:
+                shared = False
+            return _Var(" ".join(node_text(t, data).split()), levels, shared)
     return None
 
 
+def _space_ok(name: str, body: Node, data: bytes, k: Kernel, depth: int) -> bool:
+    p = k.param(name)
+    if p is not None:
+        return p.is_pointer and not p.is_reference
+    v = _declared(body, data, name, k, depth)
+    return v is not None and v.levels > 0 and v.shared_by_threads
+
+
 def pointee(target: Node, body: Node, data: bytes, k: Kernel) -> str | None:
-    """The element type an atomic's target points to, as written, or None when the kernel does not say."""
+    """The element type an atomic's target points to, as written, or None when the kernel does not say (or the
+    target is a thread's own local memory, which threads cannot combine)."""
     t = unparen(target)
     if t.type == "cast_expression":
-        tn = t.child_by_field_name("type")
+        tn, value = t.child_by_field_name("type"), t.child_by_field_name("value")
         text = " ".join(node_text(tn, data).split()) if tn is not None else ""
-        if text.endswith("*") and text.count("*") == 1 and "volatile" not in text:
-            return " ".join(text[:-1].replace("const ", "").split())
-        return None
+        if not text.endswith("*") or text.count("*") != 1 or "volatile" in text or value is None \
+                or pointee(value, body, data, k) is None:
+            return None
+        return " ".join(text[:-1].replace("const ", "").split())
     depth = 0
     if t.type == "pointer_expression" and node_text(t, data).lstrip().startswith("&"):
         cur = t.child_by_field_name("argument")
@@ -122,9 +155,12 @@ def pointee(target: Node, body: Node, data: bytes, k: Kernel) -> str | None:
                 break
             depth += 1
             cur = parts[0]
-        if depth == 0 or cur is None:
+        if cur is None:
             return None
         t = unparen(cur)
+        if depth == 0:  # `&x`: a scalar every thread of the block sees
+            got = _declared(body, data, node_text(t, data), k) if t.type == "identifier" else None
+            return got.type if got is not None and got.levels == 0 and got.shared_by_threads else None
     elif t.type == "binary_expression":
         terms = _sum_terms(t, data)
         if terms is None:
@@ -157,14 +193,15 @@ def _sum_terms(node: Node, data: bytes) -> list[Node] | None:
 
 
 def _levels(name: str, body: Node, data: bytes, k: Kernel) -> tuple[str, int] | None:
-    """(element type, pointer + array levels) of a parameter or local that is a pointer or an array."""
+    """(element type, pointer + array levels) of a parameter or local that is a pointer or an array into memory
+    the threads share (None for a thread's own local array)."""
     p = k.param(name)
     if p is not None:
         if p.is_reference or not p.is_pointer:
             return None
         return p.type, p.pointer_depth + len(p.array_dims)
-    got = _declared(body, data, name)
-    return got if got is not None and got[1] > 0 else None
+    got = _declared(body, data, name, k)
+    return (got.type, got.levels) if got is not None and got.levels > 0 and got.shared_by_threads else None
 
 
 def key_sites(ctx: RuleContext, body: Node, data: bytes) -> list[KeySite]:
@@ -199,7 +236,8 @@ def key_sites(ctx: RuleContext, body: Node, data: bytes) -> list[KeySite]:
         typ = pointee(xs[0], body, data, k)
         if typ is None:
             declined(f"the element type `{node_text(xs[0], data)}` points to is not declared by a parameter, a "
-                     "local pointer, a `__shared__` array or a cast", call, Stage.SHAPE)
+                     "local pointer into a parameter, a `__shared__` variable or a cast (a thread's own local array "
+                     "cannot be combined across lanes)", call, Stage.SHAPE)
             continue
         res = resolved_type(ctx, typ)
         if res not in SHUFFLE_TYPES:
