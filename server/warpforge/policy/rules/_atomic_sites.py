@@ -159,8 +159,8 @@ def pointee(target: Node, body: Node, data: bytes, k: Kernel) -> str | None:
             return None
         t = unparen(cur)
         if depth == 0:  # `&x`: a scalar every thread of the block sees
-            got = _declared(body, data, node_text(t, data), k) if t.type == "identifier" else None
-            return got.type if got is not None and got.levels == 0 and got.shared_by_threads else None
+            var = _declared(body, data, node_text(t, data), k) if t.type == "identifier" else None
+            return var.type if var is not None and var.levels == 0 and var.shared_by_threads else None
     elif t.type == "binary_expression":
         terms = _sum_terms(t, data)
         if terms is None:
