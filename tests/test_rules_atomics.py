@@ -163,6 +163,13 @@ def test_atomics_in_loops_and_after_early_exits_are_key_aggregated_and_build(tex
     assert r.ok, (r.stage, r.reason[-2000:], src)
 
 
+def test_a_parameter_the_body_moves_per_thread_is_not_one_address() -> None:
+    text = STRIDED_COUNT.replace("  for (int e", "  counts += threadIdx.x % 2;\n  for (int e").replace(
+        "&counts[c / 3]", "counts")
+    _, kids = children(text, "atomic_aggregate")
+    assert [c.steps[-1] for c in kids] == ["atomic_aggregate:key"]  # grouped by address, not the active mask
+
+
 def _why(text: str, family: str) -> str:
     load()
     pol = policy(text, {family})

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.model import Kernel
-from ...cuda.tree import node_text, unparen, walk
+from ...cuda.tree import node_text, unparen, walk, written_names
 from ._structural import SHUFFLE_TYPES, indent, resolved_type, subscript_parts
 from ._why import Stage, declined
 from .base import RuleContext
@@ -210,6 +210,7 @@ def key_sites(ctx: RuleContext, body: Node, data: bytes) -> list[KeySite]:
     if k is None:
         return []
     params = {p.name for p in k.params}
+    written = written_names(body, data)
     out: list[KeySite] = []
     for call in atomic_calls(body, data):
         fn = call.child_by_field_name("function")
@@ -244,7 +245,8 @@ def key_sites(ctx: RuleContext, body: Node, data: bytes) -> list[KeySite]:
             declined(f"a warp shuffle cannot move `{res}` values (the element type of `{text}`)", call,
                      Stage.LEGALITY)
             continue
-        out.append(KeySite(stmt, call, OPS[name], typ, res, _uniform(xs[0], data, params)))
+        # a parameter the body reassigns (`out += threadIdx.x;`) is no longer the same for every thread
+        out.append(KeySite(stmt, call, OPS[name], typ, res, _uniform(xs[0], data, params - written)))
     return out
 
 
