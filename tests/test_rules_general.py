@@ -297,25 +297,32 @@ def test_guarded_per_thread_atomic_is_aggregated_with_the_identity_outside_the_g
 }
 """
     agg = {c.steps[-1]: c.source for c in proposals(text) if c.family == "atomic_aggregate"}
-    assert set(agg) == {"atomic_aggregate:warp", "atomic_aggregate:block"}
+    # the key-aggregated form (``active``: one address) combines where the atomic runs, guard or not
+    assert set(agg) == {"atomic_aggregate:warp", "atomic_aggregate:block", "atomic_aggregate:active"}
     assert "float wfa_v = (float)0;" in agg["atomic_aggregate:warp"]
     assert "wfa_v = v;" in agg["atomic_aggregate:warp"]
 
 
-def test_atomic_aggregation_declines_early_exits_and_per_thread_targets() -> None:
+def atomic_steps(text: str) -> set[str]:
+    return {c.steps[-1] for c in proposals(text) if c.family == "atomic_aggregate"}
+
+
+def test_early_exits_and_per_thread_targets_get_only_the_active_mask_forms() -> None:
     early = ATOMIC_SPEC + """{
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     atomicAdd(total, x[i]);
 }
 """
-    assert "atomic_aggregate" not in families(early)  # lanes that left would miss the shuffle
+    # lanes that left would miss the whole-warp shuffle; the active mask leaves them out
+    assert atomic_steps(early) == {"atomic_aggregate:active"}
     scatter = ATOMIC_SPEC + """{
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     atomicAdd(&total[i % 1], x[i]);
 }
 """
-    assert "atomic_aggregate" not in families(scatter)  # the address depends on the thread
+    # the address depends on the thread: lanes are grouped by address
+    assert atomic_steps(scatter) == {"atomic_aggregate:key"}
 
 
 def test_running_sum_read_in_its_loop_becomes_a_warp_scan() -> None:

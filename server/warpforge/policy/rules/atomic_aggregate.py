@@ -20,6 +20,14 @@ false, so all threads take part; the warp's values are combined with shuffles an
 atomic (``block``: lane 0 of each warp writes to shared memory, warp 0 combines them, thread 0 issues it).
 Integer sums, or and xor are exact; float sums are reassociated (tolerances apply), as any atomic order is.
 
+Atomics anywhere else (``key`` / ``active``): an atomic inside a grid-stride loop, behind an early return or
+in the middle of the body (a histogram's ``atomicAdd(&bins[b], 1)`` per element, a scatter's ``atomicAdd(grad
++ off, g)``) is combined where it runs, by the lanes that run it together (``__activemask()``), grouped by
+address with ``__match_any_sync`` (``key``; ``active`` when every address is the same for all threads), the
+group's lowest lane issuing one atomic (``_atomic_sites``: legality per statement, sm_70+). Early exits are
+legal there: a lane that left is not in the active mask. For ``atomicAdd``/``Or``/``And``/``Xor``/``Min``/``Max``
+whose result is unused; integer results are exact, float sums are reassociated within the verify tolerance.
+
 The loop that computes the value is left as written: a chunk per thread stays uncoalesced and one partial
 per thread leaves one load in flight. Re-dealing the elements of a per-thread sum as a grid stride with
 several partials is ``stride_reduce``'s job (it then combines per block too).
@@ -31,8 +39,10 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from ...cuda.model import Kernel
 from ...cuda.tree import node_text, walk
 from . import register
+from ._atomic_sites import KeySite, arch_number, key_sites, splice_sites
 from ._structural import (
     SHUFFLE_TYPES,
     all_names,
@@ -47,7 +57,7 @@ from ._structural import (
 )
 from ._structural_rule import Launch, StructuralRule
 from ._util import kernel_body
-from ._why import Stage, declined
+from ._why import Stage, declined, recording
 from .base import RuleContext
 from .warp_per_row import atomic_target
 
@@ -94,7 +104,15 @@ def _writes_memory(node: Node, data: bytes) -> bool:
     return False
 
 
-def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
+@dataclass
+class _Shape:
+    #: the one atomic every thread sends at the end (the ``warp``/``block`` variants), if there is one
+    end: _Site | None
+    #: every atomic statement the ``key``/``active`` variant combines where it runs
+    sites: list[KeySite]
+
+
+def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
     k = ctx.cand_kernel
     got = kernel_body(ctx)
     if k is None or got is None:
@@ -105,6 +123,21 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
     if not any(n.type == "call_expression" and node_text(n.child_by_field_name("function") or n, data)
                .startswith("atomic") for n in walk(body)):
         return declined("the kernel has no atomic", None, Stage.SCOPE)
+    if {"__match_any_sync", "__activemask", "coalesced_threads", "labeled_partition"} & all_names(body, data):
+        return declined("the kernel already groups its lanes (`__match_any_sync`, `__activemask` or coalesced "
+                        "groups): its atomics are aggregated already", None, Stage.SCOPE)
+    if arch_number(ctx.arch) < 70:
+        return declined(f"`__match_any_sync` needs sm_70 or newer (the target is {ctx.arch})", None, Stage.LAUNCH)
+    sites = key_sites(ctx, body, data)
+    with recording():  # the end-of-kernel form's misses are not reasons: the key form covers those atomics
+        end = _end_site(ctx, k, body, data)
+    if end is None and not sites:
+        return None
+    return _Shape(end, sites), data
+
+
+def _end_site(ctx: RuleContext, k: Kernel, body: Node, data: bytes) -> _Site | None:
+    """The one atomic every thread sends as the kernel's last statement (the ``warp``/``block`` form)."""
     if has_jump(body, loops_ok=True):
         return declined("the kernel returns or breaks early, so not every lane of a warp reaches the atomic "
                         "(the warp's combine needs all 32)", body, Stage.SHAPE)
@@ -138,35 +171,42 @@ def _analyse(ctx: RuleContext) -> tuple[_Site, bytes] | None:
             declined(f"a warp shuffle cannot combine `{typ}` values for `{node_text(fn, data)}`", st,
                      Stage.LEGALITY)
             continue
-        return _Site(st, e, node_text(fn, data), typ, guard), data
+        return _Site(st, e, node_text(fn, data), typ, guard)
     return None
 
 
-class AtomicAggregate(StructuralRule[_Site]):
+class AtomicAggregate(StructuralRule[_Shape]):
     family = "atomic_aggregate"
     structural = True
     motivated_by = ("WF130", "atomics", "atomic_contention")
 
-    def analyse(self, ctx: RuleContext) -> tuple[_Site, bytes] | None:
+    def analyse(self, ctx: RuleContext) -> tuple[_Shape, bytes] | None:
         return _analyse(ctx)
 
-    def launches(self, ctx: RuleContext, shape: _Site, data: bytes) -> dict[str, Launch]:
+    def launches(self, ctx: RuleContext, shape: _Shape, data: bytes) -> dict[str, Launch]:
+        out: dict[str, Launch] = {}
         blocks = dims_values(ctx, ctx.block)
-        if not blocks:
-            return {}
-        for dims in blocks:
-            total = 1
-            for d in dims:
-                total *= d
-            if total % 32 != 0 or total > 1024:
-                return {}
-        return {"warp": Launch(), "block": Launch()}
+        if shape.end is not None and blocks and all(_warps_whole(dims) for dims in blocks):
+            out = {"warp": Launch(), "block": Launch()}
+        elif shape.end is not None:
+            declined("the block's thread count is not a multiple of 32 at every size (the end-of-kernel combine "
+                     "needs whole warps)", None, Stage.LAUNCH)
+        if shape.sites:
+            out["key" if any(not s.uniform for s in shape.sites) else "active"] = Launch()
+        return out
 
-    def body(self, ctx: RuleContext, shape: _Site, data: bytes, param: str) -> str | None:
+    def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:
         got = kernel_body(ctx)
         if got is None:
             return None
         body, _ = got
+        if param in ("key", "active"):
+            return splice_sites(body, data, shape.sites, arch_number(ctx.arch))
+        if shape.end is None:
+            return None
+        return self._end_body(body, data, shape.end, param)
+
+    def _end_body(self, body: Node, data: bytes, shape: _Site, param: str) -> str | None:
         v = f"{PREFIX}v"
         args = shape.call.child_by_field_name("arguments")
         assert args is not None
@@ -204,9 +244,22 @@ class AtomicAggregate(StructuralRule[_Site]):
                    + "\n}\n" + "\n".join(lines))
         return _replace(body, data, shape.guard, guarded)
 
-    def rationale(self, shape: _Site, param: str) -> str:
+    def rationale(self, shape: _Shape, param: str) -> str:
+        if param in ("key", "active"):
+            ops = sorted({f"atomic{s.op.capitalize()}" for s in shape.sites})
+            how = "by address (__match_any_sync)" if param == "key" else "(one address)"
+            return (f"the lanes that run each {'/'.join(ops)} together combine their values {how}; one atomic "
+                    f"per group ({len(shape.sites)} statement(s))")
+        assert shape.end is not None
         who = "each warp" if param == "warp" else "each block"
-        return f"{who} combines its values with shuffles before one {shape.op} (1/32 or fewer atomics)"
+        return f"{who} combines its values with shuffles before one {shape.end.op} (1/32 or fewer atomics)"
+
+
+def _warps_whole(dims: tuple[int, ...]) -> bool:
+    total = 1
+    for d in dims:
+        total *= d
+    return total % 32 == 0 and total <= 1024
 
 
 def _replace(body: Node, data: bytes, node: Node, text: str) -> str:
