@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 
 from tree_sitter import Node
 
@@ -203,6 +204,10 @@ def _alloc_target(node: Node, data: bytes) -> str | None:
     return None
 
 
+def _old_value(old: dict[str, str], m: re.Match[str]) -> str:
+    return _wrap(old[m.group(1)])
+
+
 def _chain(n: Node, data: bytes) -> tuple[list[str], Node] | None:
     """``a = b = v``: the names assigned (outermost first) and the value node, where every link is a plain
     ``=`` to a name; None for a single assignment. The walk meets the outer assignment first, and reading it
@@ -230,7 +235,7 @@ def _collect(node: Node, data: bytes, env: HostEnv, src: SourceText, base: int) 
             text = node_text(value, data)
             old = {m: env.defs[m] for m in names if m in env.defs}
             if old:
-                text = re.sub(r"\b(" + "|".join(map(re.escape, old)) + r")\b", lambda m: _wrap(old[m.group(1)]), text)
+                text = re.sub(r"\b(" + "|".join(map(re.escape, old)) + r")\b", partial(_old_value, old), text)
             for name in names:
                 if re.search(rf"\b{re.escape(name)}\b", text):
                     env.defs.pop(name, None)  # its old value unknown: so is the new one
