@@ -32,9 +32,9 @@ from ..ir.remap import NotLegal
 from ..ir.stage import StagePlan, TransposePlan, footprint, plan_stage, plan_transpose, swapped
 from ..ir.summary import params_of, summarize
 from . import register
-from ._structural import dims_values, envs
+from ._structural import dims_values, in_kernel_terms, written_names
 from ._structural_rule import Launch, StructuralRule, analysed, fitting
-from ._util import eval_expr, expr_names
+from ._util import kernel_body
 from .base import RuleContext
 
 PREFIX = "wfs_"
@@ -64,27 +64,13 @@ class _Shape:
 
 def _length(ctx: RuleContext, param: str) -> str | None:
     """The length of ``param``'s buffer as an expression of the kernel's parameters (or a number), from the
-    spec: its sizes are replaced by the scalar argument that carries them, or by their value where it is the
-    same at every size."""
+    spec: its sizes are replaced by the scalar argument that carries them (one the kernel never writes), or by
+    their value where it is the same at every size."""
     arg = next((a for a in ctx.spec.args if a.name == param and a.role is not Role.SCALAR), None)
-    if arg is None or arg.count is None:
+    got = kernel_body(ctx)
+    if arg is None or arg.count is None or got is None:
         return None
-    names = expr_names(arg.count)
-    es = envs(ctx)
-    if names is None or es is None:
-        return None
-    carriers = {a.value.strip(): a.name for a in ctx.spec.args
-                if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())}
-    subst: dict[str, str] = {}
-    for n in names:
-        if n in carriers:
-            subst[n] = carriers[n]
-            continue
-        vals = {eval_expr(n, env) for env in es}
-        if len(vals) != 1 or not isinstance(next(iter(vals)), int):
-            return None
-        subst[n] = str(next(iter(vals)))
-    return "(" + re.sub(r"[A-Za-z_]\w*", lambda m: f"({subst.get(m.group(0), m.group(0))})", arg.count) + ")"
+    return in_kernel_terms(ctx, arg.count, written_names(*got))
 
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:

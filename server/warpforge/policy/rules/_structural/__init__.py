@@ -24,6 +24,7 @@ from .launch import envs as envs
 from .launch import extent_expr as extent_expr
 from .launch import extents_2d as extents_2d
 from .launch import fresh_body as fresh_body
+from .launch import in_kernel_terms as in_kernel_terms
 from .launch import is_1d as is_1d
 from .launch import is_2d_launch as is_2d_launch
 from .launch import launch_ok as launch_ok

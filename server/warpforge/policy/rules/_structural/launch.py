@@ -7,6 +7,7 @@ block at the spec's size and its perturbed size; that judgement is the same for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from tree_sitter import Node
@@ -17,7 +18,8 @@ from ....cuda.tree import node_text, walk
 from ....cuda.tree import unparen as unparen  # re-exported: the rules import it from here
 from ....cuda.tree import written_names as written_names  # likewise
 from ....spec.expr import Number
-from .._util import eval_expr, kernel_body, size_env, strip_parens
+from ....spec.model import Role
+from .._util import eval_expr, expr_names, kernel_body, size_env, strip_parens
 from ..base import RuleContext
 from .loops import Bound
 from .mapping import Grid2D
@@ -181,3 +183,56 @@ def is_2d_launch(ctx: RuleContext) -> bool:
     g = dims_values(ctx, ctx.grid)
     b = dims_values(ctx, ctx.block)
     return g is not None and b is not None and all(v[2] == 1 for v in g + b)
+
+
+#: the integer types a size-carrying scalar parameter may have
+INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "size_t", "int64_t", "int32_t",
+                           "unsigned long", "unsigned long long", "uint32_t", "uint64_t", "const int",
+                           "const size_t"})
+
+
+def in_kernel_terms(ctx: RuleContext, expr: str, written: set[str] | frozenset[str] = frozenset(),
+                    functions: Mapping[str, str] | None = None) -> str | None:
+    """A spec expression (a buffer length, a launch's extent) in the kernel's terms: each size the integer scalar
+    parameter that carries it (``arg n = N``; one the kernel does not write: ``written``), or its value where that
+    is the same at every size of the spec. A call is kept only for a name in ``functions``, spelled as it maps
+    (``cdiv`` -> the rule's own helper). None when a size is neither, or a call is not allowed.
+
+    Why one function: a bound the rewritten kernel checks must mean the same as the spec's at every size; the
+    staging and the tiling rules each had a copy, and only one of them refused a carrier the kernel writes."""
+    allowed = functions or {}
+    names = expr_names(expr)
+    es = envs(ctx)
+    if names is None or es is None:
+        return None
+    k = ctx.cand_kernel
+    params = {p.name: p for p in k.params} if k is not None else {}
+    carriers = {a.value.strip(): a.name for a in ctx.spec.args
+                if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())
+                and a.name in params and a.name not in written and not params[a.name].is_pointer
+                and resolved_type(ctx, params[a.name].type) in INTEGER_TYPES}
+    subst: dict[str, str] = {}
+    for n in names:
+        if n in carriers:
+            subst[n] = carriers[n]
+            continue
+        vals = {eval_expr(n, env) for env in es}
+        if len(vals) != 1 or not isinstance(next(iter(vals)), int):
+            return None
+        subst[n] = str(next(iter(vals)))
+    out: list[str] = []
+    pos = 0
+    for m in re.finditer(r"[A-Za-z_]\w*(\s*\()?", expr):
+        out.append(expr[pos:m.start()])
+        word = m.group(0).rstrip("( \t")
+        if m.group(1):
+            if word not in allowed:
+                return None
+            out.append(allowed[word] + "(")
+        elif word in subst:
+            out.append(f"({subst[word]})")
+        else:
+            return None
+        pos = m.end()
+    out.append(expr[pos:])
+    return "(" + "".join(out) + ")"

@@ -11,18 +11,14 @@ at every size. Where neither is possible the rule declines: which rows exist can
 
 from __future__ import annotations
 
-import re
-
-from ....spec.model import Role
-from .._structural import Bound, envs, resolved_type, scalar_value_expr
-from .._util import eval_expr, expr_names
+from .._structural import Bound, envs, scalar_value_expr
+from .._structural import in_kernel_terms as shared_terms
+from .._util import eval_expr
 from ..base import RuleContext
 
 #: the launch helpers a cover may use, as the tiled body spells them (``cdiv`` is defined there as a lambda)
 CDIV = "wft_cdiv"
 _FUNCTIONS = {"cdiv": CDIV, "min": "min", "max": "max"}
-_INTEGER = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "size_t", "int64_t", "int32_t",
-                      "unsigned long", "unsigned long long", "uint32_t", "uint64_t", "const int", "const size_t"})
 
 
 def covered(ctx: RuleContext, axis: int) -> str | None:
@@ -33,44 +29,9 @@ def covered(ctx: RuleContext, axis: int) -> str | None:
 
 
 def in_kernel_terms(ctx: RuleContext, expr: str, written: set[str] | frozenset[str] = frozenset()) -> str | None:
-    """A spec expression in the kernel's terms: each size the integer scalar parameter that carries it (one the
-    kernel does not write: ``written``), or its value where that is the same at every size of the spec; None when
-    a size is neither or the expression calls a function other than ``cdiv``, ``min`` and ``max``."""
-    names = expr_names(expr)
-    es = envs(ctx)
-    if names is None or es is None:
-        return None
-    k = ctx.cand_kernel
-    params = {p.name: p for p in k.params} if k is not None else {}
-    carriers = {a.value.strip(): a.name for a in ctx.spec.args
-                if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())
-                and a.name in params and a.name not in written and not params[a.name].is_pointer
-                and resolved_type(ctx, params[a.name].type) in _INTEGER}
-    subst: dict[str, str] = {}
-    for n in names:
-        if n in carriers:
-            subst[n] = carriers[n]
-            continue
-        vals = {eval_expr(n, env) for env in es}
-        if len(vals) != 1 or not isinstance(next(iter(vals)), int):
-            return None
-        subst[n] = str(next(iter(vals)))
-    out: list[str] = []
-    pos = 0
-    for m in re.finditer(r"[A-Za-z_]\w*(\s*\()?", expr):
-        out.append(expr[pos:m.start()])
-        word = m.group(0).rstrip("( \t")
-        if m.group(1):
-            if word not in _FUNCTIONS:
-                return None
-            out.append(_FUNCTIONS[word] + "(")
-        elif word in subst:
-            out.append(f"({subst[word]})")
-        else:
-            return None
-        pos = m.end()
-    out.append(expr[pos:])
-    return "(" + "".join(out) + ")"
+    """A spec expression in the tiled kernel's terms (``_structural.in_kernel_terms``), ``cdiv``, ``min`` and
+    ``max`` allowed: the tiled body defines its ``cdiv``."""
+    return shared_terms(ctx, expr, written, _FUNCTIONS)
 
 
 def extent(ctx: RuleContext, b: Bound | None, data: bytes, axis: int) -> str | None:
