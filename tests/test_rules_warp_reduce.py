@@ -191,7 +191,13 @@ def test_barrier_first_and_select_and_two_arrays() -> None:
     m = _children(BARRIER_FIRST_MIN, "fold_min")["tail"]
     # the original's first barrier comes before the tree; the select keeps the user's comparison
     assert "__syncthreads();\n        for (int wfr_s0" in m
-    assert "wfr_v0_0 = (__shfl_down_sync(0xffffffffu, wfr_v0_0, wfr_o) < wfr_v0_0) ? " in m
+    # the shuffle is named before the select: inside one arm of ``?:`` a full-mask shuffle runs in some lanes
+    # only (the tail variant hung on an H200 that way)
+    assert "const double wfr_v0_0_in = __shfl_down_sync(0xffffffffu, wfr_v0_0, wfr_o);\n" in m
+    assert "wfr_v0_0 = (wfr_v0_0_in < wfr_v0_0) ? wfr_v0_0_in : wfr_v0_0;" in m
+    for variant in ("tail", "warps"):
+        text = _children(BARRIER_FIRST_MIN, "fold_min")[variant]
+        assert not [line for line in text.splitlines() if "?" in line and "__shfl" in line], variant
     r = _children(ROWS_TWO, "row_moments")["warps"]
     assert "__shared__ float wfr_warp0_0[32];" in r and "__shared__ float wfr_warp0_1[32];" in r
     assert "b[0] = wfr_v0_1;" in r and "2 * (blockDim.x >> 1) <= blockDim.x" in r

@@ -20,9 +20,13 @@ the canonical form, so a guarded body, typedefs and index macros are seen as the
   its value at zero): the loop carries nothing but the sum; ``S`` and ``KB`` are the
   same for every thread of a block (**uniform**: made of scalar parameters, literals, ``blockIdx.z`` and
   locals of those). ``acc`` is a local; when its start value is uniform the tiled sum starts from it (the
-  k-order of the original), otherwise (``float c_acc = c[i * n + j];``: the canonical form's register for a
-  ``c[..] += ..`` accumulated in global memory) the tiled sum starts from zero and is added to it once
-  (floating-point reassociation, within the verifier's tolerances; exact for integers);
+  k-order of the original); otherwise (``float c_acc = c[i * n + j];``: the canonical form's register for a
+  ``c[..] += ..`` accumulated in global memory) the statements before the loop run once per output before
+  the tiles (a prologue whose exits mark the output dead) and the tiled sum starts from the accumulator's
+  value, again the original's order, so its rounding; only where a declaration before the loop reads memory
+  (it could not run a second time after a store) does the sum start at zero and is added once
+  (reassociation: the verifier's tolerances decide, exact for integers; started at zero, 2 of 10^6 outputs
+  of a K = 1024 ``C += Aᵀ·B`` were outside them on an H200);
 * by following every local the two reads depend on (``const float* qi = q + head_off + i * D`` included),
   one read varies with y and k but not x (staged as the A tile), the other with x and k but not y (the B
   tile), both from pointer parameters nothing in the kernel writes (the output does not alias an operand);

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tree_sitter import Node
 
-from ....cuda.tree import node_text
+from ....cuda.tree import node_text, walk
 from ....spec.expr import Number
 from .._structural import (
     Bound,
@@ -80,7 +80,8 @@ class _Shape:
     term: Node | None = None
     #: locals of the loop body that name one read (``float a = A[..];``): the term uses them
     named: dict[str, Node] = field(default_factory=dict)
-    #: the accumulator starts at a value of its own output: the tiled sum starts at zero and is added to it
+    #: the accumulator starts at a value of its own output: the tiled sum starts from it (``_exact_start``), or
+    #: where the statements before the loop cannot run twice, at zero, and is added to it once
     acc_after: bool = False
     #: bounds from the launch's extent where the kernel wrote none (``row < (n)``): each output checks them
     limits: list[str] = field(default_factory=list)
@@ -231,16 +232,77 @@ for (int {p}l = 0; {p}l < {rn} * {cn} / {p}NT; ++{p}l) {{
 }}"""
 
 
+def _reads_memory(st: Node) -> bool:
+    """Whether a statement reads through a subscript or a dereference (a value a store before it can change)."""
+    return any(n.type == "subscript_expression" or (n.type == "pointer_expression" and n.children
+                                                    and n.children[0].type == "*") for n in walk(st))
+
+
+def _exact_start(shape: _Shape, data: bytes) -> bool:
+    """Whether an accumulator that starts at a value of its own output (``float c_acc = c[i*n+j];``, the
+    canonical register of ``c[..] += ..`` in global memory) can start the tiled sum itself, so the additions
+    keep the original's order and its rounding: the statements before the loop then run once per output
+    before the tiles (``_prologue``) and only their declarations run again after them (``_per_output``),
+    which must give the same values a second time — none may read memory, which a store before it changes."""
+    if not shape.acc_after:
+        return False
+    skip = {shape.x.node.id, shape.y.node.id, shape.acc.node.id} | {n.id for n in shape.hoisted}
+    loop_at = next(i for i, st in enumerate(shape.items) if st.id == shape.loop.id)
+    return not any(st.type == "declaration" and st.id not in skip and _reads_memory(st)
+                   for st in shape.items[:loop_at])
+
+
+def _prologue(shape: _Shape, data: bytes) -> str:
+    """The kernel's statements before its loop for one output, once, before the tiles (exact start only):
+    exits and masks return false (the output is not computed), the accumulator's declaration gives the tiled
+    sum its start value."""
+    p = PREFIX
+    skip = {shape.x.node.id, shape.y.node.id} | {n.id for n in shape.hoisted}
+    lines: list[str] = []
+    if shape.limits:
+        lines.append(f"if (!({' && '.join(shape.limits)})) return false;  // outside what the original launch "
+                     "covered")
+    for at, st in enumerate(shape.items):
+        if st.id == shape.loop.id:
+            break
+        if at == shape.guard_at and shape.guard is not None:
+            cond = condition_of(shape.guard)
+            assert cond is not None
+            lines.append(f"if (!({node_text(cond, data)})) return false;")
+        if st.id in skip:
+            continue
+        if st.id == shape.acc.node.id:
+            assert shape.acc.value is not None
+            lines.append(f"{p}acc[{p}i][{p}j] = {node_text(shape.acc.value, data)};  // where the original's sum "
+                         "starts")
+            continue
+        text = render(st, data, lambda n: "return false;" if n.type == "return_statement" else None)
+        lines.append(flush(text, st, data))
+    lines.append("return true;")
+    return "\n".join(lines)
+
+
 def _per_output(shape: _Shape, data: bytes) -> str:
     """The kernel's own statements for one output, with the accumulator starting from the tiled sum."""
     p = PREFIX
     skip = {shape.x.node.id, shape.y.node.id, shape.loop.id} | {n.id for n in shape.hoisted}
     lines: list[str] = []
-    if shape.limits:
+    exact = _exact_start(shape, data)
+    if shape.limits and not exact:
         lines.append(f"if (!({' && '.join(shape.limits)})) return;  // outside what the original launch covered")
     acc_value = shape.acc.value
     assert acc_value is not None
+    loop_at = next(i for i, st in enumerate(shape.items) if st.id == shape.loop.id)
     for at, st in enumerate(shape.items):
+        if exact and at < loop_at:
+            # the prologue ran these once (exits, masks, stores); only the declarations are needed again here
+            if st.id == shape.acc.node.id:
+                lines.append(f"{shape.acc.type} {shape.acc.name} = {p}acc[{p}i][{p}j];  // the loop, tiled")
+            elif st.type == "declaration" and st.id not in skip:
+                lines.append(flush(node_text(st, data), st, data))
+            continue
+        if exact and st.id == shape.loop.id:
+            continue
         if at == shape.guard_at and shape.guard is not None:
             cond = condition_of(shape.guard)
             assert cond is not None
@@ -356,6 +418,22 @@ def _generate(shape: _Shape, data: bytes, bm: int, bn: int, bk: int, tm: int, tn
 }}"""
     if compute_open:
         kloop = compute_open + indent(kloop, "    ") + compute_close
+    prologue, run = "", ""
+    if _exact_start(shape, data):
+        run = f"if ({p}live[{p}i][{p}j]) "
+        prologue = f"""bool {p}live[{p}TM][{p}TN];
+#pragma unroll
+for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
+    #pragma unroll
+    for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
+        const {y.type} {y.name} = {p}y0 + {p}ty + {p}i * {p}TY;
+        const {x.type} {x.name} = {p}x0 + {p}tx + {p}j * {p}TX;
+        {p}live[{p}i][{p}j] = [&]() -> bool {{  // the statements before the loop, once: the sum's start
+{indent(_prologue(shape, data), "            ")}
+        }}();
+    }}
+}}
+"""
     cdiv = f"auto {CDIV} = [](long long n, long long d) {{ return (n + d - 1) / d; }};\n" \
         if any(CDIV in lim for lim in shape.limits) else ""
     code = f"""{hoisted}
@@ -375,14 +453,14 @@ for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
         {p}acc[{p}i][{p}j] = {init};
     }}
 }}
-{masks}{kloop}
+{prologue}{masks}{kloop}
 #pragma unroll
 for (int {p}i = 0; {p}i < {p}TM; ++{p}i) {{
     #pragma unroll
     for (int {p}j = 0; {p}j < {p}TN; ++{p}j) {{
         const {y.type} {y.name} = {p}y0 + {p}ty + {p}i * {p}TY;
         const {x.type} {x.name} = {p}x0 + {p}tx + {p}j * {p}TX;
-        [&]() {{  // the kernel's statements for this output: its exits return from here
+        {run}[&]() {{  // the kernel's statements for this output: its exits return from here
 {indent(_per_output(shape, data), "            ")}
         }}();
     }}

@@ -23,7 +23,10 @@ def _combine(fmt: str, a: str, b: str) -> str:
 
 
 def _shuffles(loop: TreeLoop, vs: list[str], offsets: str) -> str:
-    steps = "\n".join(f"    {v} = {_combine(c.fmt, v, f'__shfl_down_sync({_FULL}, {v}, {PREFIX}o)')};"
+    # each shuffle is bound to a name before the combine: a combine written as a select (``b < a ? b : a``)
+    # would otherwise evaluate it in one arm only, a full-mask shuffle run by some lanes (it hung on an H200)
+    steps = "\n".join(f"    const {c.elem} {v}_in = __shfl_down_sync({_FULL}, {v}, {PREFIX}o);\n"
+                      f"    {v} = {_combine(c.fmt, v, f'{v}_in')};"
                       for c, v in zip(loop.combines, vs, strict=True))
     return f"for (int {PREFIX}o = {offsets}; {PREFIX}o > 0; {PREFIX}o >>= 1) {{\n{steps}\n}}"
 
