@@ -162,3 +162,46 @@ def test_cli_verify_runs_a_variant_with_its_own_launch_and_prints_it(tmp_path: P
     text = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert f"launch: grid (512, 1, 1) block (256, 1, 1), from the variant's own launch ({var}:2)" in text.stdout, \
         text.stdout + text.stderr
+
+
+# Written for whole blocks: no tail guard, a launch that rounds up. Right at multiples of 256 only: at the plain
+# perturbed size (943719) its last block writes past the end of `y`.
+UNGUARDED = """// @warpforge size N = 1 << 20
+// @warpforge arg x: in float[N]
+// @warpforge arg y: out float[N]
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void twice(const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    y[i] = 2.0f * x[i];
+}
+"""
+
+
+def test_an_original_without_a_tail_guard_is_verified_at_aligned_perturbed_sizes(
+        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    path = tmp_path / "twice.cu"
+    path.write_text(UNGUARDED, encoding="utf-8")
+    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
+    try:
+        base = loop.run_until_complete(ev.baseline())
+        assert base.status == "ok", base.reason
+        # 4 and 32 still leave a partial last block; 256 is the first alignment the original runs cleanly at
+        note = next(n for n in base.notes if "fails at the plain perturbed size" in n)
+        assert "N=943616" in note and "multiples of 256" in note and "writes outside its buffers" in note, note
+        assert {r.variant for r in base.correctness.runs} >= {"spec", "odd"}
+        assert any(r.variant == "odd" and "943616" in r.sizes for r in base.correctness.runs)
+        # a candidate is checked at that size too, and told so; a wrong one is still caught there
+        good = loop.run_until_complete(ev.evaluate(ev.original.derive(
+            source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
+        assert good.status == "ok", good.reason
+        assert note in good.notes
+        assert any(r.variant == "odd" and "943616" in r.sizes for r in good.correctness.runs)
+        # right at the spec size (4096 blocks), wrong at any other: it skips its last block there
+        bad = loop.run_until_complete(ev.evaluate(ev.original.derive(
+            source=ev.original.source.replace(
+                "    y[i] = 2.0f * x[i];", "    if (gridDim.x != 4096 && blockIdx.x == gridDim.x - 1) return;\n"
+                                         "    y[i] = 2.0f * x[i];"),
+            family="skips-the-last-block")))
+        assert bad.status == "incorrect" and "odd size" in bad.reason, bad.reason
+    finally:
+        loop.run_until_complete(ev.close())

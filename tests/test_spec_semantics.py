@@ -75,6 +75,24 @@ def test_the_sanitizer_size_is_small_odd_and_keeps_what_the_user_fixed() -> None
     assert spec_of(annotated("N = 4096")).small_sizes() is None  # small already: the perturbed size is used
 
 
+def test_aligned_perturbed_sizes_keep_the_spec_sizes_divisibility() -> None:
+    # a kernel without a tail guard is right at multiples of its block: the perturbed base sizes rounded down
+    spec = spec_of(annotated("N = 1 << 20"))
+    assert spec.resolve(perturbed=True).sizes["N"] == 943719
+    assert spec.aligned_bases(256) == {"N": 943616} and spec.aligned_bases(4) == {"N": 943716}
+    # derived sizes follow; a small size that rounding would empty keeps its spec value; a fixed one is left out
+    two = spec_of(annotated("B = 8;T = 1000;C = 768 fixed;N = B*T", count="N"))
+    assert two.aligned_bases(32) == {"B": 8, "T": 896}  # 8 -> 7 -> 0: kept; 899 -> multiples of 8
+    assert two.resolve(perturbed=True, base=two.aligned_bases(32)).sizes["N"] == 8 * 896
+    # an odd spec size has no divisibility to keep: its perturbation stays as it was
+    assert spec_of(annotated("N = 1001")).aligned_bases(256) == {"N": perturb(1001)}
+    # the sanitizer's small sizes are aligned the same way
+    big = spec_of(annotated("B = 8192;C = 50256;N = B*C", count="N"))
+    small = big.small_sizes()
+    assert small is not None
+    assert all(v % 256 == 0 for v in big.aligned_bases(256, start=small).values())
+
+
 def test_a_fixed_derived_size_keeps_its_value_and_holds_what_it_is_computed_from() -> None:
     spec = spec_of(annotated("B = 8;T = 1024;N = B*T fixed;M = 100"))
     odd = spec.resolve(perturbed=True).sizes

@@ -70,13 +70,16 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "7"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "8"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
 # generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
 # run (a candidate that writes its input is rejected now; it passed before); 6: every timed launch cold (L2 flushed
 # and outputs reset before each, in graph mode too), the back-to-back figure beside it; 7: inputs kept in their
-# declared domain in the sensitivity run (int(lo, hi) floats reflected), the original checked on every run at baseline
+# declared domain in the sensitivity run (int(lo, hi) floats reflected), the original checked on every run at baseline;
+# 8: an original that fails at the perturbed size only is verified at aligned perturbed sizes (``_aligned_baseline``)
+#: perturbed base sizes are kept multiples of these, in turn, where the original fails at the plain perturbed size
+TAIL_ALIGNMENTS = (4, 32, 256, 1024)
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: the least time left (s) in which a winner's back-to-back ("hot") figure is measured
@@ -146,11 +149,13 @@ class _Built:
 class _Fail(Exception):
     """Ends an evaluation early with a status and reason."""
 
-    def __init__(self, status: str, reason: str, cacheable: bool = True) -> None:
+    def __init__(self, status: str, reason: str, cacheable: bool = True, variant: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.cacheable = cacheable
+        #: the size of the run the original failed in (``spec``, ``odd``), where the failure is the original's
+        self.variant = variant
 
 
 class Evaluator:
@@ -205,6 +210,11 @@ class Evaluator:
         self.deadline: float | None = None
         self.tolerances = {a.name: self.spec.tolerance_for(a) for a in self.spec.args if a.is_buffer}
         self.spec_key = self._spec_key()
+        self._plain_key = self.spec_key
+        self._plain_small = self.small_sizes
+        #: the original failed at the perturbed size (``_aligned_baseline``): the size verified instead, in words
+        self._aligned_note: str | None = None
+        self._baseline_failed_at: str | None = None
         self.problem: Msg = {"id": self.spec_key, "layouts": self.layouts, "tolerances": self.tolerances}
         self._baseline_task: asyncio.Task[_Built] | None = None
         self._baseline_eval: Evaluation | None = None
@@ -322,8 +332,64 @@ class Evaluator:
             self._baseline_lock = asyncio.Lock()
         async with self._baseline_lock:
             if self._baseline_eval is None:
-                self._baseline_eval = await self._run_evaluation(self.original, sanitize=False, baseline=True)
+                self._baseline_failed_at = None
+                ev = await self._run_evaluation(self.original, sanitize=False, baseline=True)
+                if not ev.ok and self._baseline_failed_at == "odd":
+                    ev = await self._aligned_baseline(ev)
+                self._baseline_eval = ev
             return self._baseline_eval
+
+    async def _aligned_baseline(self, failed: Evaluation) -> Evaluation:
+        """The original failed at the perturbed size only (it wrote outside its buffers, or crashed): a kernel
+        written for whole blocks or whole vectors (no tail guard, ``float4`` loads), correct at the spec size.
+        Rather than refuse it, try perturbed sizes that keep every perturbed base size a multiple of 4, 32, 256,
+        then 1024 (``KernelSpec.aligned_bases``), smallest first (the most tails a candidate still meets): the
+        first the original runs cleanly at becomes the second verification size of every candidate, said in a
+        note on every evaluation. The user chooses it for good with ``odd=``. None clean: the first failure
+        stands, its words unchanged."""
+        plain = self.spec.size_values(perturbed=True)
+        tried: list[dict[str, int]] = []
+        for align in TAIL_ALIGNMENTS:
+            bases = self.spec.aligned_bases(align)
+            if not bases or bases in tried or all(plain.get(k) == v for k, v in bases.items()):
+                continue
+            tried.append(bases)
+            self._retarget_odd(align, bases)
+            self._baseline_failed_at = None
+            ev = await self._run_evaluation(self.original, sanitize=False, baseline=True)
+            if ev.ok:
+                sizes = ", ".join(f"{k}={v}" for k, v in bases.items())
+                self._aligned_note = (
+                    f"the original kernel fails at the plain perturbed size ({failed.reason}); every candidate is "
+                    f"verified at {sizes} instead (perturbed sizes kept multiples of {align}, where the original "
+                    "runs cleanly): set the perturbed size with `odd=` in the spec to choose it")
+                ev.notes.append(self._aligned_note)
+                return ev
+            if self._baseline_failed_at != "odd":
+                break  # now it fails elsewhere: the spec size, the determinism run — not a question of the tail
+        self._retarget_odd(0, None)
+        return failed
+
+    def _retarget_odd(self, align: int, bases: dict[str, int] | None) -> None:
+        """Verify at other perturbed base sizes (``bases``; None: the plain perturbation again). The problem's
+        id changes with them, so the workers' cached inputs and oracle outputs of the old size are not reused,
+        and the original's build (its launch per size) and every build started ahead are made again."""
+        self.layouts["odd"] = Layout.from_resolved(self.spec.resolve(perturbed=True, base=bases), "odd")
+        small = self._plain_small
+        if small is not None and bases is not None:
+            small = self.spec.aligned_bases(align, start=small)
+        self.small_sizes = small
+        if small is not None:
+            self.layouts["small"] = Layout.from_resolved(self.spec.resolve(base=small), "small")
+        tag = "" if bases is None else repr(sorted(bases.items()))
+        self.spec_key = hashlib.sha256((self._plain_key + tag).encode("utf-8")).hexdigest()[:24] if tag \
+            else self._plain_key
+        self.problem["id"] = self.spec_key
+        self._baseline_task = None
+        for fut in self._prebuilt.values():
+            fut.cancel()
+        self._prebuilt.clear()
+        self._done.pop(self.original.hash, None)
 
     async def evaluate(self, candidate: Candidate, *, sanitize: bool = False) -> Evaluation:
         """Verify and time one candidate (see the module docstring); never raises for what a candidate does.
@@ -413,6 +479,11 @@ class Evaluator:
                 await self._pipeline(cand, ev, sanitize=sanitize, baseline=baseline)
             except _Fail as f:
                 ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
+                if baseline:
+                    # where the original failed at the perturbed size only, ``baseline`` tries aligned sizes: the
+                    # verdict depends on that retry, so it is not replayed from the store
+                    self._baseline_failed_at = f.variant
+                    ev.cacheable = ev.cacheable and f.variant != "odd"
             ev.seconds = time.perf_counter() - t0
         self._note_best(ev, baseline)
         self._say(cand, ev.status)
@@ -529,11 +600,15 @@ class Evaluator:
         reason = str(r.get("reason", ""))
         if status == "unavailable":
             raise GpuUnavailable(reason)
+        variant = None
         if status in ("timeout", "crashed") and r.get("during"):
             # the run that crashed, and whether the inputs of that run rather than the kernel are the cause
-            reason = f"{crash_context(r['during'], TAIL, self._domain_lines())}: {reason}"
+            during = r["during"]
+            reason = f"{crash_context(during, TAIL, self._domain_lines())}: {reason}"
+            if during.get("side") == "original" and not during.get("tail"):
+                variant = str(during.get("variant", "spec"))
         if status in ("timeout", "crashed", "rejected"):
-            raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason)
+            raise _Fail(str(status), f"{what}: {reason}" if status != "rejected" else reason, variant=variant)
         raise _Fail("crashed", f"engine error during {what}: {reason}", cacheable=False)
 
     def _domain_lines(self) -> dict[str, str]:
@@ -567,6 +642,8 @@ class Evaluator:
                     "kernel_timeout": kt, "count_unwritten": baseline}
         r = await self._request(dev, msg, per_request, "verification", ev)
         self._note_original_writes(ev, r.get("original_writes"))
+        if self._aligned_note is not None and self._aligned_note not in ev.notes:
+            ev.notes.append(self._aligned_note)
         for rr in r["runs"]:
             ev.correctness.runs.append(RunReport(rr["variant"], int(rr["seed"]), rr["sizes"], list(rr["buffers"]),
                                                  list(rr["guard"]),
@@ -575,8 +652,10 @@ class Evaluator:
             if rr.get("unwritten"):
                 ev.correctness.unwritten_by_original.update({k: v for k, v in rr["unwritten"].items() if v})
             if rr.get("oracle_guard"):
-                raise _Fail("rejected", "cannot verify: the original kernel writes outside its buffers ("
-                                        + "; ".join(rr["oracle_guard"]) + "); check the spec's lengths", False)
+                where = "perturbed (odd) size" if rr["variant"] == "odd" else f"{rr['variant']} size"
+                raise _Fail("rejected", f"cannot verify: the original kernel writes outside its buffers at the {where} "
+                                        f"({rr['sizes']}: " + "; ".join(rr["oracle_guard"]) + "); check the spec's "
+                                        "lengths", False, variant=str(rr["variant"]))
         if ev.build is not None and r.get("attrs"):
             ev.build.registers = ev.build.registers or int(r["attrs"].get("registers", 0))
         det = r.get("determinism")

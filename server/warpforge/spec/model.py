@@ -413,6 +413,28 @@ class KernelSpec:
         nbytes = float(self._eval(self.bytes, env, None, "bytes")) if self.bytes else None
         return ResolvedSpec(env, tuple(args), grid, block, smem, defines, perturbed, flops, nbytes)
 
+    def aligned_bases(self, align: int, start: dict[str, int] | None = None) -> dict[str, int]:
+        """The perturbable base sizes (not fixed, not held by a fixed size, no ``odd=``) of the perturbed size
+        (or of ``start``), each rounded down to a multiple of ``align`` — or of the largest power of two that
+        divides its spec value, where that is smaller — and kept at its spec value where rounding leaves
+        nothing. Why: a kernel written for whole blocks (no tail guard) or whole vectors writes outside its
+        buffers, or faults, at the plain perturbed size; it is correct at sizes with the spec's divisibility,
+        and a candidate checked at a second such size still meets a size the spec did not name
+        (``Evaluator._aligned_baseline``)."""
+        deps, held = self.size_deps(), self.held_sizes()
+        spec = self.size_values()
+        now = start if start is not None else self.size_values(perturbed=True)
+        out: dict[str, int] = {}
+        for s in self.sizes:
+            v, p = spec.get(s.name), now.get(s.name)
+            if s.name in held or s.odd is not None or deps[s.name] or not isinstance(v, int) \
+                    or not isinstance(p, int) or v <= 0:
+                continue
+            g = min(align, v & -v)
+            q = (p // g) * g
+            out[s.name] = q if q > 0 else v
+        return out
+
     def small_sizes(self, max_bytes: int = SMALL_BYTES) -> dict[str, int] | None:
         """Base sizes for a small run of the same kernel (what compute-sanitizer checks: it runs a kernel ~40x
         slower, so a 1.65 GB problem would take minutes), or None when the perturbed size is small already.
