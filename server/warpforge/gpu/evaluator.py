@@ -215,6 +215,8 @@ class Evaluator:
         #: the original failed at the perturbed size (``_aligned_baseline``): the size verified instead, in words
         self._aligned_note: str | None = None
         self._baseline_failed_at: str | None = None
+        #: the perturbed base sizes verified at instead of the plain perturbation (None: the plain one)
+        self._odd_bases: dict[str, int] | None = None
         self.problem: Msg = {"id": self.spec_key, "layouts": self.layouts, "tolerances": self.tolerances}
         self._baseline_task: asyncio.Task[_Built] | None = None
         self._baseline_eval: Evaluation | None = None
@@ -272,7 +274,8 @@ class Evaluator:
     def _launch(self, cand: Candidate, variant: str) -> tuple[list[int], list[int], int]:
         try:
             return surgery.launch(self.spec, self.layouts[variant], cand, variant,
-                                  self.small_sizes if variant == "small" else None)
+                                  self.small_sizes if variant == "small" else self._odd_bases if variant == "odd"
+                                  else None)
         except surgery.Rejected as e:
             raise _Fail("rejected", e.reason) from e
 
@@ -374,6 +377,7 @@ class Evaluator:
         """Verify at other perturbed base sizes (``bases``; None: the plain perturbation again). The problem's
         id changes with them, so the workers' cached inputs and oracle outputs of the old size are not reused,
         and the original's build (its launch per size) and every build started ahead are made again."""
+        self._odd_bases = bases
         self.layouts["odd"] = Layout.from_resolved(self.spec.resolve(perturbed=True, base=bases), "odd")
         small = self._plain_small
         if small is not None and bases is not None:

@@ -66,14 +66,15 @@ def defines(spec: KernelSpec, cand: Candidate) -> dict[str, str]:
 def launch(spec: KernelSpec, want: Layout, cand: Candidate, variant: str,
            base: dict[str, int] | None = None) -> tuple[list[int], list[int], int]:
     """Grid, block and dynamic shared memory of ``cand`` at the size ``variant`` ("spec", "odd", or "small"
-    with ``base``, the spec's ``small_sizes``).
+    with ``base``, the spec's ``small_sizes``; "odd" takes ``base`` too where the evaluator verifies at
+    aligned perturbed sizes, ``Evaluator._aligned_baseline``).
 
     ``want`` is the original's buffer layout at that size: a candidate whose defines change the buffer sizes
     computes another problem and is rejected."""
     perturbed = variant in ("odd", "small")
     tun = {t.name: cand.defines.get(t.name, t.values[0]) for t in spec.tunables}
     try:
-        resolved = spec.resolve(perturbed=perturbed, tunables=tun, base=base if variant == "small" else None)
+        resolved = spec.resolve(perturbed=perturbed, tunables=tun, base=base if perturbed else None)
     except SpecError as e:
         raise Rejected(f"the candidate's defines make the spec unusable: {e}") from e
     got = Layout.from_resolved(resolved, variant)
