@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -83,3 +84,14 @@ def text_policy(text: str, kernel: str, path: str = "fixture.cu") -> OfflinePoli
     k = model.kernel(kernel)
     assert k is not None
     return OfflinePolicy(path, src, model, k, load_spec(path, kernel, text=text), families=set(REGISTRY))
+
+
+@pytest.fixture(scope="module")
+def gpu_backend() -> Iterator[Any]:
+    """One GPU backend (its worker processes) per test module, for the GPU tests built on ``gpu_rules``.
+    Requested only by tests that skip where no GPU is present."""
+    from warpforge.gpu.evaluator import Backend
+
+    b = Backend()
+    yield b
+    b.close()

@@ -11,30 +11,20 @@ Run on the GPU machine: ``pytest -m gpu tests/test_rules_remap_gpu.py``."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from warpforge.gpu.supervisor import gpu_unavailable_reason
+from gpu_rules import skip_without_gpu
 
 pytestmark = pytest.mark.gpu
 
-_WHY = gpu_unavailable_reason()
-if _WHY is not None:
-    pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
+skip_without_gpu()
 
-from warpforge.cuda import SourceText, parse  # noqa: E402
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
-from warpforge.gpu.timing import TimingSettings  # noqa: E402
-from warpforge.policy.offline import OfflinePolicy  # noqa: E402
-from warpforge.spec.resolve import load_spec  # noqa: E402
+from gpu_rules import proposed, settings, speedups  # noqa: E402
+from warpforge.gpu.evaluator import Backend  # noqa: E402
 
-SETTINGS = EngineSettings(kernel_timeout=6.0, compile_timeout=90.0, timing=TimingSettings(max_seconds=0.5))
-T = TypeVar("T")
-_LOOP = asyncio.new_event_loop()
+SETTINGS = settings(6.0, 90.0, 0.5)
 
 EMBEDDING = """// @warpforge size B = 8
 // @warpforge size T = 1024
@@ -90,39 +80,15 @@ __global__ void bias_grad(float* dbias, const float* dout, int B, int T, int OC)
 """
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return _LOOP.run_until_complete(coro)
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[Backend]:
-    b = Backend()
-    yield b
-    b.close()
 
 
 @pytest.mark.parametrize(("text", "kernel", "family", "at_least"), [
     (EMBEDDING, "embed", "element_remap", 3.0),
     (BIAS_GRAD, "bias_grad", "column_remap", 2.0),
 ])
-def test_remap_verifies_and_is_faster(backend: Backend, tmp_path: Path, text: str, kernel: str, family: str,
+def test_remap_verifies_and_is_faster(gpu_backend: Backend, tmp_path: Path, text: str, kernel: str, family: str,
                                       at_least: float) -> None:
-    path = tmp_path / f"{kernel}.cu"
-    path.write_text(text, encoding="utf-8")
-    src = SourceText(text)
-    model = parse(src.data)
-    k = model.require(kernel, str(path))
-    pol = OfflinePolicy(str(path), src, model, k, load_spec(str(path), kernel, text=text), families={family})
-    children = [c for c in pol.propose_sync(pol.root_candidate()) if c.family == family]
-    assert children, pol.errors
-    ev = Evaluator(path, kernel, backend=backend, settings=SETTINGS)
-    base = run(ev.baseline())
-    assert base.status == "ok", (base.status, base.reason)
-    speedups: dict[str, float] = {}
-    for child in children:
-        e = run(ev.evaluate(child))
-        assert e.status == "ok", (child.steps, e.status, e.reason, child.definition)
-        assert e.timing is not None and e.timing.speedup is not None
-        speedups["+".join(child.steps)] = e.timing.speedup.ratio
-    print(f"\n{kernel}: " + ", ".join(f"{s} {v:.2f}x" for s, v in speedups.items()))
-    assert max(speedups.values()) >= at_least, speedups
+    children, errors = proposed(tmp_path / f"{kernel}.cu", text, kernel, {family})
+    assert children, errors
+    measured = speedups(gpu_backend, tmp_path / f"{kernel}.cu", kernel, children, SETTINGS)
+    assert measured and max(measured.values()) >= at_least, measured

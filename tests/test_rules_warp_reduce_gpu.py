@@ -10,36 +10,26 @@ must verify. Run on the GPU machine: ``pytest -m gpu tests/test_rules_warp_reduc
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from warpforge.gpu.supervisor import gpu_unavailable_reason
+from gpu_rules import skip_without_gpu
 
 pytestmark = pytest.mark.gpu
 
-_WHY = gpu_unavailable_reason()
-if _WHY is not None:
-    pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
+skip_without_gpu()
 
+from gpu_rules import proposed, settings, speedups  # noqa: E402
 from test_rules_warp_reduce import (  # noqa: E402
     BARRIER_FIRST_MIN,
     INTERLEAVED_IDX,
     INTERLEAVED_MOD,
     ROWS_TWO,
 )
-from warpforge.cuda import SourceText, parse  # noqa: E402
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
-from warpforge.gpu.timing import TimingSettings  # noqa: E402
-from warpforge.policy.offline import OfflinePolicy  # noqa: E402
-from warpforge.spec.resolve import load_spec  # noqa: E402
+from warpforge.gpu.evaluator import Backend  # noqa: E402
 
-SETTINGS = EngineSettings(kernel_timeout=6.0, compile_timeout=90.0, timing=TimingSettings(max_seconds=0.3))
-T = TypeVar("T")
-_LOOP = asyncio.new_event_loop()
+SETTINGS = settings(6.0, 90.0, 0.3)
 
 #: a float sum over an interleaved tree (``s += s``, ``!(i % (2 * s))`` on the flat index): the halving order
 #: differs from the interleaved one, so the spec's tolerance applies
@@ -66,15 +56,6 @@ __global__ void fold_mod_f(const float* src, float* dst)
 """
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return _LOOP.run_until_complete(coro)
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[Backend]:
-    b = Backend()
-    yield b
-    b.close()
 
 
 @pytest.mark.parametrize(("text", "kernel"), [
@@ -84,22 +65,7 @@ def backend() -> Iterator[Backend]:
     (BARRIER_FIRST_MIN, "fold_min"),
     (ROWS_TWO, "row_moments"),
 ])
-def test_rewritten_tree_verifies(backend: Backend, tmp_path: Path, text: str, kernel: str) -> None:
-    path = tmp_path / f"{kernel}.cu"
-    path.write_text(text, encoding="utf-8")
-    src = SourceText(text)
-    model = parse(src.data)
-    k = model.require(kernel, str(path))
-    pol = OfflinePolicy(str(path), src, model, k, load_spec(str(path), kernel, text=text), families={"warp_reduce"})
-    children = [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "warp_reduce"]
-    assert {c.steps[-1] for c in children} == {"warp_reduce:tail", "warp_reduce:warps"}, pol.errors
-    ev = Evaluator(path, kernel, backend=backend, settings=SETTINGS)
-    base = run(ev.baseline())
-    assert base.status == "ok", (base.status, base.reason)
-    speedups: dict[str, float] = {}
-    for child in children:
-        e = run(ev.evaluate(child))
-        assert e.status == "ok", (child.steps, e.status, e.reason, child.definition)
-        if e.timing is not None and e.timing.speedup is not None:
-            speedups["+".join(child.steps)] = e.timing.speedup.ratio
-    print(f"\n{kernel}: " + ", ".join(f"{s} {v:.2f}x" for s, v in speedups.items()))
+def test_rewritten_tree_verifies(gpu_backend: Backend, tmp_path: Path, text: str, kernel: str) -> None:
+    children, errors = proposed(tmp_path / f"{kernel}.cu", text, kernel, {"warp_reduce"})
+    assert {c.steps[-1] for c in children} == {"warp_reduce:tail", "warp_reduce:warps"}, errors
+    speedups(gpu_backend, tmp_path / f"{kernel}.cu", kernel, children, SETTINGS)
