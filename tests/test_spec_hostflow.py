@@ -214,3 +214,45 @@ def test_a_swap_through_a_temporary_takes_the_values_of_its_time() -> None:
     spec = spec_of(CHAINED.replace("a = b = a > b ? a : b;", "int t = a; a = b; b = t;"), "scale")
     assert args_of(spec)[2] == ("n", "scalar", "h * w")
     assert spec.resolve().args[2].value == 512 * 4096
+
+
+TILE_BRANCH = """
+template <int TILE> __global__ void mm(float* c, const float* a, const float* b, int n) {
+    int r = blockIdx.y * TILE + threadIdx.y, q = blockIdx.x * TILE + threadIdx.x;
+    float s = 0;
+    for (int k = 0; k < n; ++k) s += a[r * n + k] * b[k * n + q];
+    c[r * n + q] = s;
+}
+static int run(int tile, int n) {
+    float *a, *b, *c;
+    cudaMalloc(&a, n * n * sizeof(float)); cudaMalloc(&b, n * n * sizeof(float)); cudaMalloc(&c, n * n * sizeof(float));
+    dim3 threads(tile, tile), grid(n / tile, n / tile);
+    if (COND) {
+        mm<16><<<grid, threads>>>(c, a, b, n);
+    } else {
+        mm<32><<<grid, threads>>>(c, a, b, n);
+    }
+    return 0;
+}
+int main(int argc, char** argv) {
+    int tile = TILE_CHOICE;
+    return run(tile, 1024);
+}
+"""
+
+
+@pytest.mark.parametrize(("choice", "cond", "template", "line"), [
+    ("32", "tile == 16", "32", 15),  # the `if` is false with tile = 32: the launch in the else is the one that runs
+    ("16", "tile == 16", "16", 13),
+    ("32", "tile < 32 && n > 0", "32", 15),
+    ("32", "argc > 2", "16", 13),  # not decided by the host's constants: the first launch, as before
+])
+def test_the_launch_taken_is_the_one_the_hosts_constants_reach(choice: str, cond: str, template: str,
+                                                               line: int) -> None:
+    text = TILE_BRANCH.replace("TILE_CHOICE", choice).replace("COND", cond)
+    if "argc" in cond:
+        text = text.replace("static int run(int tile, int n)", "static int run(int tile, int n, int argc)") \
+            .replace("run(tile, 1024)", "run(tile, 1024, argc)")
+    spec = spec_of(text, "mm")
+    assert spec.template_args == (template,)
+    assert spec.launch.line == line

@@ -13,13 +13,17 @@ through the file's typedefs (``cuda.types``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+
+from tree_sitter import Node, Tree
 
 from ..cuda.access import index_bounds, param_access
 from ..cuda.extract import needed_declarations
 from ..cuda.model import FileModel, Kernel, LaunchSite
+from ..cuda.parser import parse_tree
 from ..cuda.text import SourceText
+from ..cuda.tree import node_text
 from ..cuda.types import (
     Aliases,
     canonical_type,
@@ -32,7 +36,7 @@ from ..cuda.types import (
 )
 from .ctypes import TypeScope, with_enumerators
 from .elsewhere import HostFile
-from .expr import ExprError, parse
+from .expr import ExprError, Number, parse
 from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
 from .model import ArgSpec, LaunchSpec, Role, SizeSpec, canonical_dtype, default_distribution
 
@@ -78,6 +82,52 @@ class Inference:
 
 
 
+def _value(text: str, env: HostEnv, depth: int = 0) -> Number | None:
+    """``text`` in the host's constants at a point, as a number; None where any name has no constant value."""
+    try:
+        e = parse(strip_parens(env.inline(text)))
+        names = e.names()
+        values: dict[str, Number] = {}
+        for n in names:
+            v = _value(env.defs[n], env, depth + 1) if n in env.defs and depth < 8 else None
+            if v is None:
+                return None
+            values[n] = v
+        return e.evaluate(values)
+    except (ExprError, RecursionError, ZeroDivisionError):
+        return None
+
+
+def _reachable(site: LaunchSite, flow: HostFlow, data: bytes, tree: Tree) -> bool:
+    """False where an ``if`` around the launch is decided against it by the host's constants there:
+    ``if (block_size == 16) k<16><<<...>>>(); else k<32><<<...>>>();`` with ``block_size = 32`` (NVIDIA's
+    ``matrixMul``). Read at the first launch, the spec paired ``<16>`` with 32-wide blocks and the original
+    crashed. A condition that is no expression of constants leaves the launch reachable."""
+    node: Node | None = tree.root_node.descendant_for_byte_range(site.span.start, site.span.start)
+    env: HostEnv | None = None
+    while node is not None:
+        parent = node.parent
+        if parent is not None and parent.type == "if_statement":
+            cons, alt = parent.child_by_field_name("consequence"), parent.child_by_field_name("alternative")
+            cond = parent.child_by_field_name("condition")
+            inside = [c is not None and c.start_byte <= site.span.start < c.end_byte for c in (cons, alt)]
+            if cond is not None and any(inside):
+                env = env if env is not None else launch_env(flow, site)
+                v = _value(node_text(cond, data), env)
+                if v is not None and bool(v) != inside[0]:
+                    return False
+        node = parent
+    return True
+
+
+def _first_reachable(sites: Sequence[LaunchSite], flow: HostFlow, data: bytes) -> LaunchSite | None:
+    """The first launch the host's constants do not rule out (else the first launch, as before)."""
+    if len(sites) < 2:
+        return sites[0] if sites else None
+    tree = parse_tree(data)
+    return next((s for s in sites if _reachable(s, flow, data, tree)), sites[0])
+
+
 _SIZEOF_TAIL = re.compile(r"^(.*?)\s*\*\s*sizeof\s*\(\s*([^)]+?)\s*\)$", re.S)
 _SIZEOF_HEAD = re.compile(r"^sizeof\s*\(\s*([^)]+?)\s*\)\s*\*\s*(.*)$", re.S)
 
@@ -119,19 +169,6 @@ def infer(
         hsrc, hmodel, hfile = host.src, host.model, str(host.path)
         sites = host.model.readable_launches_of(kernel.name)
         inf.host = host
-    site = sites[0] if sites else None
-    inf.site = site
-    tsubst: dict[str, str] = {}
-    if site is not None and site.template_args and kernel.template_params:
-        # ``k<Dtype><<<...>>>`` inside ``template <typename Dtype> void Layer<Dtype>::Forward_gpu``: the launch
-        # passes its own template's parameter, no instantiation (left to the guess, like no launch at all)
-        if not dependent_arguments(site.template_args, hsrc.data[:site.span.start]):
-            inf.template_args = site.template_args
-    elif site is not None and kernel.template_params:
-        inf.template_args = _deduced(kernel, site)
-    if kernel.template_params and (template_args or inf.template_args):
-        tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
-                                            strict=False)}
     # the file's aliases over its headers' (``typedef float floatX;`` in a project header)
     aliases = file_aliases(src, model, file)
     if inf.host is None:
@@ -148,6 +185,19 @@ def infer(
             if name not in flow.file_env.defs:
                 flow.file_env.defs[name] = definition
                 flow.file_env.toplevel.add(name)
+    site = _first_reachable(sites, flow, hsrc.data)
+    inf.site = site
+    tsubst: dict[str, str] = {}
+    if site is not None and site.template_args and kernel.template_params:
+        # ``k<Dtype><<<...>>>`` inside ``template <typename Dtype> void Layer<Dtype>::Forward_gpu``: the launch
+        # passes its own template's parameter, no instantiation (left to the guess, like no launch at all)
+        if not dependent_arguments(site.template_args, hsrc.data[:site.span.start]):
+            inf.template_args = site.template_args
+    elif site is not None and kernel.template_params:
+        inf.template_args = _deduced(kernel, site)
+    if kernel.template_params and (template_args or inf.template_args):
+        tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
+                                            strict=False)}
     # sizes a project keeps in its headers (`#define N (1 << 20)` in `config.h`), under the files' own
     for f, fmodel in {file: model, hfile: hmodel}.items():
         for name, macro in header_defines(f, fmodel, project_include_dirs(f)).items():
