@@ -35,6 +35,7 @@ from ..cuda.types import (
     project_include_dirs,
 )
 from .ctypes import TypeScope, with_enumerators
+from .domains import host_fill
 from .elsewhere import HostFile
 from .expr import ExprError, Number, parse
 from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
@@ -261,7 +262,11 @@ def infer(
                 inf.problems[p.name] = f"cannot infer the length of `{p.name}`: {why}"
                 continue
             used_texts.append(count)
-            dist = default_distribution(dtype) if role is not Role.OUT else None
+            dist = None
+            if role is not Role.OUT:
+                # what the host fills the input with (``'a' + rand() % 26``), else the dtype's default
+                filled = host_fill(hsrc.data, site.args[i], dtype, env.defs) if site is not None else None
+                dist = filled if filled is not None else default_distribution(dtype)
             inf.args[p.name] = ArgSpec(p.name, role, dtype, count=count, distribution=dist, source="inferred",
                                        line=site.line + 1 if site else None)
         elif _TAG.match(ptype) or (dtype is None and empty_struct(src, model, ptype)):
