@@ -432,7 +432,9 @@ class KernelSpec:
                 continue
             g = min(align, v & -v)
             q = (p // g) * g
-            out[s.name] = q if q > 0 else v
+            # rounding left nothing: a perturbed size keeps its spec value; a small (sanitizer) size takes one
+            # multiple, the smallest size with the spec's divisibility
+            out[s.name] = q if q > 0 else (g if start is not None else v)
         return out
 
     def small_sizes(self, max_bytes: int = SMALL_BYTES) -> dict[str, int] | None:
