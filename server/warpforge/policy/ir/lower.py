@@ -23,7 +23,15 @@ from ...cuda.parser import parse
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ...spec.model import KernelSpec
-from . import pass_calls, pass_loops, pass_mapping, pass_memory, pass_types, pass_unstage  # noqa: F401  (they register)
+from . import (  # noqa: F401  (they register the passes)
+    pass_calls,
+    pass_constants,
+    pass_loops,
+    pass_mapping,
+    pass_memory,
+    pass_types,
+    pass_unstage,
+)
 from .pass_calls import file_functions
 from .pass_unstage import file_constants
 from .passes import REGISTRY, PassEnv, find_kernel, run_passes
@@ -32,7 +40,8 @@ from .summary import Summary, summarize
 
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
-ORDER = ("template_arguments", "signature_typedefs", "inline_calls", "hoisted_loop_variable", "while_to_for",
+ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
+         "while_to_for",
          "copy_propagation", "thread_index", "unstage_tiles",
          "induction_variable", "view_offset", "register_accumulator")
 

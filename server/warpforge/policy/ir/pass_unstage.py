@@ -354,7 +354,8 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
         a = s.named_children[0] if s.type == "expression_statement" and s.named_child_count == 1 else None
         left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right")) if a is not None \
             and a.type == "assignment_expression" else (None,) * 3
-        if left is None or op is None or right is None or k.t(op) != "=" or unparen(left).type != "subscript_expression":
+        if left is None or op is None or right is None or k.t(op) != "=" \
+                or unparen(left).type != "subscript_expression":
             raise _No(f"`{k.t(s)}` in the tile loop is not a store to a shared array", s)
         arr = _array_of(unparen(left), k)
         if arr is None or arr not in shared or arr in stores:
@@ -417,8 +418,9 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
     if c is None or cl is None or co is None or cr is None or k.t(cl) not in starts or k.t(co) not in ("<", "<="):
         raise _No("the tile loop's condition is not `counter < end` (or `<=`)", loop)
     first = k.t(cl)
-    if _sub(steps[first], norm) != width:
-        raise _No(f"`{first}` does not step by the tile width", loop)
+    by_tile = _sub(steps[first], norm) == width
+    if not by_tile and steps[first] != {(): 1}:
+        raise _No(f"`{first}` steps neither by the tile width nor by 1", loop)
     span = padd(padd(poly(cr, scope), {(): 1} if k.t(co) == "<=" else {}), starts[first][1], -1)
     span = _sub(span, norm)
     if any(a.startswith(("threadIdx", "blockIdx", "blockDim", "gridDim")) or a in scope.counters
@@ -426,7 +428,16 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
         raise _No(f"the tile loop's trip count ({_text(span)}) differs between threads or names the launch", loop)
     if not values:
         raise _No("the spec's sizes are unknown: whether the tile loop covers whole tiles cannot be told", loop)
-    limit = _text(span)
+    if any(a.startswith("(") and "blockDim" in a for m in span for a in m):
+        raise _No("the tile loop's range names the launch's block", loop)
+    # the k range as written where it can be: `i < E` from 0 is `k < E`
+    written_limit = k.t(cr) if not any(starts[first][1].values()) and k.t(co) == "<" else _text(span)
+    if not by_tile:  # a tile index stepping by 1: its range counts tiles
+        if len(set(blocks)) != 1:
+            raise _No("the tile loop counts tiles and the tile differs between the spec's sizes", loop)
+        return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j,
+                     f"({written_limit}) * {blocks[0][0]}")
+    limit = written_limit
     for b, vals in zip(blocks, values, strict=False):
         n = _evaluate(span, vals)
         if n is None:
@@ -435,7 +446,14 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
             raise _No(f"the tile loop's range ({_text(span)} = {n}) is not a whole number of {b[0]}-wide tiles and "
                       "the tile differs between the spec's sizes: the rounded-up range cannot be written", loop)
         if n % b[0]:  # the staged loop reads whole tiles, past the end: so does the un-staged one
-            limit = f"({_text(span)} + {b[0] - 1}) / {b[0]} * {b[0]}"
+            limit = f"({written_limit} + {b[0] - 1}) / {b[0]} * {b[0]}"
+    return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j, limit)
+
+
+def _emit(k: Kernel, loop: Node, shared: dict[str, Node], stores: dict[str, _Store], reads: list[_Read],
+          starts: dict[str, tuple[Node, Poly]], steps: dict[str, Poly], norm: dict[str, int], width: Poly,
+          jscope: Scope, stmt: Node, jtype: str, j: str, limit: str) -> Changed:
+    """The tile loop replaced by its k-loop (each read folded, checked), the shared declarations removed."""
     # each read: the stored read with the loader's coordinate := j, then tile start + j folded into one index
     edits: list[tuple[int, int, str]] = []
     for r in reads:
@@ -452,7 +470,7 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
             raise _No(f"`{st.source}[{k.t(st.index)}]`: the tile's start and the slot do not fold into one index "
                       "(its coefficients of the counters times their steps differ from the tile width times its "
                       f"coefficient of {r.coord})", st.stmt)
-        edits.append((r.node.start_byte, r.node.end_byte, _reread(k, st, r.coord, starts, j, scope)))
+        edits.append((r.node.start_byte, r.node.end_byte, _reread(k, st, r.coord, starts, j, jscope)))
     new_stmt = _within(k, stmt, edits)
     ind = _indent(loop, k)
     text = (f"for ({jtype} {j} = 0; {j} < {limit}; ++{j}) {{\n{ind}    {new_stmt}\n{ind}}}")
@@ -492,7 +510,7 @@ def _reread(k: Kernel, st: _Store, coord: str, starts: dict[str, tuple[Node, Pol
             continue
         if name in starts:
             v, vp = starts[name]
-            edits.append((n.start_byte, n.end_byte, "0" if not vp else f"({k.t(v)})"))
+            edits.append((n.start_byte, n.end_byte, "0" if not any(vp.values()) else f"({k.t(v)})"))
             continue
         try:
             p = poly(n, scope)
