@@ -38,6 +38,7 @@ shared arrays' declarations go. Exact when (each condition is checked; a failure
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,7 +50,7 @@ from ...cuda.tree import node_text, unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .affine import NonAffine, Poly, Scope, poly
-from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, splice, statements
+from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, side_effect_free, splice, statements
 from .summary import params_of, scope_of
 
 _TX, _TY = "threadIdx.x", "threadIdx.y"
@@ -226,6 +227,11 @@ def _counters(loop: Node, k: Kernel, scope: Scope) -> tuple[dict[str, tuple[Node
             parts.append(n)
     steps: dict[str, Poly] = {}
     for n in parts:
+        arg = n.child_by_field_name("argument")
+        if n.type == "update_expression" and arg is not None and k.t(arg) in starts and k.t(arg) not in steps \
+                and "++" in k.t(n):
+            steps[k.t(arg)] = {(): 1}
+            continue
         left, op, right = (n.child_by_field_name(f) for f in ("left", "operator", "right"))
         if n.type != "assignment_expression" or left is None or op is None or right is None \
                 or k.t(left) not in starts or k.t(left) in steps:
@@ -481,8 +487,33 @@ def _emit(k: Kernel, loop: Node, shared: dict[str, Node], stores: dict[str, _Sto
         whole = not k.data[start:decl.start_byte].strip()
         out.append((start if whole else decl.start_byte, decl.end_byte + (1 if whole and k.data[decl.end_byte:
                     decl.end_byte + 1] == b"\n" else 0), ""))
+    out += _dead_locals(k, loop, text)
     return Changed(splice(k.data, out), f"the shared-memory tiles of {', '.join(sorted(stores))} un-staged into "
                                         f"their k-loop (line {k.line(loop)})")
+
+
+def _dead_locals(k: Kernel, loop: Node, new_loop: str) -> list[tuple[int, int, str]]:
+    """Deletions of the kernel's top-level ``T x = v;`` (``v`` free of effects) that only the staged loop read
+    (``const int tx = threadIdx.x;``): with the loop un-staged nothing reads them, and a rule would otherwise see
+    a thread coordinate outside the index declarations."""
+    out: list[tuple[int, int, str]] = []
+    for d in k.body.named_children:
+        ds = d.children_by_field_name("declarator") if d.type == "declaration" else []
+        if len(ds) != 1 or ds[0].type != "init_declarator" or d.start_byte >= loop.start_byte:
+            continue
+        nm, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        if nm is None or v is None or nm.type != "identifier" or not side_effect_free(v) \
+                or next(walk(v, ("subscript_expression",)), None) is not None:
+            continue
+        name = k.t(nm)
+        uses = [n for n in walk(k.body, ("identifier",)) if k.t(n) == name and n != nm]
+        if not uses or any(not loop.start_byte <= n.start_byte < loop.end_byte for n in uses) \
+                or re.search(rf"\b{re.escape(name)}\b", new_loop):
+            continue
+        start = k.data.rfind(b"\n", 0, d.start_byte) + 1
+        whole = not k.data[start:d.start_byte].strip() and k.data[d.end_byte:d.end_byte + 1] == b"\n"
+        out.append((start, d.end_byte + 1, "") if whole else (d.start_byte, d.end_byte, ""))
+    return out
 
 
 def _stored(k: Kernel) -> list[Node]:
