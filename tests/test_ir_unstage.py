@@ -216,6 +216,9 @@ def test_a_partial_last_tile_is_rounded_up_as_the_staged_loop_reads_it() -> None
      "used outside the staged tile loop"),
     # the barrier after the inner loop is missing: the next tile's stores race with this tile's reads
     (MACRO_2D.replace("        }\n        __syncthreads();\n", "        }\n"), "staged_2d", "a barrier is missing"),
+    # a thread that leaves early never loads its slots: its neighbours would read what was never stored
+    (FLAT.replace("    float sum = 0.0f;\n", "    if (gy >= n) return;\n    float sum = 0.0f;\n"), "staged_flat",
+     "may leave the kernel before the tile loop"),
     # each thread loads the transposed slot
     (FLAT.replace("xs[threadIdx.y * blockDim.x + threadIdx.x] =", "xs[threadIdx.x * blockDim.x + threadIdx.y] ="),
      "staged_flat", "not the thread's own slot"),

@@ -20,7 +20,10 @@ shared arrays' declarations go. Exact when (each condition is checked; a failure
   reads the shared arrays only at ``(ty, j)`` or ``(j, tx)`` (and names ``j`` nowhere else);
   ``__syncthreads()``. Its counters (one, or two stepped together: ``a += aStep, b += bStep``) are written
   only by its update, by a uniform step;
-* the shared arrays are used nowhere else in the kernel;
+* the tile loop is a top-level statement of the kernel and no ``return`` comes before it (every thread of the
+  block runs the stores: a slot the reader uses was loaded);
+* the shared arrays are used nowhere else in the kernel, and it has no others (the barriers removed with the
+  tiles could be ordering them);
 * the launch's block is square and equal to the tile: ``blockDim.x == blockDim.y == T`` (and ``blockDim.z
   == 1``) at every size of the spec (the launch is a run-time fact: without a spec, or with a block that
   differs, the pass skips). Then slot ``(r, c)`` holds what thread ``(x = c, y = r)`` of the same block
@@ -335,6 +338,11 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
     if len(syncs) != 2 or syncs[1] != len(body) - 1 or syncs[0] != len(body) - 3 or syncs[0] < 1:
         raise _No("the tile loop's body is not `stores; __syncthreads(); inner loop; __syncthreads();` (a barrier "
                   "is missing or something else runs between them)", loop)
+    if loop.parent != k.body:
+        raise _No("the tile loop is not a top-level statement of the kernel: every thread of the block must run its "
+                  "stores", loop)
+    if any(n.start_byte < loop.start_byte for n in walk(k.body, ("return_statement", "goto_statement"))):
+        raise _No("a thread may leave the kernel before the tile loop: its slots would not be loaded", loop)
     inner = body[syncs[0] + 1]
     if inner.type != "for_statement":
         raise _No("between the tile loop's barriers there is no inner loop", inner)
@@ -406,6 +414,9 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
             if k.t(n) == name and not decl.start_byte <= n.start_byte < decl.end_byte \
                     and not any(s <= n.start_byte < e for s, e in allowed):
                 raise _No(f"the shared array `{name}` is used outside the staged tile loop's stores and tile reads", n)
+    if set(shared) != set(stores):
+        raise _No(f"the kernel has other shared arrays ({', '.join(sorted(set(shared) - set(stores)))}): the tile "
+                  "loop's barriers may order their accesses", loop)
     if not reads or {r.coord for r in reads} != {_TX, _TY}:
         raise _No("the inner loop does not read one tile along its row and one along its column", stmt)
     if any(k.t(n) == j for n in walk(stmt, ("identifier",)) if not any(r.node.start_byte <= n.start_byte
