@@ -138,7 +138,8 @@ def backend() -> Iterator[Backend]:
 
 
 @pytest.mark.parametrize("case", sorted(KERNELS))
-def test_unstaged_register_tiled_variants_verify_and_the_best_is_faster(backend: Backend, tmp_path: Path, case: str) -> None:
+def test_unstaged_register_tiled_variants_verify_and_the_best_is_faster(backend: Backend, tmp_path: Path,
+                                                                        case: str) -> None:
     path = tmp_path / f"{case}.cu"
     path.write_text(KERNELS[case], encoding="utf-8")
     src = SourceText(KERNELS[case])

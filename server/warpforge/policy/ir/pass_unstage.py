@@ -191,7 +191,7 @@ def _slot(sub: Node, k: Kernel, scope: Scope, width: Poly, norm: Mapping[str, in
         return None
     # r * W + c with r, c each one coordinate (or j): split by which atom carries W
     for r_atom in (_TY, j):
-        r = {(r_atom,): 1}
+        r: Poly = {(r_atom,): 1}
         rest = padd(flat, _sub(pmul(r, width), norm), -1)
         if len(rest) == 1 and next(iter(rest.values())) == 1 and len(next(iter(rest))) == 1:
             return r, rest
@@ -456,13 +456,13 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
                      f"({written_limit}) * {blocks[0][0]}")
     limit = written_limit
     for b, vals in zip(blocks, values, strict=False):
-        n = _evaluate(span, vals)
-        if n is None:
+        count = _evaluate(span, vals)
+        if count is None:
             raise _No(f"the tile loop's range ({_text(span)}) cannot be evaluated at the spec's sizes", loop)
-        if n % b[0] and len(set(blocks)) != 1:
-            raise _No(f"the tile loop's range ({_text(span)} = {n}) is not a whole number of {b[0]}-wide tiles and "
+        if count % b[0] and len(set(blocks)) != 1:
+            raise _No(f"the tile loop's range ({_text(span)} = {count}) is not a whole number of {b[0]}-wide tiles and "
                       "the tile differs between the spec's sizes: the rounded-up range cannot be written", loop)
-        if n % b[0]:  # the staged loop reads whole tiles, past the end: so does the un-staged one
+        if count % b[0]:  # the staged loop reads whole tiles, past the end: so does the un-staged one
             limit = f"({written_limit} + {b[0] - 1}) / {b[0]} * {b[0]}"
     return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j, limit)
 
