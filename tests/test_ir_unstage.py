@@ -126,14 +126,15 @@ __global__ void staged_tpl(const double* A, const double* B, double* C, int m, i
 }
 """
 
-#: the two-pointer loop over a row of A and a column of B, the block's offsets in locals
+#: the two-pointer loop over a row of A and a column of B, the block's offsets in locals; the launch sized by the
+#: expression the width parameter carries (no size is carried by a parameter alone), as NVIDIA's samples do
 TWO_POINTER = """\
-// @warpforge size W = 128 fixed
-// @warpforge arg Cm: out float[W*W]
-// @warpforge arg Am: in float[W*W] uniform(-1, 1)
-// @warpforge arg Bm: in float[W*W] uniform(-1, 1)
-// @warpforge arg w = W
-// @warpforge launch grid=(W / 32, W / 32), block=(32, 32)
+// @warpforge size S = 32
+// @warpforge arg Cm: out float[(4 * S) * (4 * S)]
+// @warpforge arg Am: in float[(4 * S) * (4 * S)] uniform(-1, 1)
+// @warpforge arg Bm: in float[(4 * S) * (4 * S)] uniform(-1, 1)
+// @warpforge arg w = 4 * S
+// @warpforge launch grid=((4 * S) / 32, (4 * S) / 32), block=(32, 32)
 __global__ void staged_pairs(float* Cm, const float* Am, const float* Bm, int w)
 {
     __shared__ float sa[32][32];
@@ -183,17 +184,35 @@ def params(kids: list[Candidate]) -> list[str]:
     (MACRO_2D, "staged_2d", "for (int e = 0; e < (depth / 8) * 8; ++e) { acc += P[r * depth + e] * "
                             "Q[(e) * cols + c]; }"),
     (TEMPLATE, "staged_tpl", "for (int i = 0; i < k; ++i) { v += A[row * k + (i)] * B[(i) * n + col]; }"),
-    # the two pointers at their starts, the tile's position folded into the counter; `<= last` counts w
-    (TWO_POINTER, "staged_pairs", "for (int u = 0; u < w; ++u) { s += Am[(first) + w * threadIdx.y + u] * "
-                                  "Bm[(32 * blockIdx.x) + w * u + threadIdx.x]; }"),
+    # the two pointers at their starts, the tile's position folded into the counter; `<= last` counts w, rounded
+    # up to whole tiles (4 * S is no multiple of 32 at the perturbed size); then the block's origin and the thread's
+    # offset as the thread's row and column (`output_coordinates`), the locals that held them gone
+    (TWO_POINTER, "staged_pairs", "int row = blockIdx.y * blockDim.y + threadIdx.y; int col = blockIdx.x * "
+                                  "blockDim.x + threadIdx.x; float s = 0; for (int u = 0; u < (w + 31) / 32 * 32; "
+                                  "++u) { s += Am[w * row + u] * Bm[col + u * w]; } Cm[w * row + col] = s;"),
 ])
 def test_the_staged_loop_lowers_to_its_k_loop(text: str, kernel: str, loop: str) -> None:
     got = canonical(text, kernel)
     assert loop in got, got
     assert "__shared__" not in got and "__syncthreads" not in got
+    assert "first" not in got and "last" not in got
 
 
-@pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl")])
+def test_the_launch_extent_is_read_through_the_expression_a_parameter_carries() -> None:
+    # the grid is ((4 * S) / 32) blocks of 32: `w` carries 4 * S, so each output checks `col < ((w) / 32) * 32`
+    d = tiled(TWO_POINTER, "staged_pairs")[0].definition
+    assert "col < ((((w)) / 32) * (32))" in d, d
+
+
+def test_a_coordinate_read_outside_an_index_keeps_the_origin_locals() -> None:
+    text = TWO_POINTER.replace("    Cm[w * 32", "    if (threadIdx.x == 0 && w < 0) return;\n    Cm[w * 32")
+    skips = [why for p, why, _ in lowered(text, "staged_pairs").skipped if p == "output_coordinates"]
+    assert any("is read outside an array index" in why for why in skips), skips
+    assert "int first = " in lowered(text, "staged_pairs").text
+
+
+@pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl"),
+                                         (TWO_POINTER, "staged_pairs")])
 def test_smem_tiling_proposes_its_register_tiled_variants(text: str, kernel: str) -> None:
     kids = tiled(text, kernel)
     assert params(kids) == ALL
@@ -230,7 +249,8 @@ def test_near_misses_stay_staged_with_the_reason(text: str, kernel: str, words: 
 
 
 @needs_nvcc
-@pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl")])
+@pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl"),
+                                         (TWO_POINTER, "staged_pairs")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)

@@ -1,7 +1,8 @@
 """On the GPU: textbook shared-memory tiled GEMMs, un-staged by the IR (``unstage_tiles``), get register tiling.
 
 Self-written one-output-per-thread staged kernels (a 1-D flattened tile indexed by ``blockDim.x`` in float, 2-D
-tiles sized by a ``#define`` with a loop counting tiles in int, a ``template <int BS>`` kernel the spec instantiates)
+tiles sized by a ``#define`` with a loop counting tiles in int, a ``template <int BS>`` kernel the spec instantiates,
+the cuda-samples two-pointer loop with the block's origin in locals)
 are handed to ``smem_tiling`` through their canonical form, the plain k-loop. Each variant the rule builds from it is
 a whole kernel, evaluated as the search evaluates a candidate: outputs compared with the original's (the staged
 kernel) on random inputs, then timed against it. Every variant must verify; the best must be faster (speedup > 1).
@@ -121,6 +122,29 @@ __global__ void k(const float* A, const float* B, float* C, int m, int n, int kk
     }
     if (row < m && col < n)
         C[row * n + col] = v;
+}
+""",
+    "two_pointer": """// @warpforge size S = 256 fixed
+// @warpforge arg Cm: out float[(4 * S) * (4 * S)]
+// @warpforge arg Am: in float[(4 * S) * (4 * S)] uniform(-1, 1)
+// @warpforge arg Bm: in float[(4 * S) * (4 * S)] uniform(-1, 1)
+// @warpforge arg w = 4 * S
+// @warpforge launch grid=((4 * S) / 32, (4 * S) / 32), block=(32, 32)
+__global__ void k(float* Cm, const float* Am, const float* Bm, int w) {
+    __shared__ float sa[32][32];
+    __shared__ float sb[32][32];
+    int first = w * 32 * blockIdx.y;
+    int last = first + w - 1;
+    float s = 0;
+    for (int pa = first, pb = 32 * blockIdx.x; pa <= last; pa += 32, pb += 32 * w) {
+        sa[threadIdx.y][threadIdx.x] = Am[pa + w * threadIdx.y + threadIdx.x];
+        sb[threadIdx.y][threadIdx.x] = Bm[pb + w * threadIdx.y + threadIdx.x];
+        __syncthreads();
+        for (int u = 0; u < 32; ++u)
+            s += sa[threadIdx.y][u] * sb[u][threadIdx.x];
+        __syncthreads();
+    }
+    Cm[w * 32 * blockIdx.y + 32 * blockIdx.x + w * threadIdx.y + threadIdx.x] = s;
 }
 """,
 }

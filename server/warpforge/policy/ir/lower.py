@@ -26,6 +26,7 @@ from ...spec.model import KernelSpec
 from . import (  # noqa: F401  (they register the passes)
     pass_calls,
     pass_constants,
+    pass_coordinates,
     pass_loops,
     pass_mapping,
     pass_memory,
@@ -42,7 +43,7 @@ from .summary import Summary, summarize
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
          "while_to_for",
-         "copy_propagation", "thread_index", "unstage_tiles",
+         "copy_propagation", "thread_index", "unstage_tiles", "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
 

@@ -552,7 +552,10 @@ def _reread(k: Kernel, st: _Store, coord: str, starts: dict[str, tuple[Node, Pol
             continue
         if name in starts:
             v, vp = starts[name]
-            edits.append((n.start_byte, n.end_byte, "0" if not any(vp.values()) else f"({k.t(v)})"))
+            # a name or a literal bare: `(aBegin) + x` reads as a cast of `+x` to the syntax tree
+            plain = unparen(v).type in ("identifier", "number_literal")
+            edits.append((n.start_byte, n.end_byte, "0" if not any(vp.values()) else k.t(unparen(v)) if plain
+                          else f"({k.t(v)})"))
             continue
         try:
             p = poly(n, scope)
