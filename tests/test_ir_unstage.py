@@ -2,11 +2,12 @@
 
 The kernels are written for these tests, each in another spelling of the one-output-per-thread tiling: a 1-D
 flattened tile indexed by ``blockDim.x`` (float), 2-D tiles sized by a ``#define`` with a loop counting tiles
-(int), a ``template <int BS>`` kernel the spec instantiates (double), and the two-pointer loop
-``a += aStep, b += bStep`` with the block's offsets in locals. Each must lower to the plain k-loop, and
-``smem_tiling`` (which declines a kernel already using shared memory) must then propose its five variants, which
-must build. The near misses (a non-square block, a shared array read elsewhere, a missing barrier, a load into
-another thread's slot) must stay staged, with the reason in words.
+(int), a ``template <int BS>`` kernel the spec instantiates (double), the two-pointer loop ``a += aStep, b +=
+bStep`` with the block's offsets in locals (then ``output_coordinates``), and file-level constants for every size.
+Each must lower to the plain k-loop, and ``smem_tiling`` (which declines a kernel already using shared memory) must
+then propose its five variants, which must build. The near misses (a non-square block, a shared array read
+elsewhere, a missing barrier, a thread leaving before the loop, a load into another thread's slot, a coordinate
+read outside an index) must stay as they were, with the reason in words.
 """
 
 from __future__ import annotations
@@ -154,6 +155,33 @@ __global__ void staged_pairs(float* Cm, const float* Am, const float* Bm, int w)
 }
 """
 
+#: file-level constants for the sizes and the tile, no size parameter at all, int
+CONSTANTS = """\
+constexpr int W = 128;
+constexpr int TS = 16;
+// @warpforge arg L: in int[128*128] int(-8, 8)
+// @warpforge arg R: in int[128*128] int(-8, 8)
+// @warpforge arg O: out int[128*128]
+// @warpforge launch grid=(8, 8), block=(16, 16)
+__global__ void staged_consts(const int* L, const int* R, int* O)
+{
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ int ls[TS * TS];
+    __shared__ int rs[TS * TS];
+    int dot = 0;
+    for (int i = 0; i < W; i += TS) {
+        ls[threadIdx.y * TS + threadIdx.x] = L[y * W + i + threadIdx.x];
+        rs[threadIdx.y * TS + threadIdx.x] = R[(i + threadIdx.y) * W + x];
+        __syncthreads();
+        for (int j = 0; j < TS; j++)
+            dot += ls[threadIdx.y * TS + j] * rs[j * TS + threadIdx.x];
+        __syncthreads();
+    }
+    O[y * W + x] = dot;
+}
+"""
+
 
 def lowered(text: str, kernel: str) -> Lowered:
     got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
@@ -190,6 +218,8 @@ def params(kids: list[Candidate]) -> list[str]:
     (TWO_POINTER, "staged_pairs", "int row = blockIdx.y * blockDim.y + threadIdx.y; int col = blockIdx.x * "
                                   "blockDim.x + threadIdx.x; float s = 0; for (int u = 0; u < (w + 31) / 32 * 32; "
                                   "++u) { s += Am[w * row + u] * Bm[col + u * w]; } Cm[w * row + col] = s;"),
+    # file-level constants read as their values (the rules decline a name declared outside the kernel)
+    (CONSTANTS, "staged_consts", "for (int j = 0; j < 128; ++j) { dot += L[y * 128 + j] * R[(j) * 128 + x]; }"),
 ])
 def test_the_staged_loop_lowers_to_its_k_loop(text: str, kernel: str, loop: str) -> None:
     got = canonical(text, kernel)
@@ -212,7 +242,7 @@ def test_a_coordinate_read_outside_an_index_keeps_the_origin_locals() -> None:
 
 
 @pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl"),
-                                         (TWO_POINTER, "staged_pairs")])
+                                         (TWO_POINTER, "staged_pairs"), (CONSTANTS, "staged_consts")])
 def test_smem_tiling_proposes_its_register_tiled_variants(text: str, kernel: str) -> None:
     kids = tiled(text, kernel)
     assert params(kids) == ALL
@@ -250,7 +280,7 @@ def test_near_misses_stay_staged_with_the_reason(text: str, kernel: str, words: 
 
 @needs_nvcc
 @pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl"),
-                                         (TWO_POINTER, "staged_pairs")])
+                                         (TWO_POINTER, "staged_pairs"), (CONSTANTS, "staged_consts")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)
