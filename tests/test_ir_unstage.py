@@ -268,6 +268,8 @@ def test_a_partial_last_tile_is_rounded_up_as_the_staged_loop_reads_it() -> None
     # a thread that leaves early never loads its slots: its neighbours would read what was never stored
     (FLAT.replace("    float sum = 0.0f;\n", "    if (gy >= n) return;\n    float sum = 0.0f;\n"), "staged_flat",
      "may leave the kernel before the tile loop"),
+    # the tile holds doubles of a float operand: the store converts, a read of the global would not
+    (FLAT.replace("__shared__ float xs", "__shared__ double xs"), "staged_flat", "the store converts"),
     # each thread loads the transposed slot
     (FLAT.replace("xs[threadIdx.y * blockDim.x + threadIdx.x] =", "xs[threadIdx.x * blockDim.x + threadIdx.y] ="),
      "staged_flat", "not the thread's own slot"),

@@ -183,8 +183,9 @@ def _slot(sub: Node, k: Kernel, scope: Scope, width: Poly, norm: Mapping[str, in
     try:
         if unparen(arg).type == "subscript_expression":
             inner = unparen(arg).child_by_field_name("indices") or unparen(arg).child_by_field_name("index")
-            if inner is None or inner.named_child_count != 1:
-                return None
+            base = unparen(arg).child_by_field_name("argument")
+            if inner is None or inner.named_child_count != 1 or base is None or base.type != "identifier":
+                return None  # three subscripts or more: not a tile
             return _sub(poly(inner.named_children[0], scope), norm), _sub(poly(idx.named_children[0], scope), norm)
         flat = _sub(poly(idx.named_children[0], scope), norm)
     except NonAffine:
@@ -326,6 +327,11 @@ def unstage_tiles(k: Kernel, env: PassEnv) -> Result:
     return skipped
 
 
+def _resolved(t: str, env: PassEnv) -> str:
+    t = " ".join(t.replace("const", " ").split())
+    return env.template_args.get(t, env.typedefs.get(t, t))
+
+
 def _is_sync(s: Node, k: Kernel) -> bool:
     return s.type == "expression_statement" and "".join(k.t(s).split()) == "__syncthreads();"
 
@@ -385,6 +391,11 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
             raise _No(f"the value stored in `{arr}` is not a read of a pointer parameter", s)
         if k.t(sarg) in written or any(_array_of(w, k) == k.t(sarg) for w in _stored(k)):
             raise _No(f"`{k.t(sarg)}` is written in the kernel: a value loaded earlier may differ", s)
+        elem = {n: t for n, t, ptr, _ in params if ptr}[k.t(sarg)]
+        tile = shared[arr].child_by_field_name("type")
+        if tile is None or _resolved(k.t(tile), env) != _resolved(elem, env):
+            raise _No(f"`{arr}` holds `{k.t(tile) if tile is not None else '?'}` and `{k.t(sarg)}` `{elem}`: the store "
+                      "converts, and a read of the global would not", s)
         stores[arr] = _Store(arr, s, k.t(sarg), sidx.named_children[0])
     # every use of a shared array is its declaration, its store, or a read in the inner statement
     reads: list[_Read] = []
@@ -423,8 +434,11 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
                                                                         < r.node.end_byte for r in reads)):
         raise _No(f"the inner loop names `{j}` outside its tile reads", stmt)
     acc = stmt.named_children[0] if stmt.named_child_count == 1 else None
-    if acc is None or acc.type != "assignment_expression":
+    target = acc.child_by_field_name("left") if acc is not None and acc.type == "assignment_expression" else None
+    if acc is None or target is None:
         raise _No("the inner loop's statement is not an update of an accumulator", stmt)
+    if any(k.t(n) in shared for n in walk(target, ("identifier",))):
+        raise _No("the inner loop writes a tile", stmt)
     # the tile loop: counters, the first one in the condition stepping by the tile
     starts, steps = _counters(loop, k, scope)
     if written_names(loop.child_by_field_name("body") or loop, k.data) & set(starts):
