@@ -270,6 +270,9 @@ def test_a_partial_last_tile_is_rounded_up_as_the_staged_loop_reads_it() -> None
      "may leave the kernel before the tile loop"),
     # the tile holds doubles of a float operand: the store converts, a read of the global would not
     (FLAT.replace("__shared__ float xs", "__shared__ double xs"), "staged_flat", "the store converts"),
+    # the width is written after the locals read it: spelled out, the range could read another value
+    (TWO_POINTER.replace("    float s = 0;\n", "    float s = 0;\n    w = w | 0;\n"), "staged_pairs",
+     "reads a name the kernel writes"),
     # each thread loads the transposed slot
     (FLAT.replace("xs[threadIdx.y * blockDim.x + threadIdx.x] =", "xs[threadIdx.x * blockDim.x + threadIdx.y] ="),
      "staged_flat", "not the thread's own slot"),

@@ -28,7 +28,7 @@ from tree_sitter import Node
 from ...cuda.poly import padd, pmul
 from ...cuda.tree import walk, written_names
 from .affine import NonAffine, Poly, Scope, poly
-from .pass_unstage import _coefficient, _sub, _text
+from .pass_unstage import _coefficient, _names, _sub, _text
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, splice
 from .summary import params_of, scope_of
 
@@ -150,6 +150,7 @@ def _rewrite(k: Kernel, env: PassEnv) -> Result:
                  and not (u.parent is not None and u.parent.type == "field_expression")]
     if not sites:
         return None
+    written = written_names(k.body, k.data) - scope.counters  # a counter is read where it stands
     row = names.get("y") or _fresh(k, "row")
     col = names.get("x") or _fresh(k, "col", {row})
     edits: list[tuple[int, int, str]] = []
@@ -176,6 +177,8 @@ def _rewrite(k: Kernel, env: PassEnv) -> Result:
                 rest = padd(rest, {m: c})
         if any(a in _COORDS for m in rest for a in m):
             raise _No(f"`{k.t(e)}` is not affine in the thread coordinates", e)
+        if (_names(rest) | {w for ct, _ in parts for w in _names(ct)}) & written:
+            raise _No(f"`{k.t(e)}` reads, through a local, a name the kernel writes: spelled out it could differ", e)
         terms = [_times(ct, name) for ct, name in parts if ct] + ([_text(rest)] if rest else [])
         edits.append((e.start_byte, e.end_byte, " + ".join(terms) or "0"))
     # a local the kept row/col declarations read stays (and what it reads)

@@ -327,6 +327,11 @@ def unstage_tiles(k: Kernel, env: PassEnv) -> Result:
     return skipped
 
 
+def _names(p: Poly) -> set[str]:
+    """The names a polynomial's rendering would read (its atoms, and the names inside a kept sub-expression)."""
+    return {w for m in p for a in m for w in re.findall(r"[A-Za-z_]\w*", a)}
+
+
 def _resolved(t: str, env: PassEnv) -> str:
     t = " ".join(t.replace("const", " ").split())
     return env.template_args.get(t, env.typedefs.get(t, t))
@@ -461,6 +466,8 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
         raise _No("the spec's sizes are unknown: whether the tile loop covers whole tiles cannot be told", loop)
     if any(a.startswith("(") and "blockDim" in a for m in span for a in m):
         raise _No("the tile loop's range names the launch's block", loop)
+    if _names(span) & written:
+        raise _No(f"the tile loop's range ({_text(span)}) reads a name the kernel writes", loop)
     # the k range as written where it can be: `i < E` from 0 is `k < E`
     written_limit = k.t(cr) if not any(starts[first][1].values()) and k.t(co) == "<" else _text(span)
     if not by_tile:  # a tile index stepping by 1: its range counts tiles
