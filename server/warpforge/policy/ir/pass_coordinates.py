@@ -18,6 +18,8 @@ as that polynomial, and the locals that only fed those indices removed. Exact wh
   never written whose every use is again such an index or such a local's value;
 * each of those indices is affine, with the coefficient of ``blockIdx.y`` equal to ``By`` times that of
   ``threadIdx.y`` (``Bx`` along x), so it equals ``cy * row + cx * col + rest`` in integers on that block;
+* what a rewritten index spells out (locals followed to their values) names nothing the kernel writes but loop
+  counters;
 * the kernel has no shared memory and no barrier (its indices are its global accesses).
 """
 

@@ -33,10 +33,12 @@ shared arrays' declarations go. Exact when (each condition is checked; a failure
   every other local the index names must not depend on the substituted coordinate;
 * the stored index is affine in the tile counters and ``j`` with ``sum(coefficient of c * St_c) == T *
   coefficient of j`` (the tile's start and ``j`` fold into one ``k = tile * T + j``), the first counter steps
-  by ``T``, and ``D`` is the same for every thread. Where ``D`` is not a whole number of tiles at some size of the
-  spec, the staged loop reads the last tile whole, past ``E``: the un-staged bound is then rounded up the same
-  way, ``(D + T - 1) / T * T`` with ``T`` the tile as a number (so the tile must be the same at every size); the
-  canonical text never names ``blockDim`` (a rule's rewrite changes the block).
+  by ``T`` (or by 1: a loop counting tiles, whose range is ``D * T``), and ``D`` is the same for every thread
+  and reads no name the kernel writes (it is spelled out from the locals' values). Where ``D`` is not a whole
+  number of tiles at some size of the spec, the staged loop reads the last tile whole, past ``E``: the
+  un-staged bound is then rounded up the same way, ``(D + T - 1) / T * T`` with ``T`` the tile as a number (so
+  the tile must be the same at every size); the canonical text never names ``blockDim`` (a rule's rewrite
+  changes the block).
 """
 
 from __future__ import annotations
