@@ -48,7 +48,7 @@ class OfflinePolicy:
     name: str = "rules"
     errors: list[str] = field(default_factory=list)
     #: candidate text -> its lowered text (None: nothing to lower, or lowering declined)
-    _lowered: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None], str | None] = field(
+    _lowered: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None, tuple[str, ...] | None], str | None] = field(
         default_factory=dict, repr=False)
 
     def root_candidate(self) -> Candidate:
@@ -87,7 +87,7 @@ class OfflinePolicy:
         The build's defines and include folders are the project's (``compiler.project``); the spec's
         tunables and the candidate's defines stay names. Without nvcc (or where it fails on the file)
         the passes still run on the text as written."""
-        key = (candidate.source, tuple(sorted(candidate.defines)), candidate.grid)
+        key = (candidate.source, tuple(sorted(candidate.defines)), candidate.grid, candidate.block)
         if key in self._lowered:
             return self._lowered[key]
         defines, includes, std = build_settings(self.file)
@@ -95,7 +95,8 @@ class OfflinePolicy:
         for pre in (True, False):
             got = lower(self.source.text, self.kernel.name, path=self.file, spec=self.spec, defines=defines,
                         include_dirs=includes, definition=candidate.source, keep=tuple(candidate.defines),
-                        std=std, preprocess=pre, grid=candidate.grid, model=self.model)
+                        std=std, preprocess=pre, grid=candidate.grid, model=self.model,
+                        block=candidate.block, tunables=candidate.define_map())
             if not (isinstance(got, Declined) and got.reason.startswith("the preprocessor failed")):
                 break
         out: str | None = None

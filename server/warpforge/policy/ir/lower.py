@@ -20,17 +20,30 @@ from pathlib import Path
 from ...cuda.model import FileModel, KernelNotFound
 from ...cuda.normalize import file_facts, normalize_definition
 from ...cuda.parser import parse
+from ...spec.expr import ExprError
+from ...spec.expr import parse as parse_expr
 from ...spec.model import KernelSpec
-from . import pass_calls, pass_loops, pass_mapping, pass_memory, pass_types  # noqa: F401  (they register the passes)
+from . import (  # noqa: F401  (they register the passes)
+    pass_calls,
+    pass_constants,
+    pass_coordinates,
+    pass_loops,
+    pass_mapping,
+    pass_memory,
+    pass_types,
+    pass_unstage,
+)
 from .pass_calls import file_functions
+from .pass_unstage import file_constants
 from .passes import REGISTRY, PassEnv, find_kernel, run_passes
 from .preprocess import PreprocessError, expand
 from .summary import Summary, summarize
 
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
-ORDER = ("template_arguments", "signature_typedefs", "inline_calls", "hoisted_loop_variable", "while_to_for",
-         "copy_propagation", "thread_index",
+ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
+         "while_to_for",
+         "copy_propagation", "thread_index", "unstage_tiles", "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
 
@@ -69,7 +82,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
           defines: Sequence[tuple[str, str]] | Mapping[str, str] = (), include_dirs: Sequence[str] = (),
           definition: str | None = None, keep: Sequence[str] = (), std: str | None = None,
           preprocess: bool = True, grid: Sequence[str] | None = None,
-          model: FileModel | None = None) -> Lowered | Declined:
+          model: FileModel | None = None, block: Sequence[str] | None = None,
+          tunables: Mapping[str, str] | None = None) -> Lowered | Declined:
     """Lower the kernel ``kernel_name`` of the file ``source`` (at ``path``).
 
     ``definition`` replaces the kernel's definition first (a candidate's text); ``spec`` gives the
@@ -77,7 +91,9 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     ``include_dirs`` are the build's (``compiler.project``). ``preprocess=False`` skips nvcc (the text is
     lowered as written). ``grid`` is the launch's grid (the candidate's, else the spec's): on a 1-D grid
     a 2-D index flattened by hand is the 1-D index. ``model`` is the file's parse when the caller has it
-    (a job parses its file once)."""
+    (a job parses its file once). ``block`` (the candidate's, else the spec's) and ``tunables`` (the
+    candidate's defines) give the block and the scalar parameters as numbers at the spec's sizes: facts of the
+    launch a pass may rely on (``unstage_tiles``: a square block equal to the tile)."""
     model = model if model is not None else parse(source)
     defines = tuple(defines.items()) if isinstance(defines, Mapping) else tuple(defines)
     try:
@@ -122,7 +138,11 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
                   typedefs=dict(facts.typedefs), template_args=targs,
-                  grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None))
+                  grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
+                  constants=file_constants(full))
+    if spec is not None:
+        env.blocks, env.values = _launch_facts(spec, tuple(block) if block is not None else spec.launch.block,
+                                               [p.name for p in kernel.params if not p.is_pointer], tunables)
     passes = [REGISTRY[p] for p in ORDER]
     applied: list[str] = []
     skipped: list[tuple[str, str, int]] = []
@@ -163,6 +183,39 @@ def _needs_expansion(definition: str, source: str, path: str | None, defines: Se
     except PreprocessError:
         return True
     return bool(set(_WORD.findall(definition)) & macros)
+
+
+def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[str],
+                  tunables: Mapping[str, str] | None) -> tuple[tuple[tuple[int, int, int], ...],
+                                                              tuple[dict[str, int], ...]]:
+    """At the spec's size and its perturbed one: the launch's block as numbers (padded to three) and the
+    kernel's scalar parameters whose spec value is an integer. Empty when a size or the block cannot be
+    evaluated (a pass relying on them then skips)."""
+    blocks: list[tuple[int, int, int]] = []
+    values: list[dict[str, int]] = []
+    for perturbed in (False, True):
+        try:
+            env = spec.size_values(perturbed, dict(tunables) if tunables else None)
+            dims = [parse_expr(e).evaluate(env) for e in block]
+        except (ExprError, ValueError):
+            return (), ()
+        if not dims or len(dims) > 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+            return (), ()
+        ints = [int(d) for d in dims] + [1] * (3 - len(dims))
+        blocks.append((ints[0], ints[1], ints[2]))
+        vals: dict[str, int] = {}
+        for name in scalars:
+            a = spec.arg(name)
+            if a is None or a.is_buffer or a.value is None:
+                continue
+            try:
+                v = parse_expr(str(a.value)).evaluate(env)
+            except (ExprError, ValueError):
+                continue
+            if isinstance(v, int):
+                vals[name] = v
+        values.append(vals)
+    return tuple(blocks), tuple(values)
 
 
 def _grid_dims(grid: Sequence[str] | None) -> int:

@@ -45,6 +45,12 @@ class PassEnv:
     template_args: dict[str, str] = field(default_factory=dict)
     #: dimensions of the launch's grid (1: ``blockIdx.y/z`` are 0); 0 when unknown
     grid_dims: int = 0
+    #: the launch's block at each size of the spec (the spec's size, then the perturbed one); empty when unknown
+    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: at each size of the spec (as ``blocks``): the kernel's scalar parameters the spec gives as numbers
+    values: tuple[dict[str, int], ...] = ()
+    #: the file's top-level integer constants: name -> value text
+    constants: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

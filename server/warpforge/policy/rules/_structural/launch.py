@@ -201,18 +201,22 @@ def in_kernel_terms(ctx: RuleContext, expr: str, written: set[str] | frozenset[s
     Why one function: a bound the rewritten kernel checks must mean the same as the spec's at every size; the
     staging and the tiling rules each had a copy, and only one of them refused a carrier the kernel writes."""
     allowed = functions or {}
+    k = ctx.cand_kernel
+    params = {p.name: p for p in k.params} if k is not None else {}
+    expr, carried = _carried_subexpressions(ctx, expr, params, written)
     names = expr_names(expr)
     es = envs(ctx)
     if names is None or es is None:
         return None
-    k = ctx.cand_kernel
-    params = {p.name: p for p in k.params} if k is not None else {}
     carriers = {a.value.strip(): a.name for a in ctx.spec.args
                 if a.role is Role.SCALAR and a.value is not None and re.fullmatch(r"[A-Za-z_]\w*", a.value.strip())
                 and a.name in params and a.name not in written and not params[a.name].is_pointer
                 and resolved_type(ctx, params[a.name].type) in INTEGER_TYPES}
     subst: dict[str, str] = {}
     for n in names:
+        if n in carried:
+            subst[n] = n
+            continue
         if n in carriers:
             subst[n] = carriers[n]
             continue
@@ -236,3 +240,34 @@ def in_kernel_terms(ctx: RuleContext, expr: str, written: set[str] | frozenset[s
         pos = m.end()
     out.append(expr[pos:])
     return "(" + "".join(out) + ")"
+
+
+def _carried_subexpressions(ctx: RuleContext, expr: str, params: Mapping[str, object],
+                            written: set[str] | frozenset[str]) -> tuple[str, set[str]]:
+    """``expr`` with each parenthesized sub-expression that is, word for word, the value an integer scalar
+    parameter carries (``arg wA = 10 * 4 * matrixBlock``) written as that parameter: NVIDIA's samples size a
+    launch from the same expression their scalar arguments carry (``grid = ((10 * 4 * matrixBlock) / 16)``),
+    and no size there is carried by a parameter alone. Exact: the spec says the parameter holds that value at
+    every size, and a whole parenthesized operand keeps its precedence. Also the parameters written in."""
+    k = ctx.cand_kernel
+    carried: set[str] = set()
+    if k is None:
+        return expr, carried
+    out = expr
+    for a in ctx.spec.args:
+        p = next((q for q in k.params if q.name == a.name), None)
+        if a.role is not Role.SCALAR or a.value is None or p is None or p.is_pointer or a.name in written \
+                or a.name not in params or resolved_type(ctx, p.type) not in INTEGER_TYPES:
+            continue
+        value = " ".join(a.value.split())
+        if re.fullmatch(r"[A-Za-z_]\w*|\d+", value) or not re.search(r"[A-Za-z_]", value):
+            continue  # a name is the caller's own substitution; a number is a constant anyway
+        got = re.sub(r"\(\s*" + r"\s*".join(re.escape(t) for t in value.split()) + r"\s*\)", f"({a.name})", out)
+        if got != out and a.name not in _names(expr):
+            carried.add(a.name)
+            out = got
+    return out, carried
+
+
+def _names(expr: str) -> frozenset[str]:
+    return expr_names(expr) or frozenset()
