@@ -11,30 +11,20 @@ Run on the GPU machine: ``pytest -m gpu tests/test_unstage_gpu.py``.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from warpforge.gpu.supervisor import gpu_unavailable_reason
+from gpu_rules import skip_without_gpu
 
 pytestmark = pytest.mark.gpu
 
-_WHY = gpu_unavailable_reason()
-if _WHY is not None:
-    pytest.skip(f"GPU tests need an NVIDIA GPU and pycuda: {_WHY}", allow_module_level=True)
+skip_without_gpu()
 
-from warpforge.cuda import SourceText, parse  # noqa: E402
-from warpforge.gpu.evaluator import Backend, EngineSettings, Evaluator  # noqa: E402
-from warpforge.gpu.timing import TimingSettings  # noqa: E402
-from warpforge.policy.offline import OfflinePolicy  # noqa: E402
-from warpforge.spec.resolve import load_spec  # noqa: E402
+from gpu_rules import proposed, settings, speedups  # noqa: E402
+from warpforge.gpu.evaluator import Backend  # noqa: E402
 
-SETTINGS = EngineSettings(kernel_timeout=8.0, compile_timeout=120.0, timing=TimingSettings(max_seconds=1.0))
-T = TypeVar("T")
-_LOOP = asyncio.new_event_loop()
+SETTINGS = settings(8.0, 120.0, 1.0)
 
 KERNELS: dict[str, str] = {
     "flat_blockdim": """// @warpforge size N = 1024 fixed
@@ -150,38 +140,10 @@ __global__ void k(float* Cm, const float* Am, const float* Bm, int w) {
 }
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    return _LOOP.run_until_complete(coro)
-
-
-@pytest.fixture(scope="module")
-def backend() -> Iterator[Backend]:
-    b = Backend()
-    yield b
-    b.close()
-
-
 @pytest.mark.parametrize("case", sorted(KERNELS))
-def test_unstaged_register_tiled_variants_verify_and_the_best_is_faster(backend: Backend, tmp_path: Path,
+def test_unstaged_register_tiled_variants_verify_and_the_best_is_faster(gpu_backend: Backend, tmp_path: Path,
                                                                         case: str) -> None:
-    path = tmp_path / f"{case}.cu"
-    path.write_text(KERNELS[case], encoding="utf-8")
-    src = SourceText(KERNELS[case])
-    model = parse(src.data)
-    kernel = model.kernel("k")
-    assert kernel is not None
-    pol = OfflinePolicy(str(path), src, model, kernel, load_spec(str(path), "k", text=KERNELS[case]),
-                        families={"smem_tiling"})
-    children = [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "smem_tiling"]
-    assert len(children) == 5, (case, pol.errors)  # t64r4x4, t32r4, t128r8x8, t32, t16
-    ev = Evaluator(path, "k", backend=backend, settings=SETTINGS)
-    base = run(ev.baseline())
-    assert base.status == "ok", base.reason
-    speedups: dict[str, float] = {}
-    for child in children:
-        e = run(ev.evaluate(child))
-        assert e.status == "ok", (case, child.steps, e.status, e.reason, e.notes)
-        assert e.speedup is not None
-        speedups["+".join(child.steps)] = e.speedup
-    print(f"\n{case}: " + ", ".join(f"{s} {x:.2f}x" for s, x in speedups.items()))
-    assert max(speedups.values()) > 1.0, (case, speedups)
+    children, errors = proposed(tmp_path / f"{case}.cu", KERNELS[case], "k", {"smem_tiling"})
+    assert len(children) == 5, (case, errors)  # t64r4x4, t32r4, t128r8x8, t32, t16
+    measured = speedups(gpu_backend, tmp_path / f"{case}.cu", "k", children, SETTINGS)
+    assert measured and max(measured.values()) > 1.0, (case, measured)
