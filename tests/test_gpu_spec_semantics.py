@@ -205,3 +205,17 @@ def test_an_original_without_a_tail_guard_is_verified_at_aligned_perturbed_sizes
         assert bad.status == "incorrect" and "odd size" in bad.reason, bad.reason
     finally:
         loop.run_until_complete(ev.close())
+
+
+def test_the_search_root_of_an_unguarded_original_is_evaluated_at_the_aligned_size(
+        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    # the search evaluates the original as its root (``evaluate``, not ``baseline``): the same retry applies
+    path = tmp_path / "twice.cu"
+    path.write_text(UNGUARDED, encoding="utf-8")
+    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
+    try:
+        root = loop.run_until_complete(ev.evaluate(ev.original))
+        assert root.status == "ok", root.reason
+        assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in root.notes), root.notes
+    finally:
+        loop.run_until_complete(ev.close())

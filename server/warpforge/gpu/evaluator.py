@@ -412,7 +412,15 @@ class Evaluator:
                 self._inflight.pop(k, None)
 
             fut.add_done_callback(forget)
-        return await asyncio.shield(fut)
+        ev = await asyncio.shield(fut)
+        if (not ev.ok and candidate.hash == self.original.hash and self._baseline_failed_at == "odd"
+                and self._odd_bases is None and not sanitize):
+            # the search's root is the original: where it fails at the perturbed size only, the baseline tries
+            # aligned perturbed sizes (``_aligned_baseline``) and the root is evaluated again at the one found
+            base = await self.baseline()
+            if base.ok and self._odd_bases is not None:
+                return await self.evaluate(candidate)
+        return ev
 
     async def sanitize(self, candidate: Candidate, deadline: float | None = None) -> Evaluation:
         """``evaluate`` plus compute-sanitizer memcheck and racecheck (for a winner); ``deadline`` (monotonic)
@@ -483,9 +491,10 @@ class Evaluator:
                 await self._pipeline(cand, ev, sanitize=sanitize, baseline=baseline)
             except _Fail as f:
                 ev.status, ev.reason, ev.cacheable = f.status, f.reason, f.cacheable
-                if baseline:
-                    # where the original failed at the perturbed size only, ``baseline`` tries aligned sizes: the
-                    # verdict depends on that retry, so it is not replayed from the store
+                if f.variant is not None:
+                    # the original itself failed (its oracle run wrote outside its buffers, or it crashed): where
+                    # at the perturbed size only, ``baseline`` tries aligned sizes, so the verdict depends on
+                    # that retry and is not replayed from the store
                     self._baseline_failed_at = f.variant
                     ev.cacheable = ev.cacheable and f.variant != "odd"
             ev.seconds = time.perf_counter() - t0
