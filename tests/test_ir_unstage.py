@@ -130,7 +130,7 @@ __global__ void staged_tpl(const double* A, const double* B, double* C, int m, i
 #: the two-pointer loop over a row of A and a column of B, the block's offsets in locals; the launch sized by the
 #: expression the width parameter carries (no size is carried by a parameter alone), as NVIDIA's samples do
 TWO_POINTER = """\
-// @warpforge size S = 32
+// @warpforge size S = 32 odd=S - 8
 // @warpforge arg Cm: out float[(4 * S) * (4 * S)]
 // @warpforge arg Am: in float[(4 * S) * (4 * S)] uniform(-1, 1)
 // @warpforge arg Bm: in float[(4 * S) * (4 * S)] uniform(-1, 1)
@@ -212,11 +212,11 @@ def params(kids: list[Candidate]) -> list[str]:
     (MACRO_2D, "staged_2d", "for (int e = 0; e < (depth / 8) * 8; ++e) { acc += P[r * depth + e] * "
                             "Q[(e) * cols + c]; }"),
     (TEMPLATE, "staged_tpl", "for (int i = 0; i < k; ++i) { v += A[row * k + (i)] * B[(i) * n + col]; }"),
-    # the two pointers at their starts, the tile's position folded into the counter; `<= last` counts w, rounded
-    # up to whole tiles (4 * S is no multiple of 32 at the perturbed size); then the block's origin and the thread's
-    # offset as the thread's row and column (`output_coordinates`), the locals that held them gone
+    # the two pointers at their starts, the tile's position folded into the counter; `<= last` counts w (whole
+    # tiles at both sizes: the spec's `odd=` keeps 4 * S a multiple of 32); then the block's origin and the
+    # thread's offset as the thread's row and column (`output_coordinates`), the locals that held them gone
     (TWO_POINTER, "staged_pairs", "int row = blockIdx.y * blockDim.y + threadIdx.y; int col = blockIdx.x * "
-                                  "blockDim.x + threadIdx.x; float s = 0; for (int u = 0; u < (w + 31) / 32 * 32; "
+                                  "blockDim.x + threadIdx.x; float s = 0; for (int u = 0; u < w; "
                                   "++u) { s += Am[w * row + u] * Bm[col + u * w]; } Cm[w * row + col] = s;"),
     # file-level constants read as their values (the rules decline a name declared outside the kernel)
     (CONSTANTS, "staged_consts", "for (int j = 0; j < 128; ++j) { dot += L[y * 128 + j] * R[(j) * 128 + x]; }"),
@@ -250,10 +250,16 @@ def test_smem_tiling_proposes_its_register_tiled_variants(text: str, kernel: str
     assert "__shared__" in d and "wft_acc" in d  # the rule's own tiles, not the kernel's
 
 
-def test_a_partial_last_tile_is_rounded_up_as_the_staged_loop_reads_it() -> None:
-    # K = 200 is not a whole number of 16-wide tiles: the staged loop reads the last tile whole
-    text = FLAT.replace("size K = 192 fixed", "size K = 200 fixed")
-    assert "for (int q = 0; q < (kdim + 15) / 16 * 16; ++q)" in canonical(text, "staged_flat")
+@pytest.mark.parametrize("text,kernel", [
+    # K = 200 is not a whole number of 16-wide tiles: the staged loop reads the last tile whole, past its arrays
+    (FLAT.replace("size K = 192 fixed", "size K = 200 fixed"), "staged_flat"),
+    # a whole number of tiles at the spec's size, but not at the perturbed one (S = 29: w = 116)
+    (TWO_POINTER.replace("size S = 32 odd=S - 8", "size S = 32"), "staged_pairs"),
+])
+def test_a_partial_last_tile_at_any_size_declines_with_the_spec_line_to_write(text: str, kernel: str) -> None:
+    skips = [why for p, why, _ in lowered(text, kernel).skipped if p == "unstage_tiles"]
+    assert any("not a whole number of" in why and "`odd=`" in why for why in skips), skips
+    assert "__shared__" in lowered(text, kernel).text
 
 
 @pytest.mark.parametrize("text,kernel,words", [

@@ -34,11 +34,12 @@ shared arrays' declarations go. Exact when (each condition is checked; a failure
 * the stored index is affine in the tile counters and ``j`` with ``sum(coefficient of c * St_c) == T *
   coefficient of j`` (the tile's start and ``j`` fold into one ``k = tile * T + j``), the first counter steps
   by ``T`` (or by 1: a loop counting tiles, whose range is ``D * T``), and ``D`` is the same for every thread
-  and reads no name the kernel writes (it is spelled out from the locals' values). Where ``D`` is not a whole
-  number of tiles at some size of the spec, the staged loop reads the last tile whole, past ``E``: the
-  un-staged bound is then rounded up the same way, ``(D + T - 1) / T * T`` with ``T`` the tile as a number (so
-  the tile must be the same at every size); the canonical text never names ``blockDim`` (a rule's rewrite
-  changes the block).
+  and reads no name the kernel writes (it is spelled out from the locals' values). ``D`` must be a whole
+  number of tiles at every size of the spec (the perturbed one too): elsewhere the staged loop reads the last
+  tile whole, past its arrays, and a variant computing the same sums would read there too — compute-sanitizer
+  rejects it at the end of the search (it did, on an H200, for every variant of cuda-samples'
+  ``MatrixMulNaive`` while ``D`` was rounded up); the decline says to give that size an ``odd=`` that is a
+  multiple of the tile. The canonical text never names ``blockDim`` (a rule's rewrite changes the block).
 """
 
 from __future__ import annotations
@@ -477,17 +478,19 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
             raise _No("the tile loop counts tiles and the tile differs between the spec's sizes", loop)
         return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j,
                      f"({written_limit}) * {blocks[0][0]}")
-    limit = written_limit
     for b, vals in zip(blocks, values, strict=False):
         count = _evaluate(span, vals)
         if count is None:
             raise _No(f"the tile loop's range ({_text(span)}) cannot be evaluated at the spec's sizes", loop)
-        if count % b[0] and len(set(blocks)) != 1:
-            raise _No(f"the tile loop's range ({_text(span)} = {count}) is not a whole number of {b[0]}-wide tiles and "
-                      "the tile differs between the spec's sizes: the rounded-up range cannot be written", loop)
-        if count % b[0]:  # the staged loop reads whole tiles, past the end: so does the un-staged one
-            limit = f"({written_limit} + {b[0] - 1}) / {b[0]} * {b[0]}"
-    return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j, limit)
+        if count % b[0]:
+            # the staged loop reads the last tile whole, past its arrays' ends: a variant that computes the same
+            # sums reads there too, and compute-sanitizer rejects it (as it would the original); on an H200
+            # every register-tiled variant of cuda-samples' MatrixMulNaive was rejected so at the end
+            raise _No(f"the tile loop's range ({_text(span)} = {count} at one of the spec's sizes) is not a whole "
+                      f"number of {b[0]}-wide tiles: the original reads past its arrays there; give that size an "
+                      "`odd=` that is a multiple of the tile, or mark it `fixed`", loop)
+    return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j,
+                 written_limit)
 
 
 def _emit(k: Kernel, loop: Node, shared: dict[str, Node], stores: dict[str, _Store], reads: list[_Read],
