@@ -34,7 +34,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_unstage,
 )
 from .pass_calls import file_functions
-from .pass_unstage import file_constants
+from .pass_constants import top_level_constants
 from .passes import REGISTRY, PassEnv, find_kernel, run_passes
 from .preprocess import PreprocessError, expand
 from .summary import Summary, summarize
@@ -139,7 +139,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
                   typedefs=dict(facts.typedefs), template_args=targs,
                   grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
-                  constants=file_constants(full))
+                  constants=top_level_constants(full))
     if spec is not None:
         env.blocks, env.values = _launch_facts(spec, tuple(block) if block is not None else spec.launch.block,
                                                [p.name for p in kernel.params if not p.is_pointer], tunables)

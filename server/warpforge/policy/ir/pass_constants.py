@@ -12,7 +12,8 @@ import re
 
 from tree_sitter import Node
 
-from ...cuda.tree import walk
+from ...cuda.parser import parse_tree
+from ...cuda.tree import node_text, walk
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .passes import Changed, Kernel, PassEnv, Result, declared_names, register, splice
@@ -62,3 +63,29 @@ def _constant(value: str, constants: dict[str, str], depth: int = 0) -> bool:
     except ExprError:
         return False
     return all(n in constants and _constant(constants[n], constants, depth + 1) for n in names)
+
+
+_INT_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "size_t", "unsigned long",
+                        "unsigned long long", "int64_t", "int32_t", "uint32_t", "uint64_t"})
+
+
+def top_level_constants(text: str) -> dict[str, str]:
+    """The file's top-level integer constants (``const int N = 1 << 10;``, ``constexpr``): name -> value text.
+
+    Why: a kernel that reads a file-level constant (``for (i = 0; i < N; i += T)``) has its trip count there;
+    ``unstage_tiles`` evaluates it to check that the tile loop covers whole tiles."""
+    data = text.encode("utf-8")
+    tree = parse_tree(data)
+    out: dict[str, str] = {}
+    for d in tree.root_node.named_children:
+        if d.type != "declaration":
+            continue
+        quals = {node_text(c, data) for c in d.children if c.type == "type_qualifier"}
+        t = d.child_by_field_name("type")
+        if not quals & {"const", "constexpr"} or t is None or " ".join(node_text(t, data).split()) not in _INT_TYPES:
+            continue
+        for i in d.children_by_field_name("declarator"):
+            nm, v = i.child_by_field_name("declarator"), i.child_by_field_name("value")
+            if i.type == "init_declarator" and nm is not None and v is not None and nm.type == "identifier":
+                out[node_text(nm, data)] = node_text(v, data)
+    return out

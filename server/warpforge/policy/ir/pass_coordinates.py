@@ -30,8 +30,8 @@ from tree_sitter import Node
 from ...cuda.poly import padd, pmul
 from ...cuda.tree import walk, written_names
 from .affine import NonAffine, Poly, Scope, poly
-from .pass_unstage import _coefficient, _names, _sub, _text
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, splice
+from .polyops import coefficient, names_read, render, substitute
 from .summary import params_of, scope_of
 
 _COORDS = ("threadIdx.x", "threadIdx.y", "blockIdx.x", "blockIdx.y")
@@ -73,10 +73,10 @@ def _site(n: Node, k: Kernel) -> tuple[str, Node] | None:
 def _canonical(value: Node, scope: Scope, norm: dict[str, int], axis: str) -> bool:
     """Whether ``value`` is ``blockIdx.<axis> * blockDim.<axis> + threadIdx.<axis>`` on the block."""
     try:
-        got = _sub(poly(value, scope), norm)
+        got = substitute(poly(value, scope), norm)
     except NonAffine:
         return False
-    want = _sub({(f"blockIdx.{axis}", f"blockDim.{axis}"): 1, (f"threadIdx.{axis}",): 1}, norm)
+    want = substitute({(f"blockIdx.{axis}", f"blockDim.{axis}"): 1, (f"threadIdx.{axis}",): 1}, norm)
     return got == want
 
 
@@ -161,12 +161,12 @@ def _rewrite(k: Kernel, env: PassEnv) -> Result:
             raise _No(f"`{k.t(idx)}` is not one index", idx)
         e = idx.named_children[0]
         try:
-            p = _sub(poly(e, scope), norm)
+            p = substitute(poly(e, scope), norm)
         except NonAffine as err:
             raise _No(f"`{k.t(e)}` is not affine: {err}", e) from None
         parts: list[tuple[Poly, str]] = []
         for axis, b, name in (("y", by, row), ("x", bx, col)):
-            ct, cb = _coefficient(p, f"threadIdx.{axis}"), _coefficient(p, f"blockIdx.{axis}")
+            ct, cb = coefficient(p, f"threadIdx.{axis}"), coefficient(p, f"blockIdx.{axis}")
             if cb != pmul(ct, {(): b}):
                 raise _No(f"`{k.t(e)}`: its blockIdx.{axis} is not the block's {b} times its threadIdx.{axis}: not "
                           f"a multiple of the thread's {'row' if axis == 'y' else 'column'}", e)
@@ -179,9 +179,9 @@ def _rewrite(k: Kernel, env: PassEnv) -> Result:
                 rest = padd(rest, {m: c})
         if any(a in _COORDS for m in rest for a in m):
             raise _No(f"`{k.t(e)}` is not affine in the thread coordinates", e)
-        if (_names(rest) | {w for ct, _ in parts for w in _names(ct)}) & written:
+        if (names_read(rest) | {w for ct, _ in parts for w in names_read(ct)}) & written:
             raise _No(f"`{k.t(e)}` reads, through a local, a name the kernel writes: spelled out it could differ", e)
-        terms = [_times(ct, name) for ct, name in parts if ct] + ([_text(rest)] if rest else [])
+        terms = [_times(ct, name) for ct, name in parts if ct] + ([render(rest)] if rest else [])
         edits.append((e.start_byte, e.end_byte, " + ".join(terms) or "0"))
     # a local the kept row/col declarations read stays (and what it reads)
     alive: set[str] = set()
@@ -213,7 +213,7 @@ def _rewrite(k: Kernel, env: PassEnv) -> Result:
 def _times(c: Poly, name: str) -> str:
     if c == {(): 1}:
         return name
-    t = _text(c)
+    t = render(c)
     return f"{t} * {name}" if len(c) == 1 else f"({t}) * {name}"
 
 

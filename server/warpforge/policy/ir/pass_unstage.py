@@ -57,6 +57,7 @@ from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .affine import NonAffine, Poly, Scope, poly
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, side_effect_free, splice, statements
+from .polyops import coefficient, evaluate, names_read, rename, render, substitute
 from .summary import params_of, scope_of
 
 _TX, _TY = "threadIdx.x", "threadIdx.y"
@@ -106,75 +107,6 @@ def _shared_decls(body: Node, k: Kernel) -> dict[str, Node]:
     return out
 
 
-def _sub(p: Poly, values: Mapping[str, int]) -> Poly:
-    """``p`` with the atoms in ``values`` replaced by those numbers."""
-    out: Poly = {}
-    for m, c in p.items():
-        rest = tuple(a for a in m if a not in values)
-        for a in m:
-            if a in values:
-                c *= values[a]
-        out = padd(out, {rest: c}) if c else out
-    return out
-
-
-def _rename(p: Poly, old: str, new: str) -> Poly:
-    out: Poly = {}
-    for m, c in p.items():
-        out = padd(out, {tuple(sorted(new if a == old else a for a in m)): c})
-    return out
-
-
-def _coefficient(p: Poly, atom: str) -> Poly:
-    """The coefficient of ``atom`` in ``p``; raises ``NonAffine`` when ``p`` is not linear in it."""
-    out: Poly = {}
-    for m, c in p.items():
-        n = m.count(atom)
-        if n > 1:
-            raise NonAffine(f"`{atom}` appears squared")
-        if n == 1:
-            rest = list(m)
-            rest.remove(atom)
-            out = padd(out, {tuple(rest): c})
-    return out
-
-
-def _evaluate(p: Poly, env: Mapping[str, int]) -> int | None:
-    total = 0
-    for m, c in p.items():
-        v = c
-        for a in m:
-            if a in env:
-                v *= env[a]
-                continue
-            if a.startswith("("):
-                try:
-                    got = parse_expr(a).evaluate(dict(env))
-                except ExprError:
-                    return None
-                if isinstance(got, int):
-                    v *= got
-                    continue
-            return None
-        total += v
-    return total
-
-
-def _text(p: Poly) -> str:
-    parts: list[str] = []
-    for m, c in sorted(p.items(), key=lambda mc: (len(mc[0]) == 0, mc[0])):
-        body = " * ".join(m)
-        if not body:
-            parts.append(str(c))
-        elif c == 1:
-            parts.append(body)
-        elif c == -1:
-            parts.append(f"-{body}")
-        else:
-            parts.append(f"{c} * {body}")
-    return " + ".join(parts).replace("+ -", "- ") or "0"
-
-
 def _slot(sub: Node, k: Kernel, scope: Scope, width: Poly, norm: Mapping[str, int],
           j: str) -> tuple[Poly, Poly] | None:
     """(row, column) polynomials of a shared-array access ``S[r][c]`` or ``S[r * W + c]`` (W the tile width),
@@ -189,14 +121,15 @@ def _slot(sub: Node, k: Kernel, scope: Scope, width: Poly, norm: Mapping[str, in
             base = unparen(arg).child_by_field_name("argument")
             if inner is None or inner.named_child_count != 1 or base is None or base.type != "identifier":
                 return None  # three subscripts or more: not a tile
-            return _sub(poly(inner.named_children[0], scope), norm), _sub(poly(idx.named_children[0], scope), norm)
-        flat = _sub(poly(idx.named_children[0], scope), norm)
+            return (substitute(poly(inner.named_children[0], scope), norm),
+                    substitute(poly(idx.named_children[0], scope), norm))
+        flat = substitute(poly(idx.named_children[0], scope), norm)
     except NonAffine:
         return None
     # r * W + c with r, c each one coordinate (or j): split by which atom carries W
     for r_atom in (_TY, j):
         r: Poly = {(r_atom,): 1}
-        rest = padd(flat, _sub(pmul(r, width), norm), -1)
+        rest = padd(flat, substitute(pmul(r, width), norm), -1)
         if len(rest) == 1 and next(iter(rest.values())) == 1 and len(next(iter(rest))) == 1:
             return r, rest
     return None
@@ -330,11 +263,6 @@ def unstage_tiles(k: Kernel, env: PassEnv) -> Result:
     return skipped
 
 
-def _names(p: Poly) -> set[str]:
-    """The names a polynomial's rendering would read (its atoms, and the names inside a kept sub-expression)."""
-    return {w for m in p for a in m for w in re.findall(r"[A-Za-z_]\w*", a)}
-
-
 def _resolved(t: str, env: PassEnv) -> str:
     t = " ".join(t.replace("const", " ").split())
     return env.template_args.get(t, env.typedefs.get(t, t))
@@ -366,10 +294,10 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
                   "the tile", loop)
     norm = dict(zip(_BLOCK, blocks[0], strict=True)) if len(set(blocks)) == 1 else {}
     jtype, j, bound, stmt = _inner(inner, k)
-    width = _sub(poly(bound, scope), norm)
+    width = substitute(poly(bound, scope), norm)
     values = _values(env)
     for b, vals in zip(blocks, values or [{}] * len(blocks), strict=False):
-        t = _evaluate(_sub(width, dict(zip(_BLOCK, b, strict=True))), vals)
+        t = evaluate(substitute(width, dict(zip(_BLOCK, b, strict=True))), vals)
         if b[2] != 1 or b[0] != b[1] or t != b[0]:
             raise _No(f"the tile is not square: the launch's block is {b[0]}x{b[1]}x{b[2]} and the inner loop runs "
                       f"{t if t is not None else k.t(bound)} steps (slot (r, c) holds thread (c, r)'s load only on a "
@@ -457,36 +385,36 @@ def _unstage(k: Kernel, env: PassEnv, loop: Node, body: list[Node], shared: dict
     if c is None or cl is None or co is None or cr is None or k.t(cl) not in starts or k.t(co) not in ("<", "<="):
         raise _No("the tile loop's condition is not `counter < end` (or `<=`)", loop)
     first = k.t(cl)
-    by_tile = _sub(steps[first], norm) == width
+    by_tile = substitute(steps[first], norm) == width
     if not by_tile and steps[first] != {(): 1}:
         raise _No(f"`{first}` steps neither by the tile width nor by 1", loop)
     span = padd(padd(poly(cr, scope), {(): 1} if k.t(co) == "<=" else {}), starts[first][1], -1)
-    span = _sub(span, norm)
+    span = substitute(span, norm)
     if any(a.startswith(("threadIdx", "blockIdx", "blockDim", "gridDim")) or a in scope.counters
            for m in span for a in m):
-        raise _No(f"the tile loop's trip count ({_text(span)}) differs between threads or names the launch", loop)
+        raise _No(f"the tile loop's trip count ({render(span)}) differs between threads or names the launch", loop)
     if not values:
         raise _No("the spec's sizes are unknown: whether the tile loop covers whole tiles cannot be told", loop)
     if any(a.startswith("(") and "blockDim" in a for m in span for a in m):
         raise _No("the tile loop's range names the launch's block", loop)
-    if _names(span) & written:
-        raise _No(f"the tile loop's range ({_text(span)}) reads a name the kernel writes", loop)
+    if names_read(span) & written:
+        raise _No(f"the tile loop's range ({render(span)}) reads a name the kernel writes", loop)
     # the k range as written where it can be: `i < E` from 0 is `k < E`
-    written_limit = k.t(cr) if not any(starts[first][1].values()) and k.t(co) == "<" else _text(span)
+    written_limit = k.t(cr) if not any(starts[first][1].values()) and k.t(co) == "<" else render(span)
     if not by_tile:  # a tile index stepping by 1: its range counts tiles
         if len(set(blocks)) != 1:
             raise _No("the tile loop counts tiles and the tile differs between the spec's sizes", loop)
         return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j,
                      f"({written_limit}) * {blocks[0][0]}")
     for b, vals in zip(blocks, values, strict=False):
-        count = _evaluate(span, vals)
+        count = evaluate(span, vals)
         if count is None:
-            raise _No(f"the tile loop's range ({_text(span)}) cannot be evaluated at the spec's sizes", loop)
+            raise _No(f"the tile loop's range ({render(span)}) cannot be evaluated at the spec's sizes", loop)
         if count % b[0]:
             # the staged loop reads the last tile whole, past its arrays' ends: a variant that computes the same
             # sums reads there too, and compute-sanitizer rejects it (as it would the original); on an H200
             # every register-tiled variant of cuda-samples' MatrixMulNaive was rejected so at the end
-            raise _No(f"the tile loop's range ({_text(span)} = {count} at one of the spec's sizes) is not a whole "
+            raise _No(f"the tile loop's range ({render(span)} = {count} at one of the spec's sizes) is not a whole "
                       f"number of {b[0]}-wide tiles: the original reads past its arrays there; give that size an "
                       "`odd=` that is a multiple of the tile, or mark it `fixed`", loop)
     return _emit(k, loop, shared, stores, reads, starts, steps, norm, width, jscope, stmt, jtype, j,
@@ -501,15 +429,15 @@ def _emit(k: Kernel, loop: Node, shared: dict[str, Node], stores: dict[str, _Sto
     edits: list[tuple[int, int, str]] = []
     for r in reads:
         st = stores[r.array]
-        p = _sub(poly(st.index, jscope), norm)
-        pj = _rename(p, r.coord, "#j")
+        p = substitute(poly(st.index, jscope), norm)
+        pj = rename(p, r.coord, "#j")
         total: Poly = {}
         for name in starts:
-            total = padd(total, pmul(_coefficient(pj, name), _sub(steps[name], norm)))
-        coefs = [_coefficient(pj, name) for name in starts] + [_coefficient(pj, "#j")]
+            total = padd(total, pmul(coefficient(pj, name), substitute(steps[name], norm)))
+        coefs = [coefficient(pj, name) for name in starts] + [coefficient(pj, "#j")]
         if any(a in starts or a == "#j" for c in coefs for m in c for a in m):
             raise _No(f"`{st.source}[{k.t(st.index)}]` multiplies a tile counter by another index", st.stmt)
-        if total != pmul(width, _coefficient(pj, "#j")):
+        if total != pmul(width, coefficient(pj, "#j")):
             raise _No(f"`{st.source}[{k.t(st.index)}]`: the tile's start and the slot do not fold into one index "
                       "(its coefficients of the counters times their steps differ from the tile width times its "
                       f"coefficient of {r.coord})", st.stmt)
@@ -637,29 +565,3 @@ def _indent(n: Node, k: Kernel) -> str:
     start = k.data.rfind(b"\n", 0, n.start_byte) + 1
     line = k.data[start:n.start_byte].decode("utf-8", "replace")
     return line if not line.strip() else ""
-
-
-_INT_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "size_t", "unsigned long",
-                        "unsigned long long", "int64_t", "int32_t", "uint32_t", "uint64_t"})
-
-
-def file_constants(text: str) -> dict[str, str]:
-    """The file's top-level integer constants (``const int N = 1 << 10;``, ``constexpr``): name -> value text.
-
-    Why: a kernel that reads a file-level constant (``for (i = 0; i < N; i += T)``) has its trip count there;
-    the pass evaluates it to check that the tile loop covers whole tiles."""
-    data = text.encode("utf-8")
-    tree = parse_tree(data)
-    out: dict[str, str] = {}
-    for d in tree.root_node.named_children:
-        if d.type != "declaration":
-            continue
-        quals = {node_text(c, data) for c in d.children if c.type == "type_qualifier"}
-        t = d.child_by_field_name("type")
-        if not quals & {"const", "constexpr"} or t is None or " ".join(node_text(t, data).split()) not in _INT_TYPES:
-            continue
-        for i in d.children_by_field_name("declarator"):
-            nm, v = i.child_by_field_name("declarator"), i.child_by_field_name("value")
-            if i.type == "init_declarator" and nm is not None and v is not None and nm.type == "identifier":
-                out[node_text(nm, data)] = node_text(v, data)
-    return out
