@@ -299,3 +299,22 @@ def test_includes_keep_the_conditions_they_are_under(tmp_path: Path) -> None:
     _, rc, err, cubin = _compile(("platform_includes", tu, tmp_path))
     assert rc == 0, err
     assert b"halve" in cubin
+
+
+@needs_nvcc
+def test_a_computed_include_keeps_the_macro_that_spells_it(tmp_path: Path) -> None:
+    # `#include S(path)` with `#define S(x) #x` above it: the unit needs S, which the kernel itself never names
+    # (emitted bare, nvcc said `#include expects "FILENAME"` for the unit while the file compiled)
+    (tmp_path / "inc.h").write_text("#define SCALE 2.0f\n")
+    text = ('#define S(x) #x\n#include S(inc.h)\n'
+            '__global__ void k(float* y) { y[threadIdx.x] = SCALE; }\n')
+    model = parse(text)
+    kernel = model.kernel("k")
+    assert kernel is not None
+    unit = standalone(SourceText(text), model, kernel)
+    assert unit.index("#define S(x) #x") < unit.index("#include S(inc.h)")
+    out = tmp_path / "unit.cu"
+    out.write_text(unit)
+    r = subprocess.run([str(NVCC), "-c", "-o", str(tmp_path / "u.o"), "-I", str(tmp_path), str(out)],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr

@@ -66,15 +66,7 @@ async def wait_diagnostics(client: LanguageClient, uri: str, pred: Any, timeout:
     return await asyncio.wait_for(loop(), timeout)
 
 
-#: intermittent on this 2-core machine (2026-11-28): the computed include's first diagnostics sometimes carry nvcc's
-#: `#include expects "FILENAME" or <FILENAME>` (it failed on 495cd97 too, 2 of 3 runs, so no change of that session
-#: caused it). A real defect in some path that preprocesses the file without its `#define S(x) #x`; not yet traced
-INTERMITTENT = pytest.mark.xfail(reason="the computed /dev/stdin include sometimes gets a bogus `#include expects` "
-                                        "WF000 (not yet traced)", strict=False)
-
-
 @needs_nvcc
-@INTERMITTENT
 async def test_a_file_including_dev_stdin_leaves_every_request_answered_within_a_second(
         client: LanguageClient) -> None:
     plain = open_doc(client, WORK / "stdin_plain.cu", '#include "/dev/stdin"\n' + SAXPY)

@@ -116,9 +116,25 @@ def _include_lines(src: SourceText, model: FileModel, filename: str | None) -> l
     """
     out: list[str] = []
     blocks: set[Span] = set()
+    given: set[Span] = set()
+
+    def macros_named(text: str, before: int) -> None:
+        """The file's own macros ``text`` names, defined above ``before``, first (an identical redefinition,
+        where the kernel needs it too, is allowed)."""
+        named = set(_IDENT.findall(text))
+        for d in model.declarations:
+            if (d.kind is DeclKind.MACRO and d.conditional is None and d.span.start < before
+                    and named & set(d.names) and d.span not in given):
+                given.add(d.span)
+                out.append(_line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n")
+
     for inc in model.includes:
         if inc.conditional is None:
-            out.append(_line_directive(src, inc.span.start, filename) + src.slice(inc.span).rstrip() + "\n")
+            line = src.slice(inc.span).rstrip()
+            # a computed include (``#define S(x) #x`` / ``#include S(path)``) needs its macro: without it nvcc
+            # said `#include expects "FILENAME"` for the unit while the file itself compiled
+            macros_named(line.split("include", 1)[-1], inc.span.start)
+            out.append(_line_directive(src, inc.span.start, filename) + line + "\n")
             continue
         if inc.conditional in blocks:
             continue
@@ -131,11 +147,7 @@ def _include_lines(src: SourceText, model: FileModel, filename: str | None) -> l
             kept.append(line if keep else "")
         # a condition on the file's own macro (``#define USE_FP16`` above ``#ifdef USE_FP16``) gets its definition
         # first (an identical redefinition, where the kernel needs it too, is allowed)
-        named = set(_IDENT.findall("\n".join(k for k in kept if k and not k.lstrip().startswith("#include"))))
-        for d in model.declarations:
-            if (d.kind is DeclKind.MACRO and d.conditional is None and d.span.start < inc.conditional.start
-                    and named & set(d.names)):
-                out.append(_line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n")
+        macros_named("\n".join(k for k in kept if k and not k.lstrip().startswith("#include")), inc.conditional.start)
         out.append(_line_directive(src, inc.conditional.start, filename) + "\n".join(kept).rstrip() + "\n")
     return out
 
