@@ -7,6 +7,8 @@ expression into this form, and both need the same arithmetic on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 #: monomial (sorted names, with repeats for powers) -> integer coefficient; zero terms are dropped
 Poly = dict[tuple[str, ...], int]
 
@@ -31,3 +33,22 @@ def pmul(a: Poly, b: Poly) -> Poly:
             if out[m] == 0:
                 del out[m]
     return out
+
+
+def render(terms: Iterable[tuple[tuple[str, ...], int]], times: str = " * ", constant_last: bool = True) -> str:
+    """Terms ``(monomial, coefficient)`` as C text, unit coefficients dropped, ``+ -`` written ``-``: the IR's
+    rewrites write ``4 * i + j * n + 3`` (constant last), its affine summaries ``3 + 4*i`` (``times="*"``,
+    sorted as they come)."""
+    parts: list[str] = []
+    order = sorted(terms, key=lambda mc: (len(mc[0]) == 0, mc[0])) if constant_last else sorted(terms)
+    for m, c in order:
+        body = times.join(m)
+        if not body:
+            parts.append(str(c))
+        elif c == 1:
+            parts.append(body)
+        elif c == -1:
+            parts.append(f"-{body}")
+        else:
+            parts.append(f"{c}{times}{body}")
+    return " + ".join(parts).replace("+ -", "- ") or "0"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.poly import Poly as Poly  # re-exported: the passes import it from here
-from ...cuda.poly import padd, pmul
+from ...cuda.poly import padd, pmul, render
 from ...cuda.tree import node_text, unparen
 
 COORDS = ("threadIdx", "blockIdx")
@@ -139,19 +139,4 @@ def affine(p: Poly, scope: Scope) -> dict[str, str]:
         if idx:
             rest.remove(idx[0])
         groups.setdefault(key, []).append((tuple(rest), c))
-    return {k: _text(v) for k, v in sorted(groups.items())}
-
-
-def _text(terms: list[tuple[tuple[str, ...], int]]) -> str:
-    parts: list[str] = []
-    for m, c in sorted(terms):
-        body = "*".join(m)
-        if not body:
-            parts.append(str(c))
-        elif c == 1:
-            parts.append(body)
-        elif c == -1:
-            parts.append(f"-{body}")
-        else:
-            parts.append(f"{c}*{body}")
-    return " + ".join(parts).replace("+ -", "- ") or "0"
+    return {k: render(v, times="*", constant_last=False) for k, v in sorted(groups.items())}

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 
 from ...cuda.poly import padd
+from ...cuda.poly import render as render_terms
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .affine import NonAffine, Poly
@@ -75,18 +76,7 @@ def evaluate(p: Poly, env: Mapping[str, int]) -> int | None:
 
 def render(p: Poly) -> str:
     """``p`` as C: constant term last, unit coefficients dropped."""
-    parts: list[str] = []
-    for m, c in sorted(p.items(), key=lambda mc: (len(mc[0]) == 0, mc[0])):
-        body = " * ".join(m)
-        if not body:
-            parts.append(str(c))
-        elif c == 1:
-            parts.append(body)
-        elif c == -1:
-            parts.append(f"-{body}")
-        else:
-            parts.append(f"{c} * {body}")
-    return " + ".join(parts).replace("+ -", "- ") or "0"
+    return render_terms(p.items())
 
 
 def names_read(p: Poly) -> set[str]:
