@@ -12,21 +12,14 @@ read outside an index) must stay as they were, with the reason in words.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_nvcc, text_policy
-from warpforge.cuda.candidate import Candidate
+from conftest import needs_nvcc
+from test_rules_tiling import ALL, assert_every_variant_builds, params, tiled
 from warpforge.policy.ir import Lowered, lower
 from warpforge.spec.resolve import load_spec
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import corpus_applicability as ca
-
-ALL = ["t64r4x4", "t32r4", "t128r8x8", "t32", "t16"]
 
 #: 1-D flattened tiles, the tile is blockDim.x, float
 FLAT = """\
@@ -197,15 +190,6 @@ def unstage_skips(text: str, kernel: str) -> list[str]:
     return [why for p, why, _ in lowered(text, kernel).skipped if p == "unstage_tiles"]
 
 
-def tiled(text: str, kernel: str) -> list[Candidate]:
-    pol = text_policy(text, kernel)
-    return [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "smem_tiling"]
-
-
-def params(kids: list[Candidate]) -> list[str]:
-    return [c.steps[0].split(":")[1] for c in kids]
-
-
 @pytest.mark.parametrize("text,kernel,loop", [
     (FLAT, "staged_flat", "for (int q = 0; q < kdim; ++q) { sum += X[gy * kdim + q] * Y[(q) * n + gx]; }"),
     # a loop counting tiles: its range is the tiles' count times the tile
@@ -293,9 +277,4 @@ def test_near_misses_stay_staged_with_the_reason(text: str, kernel: str, words: 
 @pytest.mark.parametrize("text,kernel", [(FLAT, "staged_flat"), (MACRO_2D, "staged_2d"), (TEMPLATE, "staged_tpl"),
                                          (TWO_POINTER, "staged_pairs"), (CONSTANTS, "staged_consts")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
-    path = tmp_path / f"{kernel}.cu"
-    path.write_text(text)
-    res = ca.check_case(path, families=["smem_tiling"], all_candidates=True)
-    assert res.original is not None and res.original.ok, res.original
-    fr = res.families["smem_tiling"]
-    assert fr.tried == fr.proposed == len(ALL) and not fr.failures, fr.failures
+    assert_every_variant_builds(tmp_path, text, kernel)

@@ -126,6 +126,17 @@ def params(kids: list[Candidate]) -> list[str]:
     return [c.steps[0].split(":")[1] for c in kids]
 
 
+def assert_every_variant_builds(tmp_path: Path, text: str, kernel: str) -> None:
+    """The original and every one of the rule's variants build with nvcc, through the evaluator's own build
+    path (``benchmarks/corpus_applicability.check_case``)."""
+    path = tmp_path / f"{kernel}.cu"
+    path.write_text(text)
+    res = ca.check_case(path, families=["smem_tiling"], all_candidates=True)
+    assert res.original is not None and res.original.ok, res.original
+    fr = res.families["smem_tiling"]
+    assert fr.tried == fr.proposed == len(ALL) and not fr.failures, fr.failures
+
+
 def test_batched_column_major_a() -> None:
     kids = tiled(BATCHED.format(step=BATCHED_STEP, epi=BATCHED_EPI), "bmm_colmajor_a")
     assert params(kids) == ALL
@@ -191,9 +202,4 @@ def test_near_misses_are_declined(text: str, kernel: str) -> None:
     (LOWER.format(mask="col > row"), "gram_lower"),
 ])
 def test_tiled_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
-    path = tmp_path / f"{kernel}.cu"
-    path.write_text(text)
-    res = ca.check_case(path, families=["smem_tiling"], all_candidates=True)
-    assert res.original is not None and res.original.ok, res.original
-    fr = res.families["smem_tiling"]
-    assert fr.tried == fr.proposed == len(ALL) and not fr.failures, fr.failures
+    assert_every_variant_builds(tmp_path, text, kernel)

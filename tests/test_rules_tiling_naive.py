@@ -11,21 +11,14 @@ with the row, a term of three reads — must get none, and the decline must say 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_nvcc, text_policy
-from warpforge.cuda.candidate import Candidate
+from conftest import needs_nvcc, text_policy
+from test_rules_tiling import ALL, assert_every_variant_builds, params, tiled
 from warpforge.policy.rules import REGISTRY
 from warpforge.policy.whynot import ask
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import corpus_applicability as ca
-
-ALL = ["t64r4x4", "t32r4", "t128r8x8", "t32", "t16"]
 
 #: no bound written; A stored K x M (read down a column), C += A^T B on top of what C holds, in double
 ATB_UNGUARDED = """\
@@ -126,11 +119,6 @@ __global__ void sym2k(const float* U, const float* V, float* G, int s, int d)
 }
 """
 
-def tiled(text: str, kernel: str) -> list[Candidate]:
-    pol = text_policy(text, kernel)
-    return [c for c in pol.propose_sync(pol.root_candidate()) if c.family == "smem_tiling"]
-
-
 def reasons(text: str, kernel: str) -> list[str]:
     """The rule's decline on the kernel as written and on its canonical form."""
     pol = text_policy(text, kernel)
@@ -141,10 +129,6 @@ def reasons(text: str, kernel: str) -> list[str]:
             d = ask(REGISTRY["smem_tiling"], pol.context(cand))
             out.append(d.reason if d is not None else "")
     return out
-
-
-def params(kids: list[Candidate]) -> list[str]:
-    return [c.steps[0].split(":")[1] for c in kids]
 
 
 def test_no_bound_written_takes_the_launch_extent_in_the_kernels_terms() -> None:
@@ -236,9 +220,4 @@ def test_near_misses_are_declined_in_words(text: str, kernel: str, words: str) -
     (SYM2K, "sym2k"),
 ])
 def test_register_tiled_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str) -> None:
-    path = tmp_path / f"{kernel}.cu"
-    path.write_text(text)
-    res = ca.check_case(path, families=["smem_tiling"], all_candidates=True)
-    assert res.original is not None and res.original.ok, res.original
-    fr = res.families["smem_tiling"]
-    assert fr.tried == fr.proposed == len(ALL) and not fr.failures, fr.failures
+    assert_every_variant_builds(tmp_path, text, kernel)
