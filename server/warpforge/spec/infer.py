@@ -83,19 +83,14 @@ class Inference:
 
 
 
-def _value(text: str, env: HostEnv, depth: int = 0) -> Number | None:
-    """``text`` in the host's constants at a point, as a number; None where any name has no constant value."""
+def _value(text: str, env: HostEnv) -> Number | None:
+    """``text`` in the host's constants at a point, as a number; None where a name in it is no constant there
+    (derived names inlined, the constants it then reads evaluated)."""
     try:
-        e = parse(strip_parens(env.inline(text)))
-        names = e.names()
-        values: dict[str, Number] = {}
-        for n in names:
-            v = _value(env.defs[n], env, depth + 1) if n in env.defs and depth < 8 else None
-            if v is None:
-                return None
-            values[n] = v
-        return e.evaluate(values)
-    except (ExprError, RecursionError, ZeroDivisionError):
+        t = env.inline(text)
+        sizes = {n: parse(env.defs[n]).evaluate({}) for n in env.sizes_used([t])}
+        return parse(t).evaluate(sizes)
+    except (ExprError, KeyError, ZeroDivisionError, RecursionError):
         return None
 
 
@@ -414,14 +409,8 @@ def _template_values(kernel: Kernel, args: tuple[str, ...], env: HostEnv) -> tup
     out: list[str] = []
     for i, a in enumerate(args):
         tp = kernel.template_params[i] if i < len(kernel.template_params) else None
-        if tp is not None and tp.kind == "value":
-            try:
-                sizes = {n: parse(env.defs[n]).evaluate({}) for n in env.sizes_used([env.inline(a)])}
-                out.append(str(parse(env.inline(a)).evaluate(sizes)))
-                continue
-            except (ExprError, KeyError):
-                pass
-        out.append(a)
+        v = _value(a, env) if tp is not None and tp.kind == "value" else None
+        out.append(str(v) if v is not None else a)
     return tuple(out)
 
 
