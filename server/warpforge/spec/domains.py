@@ -240,32 +240,40 @@ def _constants(defs: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def host_fill(data: bytes, buffer: str, dtype: str, defs: dict[str, str]) -> Distribution | None:
-    """The distribution of the input passed as ``buffer`` at a launch, from how the host fills it (see the
-    module docstring); None where that cannot be told, so the default stays."""
-    device = _base_name(buffer)
-    if device is None:
-        return None
-    root = parse_tree(data).root_node
-    constant = _constants(defs)
-    dists = _distributions(root, data, constant)
-    for name in [device, *_copy_sources(root, data, device)]:
-        found = _fill(root, data, name)
-        if found is None:
-            continue
-        e, varying = found
-        r = _range(e, data, {k: v for k, v in constant.items() if k not in varying}, dists)
-        if r is None or r.hi < r.lo:
+class HostFills:
+    """How the host file fills the buffers it launches with: the file is parsed, and its constants and
+    ``std`` distributions read, once per inference; ``of`` answers per launch argument."""
+
+    def __init__(self, data: bytes, defs: dict[str, str]) -> None:
+        self.data = data
+        self.root = parse_tree(data).root_node
+        self.constant = _constants(defs)
+        self.dists = _distributions(self.root, data, self.constant)
+
+    def of(self, buffer: str, dtype: str) -> Distribution | None:
+        """The distribution of the input passed as ``buffer`` at a launch, from how the host fills it (see the
+        module docstring); None where that cannot be told, so the default stays."""
+        device = _base_name(buffer)
+        if device is None:
             return None
-        if r.whole:
-            lo, hi = _INT_RANGE.get(dtype, (None, None))
-            if lo is not None and hi is not None and (r.lo < lo or r.hi > hi):
-                return None  # the values wrap in the element type: what arrives is not that range
-            return Distribution("int", _num(r.lo), _num(min(r.hi + 1, 2**31 - 1)))
-        if is_float(dtype):
-            return Distribution("uniform", _num(r.lo), _num(r.hi)) if r.hi > r.lo else None
+        root, data = self.root, self.data
+        for name in [device, *_copy_sources(root, data, device)]:
+            found = _fill(root, data, name)
+            if found is None:
+                continue
+            e, varying = found
+            r = _range(e, data, {k: v for k, v in self.constant.items() if k not in varying}, self.dists)
+            if r is None or r.hi < r.lo:
+                return None
+            if r.whole:
+                lo, hi = _INT_RANGE.get(dtype, (None, None))
+                if lo is not None and hi is not None and (r.lo < lo or r.hi > hi):
+                    return None  # the values wrap in the element type: what arrives is not that range
+                return Distribution("int", _num(r.lo), _num(min(r.hi + 1, 2**31 - 1)))
+            if is_float(dtype):
+                return Distribution("uniform", _num(r.lo), _num(r.hi)) if r.hi > r.lo else None
+            return None
         return None
-    return None
 
 
 def _num(v: float) -> str:

@@ -35,7 +35,7 @@ from ..cuda.types import (
     project_include_dirs,
 )
 from .ctypes import TypeScope, with_enumerators
-from .domains import host_fill
+from .domains import HostFills
 from .elsewhere import HostFile
 from .expr import ExprError, Number, parse
 from .hostenv import HostEnv, HostFlow, file_env, launch_env, strip_parens
@@ -215,6 +215,7 @@ def infer(
     # types through template arguments, aliases and enums (an enum parameter is passed as its integer type)
     scope = TypeScope(aliases, file_enums(src, model, file), tsubst)
     enum_values = file_enumerators(src, model, file)
+    fills: HostFills | None = None  # how the host fills its inputs: read at the first input that needs it
     for i, p in enumerate(kernel.params):
         ptype, extra = scope.resolve(p.type)
         dtype = canonical_dtype(ptype)
@@ -260,7 +261,10 @@ def infer(
             dist = None
             if role is not Role.OUT:
                 # what the host fills the input with (``'a' + rand() % 26``), else the dtype's default
-                filled = host_fill(hsrc.data, site.args[i], dtype, env.defs) if site is not None else None
+                filled = None
+                if site is not None:
+                    fills = fills if fills is not None else HostFills(hsrc.data, env.defs)
+                    filled = fills.of(site.args[i], dtype)
                 dist = filled if filled is not None else default_distribution(dtype)
             inf.args[p.name] = ArgSpec(p.name, role, dtype, count=count, distribution=dist, source="inferred",
                                        line=site.line + 1 if site else None)
