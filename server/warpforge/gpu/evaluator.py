@@ -214,7 +214,9 @@ class Evaluator:
         self._plain_small = self.small_sizes
         #: the original failed at the perturbed size (``_aligned_baseline``): the size verified instead, in words
         self._aligned_note: str | None = None
-        self._baseline_failed_at: str | None = None
+        #: the size at which the original itself last failed (its oracle run wrote outside its buffers, or it
+        #: crashed), in any evaluation: ``odd`` sends the baseline, and the search's root, to aligned sizes
+        self._original_failed_at: str | None = None
         #: the perturbed base sizes verified at instead of the plain perturbation (None: the plain one)
         self._odd_bases: dict[str, int] | None = None
         self.problem: Msg = {"id": self.spec_key, "layouts": self.layouts, "tolerances": self.tolerances}
@@ -335,9 +337,9 @@ class Evaluator:
             self._baseline_lock = asyncio.Lock()
         async with self._baseline_lock:
             if self._baseline_eval is None:
-                self._baseline_failed_at = None
+                self._original_failed_at = None
                 ev = await self._run_evaluation(self.original, sanitize=False, baseline=True)
-                if not ev.ok and self._baseline_failed_at == "odd":
+                if not ev.ok and self._original_failed_at == "odd":
                     ev = await self._aligned_baseline(ev)
                 self._baseline_eval = ev
             return self._baseline_eval
@@ -358,7 +360,7 @@ class Evaluator:
                 continue
             tried.append(bases)
             self._retarget_odd(align, bases)
-            self._baseline_failed_at = None
+            self._original_failed_at = None
             ev = await self._run_evaluation(self.original, sanitize=False, baseline=True)
             if ev.ok:
                 sizes = ", ".join(f"{k}={v}" for k, v in bases.items())
@@ -368,7 +370,7 @@ class Evaluator:
                     "runs cleanly): set the perturbed size with `odd=` in the spec to choose it")
                 ev.notes.append(self._aligned_note)
                 return ev
-            if self._baseline_failed_at != "odd":
+            if self._original_failed_at != "odd":
                 break  # now it fails elsewhere: the spec size, the determinism run — not a question of the tail
         self._retarget_odd(0, None)
         return failed
@@ -413,7 +415,7 @@ class Evaluator:
 
             fut.add_done_callback(forget)
         ev = await asyncio.shield(fut)
-        if (not ev.ok and candidate.hash == self.original.hash and self._baseline_failed_at == "odd"
+        if (not ev.ok and candidate.hash == self.original.hash and self._original_failed_at == "odd"
                 and self._odd_bases is None and not sanitize):
             # the search's root is the original: where it fails at the perturbed size only, the baseline tries
             # aligned perturbed sizes (``_aligned_baseline``) and the root is evaluated again at the one found
@@ -495,7 +497,7 @@ class Evaluator:
                     # the original itself failed (its oracle run wrote outside its buffers, or it crashed): where
                     # at the perturbed size only, ``baseline`` tries aligned sizes, so the verdict depends on
                     # that retry and is not replayed from the store
-                    self._baseline_failed_at = f.variant
+                    self._original_failed_at = f.variant
                     ev.cacheable = ev.cacheable and f.variant != "odd"
             ev.seconds = time.perf_counter() - t0
         self._note_best(ev, baseline)
