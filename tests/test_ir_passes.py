@@ -204,3 +204,44 @@ def test_copy_of_an_index_is_propagated() -> None:
     got = low("__global__ void k(float* y, const float* A, int rows, int cols) {\n"
               "  int c = blockIdx.x * blockDim.x + threadIdx.x;\n  int at = c;\n  y[at] = A[at];\n}\n")
     assert "y[c] = A[c];" in got.text and "int at" not in got.text
+
+
+def test_grid_stride_loop_through_locals_is_spelled_in_its_header() -> None:
+    """NVIDIA's blog spelling: start and step in locals, which then go."""
+    got = low("__global__ void k(int n, const float* x, float* y) {\n"
+              "  int index = blockIdx.x * blockDim.x + threadIdx.x;\n  int stride = blockDim.x * gridDim.x;\n"
+              "  for (int i = index; i < n; i += stride)\n    y[i] = x[i] + y[i];\n}\n")
+    assert "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)" in got.text
+    assert "index" not in got.text and "stride" not in got.text
+    assert any(a.startswith("grid_stride_loop") for a in got.applied)
+
+
+def test_grid_stride_loop_with_a_wide_counter_and_the_product_turned() -> None:
+    got = low("__global__ void k(float* y, size_t n) {\n  const unsigned tid = threadIdx.x + blockDim.x * blockIdx.x;\n"
+              "  const unsigned threadN = gridDim.x * blockDim.x;\n"
+              "  for (size_t pos = tid; pos < n; pos += threadN) y[pos] = 1.0f;\n}\n")
+    assert "for (size_t pos = (size_t)blockIdx.x * blockDim.x + threadIdx.x; pos < n; pos += blockDim.x * gridDim.x)" \
+        in got.text
+
+
+@pytest.mark.parametrize("body", [
+    # four elements per step: not the grid's thread count
+    "  int index = blockIdx.x * blockDim.x + threadIdx.x;\n  int stride = 4 * blockDim.x * gridDim.x;\n"
+    "  for (int i = index; i < n; i += stride) y[i] = 0.0f;\n",
+    # the counter also moves in the body
+    "  int index = blockIdx.x * blockDim.x + threadIdx.x;\n  int stride = blockDim.x * gridDim.x;\n"
+    "  for (int i = index; i < n; i += stride) { y[i] = 0.0f; if (y[0] > 1.0f) i += 1; }\n",
+    # the start is the thread within its block only
+    "  int stride = blockDim.x * gridDim.x;\n  for (int i = threadIdx.x; i < n; i += stride) y[i] = 0.0f;\n",
+])
+def test_loops_that_are_not_grid_stride_keep_their_header(body: str) -> None:
+    got = low(f"__global__ void k(float* y, int n) {{\n{body}}}\n")
+    assert not any(a.startswith("grid_stride_loop") for a in got.applied)
+    assert "i += stride" in got.text and "int stride" in got.text
+
+
+def test_dead_locals_keep_what_is_read_or_has_an_effect() -> None:
+    got = low("__global__ void k(float* y, int* c, int n) {\n  int unused = n * 2;\n  int old = atomicAdd(c, 1);\n"
+              "  int i = threadIdx.x;\n  y[i] = 0.0f;\n}\n")
+    assert "unused" not in got.text
+    assert "int old = atomicAdd(c, 1);" in got.text and "int i = threadIdx.x;" in got.text

@@ -45,6 +45,12 @@ CASES: dict[str, tuple[str, str]] = {
                           "__global__ void k(float* y, const float* x, int n) {\n"
                           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                           "  while (i < n) {\n    y[i] = x[i] * x[i];\n    i += blockDim.x * gridDim.x;\n  }\n}\n"),
+    # the grid-stride loop of NVIDIA's blog and samples: its start and step held in locals
+    "grid_stride_locals": ("vectorize", ELEMENTWISE +
+                           "__global__ void k(float* y, const float* x, int n) {\n"
+                           "  int index = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                           "  const int numThreads = gridDim.x * blockDim.x;\n"
+                           "  for (int i = index; i < n; i += numThreads)\n    y[i] = x[i] + y[i];\n}\n"),
     "typedef_signature": ("vectorize", "typedef float real;\n" + ELEMENTWISE +
                           "__global__ void k(real* y, const real* x, int n) {\n"
                           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = x[i] + 1.0f;\n}\n"),

@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_calls,
     pass_constants,
     pass_coordinates,
+    pass_dead,
     pass_loops,
     pass_mapping,
     pass_memory,
@@ -43,7 +44,7 @@ from .summary import Summary, summarize
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
          "while_to_for",
-         "copy_propagation", "thread_index", "unstage_tiles", "output_coordinates",
+         "copy_propagation", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles", "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
 

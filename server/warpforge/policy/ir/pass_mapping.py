@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ...cuda.tree import unparen, written_names
-from ..rules._structural import global_index
+from ..rules._structural import global_index, is_grid_stride
 from .affine import NonAffine, Poly, affine, poly
 from .passes import Changed, Kernel, PassEnv, Result, register, splice
 from .summary import params_of, scope_of
@@ -67,4 +67,67 @@ def thread_index(k: Kernel, env: PassEnv) -> Result:
             continue  # a spelling the rules read already
         return Changed(splice(k.data, [(value.start_byte, value.end_byte, canon)]),
                        f"`{k.t(name)}` is the thread's global index")
+    return None
+
+
+_STRIDE: Poly = {("blockDim.x", "gridDim.x"): 1}
+
+
+@register("grid_stride_loop", "a `for` whose counter starts at the thread's global index and steps by the grid's "
+                              "thread count, through locals (`i = index; i += stride`)")
+def grid_stride_loop(k: Kernel, env: PassEnv) -> Result:
+    """``int index = ...; int stride = blockDim.x * gridDim.x; for (int i = index; i < n; i += stride)``, the
+    grid-stride loop of NVIDIA's own blog and samples, spelled in its header as the rules read it.
+
+    Why: the rules recognise a grid-stride loop by its header. A start and step held in locals (``index``,
+    ``stride``, ``threadN``, ``numThreads``) hid the loop, so an elementwise kernel written that way got no
+    vector accesses. The affine evaluation follows the locals to their single definitions; the header is
+    rewritten only where the start equals ``blockIdx.x * blockDim.x + threadIdx.x`` and the step equals
+    ``blockDim.x * gridDim.x`` (on the launch: a 1-D grid makes the y/z terms vanish), and the counter is
+    written nowhere but its step. The locals, now unread, are ``dead_locals``'s to remove."""
+    # on a 1-D grid blockIdx.y/z are 0 and gridDim.y/z 1; elsewhere the values must match as written
+    def flat(p: Poly) -> Poly:
+        return _on_1d_grid(p) if env.grid_dims == 1 else p
+
+    _, uniform = params_of(k)
+    scope = scope_of(k, uniform, set())
+    for f in k.body.children:
+        if f.type != "for_statement":
+            continue
+        init, upd, body = (f.child_by_field_name(x) for x in ("initializer", "update", "body"))
+        if init is None or upd is None or body is None or init.type != "declaration":
+            continue
+        ds = init.children_by_field_name("declarator")
+        t = init.child_by_field_name("type")
+        if len(ds) != 1 or ds[0].type != "init_declarator" or t is None:
+            continue
+        name, start = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        u = unparen(upd)
+        if name is None or start is None or name.type != "identifier" or u.type != "assignment_expression":
+            continue
+        var = k.t(name)
+        op, left, step = (u.child_by_field_name(x) for x in ("operator", "left", "right"))
+        if op is None or left is None or step is None or k.t(op) != "+=" or k.t(unparen(left)) != var:
+            continue
+        if var in written_names(body, k.data):
+            continue  # the counter moves inside the body too: not one element per step
+        try:
+            ps = flat(poly(start, scope))
+            pstep = flat(poly(step, scope))
+            got = affine(ps, scope)
+        except NonAffine:
+            continue
+        if got != _CANON or pstep != _STRIDE:
+            continue
+        ty = " ".join(k.t(t).replace("const", "").split())
+        # a 64-bit counter starts from a 64-bit index (the same value below 2^31 threads, the launches there are)
+        canon = "blockIdx.x * blockDim.x + threadIdx.x"
+        canon = f"({ty}){canon}" if ty in _WIDE else canon
+        mult = global_index(start, k.data)
+        stride_read = is_grid_stride(step, k.data, mult or "")
+        edits = [(n.start_byte, n.end_byte, new) for n, new, read in (
+            (start, canon, mult is not None), (step, "blockDim.x * gridDim.x", stride_read)) if not read]
+        if not edits:
+            continue  # already the spelling the rules read
+        return Changed(splice(k.data, edits), f"the loop over `{var}` is a grid-stride loop")
     return None
