@@ -237,13 +237,25 @@ def test_smem_tiling_proposes_its_register_tiled_variants(text: str, kernel: str
 @pytest.mark.parametrize("text,kernel", [
     # K = 200 is not a whole number of 16-wide tiles: the staged loop reads the last tile whole, past its arrays
     (FLAT.replace("size K = 192 fixed", "size K = 200 fixed"), "staged_flat"),
-    # a whole number of tiles at the spec's size, but not at the perturbed one (S = 29: w = 116)
-    (TWO_POINTER.replace("size S = 32 odd=S - 8", "size S = 32"), "staged_pairs"),
+    # a whole number of tiles at the spec's size, but not at the perturbed one (S = 29: w = 116); the launch
+    # rounds up, so nothing says the sizes are whole blocks
+    (TWO_POINTER.replace("size S = 32 odd=S - 8", "size S = 32")
+     .replace("grid=((4 * S) / 32, (4 * S) / 32)", "grid=(cdiv(4 * S, 32), cdiv(4 * S, 32))"), "staged_pairs"),
 ])
 def test_a_partial_last_tile_at_any_size_declines_with_the_spec_line_to_write(text: str, kernel: str) -> None:
     skips = [why for p, why, _ in lowered(text, kernel).skipped if p == "unstage_tiles"]
     assert any("not a whole number of" in why and "`odd=`" in why for why in skips), skips
     assert "__shared__" in lowered(text, kernel).text
+
+
+def test_a_launch_for_whole_blocks_keeps_the_perturbed_size_whole_tiles() -> None:
+    """``grid = (4 * S) / 32`` (not rounded up): the perturbed S is kept a multiple that the launch divides
+    (S = 24, not 29: ``KernelSpec.launch_alignment``), every tile loop is whole there, and the loop un-stages."""
+    text = TWO_POINTER.replace("size S = 32 odd=S - 8", "size S = 32")
+    low = lowered(text, "staged_pairs")
+    assert "__shared__" not in low.text
+    assert not [why for p, why, _ in low.skipped if p == "unstage_tiles"]
+    assert params(tiled(text, "staged_pairs")) == ALL
 
 
 @pytest.mark.parametrize("text,kernel,words", [

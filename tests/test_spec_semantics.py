@@ -93,6 +93,35 @@ def test_aligned_perturbed_sizes_keep_the_spec_sizes_divisibility() -> None:
     assert all(v % 256 == 0 for v in big.aligned_bases(256, start=small).values())
 
 
+def test_a_launch_written_for_whole_blocks_keeps_the_perturbed_size_whole() -> None:
+    # grid = N / 256, not rounded up: the author's N is whole blocks, so the perturbed N is kept a multiple of
+    # the smallest power of two that makes the division exact (943719 would leave 167 elements without a thread)
+    floor = spec_of(annotated("N = 1 << 20").replace("grid=cdiv(N, 256)", "grid=N / 256"))
+    odd = floor.resolve(perturbed=True)
+    assert odd.sizes["N"] == 943616 and odd.grid[0] * 256 == odd.sizes["N"]
+    got = floor.launch_alignment()
+    assert got is not None and got[1] == {"N": 943616}  # 943719 rounded down to a multiple of 128 is one of 256
+    words = f"perturbed, kept a multiple of {got[0]} (the launch divides it into whole blocks)"
+    assert floor.perturbation()["N"] == words
+    # a 2-D tile launch over an expression of the size: S = 32 -> 24 (4 * 24 / 32 = 3 whole tiles), not 29 or 28
+    tiles = spec_of(annotated("S = 32;N = (4 * S) * (4 * S)").replace(
+        "grid=cdiv(N, 256), block=256", "grid=((4 * S) / 32, (4 * S) / 32), block=(32, 32)"))
+    assert tiles.resolve(perturbed=True).sizes["S"] == 24
+    # the sanitizer's smaller size keeps the launch's whole blocks too
+    big = spec_of(annotated("B = 8192;C = 50256;N = B*C", count="N").replace("grid=cdiv(N, 256)", "grid=N / 256"))
+    small = big.small_sizes()
+    assert small is not None and (small["B"] * small["C"]) % 256 == 0
+    # rounded up (cdiv, or + 255 before the division): nothing promised; odd= wins; a division that is not
+    # exact at the spec size promises nothing either
+    assert spec_of(annotated("N = 1 << 20")).resolve(perturbed=True).sizes["N"] == 943719
+    up = annotated("N = 1 << 20").replace("grid=cdiv(N, 256)", "grid=(N + 255) / 256")
+    assert spec_of(up).resolve(perturbed=True).sizes["N"] == 943719
+    chosen = annotated("N = 1 << 20 odd=1000").replace("grid=cdiv(N, 256)", "grid=N / 256")
+    assert spec_of(chosen).resolve(perturbed=True).sizes["N"] == 1000
+    ragged = annotated("N = 1000").replace("grid=cdiv(N, 256)", "grid=N / 256")
+    assert spec_of(ragged).launch_alignment() is None
+
+
 def test_a_fixed_derived_size_keeps_its_value_and_holds_what_it_is_computed_from() -> None:
     spec = spec_of(annotated("B = 8;T = 1024;N = B*T fixed;M = 100"))
     odd = spec.resolve(perturbed=True).sizes

@@ -46,7 +46,7 @@ from ..cuda import FileModel, Kernel, SourceText, parse
 from ..cuda.candidate import Candidate
 from ..cuda.types import file_aliases
 from ..spec import KernelSpec, SpecError, build_spec
-from ..spec.model import C_SPELLING
+from ..spec.model import C_SPELLING, TAIL_ALIGNMENTS
 from ..store import EvalKey, Store
 from . import guards, surgery
 from .backends import Device, DeviceLost, EvaluationBackend, LocalBackend
@@ -70,16 +70,15 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "8"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "9"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
 # generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
 # run (a candidate that writes its input is rejected now; it passed before); 6: every timed launch cold (L2 flushed
 # and outputs reset before each, in graph mode too), the back-to-back figure beside it; 7: inputs kept in their
 # declared domain in the sensitivity run (int(lo, hi) floats reflected), the original checked on every run at baseline;
-# 8: an original that fails at the perturbed size only is verified at aligned perturbed sizes (``_aligned_baseline``)
-#: perturbed base sizes are kept multiples of these, in turn, where the original fails at the plain perturbed size
-TAIL_ALIGNMENTS = (4, 32, 256, 1024)
+# 8: an original that fails at the perturbed size only is verified at aligned perturbed sizes (``_aligned_baseline``);
+# 9: a launch written for whole blocks (``grid = N / 16``) keeps its perturbed sizes whole (``launch_alignment``)
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: the least time left (s) in which a winner's back-to-back ("hot") figure is measured
@@ -347,11 +346,11 @@ class Evaluator:
     async def _aligned_baseline(self, failed: Evaluation) -> Evaluation:
         """The original failed at the perturbed size only (it wrote outside its buffers, or crashed): a kernel
         written for whole blocks or whole vectors (no tail guard, ``float4`` loads), correct at the spec size.
-        Rather than refuse it, try perturbed sizes that keep every perturbed base size a multiple of 4, 32, 256,
-        then 1024 (``KernelSpec.aligned_bases``), smallest first (the most tails a candidate still meets): the
-        first the original runs cleanly at becomes the second verification size of every candidate, said in a
-        note on every evaluation. The user chooses it for good with ``odd=``. None clean: the first failure
-        stands, its words unchanged."""
+        Rather than refuse it, try perturbed sizes that keep every perturbed base size a multiple of 4, 8, 16,
+        ... 1024 (``KernelSpec.aligned_bases``, ``TAIL_ALIGNMENTS``), smallest first (the most tails a candidate
+        still meets): the first the original runs cleanly at becomes the second verification size of every
+        candidate, said in a note on every evaluation. The user chooses it for good with ``odd=``. None clean:
+        the first failure stands, its words unchanged."""
         plain = self.spec.size_values(perturbed=True)
         tried: list[dict[str, int]] = []
         for align in TAIL_ALIGNMENTS:

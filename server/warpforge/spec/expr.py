@@ -19,6 +19,7 @@ evaluation is iterative, so a hostile or runaway spec cannot exhaust the stack, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import enum
 import functools
@@ -885,6 +886,27 @@ class Expr:
         spec for undefined sizes without evaluating it.
         """
         return self._names
+
+    def divisions(self, env: Mapping[str, Number]) -> list[tuple[Number, Number]]:
+        """Every ``a / b`` in the expression as (a, b) evaluated in ``env``, outermost first; one whose operands
+        do not evaluate there (a branch not taken, a name missing) is left out. Why: a launch written
+        ``grid = N / 256`` (not rounded up) says the author's sizes are whole blocks (``KernelSpec``)."""
+        out: list[tuple[Number, Number]] = []
+        todo: list[_Node] = [self._root]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, _Binary):
+                if n.op == "/":
+                    with contextlib.suppress(_Fail):
+                        out.append((_run(n.left, env), _run(n.right, env)))
+                todo.extend((n.right, n.left))
+            elif isinstance(n, (_Unary, _Cast)):
+                todo.append(n.operand)
+            elif isinstance(n, _Cond):
+                todo.extend((n.other, n.then, n.cond))
+            elif isinstance(n, _Call):
+                todo.extend(reversed(n.args))
+        return out
 
     def evaluate(self, env: Mapping[str, Number]) -> Number:
         """Compute the value with the sizes in ``env``; raises :class:`ExprError` located at the culprit."""

@@ -229,6 +229,10 @@ GUESSED_TEMPLATE = "guessed: template"
 #: what ``KernelSpec.small_sizes`` aims for (bytes over all buffers) and the smallest base size it makes
 SMALL_BYTES = 16 << 20
 SMALL_MIN = 33
+#: the multiples a perturbed size is kept to, smallest first (the most tails still met): where the launch was
+#: written for whole blocks (``KernelSpec.launch_alignment``), and where the original fails at the plain
+#: perturbed size only (``Evaluator._aligned_baseline``)
+TAIL_ALIGNMENTS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def _elem_bytes(dtype: str) -> int:
@@ -339,6 +343,11 @@ class KernelSpec:
                 out[s.name] = "derived from " + ", ".join(sorted(deps[s.name]))
             else:
                 out[s.name] = "perturbed"
+        got = self.launch_alignment()
+        if got is not None:
+            for name in got[1]:
+                if out.get(name) == "perturbed":
+                    out[name] = f"perturbed, kept a multiple of {got[0]} (the launch divides it into whole blocks)"
         return out
 
     def size_values(self, perturbed: bool = False, tunables: dict[str, str] | None = None,
@@ -346,7 +355,62 @@ class KernelSpec:
         """The sizes of one run. At the perturbed size, base sizes (whose expression names no other size) are
         perturbed once and derived sizes are computed from them: ``N = B*T`` is the product of the perturbed
         ``B`` and ``T``, not that product perturbed again. ``odd=`` wins over both; ``fixed`` sizes, and every
-        size a fixed size is computed from, keep their spec value."""
+        size a fixed size is computed from, keep their spec value. Where the launch was written for whole
+        blocks (``launch_alignment``), the perturbed base sizes are kept multiples of its alignment."""
+        if perturbed and base is None:
+            got = self.launch_alignment(tunables)
+            if got is not None:
+                base = got[1]
+        return self._size_values(perturbed, tunables, base)
+
+    def launch_alignment(self, tunables: dict[str, str] | None = None) -> tuple[int, dict[str, int]] | None:
+        """(alignment, base sizes) where the launch's grid divides a size exactly at the spec size and not at the
+        plain perturbed one; None elsewhere (no such division, or it stays exact, or no alignment helps).
+
+        Why: ``grid = (wA / 16, hA / 16)`` — a division not rounded up — is the author saying the sizes are
+        whole blocks: at a perturbed size that is not, the launch leaves the last rows without a thread, and a
+        tile loop reads past its arrays (the original too: verifying against it there checks nothing, and
+        compute-sanitizer rejects every variant that reads what it reads). So the perturbed base sizes are
+        kept multiples of a power of two from 4 to 1024 (the smallest that makes every such division exact and
+        still changes a size): a candidate still meets a second size, one that the original's launch supports."""
+        if not self.symbolic:
+            return None
+        spec_env = self._size_values(False, tunables, None)
+
+        def divisions(env: dict[str, Number]) -> list[tuple[Number, Number]]:
+            out: list[tuple[Number, Number]] = []
+            for text in self.launch.grid:
+                with contextlib.suppress(ExprError):
+                    out.extend(parse(text).divisions(env))
+            return out
+
+        whole = [i for i, (a, b) in enumerate(divisions(spec_env))
+                 if isinstance(a, int) and isinstance(b, int) and b > 1 and a > 0 and a % b == 0]
+        if not whole:
+            return None
+
+        def exact(env: dict[str, Number]) -> bool:
+            got = divisions(env)
+            return len(got) == len(divisions(spec_env)) and all(
+                isinstance(got[i][0], int) and isinstance(got[i][1], int) and got[i][1] > 0
+                and int(got[i][0]) > 0 and int(got[i][0]) % int(got[i][1]) == 0 for i in whole)
+
+        try:
+            if exact(self._size_values(True, tunables, None)):
+                return None
+            spec_bases = self._size_values(False, None, None)
+            for align in TAIL_ALIGNMENTS:
+                bases = self.aligned_bases(align)
+                if not bases or all(spec_bases.get(k) == v for k, v in bases.items()):
+                    continue
+                if exact(self._size_values(True, tunables, bases)):
+                    return align, bases
+        except SpecError:
+            return None
+        return None
+
+    def _size_values(self, perturbed: bool, tunables: dict[str, str] | None,
+                     base: dict[str, int] | None) -> dict[str, Number]:
         env: dict[str, Number] = {}
         for t in self.tunables:
             raw = (tunables or {}).get(t.name, t.values[0])
@@ -423,7 +487,7 @@ class KernelSpec:
         (``Evaluator._aligned_baseline``)."""
         deps, held = self.size_deps(), self.held_sizes()
         spec = self.size_values()
-        now = start if start is not None else self.size_values(perturbed=True)
+        now = start if start is not None else self._size_values(True, None, None)
         out: dict[str, int] = {}
         for s in self.sizes:
             v, p = spec.get(s.name), now.get(s.name)
@@ -470,6 +534,10 @@ class KernelSpec:
             except SpecError:
                 break
             cur, changed = trial, True
+        if changed:
+            got = self.launch_alignment()
+            if got is not None:  # the small run keeps the whole blocks the launch was written for
+                cur = {**cur, **self.aligned_bases(got[0], start=cur)}
         return cur if changed else None
 
     def _eval(self, text: str, env: dict[str, Number], line: int | None, what: str) -> Number:
