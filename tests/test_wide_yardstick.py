@@ -269,3 +269,46 @@ def test_ir_stage_lowers_with_the_real_ir_and_records_a_decline_with_its_line(tm
         got = lower_kernel(str(tmp_path / "k.cu"), text, src, model, model.kernels[0], None, [])
         assert got.status == want, got
     assert "/dev/zero" in got.reason and got.reason.endswith("(line 1)"), got
+
+
+#: an elementwise kernel over a typedef'd element whose body uses a macro: vectorize takes its canonical form,
+#: where the typedef is resolved (``__nv_bfloat16* out``)
+TYPEDEF_GAIN = r"""
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 halfX;
+#define GAIN sqrtf(2.0f / 3.14159f)
+
+// @warpforge size N = 1 << 20
+// @warpforge arg out: out bfloat16[N]
+// @warpforge arg inp: in bfloat16[N] uniform(-1, 1)
+// @warpforge arg N = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void gain_kernel(halfX* out, const halfX* inp, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) {
+        float x = (float)inp[i];
+        out[i] = (halfX)(0.5f * x * GAIN);
+    }
+}
+"""
+
+
+@needs_nvcc
+def test_funnel_children_are_the_ones_the_search_gets(tmp_path: Path) -> None:
+    """The funnel's children are ``OfflinePolicy.propose_sync``'s, parameters spelled as the user wrote them
+    (``halfX* out``): it built the canonical form's ``__nv_bfloat16* out``, which the evaluator's guard refused
+    where the typedef sits in a header under ``#if`` (two llm.c kernels on the wide yardstick)."""
+    from benchmarks import corpus_applicability as ca
+    from benchmarks.wide import stages
+
+    path = tmp_path / "gain.cu"
+    path.write_text(TYPEDEF_GAIN)
+    policy = ca.offline_policy(ca.case_request(path, families=["vectorize"]))
+    outcomes, children = stages.propose_families(policy, policy.root_candidate())
+    vec = outcomes["vectorize"]
+    assert vec.proposed >= 1 and vec.on_canonical
+    assert [c.source for c in children] == [c.source for c in policy.propose_sync(policy.root_candidate())]
+    assert all(c.source.startswith("__global__ void gain_kernel(halfX* out, const halfX* inp, int N)")
+               for c in children)
+    stages.build_children(policy, outcomes, children)
+    assert vec.built and not vec.build_failures, vec.build_failures

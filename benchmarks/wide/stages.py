@@ -408,8 +408,7 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
         out.on_canonical = use is not ctx
         for p in params:
             try:
-                child = rule.apply(use, p)
-                child = policy._consistent(use, child) if child is not None else None
+                child = policy.child(rule, p, use, ctx)
             except Exception as e:
                 out.build_failures.append(f"{rule.family}:{p}: apply raised {type(e).__name__}: {e}")
                 continue
