@@ -312,3 +312,49 @@ def test_funnel_children_are_the_ones_the_search_gets(tmp_path: Path) -> None:
                for c in children)
     stages.build_children(policy, outcomes, children)
     assert vec.built and not vec.build_failures, vec.build_failures
+
+
+#: a kernel file and the project's host file that launches it, each with its own copy of a device helper (a
+#: sample's "dev" file and its trainer): joined for the launch, the two would be one redefinition
+OWN_HELPER = r"""
+__device__ inline float mix(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
+
+__global__ void blend(float* out, const float* a, const float* b, float w, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = mix(a[i], b[i], w);
+}
+"""
+
+HOST_WITH_HELPER = r"""
+#include <cuda_runtime.h>
+__device__ inline float mix(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
+__global__ void blend(float* out, const float* a, const float* b, float w, int n);
+
+int main() {
+    int n = 1 << 20;
+    float *o, *a, *b;
+    cudaMalloc(&o, n * sizeof(float));
+    cudaMalloc(&a, n * sizeof(float));
+    cudaMalloc(&b, n * sizeof(float));
+    blend<<<(n + 255) / 256, 256>>>(o, a, b, 0.25f, n);
+    return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_candidates_build_in_the_kernel_file_not_in_the_joined_host_file(tmp_path: Path) -> None:
+    """A spec read from the project's host file (its launch) builds candidates in the kernel's own file: the
+    host text joined after it repeats the helper, and every candidate failed with "function `mix` has already
+    been defined" (nine kernels of the wide yardstick, with llm.c's ``lerp`` and ``cublasCheck``)."""
+    root = tmp_path / "wide"
+    proj = root / "me+helpers"
+    proj.mkdir(parents=True)
+    (proj / "blend.cu").write_text(OWN_HELPER)
+    (proj / "train.cu").write_text(HOST_WITH_HELPER)
+    recs = {r.kernel: r for r in funnel.run(root, tmp_path / "out", workers=1)}
+    rec = recs["blend"]
+    assert rec.spec_source == "host file train.cu", rec.spec_error
+    assert "vectorize" in rec.proposed
+    failures = [f for o in rec.families.values() for f in o["build_failures"]]
+    assert "vectorize" in rec.built and not failures, failures

@@ -231,7 +231,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
                 rec.ir, rec.ir_reason = ir.status, ir.reason
                 if sp.spec is not None:
                     stage = "proposals and builds"
-                    _families(rec, root, file, text if sp.text is None else sp.text, kernel.name,
+                    _families(rec, root, file, sp.build_text(text), kernel.name,
                               start_in(sp, text, kernel.span.start), sp.spec, job.build)
         except (Exception, KernelTimeout) as e:  # one kernel's failure is its record, not the run's end
             rec.error = f"{stage}: {type(e).__name__}: {e}"

@@ -157,6 +157,21 @@ class SpecResult:
     text: str | None = None
     #: bytes inserted above the kernel in ``text`` (a guessed block), when ``text`` also has a host file joined
     shift: int | None = None
+    #: where the kernel's own file (with a block inserted above the kernel) ends in ``text`` when a host file is
+    #: joined after it: the host part is there for its launch only
+    own_end: int | None = None
+
+    def build_text(self, original: str) -> str:
+        """The text candidates are built in: the kernel's file as the spec read it, without a joined host file.
+
+        A project's host file repeats what the kernel's file has (llm.c's ``lerp``, a ``cublasCheck`` macro with
+        another ``common.h`` included after it): in one unit that is a redefinition, so every candidate of nine
+        kernels failed on the wide yardstick for text no build of the kernel's file ever sees."""
+        if self.text is None:
+            return original
+        if self.own_end is None:
+            return self.text
+        return self.text.encode()[: self.own_end].decode("utf-8", "replace")
 
     @property
     def exact(self) -> bool:
@@ -199,7 +214,8 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
                 continue
             joined_hosts.append((joined, str(host.relative_to(project))))
             spec = build_spec(jsrc, jmodel, jk, str(file))
-            return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
+            return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined,
+                              own_end=len(text.rstrip("\n").encode()) + 1)
         except Exception as e:  # one host file of several; its reason is the telling one (no launch in the own)
             first = f"with host file {host.relative_to(project)}: " + (
                 f"{e}".splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}")
@@ -217,6 +233,8 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
     if guess:
         for joined, where in [*joined_hosts[:1], (text, "")]:
             got = guessed_spec(file, joined, kernel, where)
+            if got is not None and where and got.shift is not None:
+                got.own_end = len(text.rstrip("\n").encode()) + 1 + got.shift
             if got is not None:
                 got.error = _short_error(first, project)  # why no exact spec: kept beside the guess
                 return got
