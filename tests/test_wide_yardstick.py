@@ -358,3 +358,42 @@ def test_candidates_build_in_the_kernel_file_not_in_the_joined_host_file(tmp_pat
     assert "vectorize" in rec.proposed
     failures = [f for o in rec.families.values() for f in o["build_failures"]]
     assert "vectorize" in rec.built and not failures, failures
+
+
+#: a CSR row loop templated on a reader functor no file instantiates: the guessed spec gives it `float`, which
+#: the kernel calls (`read(col)`), so the original itself does not build
+READER_CSR = r"""
+struct Direct {
+    const float* v;
+    __device__ float operator()(int i) const { return v[i]; }
+};
+
+template <typename Reader>
+__global__ void csr_rows(const float* val, const int* cols, const int* starts, int rows, float* out) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    Reader read;
+    if (r < rows) {
+        float t = 0.0f;
+        for (int j = starts[r]; j < starts[r + 1]; j++) t += val[j] * read(cols[j]);
+        out[r] = t;
+    }
+}
+"""
+
+
+@needs_nvcc
+def test_an_original_that_does_not_build_is_recorded_not_blamed_on_the_rules(tmp_path: Path) -> None:
+    """Where the original does not build (here with the guessed template argument), the evaluator verifies
+    nothing: the funnel records why (``build_error``, ``original: ...`` in each proposing family) and builds no
+    child; SHOC's spmv kernels were counted as four rules' build failures."""
+    root = tmp_path / "wide"
+    (root / "me+csr").mkdir(parents=True)
+    (root / "me+csr" / "csr.cu").write_text(READER_CSR)
+    rec = funnel.run(root, tmp_path / "out", workers=1)[0]
+    assert rec.spec_source == "guessed" and rec.proposed, (rec.spec_error, rec.families)
+    assert rec.build_error.startswith("original: compile: "), rec.build_error
+    assert not rec.built
+    for fam in rec.proposed:
+        assert rec.families[fam]["build_failures"] == [rec.build_error]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| proposed, but the original itself does not build (no child built) | 1 |" in summary

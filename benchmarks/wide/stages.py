@@ -441,14 +441,24 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
 def build_children(policy: OfflinePolicy, outcomes: dict[str, FamilyOutcome], children: list[Candidate],
                    arch: str = "sm_90", timeout: float = 60.0) -> str:
     """Build proposed children with nvcc through the evaluator's build path, per family until one builds
-    (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up."""
+    (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up, or when the
+    original itself does not build: the evaluator then verifies nothing, and a child's failure would be the
+    original's (a template argument the spec guessed that the kernel cannot take, a header the machine lacks),
+    not the rule's, so no child is built and each proposing family records ``original: <why>``."""
     try:
         builder = EvaluatorBuild(policy, arch, compile_timeout=timeout)
+        first = builder.check(builder.original) if children else None
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         for o in outcomes.values():
             if o.proposed:
                 o.build_failures.append(f"build setup: {msg}")
+        return msg
+    if first is not None and not first.ok:
+        msg = f"original: {first.stage}: {first.reason[:300]}"
+        for o in outcomes.values():
+            if o.proposed:
+                o.build_failures.append(msg)
         return msg
     by_family: dict[str, list[Candidate]] = {}
     for c in children:
