@@ -318,3 +318,74 @@ def test_a_computed_include_keeps_the_macro_that_spells_it(tmp_path: Path) -> No
     r = subprocess.run([str(NVCC), "-c", "-o", str(tmp_path / "u.o"), "-I", str(tmp_path), str(out)],
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
+
+
+#: a whole header in an include guard (one top-level conditional block): a templated tree reduction, the host
+#: wrapper that launches it with an ``extern "C"`` helper declared above it, and explicit instantiations of the
+#: wrapper and of the kernel at the end, as sample code ships its reduction headers
+GUARDED_HEADER = """\
+#ifndef SUM_KERNEL_H
+#define SUM_KERNEL_H
+#include <cstdio>
+
+template <class T> __device__ T zero() { return T(0); }
+
+// @warpforge size n = 1 << 20
+// @warpforge arg in: in float[n] uniform(-1, 1)
+// @warpforge arg out: out float[n]
+// @warpforge arg count = n
+// @warpforge launch grid=cdiv(n, 256), block=256
+// @warpforge template float
+template <class T> __global__ void block_sum(const T* in, T* out, unsigned int count) {
+    __shared__ T s[256];
+    unsigned int t = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[t] = (i < count) ? in[i] : zero<T>();
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (t < h) s[t] += s[t + h];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+
+extern "C" bool power_of_two(unsigned int x);
+
+template <class T> void run_sum(int n, int threads, T* in, T* out) {
+    if (!power_of_two(threads)) printf("threads must be a power of two\\n");
+    block_sum<T><<<(n + threads - 1) / threads, threads>>>(in, out, n);
+}
+
+template void run_sum<float>(int n, int threads, float* in, float* out);
+template void run_sum<double>(int n, int threads, double* in, double* out);
+template __global__ void block_sum<int>(const int*, int*, unsigned int);
+#endif
+"""
+
+
+def test_a_guarded_header_drops_the_instantiations_and_linkage_of_what_it_cuts() -> None:
+    """The block is copied whole, its kernel and host code cut: the explicit instantiations of the cut host
+    template (and of the kernel, emitted only after the block) and the ``extern "C"`` of the cut host
+    declaration go with them (left in, nvcc said "run_sum is not a template" on the wide yardstick)."""
+    model = parse(GUARDED_HEADER)
+    assert len(model.instantiations) == 3 and len(model.linkage_prefixes) == 1
+    kernel = model.kernel("block_sum")
+    assert kernel is not None
+    tu = standalone(SourceText(GUARDED_HEADER), model, kernel, instantiate=("float",))
+    assert "run_sum" not in tu and "power_of_two" not in tu and 'extern "C"' not in tu
+    assert "block_sum<int>" not in tu and tu.count("template __global__ void block_sum<float>") == 1
+    assert "#ifndef SUM_KERNEL_H" in tu and "#endif" in tu
+
+
+@needs_nvcc
+def test_a_guarded_header_builds_its_kernel_and_its_candidates(tmp_path: Path) -> None:
+    """The original and every warp-reduce candidate of a kernel in a guarded header build through the
+    evaluator's build path (the unit of each is the same block, with the candidate in the kernel's place)."""
+    from benchmarks import corpus_applicability as ca
+
+    path = tmp_path / "sum_kernel.cuh"
+    path.write_text(GUARDED_HEADER)
+    res = ca.check_case(path, families=["warp_reduce"], all_candidates=True)
+    assert res.original is not None and res.original.ok, res.original
+    fr = res.families["warp_reduce"]
+    assert fr.proposed >= 1 and fr.tried == fr.proposed and not fr.failures, fr.failures

@@ -178,3 +178,41 @@ def test_serial_walks_are_left_to_the_row_rules(loop: str, want: list[str]) -> N
     body = ("    long q = (long)blockIdx.x * blockDim.x + threadIdx.x;\n"
             f"    if (q < n) {{ float s = 0.f; {loop} b[q] = s; }}")
     assert variants(text_policy(_near(body), "k"), "vectorize") == want
+
+
+#: an element bound to a reference and written through it (`unsigned& hit = marks[v];`), as graph kernels mark
+#: edges; `const unsigned& key` is a read
+REFERENCE = """\
+// @warpforge size N = 1 << 20
+// @warpforge arg keys: in uint32[N] int(0, 8)
+// @warpforge arg marks: inout uint32[N] int(0, 8)
+// @warpforge arg n = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void k(const unsigned* keys, unsigned* marks, unsigned n)
+{
+    unsigned v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v < n) {
+        const unsigned& key = keys[v];
+        unsigned& hit = marks[v];
+        if (key == hit) hit = 0xffffffffu;
+    }
+}
+"""
+
+
+@needs_nvcc
+def test_an_element_written_through_a_reference_is_written() -> None:
+    """``T& r = p[i];`` writes ``p`` through ``r``: the vector copy is mutable and stored back (taken as a read,
+    the copy was const and nvcc refused the binding, "qualifiers dropped in binding reference", on a cuda-samples
+    kernel; a copy that compiled would have lost the writes). ``const T&`` stays a read."""
+    pol = text_policy(REFERENCE, "k")
+    assert variants(pol, "vectorize") == ["x4", "x2"]
+    d = child(pol, "vectorize", "x4").definition
+    assert "wfv_v_marks wfv_marks = reinterpret_cast<wfv_v_marks*>(marks)[wfv_vi];" in d
+    assert "reinterpret_cast<wfv_v_marks*>(marks)[wfv_vi] = wfv_marks;" in d
+    assert "const wfv_v_keys wfv_keys = reinterpret_cast<const wfv_v_keys*>(keys)[wfv_vi];" in d
+    ptx = _ptx(pol, d)
+    assert re.search(r"st\.global\.v4\.u32", ptx) and ".local" not in ptx
+    # a reference to another thread's element: it may write there
+    other = REFERENCE.replace("unsigned& hit = marks[v];", "unsigned& hit = marks[v ^ 1];")
+    assert variants(text_policy(other, "k"), "vectorize") == []

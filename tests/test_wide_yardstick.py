@@ -269,3 +269,131 @@ def test_ir_stage_lowers_with_the_real_ir_and_records_a_decline_with_its_line(tm
         got = lower_kernel(str(tmp_path / "k.cu"), text, src, model, model.kernels[0], None, [])
         assert got.status == want, got
     assert "/dev/zero" in got.reason and got.reason.endswith("(line 1)"), got
+
+
+#: an elementwise kernel over a typedef'd element whose body uses a macro: vectorize takes its canonical form,
+#: where the typedef is resolved (``__nv_bfloat16* out``)
+TYPEDEF_GAIN = r"""
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 halfX;
+#define GAIN sqrtf(2.0f / 3.14159f)
+
+// @warpforge size N = 1 << 20
+// @warpforge arg out: out bfloat16[N]
+// @warpforge arg inp: in bfloat16[N] uniform(-1, 1)
+// @warpforge arg N = N
+// @warpforge launch grid=cdiv(N, 256), block=256
+__global__ void gain_kernel(halfX* out, const halfX* inp, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) {
+        float x = (float)inp[i];
+        out[i] = (halfX)(0.5f * x * GAIN);
+    }
+}
+"""
+
+
+@needs_nvcc
+def test_funnel_children_are_the_ones_the_search_gets(tmp_path: Path) -> None:
+    """The funnel's children are ``OfflinePolicy.propose_sync``'s, parameters spelled as the user wrote them
+    (``halfX* out``): it built the canonical form's ``__nv_bfloat16* out``, which the evaluator's guard refused
+    where the typedef sits in a header under ``#if`` (two llm.c kernels on the wide yardstick)."""
+    from benchmarks import corpus_applicability as ca
+    from benchmarks.wide import stages
+
+    path = tmp_path / "gain.cu"
+    path.write_text(TYPEDEF_GAIN)
+    policy = ca.offline_policy(ca.case_request(path, families=["vectorize"]))
+    outcomes, children = stages.propose_families(policy, policy.root_candidate())
+    vec = outcomes["vectorize"]
+    assert vec.proposed >= 1 and vec.on_canonical
+    assert [c.source for c in children] == [c.source for c in policy.propose_sync(policy.root_candidate())]
+    assert all(c.source.startswith("__global__ void gain_kernel(halfX* out, const halfX* inp, int N)")
+               for c in children)
+    stages.build_children(policy, outcomes, children)
+    assert vec.built and not vec.build_failures, vec.build_failures
+
+
+#: a kernel file and the project's host file that launches it, each with its own copy of a device helper (a
+#: sample's "dev" file and its trainer): joined for the launch, the two would be one redefinition
+OWN_HELPER = r"""
+__device__ inline float mix(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
+
+__global__ void blend(float* out, const float* a, const float* b, float w, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = mix(a[i], b[i], w);
+}
+"""
+
+HOST_WITH_HELPER = r"""
+#include <cuda_runtime.h>
+__device__ inline float mix(float a, float b, float w) { return fmaf(w, b, fmaf(-w, a, a)); }
+__global__ void blend(float* out, const float* a, const float* b, float w, int n);
+
+int main() {
+    int n = 1 << 20;
+    float *o, *a, *b;
+    cudaMalloc(&o, n * sizeof(float));
+    cudaMalloc(&a, n * sizeof(float));
+    cudaMalloc(&b, n * sizeof(float));
+    blend<<<(n + 255) / 256, 256>>>(o, a, b, 0.25f, n);
+    return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_candidates_build_in_the_kernel_file_not_in_the_joined_host_file(tmp_path: Path) -> None:
+    """A spec read from the project's host file (its launch) builds candidates in the kernel's own file: the
+    host text joined after it repeats the helper, and every candidate failed with "function `mix` has already
+    been defined" (nine kernels of the wide yardstick, with llm.c's ``lerp`` and ``cublasCheck``)."""
+    root = tmp_path / "wide"
+    proj = root / "me+helpers"
+    proj.mkdir(parents=True)
+    (proj / "blend.cu").write_text(OWN_HELPER)
+    (proj / "train.cu").write_text(HOST_WITH_HELPER)
+    recs = {r.kernel: r for r in funnel.run(root, tmp_path / "out", workers=1)}
+    rec = recs["blend"]
+    assert rec.spec_source == "host file train.cu", rec.spec_error
+    assert "vectorize" in rec.proposed
+    failures = [f for o in rec.families.values() for f in o["build_failures"]]
+    assert "vectorize" in rec.built and not failures, failures
+
+
+#: a CSR row loop templated on a reader functor no file instantiates: the guessed spec gives it `float`, which
+#: the kernel calls (`read(col)`), so the original itself does not build
+READER_CSR = r"""
+struct Direct {
+    const float* v;
+    __device__ float operator()(int i) const { return v[i]; }
+};
+
+template <typename Reader>
+__global__ void csr_rows(const float* val, const int* cols, const int* starts, int rows, float* out) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    Reader read;
+    if (r < rows) {
+        float t = 0.0f;
+        for (int j = starts[r]; j < starts[r + 1]; j++) t += val[j] * read(cols[j]);
+        out[r] = t;
+    }
+}
+"""
+
+
+@needs_nvcc
+def test_an_original_that_does_not_build_is_recorded_not_blamed_on_the_rules(tmp_path: Path) -> None:
+    """Where the original does not build (here with the guessed template argument), the evaluator verifies
+    nothing: the funnel records why (``build_error``, ``original: ...`` in each proposing family) and builds no
+    child; SHOC's spmv kernels were counted as four rules' build failures."""
+    root = tmp_path / "wide"
+    (root / "me+csr").mkdir(parents=True)
+    (root / "me+csr" / "csr.cu").write_text(READER_CSR)
+    rec = funnel.run(root, tmp_path / "out", workers=1)[0]
+    assert rec.spec_source == "guessed" and rec.proposed, (rec.spec_error, rec.families)
+    assert rec.build_error.startswith("original: compile: "), rec.build_error
+    assert not rec.built
+    for fam in rec.proposed:
+        assert rec.families[fam]["build_failures"] == [rec.build_error]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| proposed, but the original itself does not build (no child built) | 1 |" in summary

@@ -98,6 +98,9 @@ class KernelRecord:
     families: dict[str, dict[str, Any]] = field(default_factory=dict)
     proposed: list[str] = field(default_factory=list)
     built: list[str] = field(default_factory=list)
+    #: why no proposed child was built: the original itself does not build (``original: ...``; the evaluator would
+    #: verify nothing) or the build path could not be set up; "" when children were built
+    build_error: str = ""
     #: where no family proposes: the family whose analysis got furthest, its words and stage (``policy.whynot``)
     closest: dict[str, Any] = field(default_factory=dict)
     policy_errors: list[str] = field(default_factory=list)
@@ -231,7 +234,7 @@ def run_file(job: FileJob) -> list[KernelRecord]:
                 rec.ir, rec.ir_reason = ir.status, ir.reason
                 if sp.spec is not None:
                     stage = "proposals and builds"
-                    _families(rec, root, file, text if sp.text is None else sp.text, kernel.name,
+                    _families(rec, root, file, sp.build_text(text), kernel.name,
                               start_in(sp, text, kernel.span.start), sp.spec, job.build)
         except (Exception, KernelTimeout) as e:  # one kernel's failure is its record, not the run's end
             rec.error = f"{stage}: {type(e).__name__}: {e}"
@@ -281,7 +284,7 @@ def _families(rec: KernelRecord, root: Path, file: Path, text: str, name: str, s
     os.environ["CPATH"] = os.pathsep.join([str(d) for d in include_dirs(root, file)] + ([base] if base else []))
     outcomes, children = propose_families(policy, policy.root_candidate())
     if build and children:
-        build_children(policy, outcomes, children)
+        rec.build_error = build_children(policy, outcomes, children)
     rec.policy_errors = list(policy.errors)
     rec.families = {f: {k: v for k, v in asdict(o).items() if k != "family"} for f, o in outcomes.items()}
     rec.proposed = sorted(f for f, o in outcomes.items() if o.proposed)
@@ -426,7 +429,9 @@ def summary(records: Sequence[KernelRecord], meta: dict[str, Any]) -> str:
               f"| spec available | {_pct(len(with_spec), n)}: exact {len(exact)}, guessed "
               f"{len(with_spec) - len(exact)} |",
               f"| a structural family proposed | {_pct(len(prop), n)} |",
-              f"| a proposed candidate builds (nvcc -cubin sm_90) | {_pct(len(built), n)} |", ""]
+              f"| a proposed candidate builds (nvcc -cubin sm_90) | {_pct(len(built), n)} |",
+              f"| proposed, but the original itself does not build (no child built) | "
+              f"{sum(1 for r in prop if r.build_error.startswith('original'))} |", ""]
     den_spec = [r for r in den if r.spec]
     den_exact = [r for r in den_spec if not r.spec_guessed]
     lines += ["Rates (\"structural candidate that builds\"):", "",

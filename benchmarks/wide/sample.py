@@ -149,8 +149,8 @@ def write_unit(corpus: Path, rec: dict[str, Any], dest: Path, specs: Path | None
     sp = infer_spec(root, file, text, src, model, kernel, hosts, hand)
     if sp.spec is None:
         return f"no spec: {sp.error}"
-    if sp.text is not None:
-        src = SourceText(sp.text)
+    if sp.text is not None:  # the kernel's file as the spec read it, without a host file joined for its launch
+        src = SourceText(sp.build_text(text))
         model = parse(src.data)
         at = start_in(sp, text, kernel.span.start)
         kernel = next(k for k in model.kernels if k.name == rec["kernel"] and k.span.start == at)

@@ -157,6 +157,21 @@ class SpecResult:
     text: str | None = None
     #: bytes inserted above the kernel in ``text`` (a guessed block), when ``text`` also has a host file joined
     shift: int | None = None
+    #: where the kernel's own file (with a block inserted above the kernel) ends in ``text`` when a host file is
+    #: joined after it: the host part is there for its launch only
+    own_end: int | None = None
+
+    def build_text(self, original: str) -> str:
+        """The text candidates are built in: the kernel's file as the spec read it, without a joined host file.
+
+        A project's host file repeats what the kernel's file has (llm.c's ``lerp``, a ``cublasCheck`` macro with
+        another ``common.h`` included after it): in one unit that is a redefinition, so every candidate of nine
+        kernels failed on the wide yardstick for text no build of the kernel's file ever sees."""
+        if self.text is None:
+            return original
+        if self.own_end is None:
+            return self.text
+        return self.text.encode()[: self.own_end].decode("utf-8", "replace")
 
     @property
     def exact(self) -> bool:
@@ -199,7 +214,8 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
                 continue
             joined_hosts.append((joined, str(host.relative_to(project))))
             spec = build_spec(jsrc, jmodel, jk, str(file))
-            return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined)
+            return SpecResult(spec, f"host file {host.relative_to(project)}", text=joined,
+                              own_end=len(text.rstrip("\n").encode()) + 1)
         except Exception as e:  # one host file of several; its reason is the telling one (no launch in the own)
             first = f"with host file {host.relative_to(project)}: " + (
                 f"{e}".splitlines()[0] if isinstance(e, SpecError) else f"{type(e).__name__}: {e}")
@@ -217,6 +233,8 @@ def infer_spec(project: Path, file: Path, text: str, src: SourceText, model: Fil
     if guess:
         for joined, where in [*joined_hosts[:1], (text, "")]:
             got = guessed_spec(file, joined, kernel, where)
+            if got is not None and where and got.shift is not None:
+                got.own_end = len(text.rstrip("\n").encode()) + 1 + got.shift
             if got is not None:
                 got.error = _short_error(first, project)  # why no exact spec: kept beside the guess
                 return got
@@ -408,8 +426,7 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
         out.on_canonical = use is not ctx
         for p in params:
             try:
-                child = rule.apply(use, p)
-                child = policy._consistent(use, child) if child is not None else None
+                child = policy.child(rule, p, use, ctx)
             except Exception as e:
                 out.build_failures.append(f"{rule.family}:{p}: apply raised {type(e).__name__}: {e}")
                 continue
@@ -424,14 +441,24 @@ def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, 
 def build_children(policy: OfflinePolicy, outcomes: dict[str, FamilyOutcome], children: list[Candidate],
                    arch: str = "sm_90", timeout: float = 60.0) -> str:
     """Build proposed children with nvcc through the evaluator's build path, per family until one builds
-    (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up."""
+    (at most ``BUILD_TRIES``). Returns an error when the build path could not even be set up, or when the
+    original itself does not build: the evaluator then verifies nothing, and a child's failure would be the
+    original's (a template argument the spec guessed that the kernel cannot take, a header the machine lacks),
+    not the rule's, so no child is built and each proposing family records ``original: <why>``."""
     try:
         builder = EvaluatorBuild(policy, arch, compile_timeout=timeout)
+        first = builder.check(builder.original) if children else None
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         for o in outcomes.values():
             if o.proposed:
                 o.build_failures.append(f"build setup: {msg}")
+        return msg
+    if first is not None and not first.ok:
+        msg = f"original: {first.stage}: {first.reason[:300]}"
+        for o in outcomes.values():
+            if o.proposed:
+                o.build_failures.append(msg)
         return msg
     by_family: dict[str, list[Candidate]] = {}
     for c in children:

@@ -86,10 +86,17 @@ def _conditional_text(src: SourceText, model: FileModel, span: Span) -> str:
     The block is emitted whole so its directives stay balanced, but a kernel inside it (the extracted one
     is emitted on its own, after its dependencies; a second definition would not compile) and host code
     (never part of an extracted unit) are cut out. Cut text becomes blank lines, so line numbers hold.
+    What goes with the cut code goes too: explicit instantiations (``template void reduce<int>(...);`` of a
+    cut host template, ``template __global__ void k<float>(...);`` of a kernel emitted only after the block:
+    left in, nvcc said "reduce is not a template" for a whole file wrapped in an include guard), and the
+    ``extern "C"`` in front of a cut item, which would otherwise bind to whatever follows.
     """
+    data = src.data
     cuts = [k.span for k in model.kernels if span.contains_span(k.span)]
     cuts += [d.span for d in model.declarations if d.kind is DeclKind.HOST_FUNCTION and span.contains_span(d.span)]
-    data = src.data
+    cuts += [s for s in model.instantiations if span.contains_span(s)]
+    cuts += [p for p in model.linkage_prefixes if span.contains_span(p)
+             and any(c.start >= p.end and not data[p.end : c.start].strip() for c in cuts)]
     out: list[bytes] = []
     pos = span.start
     for c in sorted(cuts, key=lambda c: c.start):

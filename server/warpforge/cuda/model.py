@@ -255,6 +255,12 @@ class FileModel:
     includes: tuple[Include, ...]
     launch_sites: tuple[LaunchSite, ...]
     problems: tuple[SyntaxProblem, ...] = field(default=())
+    #: top-level text no declaration covers that belongs to the code around it: explicit instantiations
+    #: (``template void f<int>(int*);``) and the ``extern "C"`` of a one-item linkage specification (the
+    #: item's span starts after it). An extracted unit that copies a conditional block whole cuts the
+    #: instantiations and a linkage prefix whose item it cuts (``cuda.extract``).
+    instantiations: tuple[Span, ...] = field(default=())
+    linkage_prefixes: tuple[Span, ...] = field(default=())
 
     def kernel(self, name: str) -> Kernel | None:
         for k in self.kernels:

@@ -408,6 +408,8 @@ class _Collector:
         self.kernels: list[Kernel] = []
         self.decls: list[Declaration] = []
         self.includes: list[Include] = []
+        self.instantiations: list[Span] = []
+        self.linkage_prefixes: list[Span] = []
         self.launches: list[LaunchSite] = []
         self.problems: list[SyntaxProblem] = []
         #: macros that stand for function qualifiers (``qualifier_macros``), of the whole file
@@ -480,6 +482,8 @@ class _Collector:
             # The flag (not a parameter) so that kernels nested deeper, in a namespace or an #if inside the
             # `extern "C" { ... }` block, get C linkage too.
             self.extern_c = lang is not None and node_text(lang, data) == '"C"'
+            if body.type != "declaration_list":
+                self.linkage_prefixes.append(Span(node.start_byte + base, body.start_byte + base))
             try:
                 if body.type == "function_definition":
                     self.function(body, node, namespace, None, False, conditional)
@@ -490,6 +494,9 @@ class _Collector:
                     self.item(body, namespace, conditional)
             finally:
                 self.extern_c = outer_c
+            return
+        if t == "template_instantiation":
+            self.instantiations.append(_span(node, base))
             return
         if t == "template_declaration":
             inner_fn = next((c for c in node.named_children if c.type == "function_definition"), None)
@@ -1067,6 +1074,8 @@ def parse(text: str | bytes, tree: Tree | None = None,
         # A launch inside a recovered kernel (dynamic parallelism) is also seen in the ERROR node around it.
         launch_sites=tuple(sorted({s.span: s for s in col.launches}.values(), key=lambda s: s.span.start)),
         problems=tuple(col.problems),
+        instantiations=tuple(col.instantiations),
+        linkage_prefixes=tuple(col.linkage_prefixes),
     )
 
 

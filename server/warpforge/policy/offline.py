@@ -164,6 +164,15 @@ class OfflinePolicy:
             data = data[:start] + text.encode("utf-8") + data[end:]
         return replace(child, source=data.decode("utf-8"))
 
+    def child(self, rule: Rule, param: str, used: RuleContext, written: RuleContext) -> Candidate | None:
+        """``rule``'s child for ``param`` as the search gets it: applied in ``used`` (the candidate's context
+        or its canonical form's), its launch bounds kept consistent, its untouched parameters spelled as in
+        ``written``. One path for proposals, replays and the measuring tools (``benchmarks/wide``), which
+        built the canonical form's ``__nv_bfloat16* out`` and the guard refused it for ``floatX* out``."""
+        child = rule.apply(used, param)
+        child = self._consistent(used, child) if child is not None else None
+        return self._as_written(child, written, used) if child is not None else None
+
     def propose_sync(self, candidate: Candidate, memory: dict[str, tuple[int, int, float]] | None = None
                      ) -> list[Candidate]:
         ctx = self.context(candidate)
@@ -176,9 +185,7 @@ class OfflinePolicy:
             try:
                 use, params = self._rule_context(rule, ctx, canonical)
                 for param in params:
-                    child = rule.apply(use, param)
-                    child = self._consistent(use, child) if child is not None else None
-                    child = self._as_written(child, ctx, use) if child is not None else None
+                    child = self.child(rule, param, use, ctx)
                     if child is not None:
                         out.append(child)
             except Exception as e:  # a buggy rule must not stop the others from proposing
@@ -209,9 +216,7 @@ class OfflinePolicy:
             ctx, params = self._rule_context(rule, ctx, self.context(norm) if norm is not None else None, param)
             if param not in params:
                 return None
-            nxt = rule.apply(ctx, param)
-            nxt = self._consistent(ctx, nxt) if nxt is not None else None
-            nxt = self._as_written(nxt, written, ctx) if nxt is not None else None
+            nxt = self.child(rule, param, ctx, written)
             if nxt is None:
                 return None
             cur = nxt

@@ -155,8 +155,20 @@ def _returns(f: FunctionDef) -> tuple[list[str], str | None] | None:
     return [node_text(s, data) for s in sts], None
 
 
+_MEMBER_BEFORE = re.compile(r"(?:\.|->|::)\s*$")
+
+
 def _rename(code: str, names: dict[str, str]) -> str:
-    return _WORD.sub(lambda m: names.get(m.group(0), m.group(0)), code)
+    """``code`` with each name of ``names`` replaced, except where the word is a member (``grid.size()``,
+    ``p->n``, ``cg::sync``): a parameter ``size`` inlined as ``N`` made ``grid.N()`` of ``grid.size()``."""
+
+    def one(m: re.Match[str]) -> str:
+        w = m.group(0)
+        if w not in names or _MEMBER_BEFORE.search(code, max(0, m.start() - 32), m.start()):
+            return w
+        return names[w]
+
+    return _WORD.sub(one, code)
 
 
 def _callee(call: Node, k: Kernel, env: PassEnv, types: dict[str, str]) -> FunctionDef | None:

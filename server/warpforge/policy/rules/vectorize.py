@@ -224,6 +224,14 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
             if not exact:
                 return None
             arr.written = arr.read = True
+        elif up is not None and _binds_mutable_reference(up, parent, data):
+            # `T& r = p[i];`: every write through `r` writes the element (the vector copy is then written and
+            # stored back; taken as a read, the copy was const and nvcc refused to bind `r`, and a copy that
+            # compiled would have dropped the writes)
+            if not exact:
+                return declined(f"a reference bound to `{node_text(parent, data)}` may write another thread's "
+                                f"element than `{name}[{i}]`", parent, Stage.LEGALITY)
+            arr.written = arr.read = True
         else:
             arr.read = True
             if not exact:
@@ -272,6 +280,19 @@ def _analyse(ctx: RuleContext) -> tuple[_Shape, bytes] | None:
                 if name in shape.arrays:
                     shape.arrays[name].always_written = True
     return shape, data
+
+
+def _binds_mutable_reference(up: Node, access: Node, data: bytes) -> bool:
+    """Is ``access`` the initializer of a reference through which it can be written (``T& r = p[i];``, not
+    ``const T& r = p[i];``)?"""
+    if up.type != "init_declarator" or not _same(up.child_by_field_name("value"), access):
+        return False
+    decl = up.child_by_field_name("declarator")
+    if decl is None or decl.type != "reference_declarator":
+        return False
+    owner = up.parent
+    return owner is None or not any(c.type == "type_qualifier" and node_text(c, data) == "const"
+                                    for c in owner.children)
 
 
 def _views(kbody: Node, data: bytes, pointers: set[str]) -> tuple[dict[str, str], set[int]]:
