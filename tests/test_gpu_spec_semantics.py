@@ -220,3 +220,19 @@ def test_the_search_root_of_an_unguarded_original_is_evaluated_at_the_aligned_si
         assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in root.notes), root.notes
     finally:
         loop.run_until_complete(ev.close())
+
+
+def test_a_variant_verified_alone_beside_an_unguarded_original_is_evaluated_at_the_aligned_size(
+        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    # ``warpforge verify`` evaluates only the variant: the original's failure at the perturbed size is met in
+    # that evaluation, and the same retry applies (the independent re-timing rejected two winners before)
+    path = tmp_path / "twice.cu"
+    path.write_text(UNGUARDED, encoding="utf-8")
+    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
+    try:
+        var = loop.run_until_complete(ev.evaluate(ev.original.derive(
+            source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
+        assert var.status == "ok", var.reason
+        assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in var.notes), var.notes
+    finally:
+        loop.run_until_complete(ev.close())

@@ -414,10 +414,10 @@ class Evaluator:
 
             fut.add_done_callback(forget)
         ev = await asyncio.shield(fut)
-        if (not ev.ok and candidate.hash == self.original.hash and self._original_failed_at == "odd"
-                and self._odd_bases is None and not sanitize):
-            # the search's root is the original: where it fails at the perturbed size only, the baseline tries
-            # aligned perturbed sizes (``_aligned_baseline``) and the root is evaluated again at the one found
+        if not ev.ok and self._original_failed_at == "odd" and self._odd_bases is None and not sanitize:
+            # the original failed at the perturbed size only, met first here: as the search's root (the original
+            # itself), or beside the one variant ``warpforge verify`` checks. The baseline tries aligned perturbed
+            # sizes (``_aligned_baseline``) and the candidate is evaluated again at the one found
             base = await self.baseline()
             if base.ok and self._odd_bases is not None:
                 return await self.evaluate(candidate)
