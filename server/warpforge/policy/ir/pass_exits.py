@@ -6,6 +6,10 @@ thread that returns would have returned in every later iteration too. The rules 
 barrier in each pass over them, so they cannot take a ``return`` there (every thread must reach the barrier).
 Guarding the rest of the body with the negated condition says the same thing without leaving the loop.
 Each pass below rewrites one spelling, exactly, under its stated precondition, and otherwise says why not.
+
+A top-level ``if (c) return; REST`` is deliberately left as it is: it is the canonical early exit the rules read
+(``cuda.normalize`` turns a final ``if (i < n) { BODY }`` into exactly that), so rewriting it into a guard would
+undo normalize's work and hide the bound from ``column_remap`` and the summary's ``exit`` form.
 """
 
 from __future__ import annotations
