@@ -86,6 +86,11 @@ __global__ void k(float* y, const float* A, int rows, int cols) {
   y[c] = s;
 }
 """),
+    # darknet's spelling of a grid-stride loop: the counter declared before a `for` with no initializer
+    "counter_before_loop": ("lane_remap", ROWS + ROW_KERNEL +
+                            "  int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                            "  for (; r < rows; r += blockDim.x * gridDim.x) {\n    float s = 0.0f;\n"
+                            "    for (int j = 0; j < cols; j++) s += A[r * cols + j] * x[j];\n    y[r] = s;\n  }\n}\n"),
     "multi_term_view": ("warp_per_row", """// @warpforge size B = 8
 // @warpforge size T = 256
 // @warpforge size C = 768

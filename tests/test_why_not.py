@@ -320,6 +320,51 @@ def test_closest_prefers_the_furthest_stage_then_a_line() -> None:
     assert closest([Decline("coarsen_y", "no bound", Stage.SHAPE, 3), a]) == a
 
 
+ARGMAX = """\
+// @warpforge size R = 4096
+// @warpforge size C = 1024
+// @warpforge arg out: out float[R]
+// @warpforge arg idx: out int[R]
+// @warpforge arg x: in float[R*C]
+// @warpforge arg rows = R
+// @warpforge arg cols = C
+// @warpforge launch grid=cdiv(R, 128), block=128
+__global__ void k(float* out, int* idx, const float* x, int rows, int cols) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float m = -1e30f;
+  int mi = -1;
+  int j;
+  for (j = 0; j < cols; j++) {
+    float v = x[r * cols + j];
+    mi = v > m ? j : mi;
+    m = v > m ? v : m;
+  }
+  out[r] = m;
+  idx[r] = mi;
+}
+"""
+
+
+def test_explain_gives_the_canonical_forms_words_when_both_forms_get_as_far() -> None:
+    # as written, the remap rules stop at the counter declared before its `for`; the lowered form declares it in
+    # the header and stops at the argmax `mi` (the real blocker), at the same stage: the hint names the argmax
+    src = SourceText(ARGMAX)
+    model = parse(src.data)
+    k = model.kernels[0]
+    policy = OfflinePolicy("t.cu", src, model, k, build_spec(src, model, k, "t.cu"))
+    root = policy.root_candidate()
+    norm = policy.normalized(root)
+    assert norm is not None
+    load()
+    asked = ask(REGISTRY["lane_remap"], policy.context(root))
+    assert asked is not None and "declare its counter" in asked.reason
+    v = explain([policy.context(root), policy.context(norm)])
+    got = {d.family: d for d in v.declines}
+    for fam in ("lane_remap", "element_remap", "column_remap"):
+        assert "`mi` is carried across iterations" in got[fam].reason, got[fam]
+
+
 def test_explain_on_a_proposed_kernel_names_the_families() -> None:
     v = explain([_ctx(SOFTMAX)])
     assert "warp_per_row" in v.proposed and v.closest is None

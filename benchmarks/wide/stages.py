@@ -390,7 +390,7 @@ def _why_not(rule: Rule, ctxs: list[RuleContext]) -> Decline | None:
         if d.stage == 0 and not d.line and d.reason.endswith("does not recognize the kernel's shape"):
             d = Decline(d.family, _decline_reason(rule, c), d.stage)
         got.append(d)
-    return closest(got)
+    return closest(got[::-1])  # at equal distance the canonical form's words (``whynot.explain`` does the same)
 
 
 def propose_families(policy: OfflinePolicy, root: Candidate) -> tuple[dict[str, FamilyOutcome], list[Candidate]]:

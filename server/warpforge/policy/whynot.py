@@ -212,7 +212,9 @@ def explain(ctxs: Sequence[RuleContext], *, has_spec: bool = True, rules: Sequen
             text = lines[d.line - 1].strip() if 0 < d.line <= len(lines) else ""
             answers.append(replace(d, text=text))
         else:
-            best = closest(answers)
+            # as far on both forms: the canonical form's words (the last asked), which the rule is applied to when
+            # the kernel as written gives it nothing; a spelling the lowering already resolved is not the blocker
+            best = closest(answers[::-1])
             if best is not None:
                 declines.append(best)
     return Verdict(tuple(proposed), tuple(declines))

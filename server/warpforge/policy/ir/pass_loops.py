@@ -36,12 +36,15 @@ def _enclosing_for_with_init(n: Node, k: Kernel, var: str) -> Node | None:
 
 
 @register("hoisted_loop_variable",
-          "`T k;` declared without a value, every use of k inside a `for (k = ...; ...)` that assigns it first")
+          "`T k;` declared without a value (or with one no use reads: a literal or a name), every use of k "
+          "inside a `for (k = ...; ...)` that assigns it first")
 def hoisted_loop_variable(k: Kernel, env: PassEnv) -> Result:
     """``int k; for (k = 0; k < n; k++)`` -> ``for (int k = 0; k < n; k++)``.
 
     Exact when every use of ``k`` lies inside a ``for`` whose initializer assigns ``k``: no value of ``k``
-    flows into, out of or between those loops, so each may own its variable."""
+    flows into, out of or between those loops, so each may own its variable. A value given at the declaration
+    (``int gid = ..., j = 0;``) is then never read; it goes with the declaration when it is a literal or a
+    name (evaluating it has no effect)."""
     for decl in walk(k.body, ("declaration",)):
         scope = decl.parent
         if scope is None or scope.type != "compound_statement":
@@ -52,6 +55,11 @@ def hoisted_loop_variable(k: Kernel, env: PassEnv) -> Result:
             continue
         prefix = k.data[decl.start_byte:decls[0].start_byte].decode("utf-8").strip() if decls else ""
         for d in decls:
+            if d.type == "init_declarator":
+                value = d.child_by_field_name("value")
+                if value is None or unparen(value).type not in ("number_literal", "identifier"):
+                    continue
+                d = d.child_by_field_name("declarator") or d
             if d.type != "identifier":
                 continue
             var = k.t(d)
@@ -73,7 +81,7 @@ def hoisted_loop_variable(k: Kernel, env: PassEnv) -> Result:
                 continue  # nested loops sharing the variable: the inner one's value flows out
             if sum(1 for n in walk(scope, ("declaration",)) if var in declared_names(n, k.data)) > 1:
                 continue  # declared again in an inner scope: uses may mean either
-            rest = [k.t(x) for x in decls if x is not d]
+            rest = [k.t(x) for x in decls if x != d and x.child_by_field_name("declarator") != d]
             edits = [(decl.start_byte, decl.end_byte,
                       f"{prefix} {', '.join(rest)};" if rest else "")]
             for f in fors:
@@ -82,6 +90,44 @@ def hoisted_loop_variable(k: Kernel, env: PassEnv) -> Result:
                 edits.append((init.start_byte, init.start_byte, f"{prefix} "))
             return Changed(splice(k.data, edits), f"`{var}` declared in its loops (line {k.line(decl)})")
     return None
+
+
+@register("counter_before_loop",
+          "`T v = e; for (; c; s)` with the declaration just before the loop, v not used after the loop")
+def counter_before_loop(k: Kernel, env: PassEnv) -> Result:
+    """``int i = e; for (; i < n; i += s)`` -> ``for (int i = e; i < n; i += s)`` (darknet's grid-stride loops).
+
+    Exact when the declaration (of ``i`` alone) is the statement just before the ``for``, whose initializer is
+    empty, and nothing after the loop in that block names ``i``: the value starts where it started, and only the
+    variable's scope ends earlier, where nothing reads it."""
+    skipped: Skipped | None = None
+    for f in walk(k.body, ("for_statement",)):
+        scope = f.parent
+        if scope is None or scope.type != "compound_statement" or f.child_by_field_name("initializer") is not None:
+            continue
+        sts = statements(scope)
+        at = sts.index(f) if f in sts else -1
+        prev = sts[at - 1] if at >= 1 else None
+        ds = prev.children_by_field_name("declarator") if prev is not None and prev.type == "declaration" else []
+        if prev is None or len(ds) != 1 or ds[0].type != "init_declarator" or any(
+                c.type == "storage_class_specifier" for c in prev.children):
+            continue
+        nm = ds[0].child_by_field_name("declarator")
+        if nm is None or nm.type != "identifier":
+            continue
+        var = k.t(nm)
+        header = [x for x in (f.child_by_field_name("condition"), f.child_by_field_name("update")) if x is not None]
+        if not any(idents(x, k.data, var) for x in header):
+            continue
+        if any(idents(s, k.data, var) for s in sts[at + 1:]):
+            skipped = skipped or Skipped(f"`{var}` is read after the loop", k.line(f))
+            continue
+        semi = next(c for c in f.children if c.type == ";")
+        decl = k.t(prev).rstrip(";").strip()
+        return Changed(splice(k.data, [(prev.start_byte, prev.end_byte, ""), (semi.start_byte, semi.start_byte,
+                                                                           decl)]),
+                       f"`{var}` declared in the header of its loop (line {k.line(f)})")
+    return skipped
 
 
 @register("while_to_for", "`T i = v; while (c) { ...; i += s; }`: i written only by that last statement, "
