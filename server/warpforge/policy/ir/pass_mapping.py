@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from tree_sitter import Node
+
 from ...cuda.tree import unparen, written_names
 from ..rules._structural import global_index, is_grid_stride
 from .affine import NonAffine, Poly, affine, poly
@@ -33,6 +35,18 @@ def _on_1d_grid(p: Poly) -> Poly:
     return {m: c for m, c in out.items() if c}
 
 
+def _single_init(decl: Node) -> tuple[Node, Node, Node] | None:
+    """(name, value, type) of a declaration of one initialized plain name (``T name = value``), else None."""
+    ds = decl.children_by_field_name("declarator")
+    t = decl.child_by_field_name("type")
+    if len(ds) != 1 or ds[0].type != "init_declarator" or t is None:
+        return None
+    name, value = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+    if name is None or value is None or name.type != "identifier":
+        return None
+    return name, value, t
+
+
 @register("thread_index", "a local whose value equals blockIdx.x * blockDim.x + threadIdx.x on the launch "
                           "(a 1-D grid makes blockIdx.y/z zero)")
 def thread_index(k: Kernel, env: PassEnv) -> Result:
@@ -40,15 +54,11 @@ def thread_index(k: Kernel, env: PassEnv) -> Result:
     scope = scope_of(k, uniform, set())
     written = written_names(k.body, k.data)
     for d in k.body.children:
-        if d.type != "declaration":
+        one = _single_init(d) if d.type == "declaration" else None
+        if one is None:
             continue
-        ds = d.children_by_field_name("declarator")
-        t = d.child_by_field_name("type")
-        if len(ds) != 1 or ds[0].type != "init_declarator" or t is None:
-            continue
-        name, value = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-        if name is None or value is None or name.type != "identifier" or unparen(value).type == "identifier" \
-                or k.t(name) in written:
+        name, value, t = one
+        if unparen(value).type == "identifier" or k.t(name) in written:
             continue  # a copy is copy_propagation's; a local written later is not the index throughout
         try:
             p = poly(value, scope)
@@ -95,16 +105,11 @@ def grid_stride_loop(k: Kernel, env: PassEnv) -> Result:
         if f.type != "for_statement":
             continue
         init, upd, body = (f.child_by_field_name(x) for x in ("initializer", "update", "body"))
-        if init is None or upd is None or body is None or init.type != "declaration":
+        one = _single_init(init) if init is not None and init.type == "declaration" else None
+        if one is None or upd is None or body is None or unparen(upd).type != "assignment_expression":
             continue
-        ds = init.children_by_field_name("declarator")
-        t = init.child_by_field_name("type")
-        if len(ds) != 1 or ds[0].type != "init_declarator" or t is None:
-            continue
-        name, start = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        name, start, t = one
         u = unparen(upd)
-        if name is None or start is None or name.type != "identifier" or u.type != "assignment_expression":
-            continue
         var = k.t(name)
         op, left, step = (u.child_by_field_name(x) for x in ("operator", "left", "right"))
         if op is None or left is None or step is None or k.t(op) != "+=" or k.t(unparen(left)) != var:
