@@ -145,6 +145,14 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         loop, value, step = found
         body = loop.child_by_field_name("body")
         assert body is not None
+        # a jump out of the walk over the items (a return the IR could not turn into a guard, a break of that
+        # loop) ends this thread's later items: a group per item walks other items, so other work would end
+        own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
+                        and n is not body), None)
+        out = own or next(walk(body, ("return_statement", "goto_statement")), None)
+        if out is not None:
+            return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` ends this thread's walk over the items (line "
+                            f"{k.line(out)}): under another mapping it would end other items' work", k.line(out))
         outside = [st for st in top if st is not loop]
         block, lane_at, form = _item_block(statements(body), dim.var, k), loop.start_byte, "grid-stride"
     else:
