@@ -147,9 +147,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         assert body is not None
         # a jump out of the walk over the items (a return the IR could not turn into a guard, a break of that
         # loop) ends this thread's later items: a group per item walks other items, so other work would end
-        own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
-                        and n is not body), None)
-        out = own or next(walk(body, ("return_statement", "goto_statement")), None)
+        out = _leaves(body)
         if out is not None:
             return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` ends this thread's walk over the items (line "
                             f"{k.line(out)}): under another mapping it would end other items' work", k.line(out))
@@ -263,6 +261,14 @@ def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list
     return (sts, passed) if sts else None
 
 
+def _leaves(body: Node) -> Node | None:
+    """The first jump out of the loop whose body is ``body``: a ``break`` of that loop (not of a loop or switch
+    nested in it), or any ``return``/``goto``."""
+    own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
+                    and n is not body), None)
+    return own or next(walk(body, ("return_statement", "goto_statement")), None)
+
+
 def _split_loop(loop: Node, k: Kernel, targs: Mapping[str, str]) -> SplitLoop | NotLegal:
     parts = _loop_parts(loop, k)
     if isinstance(parts, NotLegal):
@@ -270,9 +276,7 @@ def _split_loop(loop: Node, k: Kernel, targs: Mapping[str, str]) -> SplitLoop | 
     var, init_value, update = parts
     body = loop.child_by_field_name("body")
     assert body is not None
-    own = next(walk(body, ("break_statement",), cut=lambda n: n.type in (*_LOOPS, "switch_statement")
-                    and n is not body), None)
-    out = own or next(walk(body, ("return_statement", "goto_statement")), None)
+    out = _leaves(body)
     if out is not None:
         return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` leaves the loop early (line {k.line(out)}): lanes "
                         "would stop at different iterations", k.line(out))
