@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +45,27 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     lp.close()
 
 
+Open = Callable[[str, str], Evaluator]
+
+
+@pytest.fixture
+def open_kernel(backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> Iterator[Open]:
+    """``open_kernel(source, kernel)``: the source written to a file of the test's own folder and an ``Evaluator``
+    for the kernel on the shared backend, closed when the test ends (its worker and builds go with it)."""
+    opened: list[Evaluator] = []
+
+    def open_(source: str, kernel: str) -> Evaluator:
+        path = tmp_path / f"{kernel}.cu"
+        path.write_text(source, encoding="utf-8")
+        ev = Evaluator(path, kernel, backend=backend, settings=SETTINGS)
+        opened.append(ev)
+        return ev
+
+    yield open_
+    for ev in opened:
+        loop.run_until_complete(ev.close())
+
+
 # The original leaves the last element of `y` unwritten (its spec length says N).
 SHORT = """// @warpforge size N = 1 << 16
 // @warpforge arg x: in float[N]
@@ -59,21 +80,16 @@ __global__ void scale(const float* x, float* y, int n) {
 
 
 def test_device_comparison_says_the_original_never_writes_the_element(
-        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
-    path = tmp_path / "scale.cu"
-    path.write_text(SHORT, encoding="utf-8")
-    ev = Evaluator(path, "scale", backend=backend, settings=SETTINGS)
-    try:
-        full = ev.original.derive(source=ev.original.source.replace("i < n - 1", "i < n"), family="writes-all")
-        e = loop.run_until_complete(ev.evaluate(full))
-        assert e.status == "incorrect", e.reason
-        # the first mismatch is the last element: the original never writes it, and the message says so
-        assert "1 written where the original never writes" in e.reason, e.reason
-        assert f"first at [{(1 << 16) - 1}]" in e.reason and "the original never writes" in e.reason, e.reason
-        same = loop.run_until_complete(ev.evaluate(ev.original.derive(defines={"WF_SAME": "1"}, family="same")))
-        assert same.status == "ok", same.reason
-    finally:
-        loop.run_until_complete(ev.close())
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
+    ev = open_kernel(SHORT, "scale")
+    full = ev.original.derive(source=ev.original.source.replace("i < n - 1", "i < n"), family="writes-all")
+    e = loop.run_until_complete(ev.evaluate(full))
+    assert e.status == "incorrect", e.reason
+    # the first mismatch is the last element: the original never writes it, and the message says so
+    assert "1 written where the original never writes" in e.reason, e.reason
+    assert f"first at [{(1 << 16) - 1}]" in e.reason and "the original never writes" in e.reason, e.reason
+    same = loop.run_until_complete(ev.evaluate(ev.original.derive(defines={"WF_SAME": "1"}, family="same")))
+    assert same.status == "ok", same.reason
 
 
 TWO_OUT = """#ifndef DY
@@ -96,23 +112,18 @@ __global__ void two(const float* x, float* y, float* dw, int n) {
 
 
 def test_a_per_argument_tolerance_loosens_that_output_only(
-        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
-    path = tmp_path / "two.cu"
-    path.write_text(TWO_OUT, encoding="utf-8")
-    ev = Evaluator(path, "two", backend=backend, settings=SETTINGS)
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
+    ev = open_kernel(TWO_OUT, "two")
 
     def evaluate(c: Candidate) -> str:
         e = loop.run_until_complete(ev.evaluate(c))
         return e.status + ": " + e.reason
 
-    try:
-        # 1e-3 off in dw: inside its own atol of 2e-3
-        assert evaluate(ev.original.derive(defines={"DW": "1e-3f"}, family="dw")).startswith("ok")
-        # the same 1e-3 in y: far outside float's default atol 1e-5, which dw's tolerance does not loosen
-        bad = evaluate(ev.original.derive(defines={"DY": "1e-3f"}, family="dy"))
-        assert bad.startswith("incorrect") and "`y`" in bad and "atol=1e-05" in bad, bad
-    finally:
-        loop.run_until_complete(ev.close())
+    # 1e-3 off in dw: inside its own atol of 2e-3
+    assert evaluate(ev.original.derive(defines={"DW": "1e-3f"}, family="dw")).startswith("ok")
+    # the same 1e-3 in y: far outside float's default atol 1e-5, which dw's tolerance does not loosen
+    bad = evaluate(ev.original.derive(defines={"DY": "1e-3f"}, family="dy"))
+    assert bad.startswith("incorrect") and "`y`" in bad and "atol=1e-05" in bad, bad
 
 
 ROWSUM = """// @warpforge size B = 4096
@@ -178,61 +189,46 @@ __global__ void twice(const float* x, float* y) {
 
 
 def test_an_original_without_a_tail_guard_is_verified_at_aligned_perturbed_sizes(
-        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
-    path = tmp_path / "twice.cu"
-    path.write_text(UNGUARDED, encoding="utf-8")
-    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
-    try:
-        base = loop.run_until_complete(ev.baseline())
-        assert base.status == "ok", base.reason
-        # 4 ... 64 still leave a partial last block; 128 is the first alignment the original runs cleanly at
-        # (943719 rounded down to a multiple of 128 is 943616 = 3686 * 256)
-        note = next(n for n in base.notes if "fails at the plain perturbed size" in n)
-        assert "N=943616" in note and "multiples of 128" in note and "writes outside its buffers" in note, note
-        assert {r.variant for r in base.correctness.runs} >= {"spec", "odd"}
-        assert any(r.variant == "odd" and "943616" in r.sizes for r in base.correctness.runs)
-        # a candidate is checked at that size too, and told so; a wrong one is still caught there
-        good = loop.run_until_complete(ev.evaluate(ev.original.derive(
-            source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
-        assert good.status == "ok", good.reason
-        assert note in good.notes
-        assert any(r.variant == "odd" and "943616" in r.sizes for r in good.correctness.runs)
-        # right at the spec size (4096 blocks), wrong at any other: it skips its last block there
-        bad = loop.run_until_complete(ev.evaluate(ev.original.derive(
-            source=ev.original.source.replace(
-                "    y[i] = 2.0f * x[i];", "    if (gridDim.x != 4096 && blockIdx.x == gridDim.x - 1) return;\n"
-                                         "    y[i] = 2.0f * x[i];"),
-            family="skips-the-last-block")))
-        assert bad.status == "incorrect" and "odd size" in bad.reason, bad.reason
-    finally:
-        loop.run_until_complete(ev.close())
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
+    ev = open_kernel(UNGUARDED, "twice")
+    base = loop.run_until_complete(ev.baseline())
+    assert base.status == "ok", base.reason
+    # 4 ... 64 still leave a partial last block; 128 is the first alignment the original runs cleanly at
+    # (943719 rounded down to a multiple of 128 is 943616 = 3686 * 256)
+    note = next(n for n in base.notes if "fails at the plain perturbed size" in n)
+    assert "N=943616" in note and "multiples of 128" in note and "writes outside its buffers" in note, note
+    assert {r.variant for r in base.correctness.runs} >= {"spec", "odd"}
+    assert any(r.variant == "odd" and "943616" in r.sizes for r in base.correctness.runs)
+    # a candidate is checked at that size too, and told so; a wrong one is still caught there
+    good = loop.run_until_complete(ev.evaluate(ev.original.derive(
+        source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
+    assert good.status == "ok", good.reason
+    assert note in good.notes
+    assert any(r.variant == "odd" and "943616" in r.sizes for r in good.correctness.runs)
+    # right at the spec size (4096 blocks), wrong at any other: it skips its last block there
+    bad = loop.run_until_complete(ev.evaluate(ev.original.derive(
+        source=ev.original.source.replace(
+            "    y[i] = 2.0f * x[i];", "    if (gridDim.x != 4096 && blockIdx.x == gridDim.x - 1) return;\n"
+                                     "    y[i] = 2.0f * x[i];"),
+        family="skips-the-last-block")))
+    assert bad.status == "incorrect" and "odd size" in bad.reason, bad.reason
 
 
 def test_the_search_root_of_an_unguarded_original_is_evaluated_at_the_aligned_size(
-        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
     # the search evaluates the original as its root (``evaluate``, not ``baseline``): the same retry applies
-    path = tmp_path / "twice.cu"
-    path.write_text(UNGUARDED, encoding="utf-8")
-    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
-    try:
-        root = loop.run_until_complete(ev.evaluate(ev.original))
-        assert root.status == "ok", root.reason
-        assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in root.notes), root.notes
-    finally:
-        loop.run_until_complete(ev.close())
+    ev = open_kernel(UNGUARDED, "twice")
+    root = loop.run_until_complete(ev.evaluate(ev.original))
+    assert root.status == "ok", root.reason
+    assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in root.notes), root.notes
 
 
 def test_a_variant_verified_alone_beside_an_unguarded_original_is_evaluated_at_the_aligned_size(
-        backend: Backend, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
     # ``warpforge verify`` evaluates only the variant: the original's failure at the perturbed size is met in
     # that evaluation, and the same retry applies (the independent re-timing rejected two winners before)
-    path = tmp_path / "twice.cu"
-    path.write_text(UNGUARDED, encoding="utf-8")
-    ev = Evaluator(path, "twice", backend=backend, settings=SETTINGS)
-    try:
-        var = loop.run_until_complete(ev.evaluate(ev.original.derive(
-            source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
-        assert var.status == "ok", var.reason
-        assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in var.notes), var.notes
-    finally:
-        loop.run_until_complete(ev.close())
+    ev = open_kernel(UNGUARDED, "twice")
+    var = loop.run_until_complete(ev.evaluate(ev.original.derive(
+        source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
+    assert var.status == "ok", var.reason
+    assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in var.notes), var.notes
