@@ -22,6 +22,7 @@ from pathlib import Path
 from tree_sitter import Node
 
 from ..compiler.files import read_text_regular
+from . import conditionals
 from .model import DeclKind, FileModel, Param
 from .parser import parse as parse_model
 from .parser import parse_tree
@@ -75,13 +76,24 @@ def param_key(p: Param, aliases: Aliases) -> tuple[str, int, bool, tuple[str, ..
     return base, p.pointer_depth + extra, p.is_reference, tuple(p.array_dims)
 
 
-def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[str, int]]:
+def type_aliases(source: str | SourceText, model: FileModel, marks: Sequence[tuple[int, bool]] | None = None
+                 ) -> dict[str, tuple[str, int]]:
     """Top-level ``typedef`` and ``using X = ...;`` aliases of a file: name -> (type, added pointer depth).
 
     Struct typedefs (``typedef struct {...} S;``) name a type of their own and are left out; template
-    aliases are left out (their meaning depends on arguments)."""
+    aliases are left out (their meaning depends on arguments). With ``marks`` (``conditionals.walk``'s
+    offsets and flags for this file) only the aliases in ``#if`` branches that hold are read."""
     src = source if isinstance(source, SourceText) else SourceText(source)
-    out: dict[str, tuple[str, int]] = {}
+    out = {name: value for at, name, value in _aliases_at(src, model) if marks is None or conditionals.live(at, marks)}
+    for macro, target in macro_type_aliases(src.text).items():
+        out.setdefault(macro, (target, 0))
+    return out
+
+
+def _aliases_at(source: str | SourceText, model: FileModel) -> list[tuple[int, str, tuple[str, int]]]:
+    """``type_aliases`` in file order, each with the byte offset of its declaration."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
+    out: list[tuple[int, str, tuple[str, int]]] = []
     for d in model.declarations:
         if d.kind is not DeclKind.TYPE:
             continue
@@ -102,7 +114,7 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                         stars += 1
                         cur = cur.child_by_field_name("declarator")
                     if cur is not None and cur.type in ("type_identifier", "identifier"):
-                        out[node_text(cur, data)] = (node_text(tnode, data), stars)
+                        out.append((d.span.start, node_text(cur, data), (node_text(tnode, data), stars)))
             elif node.type == "alias_declaration":
                 name = node.child_by_field_name("name")
                 tdesc = node.child_by_field_name("type")
@@ -115,9 +127,7 @@ def type_aliases(source: str | SourceText, model: FileModel) -> dict[str, tuple[
                     stars += 1
                     cur = cur.child_by_field_name("declarator")
                 if atype is not None and cur is None:
-                    out[node_text(name, data)] = (node_text(atype, data), stars)
-    for macro, target in macro_type_aliases(src.text).items():
-        out.setdefault(macro, (target, 0))
+                    out.append((d.span.start, node_text(name, data), (node_text(atype, data), stars)))
     return out
 
 
@@ -153,16 +163,29 @@ HEADER_CACHE_MAX = 256
 
 @dataclass(frozen=True)
 class _Header:
-    """What ``header_aliases`` needs of one header: its quoted includes, in order, and its own aliases."""
+    """What ``header_aliases`` needs of one header, as written (before any ``#if`` is decided): its
+    preprocessor lines, and its declarations each at its byte offset, so that a reading under given defines
+    (``_reached``) keeps those in branches that hold."""
 
-    includes: tuple[str, ...]
-    aliases: tuple[tuple[str, tuple[str, int]], ...]
+    directives: tuple[conditionals.Directive, ...]
+    aliases: tuple[tuple[int, str, tuple[str, int]], ...]
     #: its enums -> the integer type their values are passed as (``enum_types``)
     enums: tuple[tuple[str, str], ...]
     #: its enumerators with known values (``enumerators``)
     enum_values: tuple[tuple[str, int], ...]
     #: its object-like ``#define NAME VALUE`` lines, as written (``header_defines``)
-    macros: tuple[tuple[str, str], ...] = ()
+    macros: tuple[tuple[int, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One header as ``_reached`` read it under the defines in effect where it was included: the aliases and
+    defines of its branches that hold."""
+
+    aliases: dict[str, tuple[str, int]]
+    enums: tuple[tuple[str, str], ...]
+    enum_values: tuple[tuple[str, int], ...]
+    macros: dict[str, str]
 
 
 #: (resolved path, mtime_ns, size) -> the header as read then (None: tree-sitter could not read it)
@@ -178,11 +201,11 @@ def _read_header(path: Path) -> _Header | None:
         hmodel = parse_model(hsrc.data)
     except Exception:  # a header tree-sitter cannot read is skipped, never fatal
         return None
-    macros = tuple((m.group(1), re.sub(r"/\*.*?\*/|//.*$", " ", m.group(2)).strip())
-                   for m in _OBJECT_MACRO.finditer(text))
-    return _Header(tuple(inc.path for inc in hmodel.includes if not inc.system),
-                   tuple(type_aliases(hsrc, hmodel).items()), tuple(enum_types(hsrc, hmodel).items()),
-                   tuple(enumerators(hsrc, hmodel).items()), tuple((n, v) for n, v in macros if v))
+    macros = tuple((len(text[: m.start()].encode("utf-8")) if not text.isascii() else m.start(), m.group(1),
+                    re.sub(r"/\*.*?\*/|//.*$", " ", m.group(2)).strip()) for m in _OBJECT_MACRO.finditer(text))
+    return _Header(conditionals.directives(hsrc.data), tuple(_aliases_at(hsrc, hmodel)),
+                   tuple(enum_types(hsrc, hmodel).items()), tuple(enumerators(hsrc, hmodel).items()),
+                   tuple((at, n, v) for at, n, v in macros if v))
 
 
 def _header(path: Path, mtime_ns: int, size: int) -> _Header | None:
@@ -211,7 +234,7 @@ def header_defines(file: str | Path | None, model: FileModel, include_dirs: Sequ
     headers win, like ``header_aliases``): a size a project keeps in a header (``#define N (1 << 20)`` in
     ``config.h``) is a size of every file that includes it. The caller keeps those that are constants."""
     out: dict[str, str] = {}
-    for h in _reached(file, model, include_dirs):
+    for h in _reached(file, model, include_dirs)[0]:
         out.update(h.macros)
     return out
 
@@ -228,57 +251,81 @@ def header_aliases(file: str | Path | None, model: FileModel, include_dirs: Sequ
     Nearer declarations win: the file's own aliases (``type_aliases``) override these at the caller, and an
     including header's override the ones it includes."""
     found: dict[str, tuple[str, int]] = {}
-    for h in _reached(file, model, include_dirs):
+    for h in _reached(file, model, include_dirs)[0]:
         found.update(h.aliases)
     return found
 
 
-def _reached(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = ()) -> list[_Header]:
-    """The headers ``file`` reaches through quoted includes, each after the headers it includes (so that a
-    later entry's declarations win when merged in order); bounded in depth, files and bytes."""
+def _reached(file: str | Path | None, model: FileModel, include_dirs: Sequence[str | Path] = (),
+             data: bytes | None = None, defines: Mapping[str, str] | None = None
+             ) -> tuple[list[_Reading], list[tuple[int, bool]]]:
+    """The headers ``file`` reaches through quoted includes, each read after the headers it includes (so that
+    a later entry's declarations win when merged in order), bounded in depth, files and bytes; and the file's
+    own ``#if`` marks (``conditionals.walk``), for its own declarations.
+
+    The file (``data``, else read from disk) is walked in order with ``defines`` (the build's ``-D``; else the
+    project build's, where one governs the file): a ``#define`` above an ``#include`` is seen by that header,
+    an include in a branch that does not hold is not followed, and a header's declarations in such a branch
+    are left out (``conditionals``)."""
     if file is None:
-        return []
+        return [], []
     try:
         start = Path(file).resolve()
     except OSError:
-        return []
-    if not start.is_file():
-        return []
+        return [], []
+    if data is None:
+        if not start.is_file():
+            return [], []
+        try:
+            data = read_text_regular(start).encode("utf-8")
+        except (OSError, ValueError):
+            return [], []
+    if defines is None:
+        defines = project_defines(start)
+    macros: dict[str, str | None] = dict(defines)
     dirs = [Path(d) for d in include_dirs]
     seen: set[Path] = {start}
     budget = [HEADER_MAX_FILES, HEADER_MAX_BYTES]
+    found: list[_Reading] = []
 
-    def visit(path: Path, includes: Sequence[str], depth: int) -> list[_Header]:
-        found: list[_Header] = []
-        if depth >= HEADER_DEPTH:
-            return found
-        for inc in includes:
-            for base in (path.parent, *dirs):
-                cand = base / inc
-                try:
-                    if not cand.is_file():
-                        continue
-                    cand = cand.resolve()
-                    if cand in seen or budget[0] <= 0:
-                        break
-                    st = cand.stat()
-                    if st.st_size > budget[1]:
-                        break
-                    header = _header(cand, st.st_mtime_ns, st.st_size)
-                except OSError:
+    def follow(path: Path, inc: str, depth: int) -> None:
+        for base in (path.parent, *dirs):
+            cand = base / inc
+            try:
+                if not cand.is_file():
                     continue
-                seen.add(cand)
-                budget[0] -= 1
-                budget[1] -= st.st_size
-                if header is None:
-                    break
-                # what this header includes first, then its own declarations over them
-                found.extend(visit(cand, header.includes, depth + 1))
-                found.append(header)
-                break
-        return found
+                cand = cand.resolve()
+                if cand in seen or budget[0] <= 0:
+                    return
+                st = cand.stat()
+                if st.st_size > budget[1]:
+                    return
+                header = _header(cand, st.st_mtime_ns, st.st_size)
+            except OSError:
+                continue
+            seen.add(cand)
+            budget[0] -= 1
+            budget[1] -= st.st_size
+            if header is None:
+                return
+            marks = walk_file(cand, header.directives, depth + 1)
+            found.append(_Reading({n: v for at, n, v in header.aliases if conditionals.live(at, marks)},
+                                  header.enums, header.enum_values,
+                                  {n: v for at, n, v in header.macros if conditionals.live(at, marks)}))
+            return
 
-    return visit(start, [inc.path for inc in model.includes if not inc.system], 0)
+    def walk_file(path: Path, items: tuple[conditionals.Directive, ...], depth: int) -> list[tuple[int, bool]]:
+        marks: list[tuple[int, bool]] = []
+        for d, on in conditionals.walk(items, macros):
+            marks.append((d.offset, on))
+            inc = conditionals.include_target(d)
+            if on and inc is not None and depth < HEADER_DEPTH:
+                # what this header includes first, then its own declarations over them
+                follow(path, inc, depth)
+        return marks
+
+    own = walk_file(start, conditionals.directives(data), 0)
+    return found, own
 
 
 def enum_types(source: str | SourceText, model: FileModel) -> dict[str, str]:
@@ -344,7 +391,7 @@ def file_enums(source: str | SourceText, model: FileModel, file: str | Path | No
     if not include_dirs and file is not None:
         include_dirs = project_include_dirs(file)
     found: dict[str, str] = {}
-    for h in _reached(file, model, include_dirs):
+    for h in _reached(file, model, include_dirs)[0]:
         found.update(h.enums)
     return {**found, **enum_types(source, model)}
 
@@ -356,19 +403,36 @@ def file_enumerators(source: str | SourceText, model: FileModel, file: str | Pat
     if not include_dirs and file is not None:
         include_dirs = project_include_dirs(file)
     found: dict[str, int] = {}
-    for h in _reached(file, model, include_dirs):
+    for h in _reached(file, model, include_dirs)[0]:
         found.update(h.enum_values)
     return {**found, **enumerators(source, model)}
 
 
 def file_aliases(source: str | SourceText, model: FileModel, file: str | Path | None = None,
-                 include_dirs: Sequence[str | Path] = ()) -> dict[str, tuple[str, int]]:
-    """``type_aliases`` of the file over those of the headers it includes (``header_aliases``), looked up in
-    ``include_dirs``, else in the ``-I`` folders of the project's build description (``compiler.project``):
-    ``#include "real.h"`` found through ``-Iinclude``."""
+                 include_dirs: Sequence[str | Path] = (), defines: Mapping[str, str] | None = None
+                 ) -> dict[str, tuple[str, int]]:
+    """``type_aliases`` of the file over those of the headers it includes, looked up in ``include_dirs``, else
+    in the ``-I`` folders of the project's build description (``compiler.project``): ``#include "real.h"``
+    found through ``-Iinclude``. Read as the compiler reads them under ``defines`` (else the project build's):
+    an alias in an ``#if`` branch that does not hold is not one (``conditionals``)."""
+    src = source if isinstance(source, SourceText) else SourceText(source)
     if not include_dirs and file is not None:
         include_dirs = project_include_dirs(file)
-    return {**header_aliases(file, model, include_dirs), **type_aliases(source, model)}
+    if file is None:
+        return type_aliases(src, model, conditionals.marks(src.data, defines or {}))
+    found: dict[str, tuple[str, int]] = {}
+    headers, own = _reached(file, model, include_dirs, src.data, defines)
+    for h in headers:
+        found.update(h.aliases)
+    return {**found, **type_aliases(src, model, own)}
+
+
+def project_defines(file: str | Path) -> dict[str, str]:
+    """The ``-D`` defines of the build description governing ``file`` (``compiler.project``), or none."""
+    from ..compiler.project import project_build  # the build description is read only when asked
+
+    build = project_build(file)
+    return build.define_map() if build is not None else {}
 
 
 def project_include_dirs(file: str | Path) -> tuple[str, ...]:

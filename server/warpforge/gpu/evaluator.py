@@ -193,7 +193,8 @@ class Evaluator:
         #: the file's typedef/using aliases over its headers' (found as the project's build finds them): the
         #: signature guard compares types through them
         proj = project_build(self.file) if Path(self.file).is_file() else None
-        self.aliases = file_aliases(self.src, self.model, self.file, proj.include_dirs if proj is not None else ())
+        self.aliases = file_aliases(self.src, self.model, self.file, proj.include_dirs if proj is not None else (),
+                                    proj.define_map() if proj is not None else {})
         self.arch = default_arch(self.settings.arch)
         self.variants = ["spec"] + (["odd"] if self.settings.odd and self.spec.symbolic else [])
         self.layouts = {v: Layout.from_resolved(self.spec.resolve(perturbed=(v == "odd")), v) for v in self.variants}
