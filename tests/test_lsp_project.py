@@ -87,6 +87,24 @@ async def wait_for(client: LanguageClient, uri: str, pred: Any, timeout: float =
     raise AssertionError(f"diagnostics of {uri} never matched: {client.diagnostics.get(uri)}")
 
 
+async def publishes_until(client: LanguageClient, uri: str, pred: Any, timeout: float = 60.0
+                          ) -> list[list[lsp.Diagnostic]]:
+    """Every publish of ``uri``'s diagnostics from now until one matches (each publish is a new list; the
+    source phase's stays up while nvcc runs, hundreds of milliseconds, so polling sees it)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    start = client.diagnostics.get(uri)
+    seen: list[list[lsp.Diagnostic]] = []
+    while loop.time() < end:
+        got = client.diagnostics.get(uri)
+        if got is not None and got is not start and (not seen or got is not seen[-1]):
+            seen.append(got)
+            if pred(got):
+                return seen
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"diagnostics of {uri} never matched: {client.diagnostics.get(uri)}")
+
+
 def open_file(client: LanguageClient, path: Path, language: str = "cuda-cpp") -> str:
     uri = path.as_uri()
     client.text_document_did_open(lsp.DidOpenTextDocumentParams(
@@ -143,7 +161,10 @@ async def test_missing_header_on_its_include_with_a_fix_that_clears_it(client: L
     assert written == root / "warpforge.toml"
     assert written.read_text() == '[build]\ninclude = ["include"]\n'
     watched(client, written, lsp.FileChangeType.Created)
-    await wait_for(client, uri, lambda d: not errors(d))
+    # The build changed under the document: the source phase, published while nvcc runs again, must not carry
+    # the old build's "No such file" forward (it did, and the error came back after it had cleared in the UI).
+    seen = await publishes_until(client, uri, lambda d: not errors(d))
+    assert not any(errors(d) for d in seen), [[x.message for x in errors(d)] for d in seen]
     # nvcc's own output (its command and ptxas's report) reached the Output channel; the log message may come
     # after the diagnostics that cleared (seen on a loaded 2-core CI machine), so it gets a bounded wait
     for _ in range(100):

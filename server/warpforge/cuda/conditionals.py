@@ -43,7 +43,8 @@ _DIRECTIVE = re.compile(
 _HASH_LINE = re.compile(rb"^[ \t]*#", re.M)
 _INCLUDE = re.compile(r'^"([^"]+)"')
 _DEFINE = re.compile(r"^([A-Za-z_]\w*)(\()?[ \t]*(.*)$")
-_TOKEN = re.compile(r"\s*(defined\b|0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*|[A-Za-z_]\w*|&&|\|\||==|!=|<=|>=|<<|>>|[!()<>+\-*/%])")
+_TOKEN = re.compile(
+    r"\s*(defined\b|0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*|[A-Za-z_]\w*|&&|\|\||==|!=|<=|>=|<<|>>|[!()<>+\-*/%])")
 _COMMENT = re.compile(r"/\*.*?\*/|//.*$")
 
 

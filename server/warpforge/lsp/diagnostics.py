@@ -54,6 +54,9 @@ class DocState:
     #: the headers the document reaches (its folder and the project's include folders): saving one of them,
     #: or the file watcher reporting a change, analyzes the document again
     headers: frozenset[Path] = frozenset()
+    #: what the document compiles against changed (a header, ``warpforge.toml``, ``compile_commands.json``)
+    #: since ``report``: its compiler findings are not carried into the next source phase (see ``_run_phases``)
+    build_changed: bool = False
 
 
 def _kernel_texts(text: str) -> dict[str, str]:
@@ -172,9 +175,11 @@ class Diagnostics:
             if current.version != version or current.source != text:
                 return  # stale: a newer run is scheduled
             st = self.state(uri)
-            if not use_compiler and st.report is not None:
+            if not use_compiler and st.report is not None and not st.build_changed:
                 # Until phase two lands, keep the compiler/SASS findings of kernels whose text is unchanged
-                # (no flicker); those of edited kernels are dropped, they may point at moved lines.
+                # (no flicker); those of edited kernels are dropped, they may point at moved lines. Not when
+                # the build changed under the document: a header now found must not stay an error until nvcc
+                # has run again (cmake writing compile_commands.json showed WF000 again after it had cleared).
                 report.findings.extend(
                     f for f in st.report.findings
                     if f.source in ("compiler", "sass") and f.kernel is not None
@@ -185,6 +190,7 @@ class Diagnostics:
             st.report = report
             if use_compiler:
                 st.headers = headers
+                st.build_changed = False
             self.publish(uri)
             if use_compiler:
                 self._log_build(path, report)
@@ -209,6 +215,7 @@ class Diagnostics:
         """Analyze these documents again now (a header or the project's build changed under them)."""
         for uri in uris:
             if uri in self.docs:
+                self.docs[uri].build_changed = True
                 self.schedule(uri, 0.0)
 
     def findings(self, uri: str) -> list[Finding]:
