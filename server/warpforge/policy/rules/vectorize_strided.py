@@ -1,0 +1,534 @@
+"""vectorize_strided: vector loads and stores in a loop whose threads stride over a row together.
+
+Why it helps: a row kernel (a block or a warp per row: softmax, layernorm, a bias gradient, a row scale) walks
+its row with ``for (j = lane; j < C; j += 32)`` or ``for (j = threadIdx.x; j < C; j += blockDim.x)``: each
+thread moves one element per iteration, so a 4-byte load per instruction and the address arithmetic of every
+element. Giving each thread ``w`` consecutive elements per step, moved with one 8- or 16-byte access, is what
+the experts' versions do (llm.c's ``x128``): fewer load/store instructions, more bytes in flight per thread,
+closer to DRAM bandwidth. ``vectorize`` does this for one thread per element; this family does it inside the
+cooperative loops that ``vectorize`` (and ``warp_per_row``'s own output) leave scalar.
+
+Recognized loop (anywhere in the kernel, also in a loop over rows): ``for (T j = S; j < E; j += STEP) BODY``
+where the threads that run it start at every residue of ``STEP`` once: ``S`` is ``threadIdx.x`` with ``STEP``
+``blockDim.x`` on a one-dimensional block, or the thread's lane (``threadIdx.x % 32``, ``& 31``,
+``% warpSize``, ``warp.thread_rank()``, a local holding one of these) with ``STEP`` ``32``, ``warpSize`` or
+``warp.size()``; ``E`` is not written in the loop.
+
+Legality (each decline says which failed):
+
+* every access of BODY to a pointer at the loop index is ``p[OFF + j]`` (or ``p[j]``, ``p[j + OFF]``) with
+  ``OFF`` free of ``j`` and of anything the loop writes: a *stream* of consecutive elements;
+* a pointer BODY writes is accessed only in such streams, all with the same ``OFF``: the element ``j`` is then
+  owned by whichever thread handles ``j``, and no thread reads what another writes;
+* BODY has no barrier, shuffle or atomic (threads now run different numbers of iterations), no ``return``,
+  ``break``, ``continue`` or ``goto``, does not write ``j`` or read the thread coordinates;
+* a scalar from outside the loop that BODY writes is an accumulator (``s += e``, ``s = fmaxf(s, e)``): a
+  thread now sums other elements, so each partial must be combined across the threads after the loop — its
+  next use is a shuffle, a ``__reduce_*``/``cg::reduce``/``*Reduce*`` call, an atomic or a store into shared
+  memory. Sums are then added in another order (within the spec's tolerance, which verification checks);
+* every stream's element type is a scalar of 1, 2, 4 or 8 bytes as instantiated.
+
+The rewrite: the loop runs over *chunks* of ``w`` elements, chunk ``c`` (elements ``c*w .. c*w+w-1``) taken by
+the thread that the original gave element ``c``: ``for (c = S; c * w < E; c += STEP)``. A full chunk whose
+streams are aligned to the vector (checked once before the loop, at run time: offsets into a row are not) runs
+BODY once per element on values loaded as one vector per stream, then stores the written streams; a partial
+or unaligned chunk runs the original BODY per element. Every thread partitions the row by the same chunks
+whichever path it takes, so every element is handled exactly once. Widths ``x8``/``x4``/``x2`` where the widest
+stream's vector is 8 to 16 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tree_sitter import Node
+
+from ...cuda.candidate import Candidate
+from ...cuda.tree import node_text, walk
+from ...spec.model import DTYPES, canonical_dtype
+from . import register
+from ._structural import (
+    MINMAX_FUNCS,
+    all_names,
+    binary_parts,
+    declared_names,
+    flush,
+    has_collective,
+    has_jump,
+    indent,
+    is_1d,
+    line_indent_of,
+    render,
+    resolved_type,
+    shared_arrays,
+    single_decl,
+    statements,
+    subscript_parts,
+    unparen,
+    with_body,
+    written_names,
+)
+from ._util import kernel_body
+from ._why import Stage, declined
+from .base import Rule, RuleContext
+
+PREFIX = "wfs_"
+WIDTHS = {"x8": 8, "x4": 4, "x2": 2}
+MAX_BYTES = 16
+MIN_BYTES = 8
+_COORDS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim"})
+_WARP = frozenset({"32", "warpSize"})
+#: calls after the loop that combine each thread's partial across threads
+_COMBINERS = ("__shfl", "__reduce_", "atomic", "reduce", "Reduce", "REDUCE")
+
+
+@dataclass
+class _Stream:
+    """``ptr[OFF + j]`` in one loop: consecutive elements of one pointer at one offset."""
+
+    ptr: str
+    off: str  # the offset's text, "" for none
+    elem: str
+    size: int
+    const: bool
+    read: bool = False
+    written: bool = False
+    always_written: bool = False
+    nodes: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class _Loop:
+    node: Node
+    var: str
+    vtype: str
+    start: str
+    bound: str
+    step: str
+    body: list[Node]
+    streams: dict[tuple[str, str], _Stream]
+
+
+def _idents(node: Node, data: bytes) -> set[str]:
+    return {node_text(n, data) for n in walk(node) if n.type == "identifier"}
+
+
+def _lane_locals(kbody: Node, data: bytes) -> dict[str, str]:
+    """Locals holding a thread's position: name -> "block" (``threadIdx.x``) or "lane" (``threadIdx.x % 32``,
+    ``& 31``, ``% warpSize``, ``warp.thread_rank()``), declared once and never written again."""
+    out: dict[str, str] = {}
+    written = written_names(kbody, data)
+    counts: dict[str, int] = {}
+    for n in walk(kbody, ("declaration",)):
+        for nm in declared_names(n, data):
+            counts[nm] = counts.get(nm, 0) + 1
+    for n in walk(kbody, ("declaration",)):
+        d = single_decl(n, data)
+        if d is None or d.value is None or d.pointer or counts.get(d.name) != 1 or d.name in written:
+            continue
+        kind = _position(d.value, data, out)
+        if kind is not None:
+            out[d.name] = kind
+    return out
+
+
+def _position(v: Node, data: bytes, known: dict[str, str]) -> str | None:
+    v = unparen(v)
+    text = "".join(node_text(v, data).split())
+    if text in ("threadIdx.x", "(int)threadIdx.x", "(unsigned)threadIdx.x"):
+        return "block"
+    if v.type == "identifier" and text in known:
+        return known[text]
+    if v.type == "call_expression" and text.endswith(".thread_rank()"):
+        return "rank"
+    if v.type == "cast_expression":
+        inner = v.child_by_field_name("value")
+        return _position(inner, data, known) if inner is not None else None
+    parts = binary_parts(v, data)
+    if parts is not None:
+        left, op, right = parts
+        r = "".join(node_text(right, data).split())
+        if _position(left, data, known) == "block" and ((op == "%" and r in _WARP) or (op == "&" and r == "31")):
+            return "lane"
+    return None
+
+
+def _cooperative(start: Node, step: Node, data: bytes, lanes: dict[str, str], one_d: bool) -> bool:
+    """Do the threads running the loop start at every residue of the step once?"""
+    kind = _position(start, data, lanes)
+    s = "".join(node_text(unparen(step), data).split())
+    if kind == "block":
+        return s == "blockDim.x" and one_d
+    if kind == "lane":
+        return s in _WARP or s.endswith(".size()")
+    if kind == "rank":
+        st = "".join(node_text(start, data).split())
+        return s == st.replace(".thread_rank()", ".size()") or (s in _WARP and "warp" in st.lower())
+    return False
+
+
+def _loop_parts(n: Node, data: bytes) -> tuple[str, str, Node, Node, Node] | None:
+    """(var, type, start, bound, step) of ``for (T j = S; j < E; j += STEP)``."""
+    init, cond, upd = (n.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or cond is None or upd is None:
+        return None
+    d = single_decl(init, data)
+    if d is None or d.value is None or d.pointer:
+        return None
+    cparts = binary_parts(unparen(cond), data)
+    if cparts is None:
+        return None
+    left, op, right = cparts
+    if op == "<" and node_text(unparen(left), data) == d.name:
+        bound = right
+    elif op == ">" and node_text(unparen(right), data) == d.name:
+        bound = left
+    else:
+        return None
+    u = unparen(upd)
+    if u.type != "assignment_expression" or node_text(u.child_by_field_name("operator") or u, data) != "+=":
+        return None
+    tgt, step = u.child_by_field_name("left"), u.child_by_field_name("right")
+    if tgt is None or step is None or node_text(unparen(tgt), data) != d.name:
+        return None
+    return d.name, " ".join(d.type.replace("const", " ").split()), d.value, bound, step
+
+
+def _offset(idx: Node, var: str, data: bytes) -> str | None:
+    """``OFF`` of an index ``OFF + j`` / ``j + OFF`` / ``j`` ("" for none); None for anything else."""
+    idx = unparen(idx)
+    if idx.type == "identifier" and node_text(idx, data) == var:
+        return ""
+    parts = binary_parts(idx, data)
+    if parts is None or parts[1] != "+":
+        return None
+    left, _, right = parts
+    if unparen(right).type == "identifier" and node_text(unparen(right), data) == var:
+        other = left
+    elif unparen(left).type == "identifier" and node_text(unparen(left), data) == var:
+        other = right
+    else:
+        return None
+    if var in _idents(other, data):
+        return None
+    return " ".join(node_text(other, data).split())
+
+
+def _pointer_types(ctx: RuleContext, kbody: Node, data: bytes) -> dict[str, tuple[str, bool]]:
+    """Pointer parameters and local pointers of the kernel -> (element type as instantiated, const)."""
+    k = ctx.cand_kernel
+    out: dict[str, tuple[str, bool]] = {}
+    if k is not None:
+        for p in k.params:
+            if p.is_pointer and p.pointer_depth == 1 and not p.array_dims:
+                out[p.name] = (resolved_type(ctx, p.type), p.is_const)
+    for n in walk(kbody, ("declaration",)):
+        d = single_decl(n, data)
+        if d is not None and d.pointer:
+            out[d.name] = (resolved_type(ctx, d.type), d.const or "const" in d.type.split())
+    return out
+
+
+def _elem_size(t: str) -> int | None:
+    dt = canonical_dtype(t)
+    return DTYPES[dt][0] if dt is not None else None
+
+
+def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, data: bytes,
+                           shared: set[str]) -> str | None:
+    """None when every outer scalar the loop writes is an accumulator whose next use after the loop combines
+    the threads' partials; else the reason it is not."""
+    local = set().union(*(declared_names(st, data) for st in body)) | {var}
+    outer: set[str] = set()
+    for st in body:
+        for n in walk(st, ("assignment_expression", "update_expression")):
+            tgt = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+            if tgt is None or unparen(tgt).type != "identifier":
+                continue
+            name = node_text(unparen(tgt), data)
+            if name in local:
+                continue
+            if n.type == "update_expression":
+                return f"`{node_text(n, data)}` carries `{name}` across iterations"
+            op = node_text(n.child_by_field_name("operator") or n, data)
+            right = n.child_by_field_name("right")
+            ok = op in ("+=", "-=", "*=") or (op == "=" and right is not None and _minmax(right, name, data))
+            if not ok:
+                return (f"`{name}` is carried across iterations but is not updated as `{name} += e` or "
+                        f"`{name} = max/min({name}, e)`")
+            outer.add(name)
+    for name in sorted(outer):
+        use = _first_statement_after(loop, name, kbody, data)
+        if use is None or not _combines(use, name, data, shared):
+            return (f"the partial `{name}` is used after the loop without being combined across threads (a "
+                    "shuffle, a reduction call, an atomic or a store to shared memory): with other elements per "
+                    "thread, each thread's value would differ")
+    return None
+
+
+def _minmax(right: Node, name: str, data: bytes) -> bool:
+    r = unparen(right)
+    if r.type != "call_expression":
+        return False
+    fn = r.child_by_field_name("function")
+    args = r.child_by_field_name("arguments")
+    if fn is None or args is None or node_text(fn, data) not in MINMAX_FUNCS:
+        return False
+    named = [a for a in args.named_children if a.type != "comment"]
+    return len(named) == 2 and any(unparen(a).type == "identifier" and node_text(unparen(a), data) == name
+                                   for a in named)
+
+
+def _is_target(assign: Node, n: Node) -> bool:
+    """Is ``n`` the left side of the assignment ``assign``?"""
+    left = assign.child_by_field_name("left") if assign.type == "assignment_expression" else None
+    return left is not None and unparen(left).id == n.id
+
+
+def _first_statement_after(loop: Node, name: str, kbody: Node, data: bytes) -> Node | None:
+    """The statement (or declaration, or the condition's ``if``) of the first mention of ``name`` after
+    ``loop`` in the kernel's text."""
+    for n in walk(kbody):
+        if n.type == "identifier" and n.start_byte >= loop.end_byte and node_text(n, data) == name:
+            up: Node | None = n
+            while up is not None and up.type not in ("expression_statement", "declaration", "if_statement",
+                                                       "return_statement"):
+                up = up.parent
+            return up
+    return None
+
+
+def _combines(stmt: Node, name: str, data: bytes, shared: set[str]) -> bool:
+    """Does ``stmt`` combine the threads' values of ``name``: read it inside a call that exchanges or
+    reduces across threads (``__shfl*``, ``__reduce_*``, ``cg::reduce``, ``warpReduceSum``, atomics; the
+    butterfly ``s = s + __shfl_xor_sync(m, s, o)`` reads it beside the call too), or store it into shared
+    memory? A statement that only overwrites it drops the partial, which is fine too."""
+    reads = []
+    for n in walk(stmt, ("identifier",)):
+        if node_text(n, data) != name:
+            continue
+        up = n.parent
+        if up is not None and _is_target(up, n):
+            op = up.child_by_field_name("operator")
+            if op is not None and node_text(op, data) == "=":
+                continue  # overwritten, not read
+        reads.append(n)
+    for n in reads:
+        up = n.parent
+        while up is not None and up.id != stmt.id:
+            if up.type == "call_expression":
+                fn = up.child_by_field_name("function")
+                if fn is not None and any(c in node_text(fn, data) for c in _COMBINERS):
+                    return True
+            if up.type == "assignment_expression":
+                left = up.child_by_field_name("left")
+                parts = subscript_parts(left, data) if left is not None else None
+                if parts is not None and node_text(unparen(parts[0]), data) in shared:
+                    return True
+            up = up.parent
+    return not reads
+
+
+def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
+    got = kernel_body(ctx)
+    if got is None or ctx.cand_kernel is None:
+        return None
+    kbody, data = got
+    if any(n.startswith(PREFIX) for n in all_names(kbody, data)):
+        return None
+    lanes = _lane_locals(kbody, data)
+    one_d = is_1d(ctx, ctx.block)
+    pointers = _pointer_types(ctx, kbody, data)
+    shared = set(shared_arrays(kbody, data))
+    found: list[_Loop] = []
+    seen_loop = False
+    for n in walk(kbody, ("for_statement",)):
+        parts = _loop_parts(n, data)
+        body_node = n.child_by_field_name("body")
+        if parts is None or body_node is None:
+            continue
+        var, vtype, start, bound, step = parts
+        if not _cooperative(start, step, data, lanes, one_d):
+            continue
+        seen_loop = True
+        why = _legal(n, var, bound, body_node, data, pointers, shared, kbody)
+        if isinstance(why, str):
+            declined(why, n, Stage.LEGALITY)
+            continue
+        found.append(_Loop(n, var, vtype, node_text(start, data), node_text(bound, data), node_text(step, data),
+                           statements(body_node), why))
+    if not seen_loop:
+        return declined("no loop whose threads stride over a row together (`for (j = threadIdx.x; j < n; j += "
+                        "blockDim.x)` or `for (j = lane; j < n; j += 32)`)", kbody, Stage.SCOPE)
+    if not found:
+        return None
+    # loops nested in a vectorized loop are left to it (their streams are rewritten with the outer body)
+    outer = [lp for lp in found if not any(o is not lp and o.node.start_byte <= lp.node.start_byte
+                                           and lp.node.end_byte <= o.node.end_byte for o in found)]
+    return outer, kbody, data
+
+
+def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, pointers: dict[str, tuple[str, bool]],
+           shared: set[str], kbody: Node) -> dict[tuple[str, str], _Stream] | str:
+    body = statements(body_node)
+    written = set().union(*(written_names(st, data) for st in body)) if body else set()
+    if var in written:
+        return f"the loop's index `{var}` is changed in its body"
+    if _idents(bound, data) & (written | {var}):
+        return "the loop's bound changes inside the loop"
+    if has_collective(body_node, data) or has_jump(body_node, loops_ok=True):
+        return ("the loop's body synchronizes, exchanges data between threads or leaves early: with other "
+                "elements per thread its threads would run different iterations of it")
+    if _idents(body_node, data) & _COORDS:
+        return "the loop's body reads the thread coordinates"
+    streams: dict[tuple[str, str], _Stream] = {}
+    other_reads: set[str] = set()
+    for n in walk(body_node, ("subscript_expression",)):
+        parts = subscript_parts(n, data)
+        if parts is None:
+            continue
+        arr, idx = parts
+        name = node_text(unparen(arr), data)
+        if name not in pointers or unparen(arr).type != "identifier":
+            continue
+        up = n.parent
+        while up is not None and up.type == "parenthesized_expression":
+            up = up.parent
+        is_write = up is not None and (_is_target(up, n) or up.type == "update_expression")
+        if up is not None and up.type == "pointer_expression":
+            return f"the address of `{node_text(n, data)}` is taken"
+        off = _offset(idx, var, data)
+        if off is not None and (set(off.replace("(", " ").replace(")", " ").split()) & written):
+            off = None
+        if off is None:
+            if var in _idents(idx, data) or is_write:
+                return f"`{node_text(n, data)}` is not `{name}[offset + {var}]` with an offset the loop keeps"
+            other_reads.add(name)
+            continue
+        elem, const = pointers[name]
+        size = _elem_size(elem)
+        if size is None or size not in (1, 2, 4, 8):
+            return f"the element type `{elem}` of `{name}` has no known scalar size"
+        s = streams.setdefault((name, off), _Stream(name, off, elem, size, const))
+        s.nodes.append(n)
+        if is_write:
+            s.written = True
+            op = up.child_by_field_name("operator") if up is not None else None
+            if up is not None and (up.type == "update_expression" or op is None or node_text(op, data) != "="):
+                s.read = True
+        else:
+            s.read = True
+    if not streams:
+        return f"no access in the loop is `p[offset + {var}]`: nothing to load as a vector"
+    for (name, off), s in streams.items():
+        if s.written and (name in other_reads or any(o.ptr == name and o.off != off for o in streams.values())):
+            return f"`{name}` is written at `[{off or ''}{' + ' if off else ''}{var}]` and accessed elsewhere too"
+        if s.written and not s.const:
+            for st in body:
+                e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count else None
+                if e is not None and e.type == "assignment_expression" and any(e.id == (x.parent.id if x.parent
+                                                                               else -1) for x in s.nodes):
+                    op = e.child_by_field_name("operator")
+                    if op is not None and node_text(op, data) == "=":
+                        s.always_written = True
+    bad = _accumulators_combined(loop, body, var, kbody, data, shared)
+    if bad is not None:
+        return bad
+    return streams
+
+
+def _generate(lp: _Loop, data: bytes, w: int, k: int) -> str:
+    """The chunked loop replacing ``lp`` (``k`` numbers the loop's names, several loops may be rewritten)."""
+    p = f"{PREFIX}{k}_"
+    t = lp.vtype
+    streams = list(lp.streams.values())
+    names = {(s.ptr, s.off): f"{p}s{i}" for i, s in enumerate(streams)}
+    types = "\n".join(f"struct alignas(sizeof({s.elem}) * {w}) {names[(s.ptr, s.off)]}_t {{ {s.elem} e[{w}]; }};"
+                      for s in streams)
+    base = {(s.ptr, s.off): f"({s.ptr} + ({s.off}))" if s.off else s.ptr for s in streams}
+    aligned = " && ".join(f"reinterpret_cast<unsigned long long>({base[(s.ptr, s.off)]}) % sizeof({nm}_t) == 0"
+                          for s in streams for nm in [names[(s.ptr, s.off)]])
+    ids = {x.id: names[(s.ptr, s.off)] for s in streams for x in s.nodes}
+    comps: list[str] = []
+    loads: list[str] = []
+    for s in streams:
+        nm = names[(s.ptr, s.off)]
+        cq = "const " if s.const else ""
+        if s.read or not s.always_written:
+            q = "" if s.written else "const "
+            loads.append(f"{q}{nm}_t {nm} = *reinterpret_cast<{cq}{nm}_t*>({base[(s.ptr, s.off)]} + {p}j0);")
+        else:
+            loads.append(f"{nm}_t {nm};")
+    for c in range(w):
+        uses = False
+
+        def rep(n: Node, c: int = c) -> str | None:
+            nonlocal uses
+            if n.type == "subscript_expression" and n.id in ids:
+                return f"{ids[n.id]}.e[{c}]"
+            if n.type == "identifier" and node_text(n, data) == lp.var:
+                uses = True
+            return None
+
+        stmts = "\n".join(flush(render(st, data, rep), st, data) for st in lp.body)
+        head = f"const {t} {lp.var} = {p}j0 + {c};\n" if uses else ""
+        comps.append("{\n" + indent(head + stmts, "    ") + "\n}")
+    stores = [f"*reinterpret_cast<{names[(s.ptr, s.off)]}_t*>({base[(s.ptr, s.off)]} + {p}j0) = "
+              f"{names[(s.ptr, s.off)]};" for s in streams if s.written]
+    scalar = "\n".join(flush(node_text(st, data), st, data) for st in lp.body)
+    vec = "\n".join(loads + comps + stores)
+    inner = f"""{types}
+const {t} {p}n = {lp.bound};
+const bool {p}ok = {aligned};
+for ({t} {p}c = {lp.start}; {p}c * {w} < {p}n; {p}c += {lp.step}) {{
+    const {t} {p}j0 = {p}c * {w};
+    if ({p}ok && {p}j0 + {w} <= {p}n) {{
+{indent(vec, "        ")}
+    }} else {{
+        for ({t} {lp.var} = {p}j0; {lp.var} < {p}n && {lp.var} < {p}j0 + {w}; {lp.var} += 1) {{
+{indent(scalar, "            ")}
+        }}
+    }}
+}}"""
+    return "{\n" + indent(inner, "    ") + "\n}"
+
+
+class VectorizeStrided(Rule):
+    family = "vectorize_strided"
+    structural = True
+    motivated_by = ("WF104", "vectorize")
+
+    def variants(self, ctx: RuleContext) -> list[str]:
+        got = _analyse(ctx)
+        if got is None:
+            return []
+        loops = got[0]
+        widest_elem = max(s.size for lp in loops for s in lp.streams.values())
+        return [param for param, w in WIDTHS.items() if MIN_BYTES <= widest_elem * w <= MAX_BYTES]
+
+    def apply(self, ctx: RuleContext, param: str) -> Candidate | None:
+        w = WIDTHS.get(param)
+        got = _analyse(ctx)
+        if w is None or got is None or param not in self.variants(ctx):
+            return None
+        loops, kbody, data = got
+        by_id = {lp.node.id: (i, lp) for i, lp in enumerate(loops)}
+
+        def rep(n: Node) -> str | None:
+            if n.id in by_id:
+                i, lp = by_id[n.id]
+                pad = line_indent_of(n, data)
+                return "\n".join((pad + ln if k and ln else ln)
+                                 for k, ln in enumerate(_generate(lp, data, w, i).split("\n")))
+            return None
+
+        definition = with_body(ctx, render(kbody, data, rep))
+        if definition is None:
+            return None
+        names = sorted({s.ptr for lp in loops for s in lp.streams.values()})
+        why = (f"vector loads/stores of {', '.join(names)} in {len(loops)} strided loop(s): each thread takes "
+               f"{w} consecutive elements per step, scalar path for the row's tail and unaligned rows")
+        return ctx.derive(self.family, param, why, definition=definition)
+
+
+register(VectorizeStrided())
