@@ -8,9 +8,12 @@ condition it cannot know keeps the old reading.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from warpforge.cuda import conditionals, parse
+from conftest import NVCC, needs_nvcc
+from warpforge.cuda import SourceText, conditionals, parse
+from warpforge.cuda.extract import standalone
 from warpforge.cuda.types import file_aliases, header_defines
 from warpforge.spec import load_spec
 
@@ -122,3 +125,22 @@ def test_expressions_and_nvccs_own_macros() -> None:
     # continued lines and comments in a directive
     marks = conditionals.marks(b"#if defined(A) && \\\n    defined(B) /* both */\nint x;\n#endif\n", {"A": "", "B": ""})
     assert marks[0] == (0, True)
+
+
+@needs_nvcc
+def test_the_extracted_unit_keeps_the_define_its_header_tests(tmp_path: Path) -> None:
+    # the unit a candidate is built in must compile floatX as the file does (and as the spec reads it): the
+    # kernel only builds where floatX is 2 bytes
+    assert NVCC is not None
+    (tmp_path / "common.h").write_text("#include <cuda_bf16.h>\n" + DEFAULT_FP32)
+    text = ("#include <cuda_runtime.h>\n#define ENABLE_BF16\n" + KERNEL.format(defines="")).replace(
+        "if (i < n) out[i] = inp[i];", "static_assert(sizeof(floatX) == 2, \"bf16\"); if (i < n) out[i] = inp[i];")
+    src = SourceText(text)
+    model = parse(src.data)
+    k = model.require("copy", "k.cu")
+    unit = standalone(src, model, k, filename=str(tmp_path / "k.cu"))
+    assert unit.index("#define ENABLE_BF16") < unit.index('#include "common.h"')
+    (tmp_path / "unit.cu").write_text(unit)
+    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-I", str(tmp_path), "-o", str(tmp_path / "u.cubin"),
+                        str(tmp_path / "unit.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -135,9 +135,21 @@ def _include_lines(src: SourceText, model: FileModel, filename: str | None) -> l
                 given.add(d.span)
                 out.append(_line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n")
 
+    def macros_above(before: int) -> None:
+        """The file's own unconditional macros defined above an include of its own headers, in order: the
+        header may test them (llm.c's dev files write ``#define ENABLE_BF16`` above ``#include "common.h"``,
+        whose ``#if`` picks ``floatX``); without them the unit compiled ``floatX`` as ``float`` while the file,
+        and the spec read through the same ``#if``, say ``__nv_bfloat16``."""
+        for d in model.declarations:
+            if d.kind is DeclKind.MACRO and d.conditional is None and d.span.start < before and d.span not in given:
+                given.add(d.span)
+                out.append(_line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n")
+
     for inc in model.includes:
         if inc.conditional is None:
             line = src.slice(inc.span).rstrip()
+            if not inc.system:
+                macros_above(inc.span.start)
             # a computed include (``#define S(x) #x`` / ``#include S(path)``) needs its macro: without it nvcc
             # said `#include expects "FILENAME"` for the unit while the file itself compiled
             macros_named(line.split("include", 1)[-1], inc.span.start)
