@@ -44,6 +44,7 @@ WHAT: dict[str, str] = {
     "smem_transpose": "a transpose through a shared-memory tile",
     "stride_reduce": "a per-thread chunk sum re-dealt as a coalesced grid-stride walk",
     "vectorize": "128-bit vector loads and stores",
+    "vectorize_strided": "128-bit vector loads and stores in a loop whose threads stride over a row together",
     "warp_per_row": "one warp (or block) per row, shuffle reductions",
     "warp_reduce": "a shared-memory tree reduction's last steps as warp shuffles",
 }
@@ -160,7 +161,7 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
 #: families that do not re-map a serial loop or a reduction (they coarsen threads or widen accesses): at the same
 #: stage, a rule that would take the loop itself is the more useful answer ("the loop writes memory `c[...]`"
 #: rather than "the row index has no bound")
-SECONDARY = frozenset({"coarsen_y", "vectorize"})
+SECONDARY = frozenset({"coarsen_y", "vectorize", "vectorize_strided"})
 
 
 #: families whose planner another family falls back to (``lane_remap`` asks ``element_remap``'s ``plan_items`` when
