@@ -200,3 +200,15 @@ def test_the_rewrite_makes_vector_instructions() -> None:
     assert len(re.findall(r"ld\.global\.v4\.f32", ptx)) == 4, ptx.count("ld.global")
     assert len(re.findall(r"st\.global\.v4\.f32", ptx)) == 2
     assert ".local" not in ptx
+
+
+@pytest.mark.parametrize(("step", "block", "proposes"), [
+    ("128", "128", True),  # the block's width written as a number (a macro after the preprocessor)
+    ("128", "256", False),  # two threads per residue: not one partition of the row
+    ("nthreads", "128", True),  # a local holding blockDim.x
+])
+def test_the_step_is_the_blocks_width(step: str, block: str, proposes: bool) -> None:
+    text = BLOCK_ROWS.replace("int tid = threadIdx.x;", "int tid = threadIdx.x;\n    int nthreads = blockDim.x;")
+    text = text.replace("i += blockDim.x", f"i += {step}").replace("block=128", f"block={block}")
+    got, reasons = why(text_policy(text, "softmax_rows"))
+    assert (got == ["x4", "x2"]) is proposes, reasons

@@ -52,6 +52,7 @@ from ._structural import (
     all_names,
     binary_parts,
     declared_names,
+    dims_values,
     flush,
     has_collective,
     has_jump,
@@ -114,8 +115,9 @@ def _idents(node: Node, data: bytes) -> set[str]:
 
 
 def _lane_locals(kbody: Node, data: bytes) -> dict[str, str]:
-    """Locals holding a thread's position: name -> "block" (``threadIdx.x``) or "lane" (``threadIdx.x % 32``,
-    ``& 31``, ``% warpSize``, ``warp.thread_rank()``), declared once and never written again."""
+    """Locals holding a thread's position or a group's size, declared once and never written again: name ->
+    "block" (``threadIdx.x``), "lane" (``threadIdx.x % 32``, ``& 31``, ``% warpSize``), "rank"
+    (``warp.thread_rank()``), "=blockDim" (``blockDim.x``) or "=warp" (``32``, ``warpSize``, ``warp.size()``)."""
     out: dict[str, str] = {}
     written = written_names(kbody, data)
     counts: dict[str, int] = {}
@@ -127,6 +129,12 @@ def _lane_locals(kbody: Node, data: bytes) -> dict[str, str]:
         if d is None or d.value is None or d.pointer or counts.get(d.name) != 1 or d.name in written:
             continue
         kind = _position(d.value, data, out)
+        if kind is None:
+            size = "".join(node_text(unparen(d.value), data).split())
+            if size == "blockDim.x" or out.get(size) == "=blockDim":
+                kind = "=blockDim"
+            elif size in _WARP or (size.endswith(".size()") and "warp" in size.lower()) or out.get(size) == "=warp":
+                kind = "=warp"
         if kind is not None:
             out[d.name] = kind
     return out
@@ -153,17 +161,21 @@ def _position(v: Node, data: bytes, known: dict[str, str]) -> str | None:
     return None
 
 
-def _cooperative(start: Node, step: Node, data: bytes, lanes: dict[str, str], one_d: bool) -> bool:
-    """Do the threads running the loop start at every residue of the step once?"""
+def _cooperative(start: Node, step: Node, data: bytes, lanes: dict[str, str], block_x: int | None) -> bool:
+    """Do the threads running the loop start at every residue of the step once? ``block_x``: the block's x
+    extent where the launch is one-dimensional and the same at every size of the spec, else None."""
     kind = _position(start, data, lanes)
     s = "".join(node_text(unparen(step), data).split())
+    alias = lanes.get(s)
+    literal = int(s) if s.isdigit() else None
     if kind == "block":
-        return s == "blockDim.x" and one_d
+        return block_x is not None and (s == "blockDim.x" or alias == "=blockDim" or literal == block_x)
     if kind == "lane":
-        return s in _WARP or s.endswith(".size()")
+        return s in _WARP or (s.endswith(".size()") and "warp" in s.lower()) or alias == "=warp"
     if kind == "rank":
         st = "".join(node_text(start, data).split())
-        return s == st.replace(".thread_rank()", ".size()") or (s in _WARP and "warp" in st.lower())
+        return s == st.replace(".thread_rank()", ".size()") or (
+            (s in _WARP or alias == "=warp") and "warp" in st.lower())
     return False
 
 
@@ -337,7 +349,8 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
     if any(n.startswith(PREFIX) for n in all_names(kbody, data)):
         return None
     lanes = _lane_locals(kbody, data)
-    one_d = is_1d(ctx, ctx.block)
+    dims = dims_values(ctx, ctx.block) if is_1d(ctx, ctx.block) else None
+    block_x = dims[0][0] if dims and all(d == dims[0] for d in dims) else None
     pointers = _pointer_types(ctx, kbody, data)
     shared = set(shared_arrays(kbody, data))
     found: list[_Loop] = []
@@ -348,7 +361,7 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
         if parts is None or body_node is None:
             continue
         var, vtype, start, bound, step = parts
-        if not _cooperative(start, step, data, lanes, one_d):
+        if not _cooperative(start, step, data, lanes, block_x):
             continue
         seen_loop = True
         why = _legal(n, var, bound, body_node, data, pointers, shared, kbody)
