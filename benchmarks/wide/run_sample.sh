@@ -8,7 +8,7 @@
 # root, with the staged dependencies carried as .gpu:
 #   S=45 B=48 NS=4 SO=0 CT=540 bash benchmarks/wide/run_sample.sh .wt/widesample
 # S/B: seconds / candidates per kernel (issue 27's settings: 45 s, 48); NS: shards in all (default: the GPUs);
-# SO: the first shard this call runs (a sample larger than one 10-minute call: NS=8 SO=0, then SO=4 on the same
+# IDS: only the listed ids. SO: the first shard this call runs (a sample larger than one 10-minute call: NS=8 SO=0, then SO=4 on the same
 # warm 4-GPU machine). Kernel i belongs to shard i mod NS. Each author's optimized version and its naive twin
 # are timed with `warpforge bench` in the same shard. Results: $OUT/wide/<id>.json (+ <id>.bench.json), logs,
 # and summary.md (python -m benchmarks.wide.sample aggregate), printed last.
@@ -20,6 +20,10 @@ R=$OUT/wide; mkdir -p $R
 NG=$(nvidia-smi -L | wc -l); nvidia-smi -L > $R/gpus.txt
 S=${S:-45}; B=${B:-48}; CT=${CT:-540}; NS=${NS:-$NG}; SO=${SO:-0}
 mapfile -t rows < <(grep -E ' (sample|pair) ' $SAMPLE/ids.txt)
+# IDS="s003 s009 p002": only those kernels (a re-run of the ones a change can move; the aggregate covers them only)
+if [ -n "$IDS" ]; then
+  mapfile -t rows < <(printf '%s\n' "${rows[@]}" | awk -v ids=" $IDS " 'index(ids, " "$1" ") > 0')
+fi
 t0=$(date +%s)
 for g in $(seq 0 $((NG-1))); do
   k=$((SO+g)); (( k < NS )) || continue
