@@ -144,3 +144,13 @@ def test_the_extracted_unit_keeps_the_define_its_header_tests(tmp_path: Path) ->
     r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-I", str(tmp_path), "-o", str(tmp_path / "u.cubin"),
                         str(tmp_path / "unit.cu")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_macro_naming_the_type_in_a_header_branch(tmp_path: Path) -> None:
+    # PolyBench's headers: `# ifndef DATA_TYPE / #  define DATA_TYPE float / # endif` (a macro, not a typedef)
+    (tmp_path / "gemm.cuh").write_text("#ifndef GEMM_CUH\n# define GEMM_CUH\n# ifndef DATA_TYPE\n"
+                                       "#  define DATA_TYPE float\n# endif\n#endif\n")
+    text = '#include "gemm.cuh"\n__global__ void k(DATA_TYPE* a, DATA_TYPE alpha) { a[threadIdx.x] *= alpha; }\n'
+    f = tmp_path / "gemm.cu"
+    f.write_text(text)
+    assert file_aliases(text, parse(text), f, defines={})["DATA_TYPE"] == ("float", 0)

@@ -147,10 +147,16 @@ def macro_type_aliases(text: str) -> dict[str, str]:
     Why: the preprocessor makes ``ELEM* y`` a ``float* y``; a variant whose text was expanded (``policy.ir``)
     spells it so. A macro defined more than once (under ``#if`` branches) is left out: which one holds
     depends on the build."""
-    seen: dict[str, list[str]] = {}
+    return {name: value[0] for _at, name, value in _macro_aliases_at(text)}
+
+
+def _macro_aliases_at(text: str) -> list[tuple[int, str, tuple[str, int]]]:
+    """``macro_type_aliases`` with the byte offset of each definition's line (for ``#if`` branches)."""
+    seen: dict[str, list[tuple[int, str]]] = {}
     for m in _MACRO_DEF.finditer(text):
-        seen.setdefault(m.group(1), []).append(" ".join(m.group(2).split()))
-    return {k: v[0] for k, v in seen.items() if len(v) == 1 and v[0] in _MACRO_TYPES}
+        at = m.start() if text.isascii() else len(text[: m.start()].encode("utf-8"))
+        seen.setdefault(m.group(1), []).append((at, " ".join(m.group(2).split())))
+    return [(v[0][0], k, (v[0][1], 0)) for k, v in seen.items() if len(v) == 1 and v[0][1] in _MACRO_TYPES]
 
 
 #: how far ``header_aliases`` follows quoted includes, and how much it reads
@@ -203,7 +209,12 @@ def _read_header(path: Path) -> _Header | None:
         return None
     macros = tuple((len(text[: m.start()].encode("utf-8")) if not text.isascii() else m.start(), m.group(1),
                     re.sub(r"/\*.*?\*/|//.*$", " ", m.group(2)).strip()) for m in _OBJECT_MACRO.finditer(text))
-    return _Header(conditionals.directives(hsrc.data), tuple(_aliases_at(hsrc, hmodel)),
+    # its typedefs, then its macros naming a type (``# define DATA_TYPE float`` in PolyBench's headers), which a
+    # nearer typedef of the same name overrides as before
+    named = _aliases_at(hsrc, hmodel)
+    typed = {n for _at, n, _v in named}
+    named += [m for m in _macro_aliases_at(text) if m[1] not in typed]
+    return _Header(conditionals.directives(hsrc.data), tuple(named),
                    tuple(enum_types(hsrc, hmodel).items()), tuple(enumerators(hsrc, hmodel).items()),
                    tuple((at, n, v) for at, n, v in macros if v))
 
