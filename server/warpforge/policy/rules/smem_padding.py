@@ -48,8 +48,17 @@ from ...cuda.candidate import Candidate
 from ...cuda.rewrite import splice
 from ...profile.analyzers.bank_conflicts import MIN_DEGREE, wavefronts
 from ...profile.context import KernelContext
-from ...profile.lanes import VARYING_CALLS, SharedAccess, SharedArray, Threads, block_x, call_name, inside, \
-    lane_addresses, threads
+from ...profile.lanes import (
+    VARYING_CALLS,
+    SharedAccess,
+    SharedArray,
+    Threads,
+    block_x,
+    call_name,
+    inside,
+    lane_addresses,
+    threads,
+)
 from . import register
 from ._why import Stage, declined
 from .base import Rule, RuleContext
