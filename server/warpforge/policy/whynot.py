@@ -159,8 +159,8 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
 
 
 #: families that do not re-map a serial loop or a reduction (they coarsen threads, widen accesses, pad shared
-#: memory): at the same stage, a rule that would take the loop itself is the more useful answer ("the loop writes memory `c[...]`"
-#: rather than "the row index has no bound")
+#: memory): at the same stage, a rule that would take the loop itself is the more useful answer ("the loop writes
+#: memory `c[...]`" rather than "the row index has no bound")
 SECONDARY = frozenset({"coarsen_y", "smem_padding", "vectorize"})
 
 
