@@ -39,7 +39,8 @@ array whose launch gives no shared-memory bytes (launch).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -50,6 +51,7 @@ from ...profile.analyzers.bank_conflicts import MIN_DEGREE, wavefronts
 from ...profile.context import KernelContext
 from ...profile.lanes import (
     VARYING_CALLS,
+    Poly,
     SharedAccess,
     SharedArray,
     Threads,
@@ -70,7 +72,7 @@ MAX_STATIC = 48 * 1024
 #: values a doubled or halved loop variable (a scan's ``offset``, a tree's ``d``) is sampled at
 POW2 = (1, 2, 4, 8, 16)
 #: base offsets sampled per period at most (an unknown uniform part of an index)
-MAX_BASES = 64
+MAX_BASES = 32
 #: calls that copy into shared memory asynchronously or load tiles with a leading dimension
 _ASYNC = ("memcpy_async", "cp_async", "cp.async", "pipeline", "bulk", "tma", "tensor")
 _WMMA = ("load_matrix_sync", "store_matrix_sync")
@@ -110,10 +112,10 @@ class _Layout:
 @dataclass(frozen=True)
 class _Site:
     """One access's lane geometry: per sample of the scan variables, the lanes' element offsets and the base
-    (None: not evaluable, sampled)."""
+    (``_base``: known part, step of the unknown part)."""
 
     node: Node
-    samples: tuple[tuple[tuple[int, ...], int | None], ...]
+    samples: tuple[tuple[tuple[int, ...], int, int], ...]
 
 
 def _kernel_context(ctx: RuleContext) -> KernelContext | None:
@@ -146,7 +148,7 @@ def _site(th: Threads, sa: SharedAccess, bx: int | None, lanes: int) -> _Site | 
     unknown = sorted(a for a in idx.tx.atoms() | idx.ty.atoms() if th.atom_value(a) is None)
     if len(unknown) > 2 or not all(_scaled(th, a) for a in unknown):
         return None
-    samples: list[tuple[tuple[int, ...], int | None]] = []
+    samples: list[tuple[tuple[int, ...], int, int]] = []
     for values in itertools.product(POW2, repeat=len(unknown)):
         env = dict(zip(unknown, values, strict=True))
 
@@ -156,8 +158,25 @@ def _site(th: Threads, sa: SharedAccess, bx: int | None, lanes: int) -> _Site | 
         cx, cy = idx.tx.evaluate(value), idx.ty.evaluate(value)
         if cx is None or cy is None or (cx == 0 and (bx is None or bx >= 32)):
             continue  # threadIdx.y alone: the same for the warp, a broadcast
-        samples.append((tuple(lane_addresses(cx, cy, bx, lanes)), idx.rest.evaluate(value)))
+        samples.append((tuple(lane_addresses(cx, cy, bx, lanes)), *_base(idx.rest, value)))
     return _Site(sa.node, tuple(samples)) if samples else None
+
+
+def _base(rest: Poly, value: Callable[[str], int | None]) -> tuple[int, int]:
+    """The warp's base element as (the part the numbers give, the step of the part they do not: 0 when none).
+    A row's start is a multiple of the row length (``32 * k``), so the unknown part only takes such values."""
+    known = step = 0
+    for mono, coef in rest.terms:
+        v = coef
+        for a in mono:
+            x = value(a)
+            if x is None:
+                step = math.gcd(step, coef)
+                break
+            v *= x
+        else:
+            known += v
+    return known, step
 
 
 def _cost(sites: list[_Site], b: int, period: int = 0, pad: int = 0) -> _Cost:
@@ -165,9 +184,10 @@ def _cost(sites: list[_Site], b: int, period: int = 0, pad: int = 0) -> _Cost:
     out = _Cost()
     for s in sites:
         waves = ideal = 0
-        for offs, base in s.samples:
-            bases = [base or 0] if period == 0 or base is not None else \
-                list(range(0, period, max(1, period // MAX_BASES)))
+        for offs, known, step in s.samples:
+            bases = [known] if period == 0 or step == 0 else \
+                sorted({known + k * step % period for k in range(period)})
+            bases = bases[:: max(1, len(bases) // MAX_BASES)]
             worst = (0, 1)
             for b0 in bases:
                 elems = [b0 + o for o in offs]
@@ -186,17 +206,21 @@ def _cost(sites: list[_Site], b: int, period: int = 0, pad: int = 0) -> _Cost:
 
 def _escape(th: Threads, use: Node, name: str) -> str:
     """Words for a use of ``name`` that is not an element: where the array's address goes."""
+    for cur in _ancestors(use, th.ctx.body):  # a matrix load or an async copy anywhere around the address
+        if cur.type == "call_expression":
+            fn = call_name(th.ctx, cur)
+            if any(w in fn for w in _WMMA):
+                return (f"`{name}` is loaded or stored by `{fn}` with a leading dimension: padding the rows would "
+                        "need the same change to that argument")
+            if any(w in fn.lower() for w in _ASYNC):
+                return f"`{name}` is filled by an asynchronous copy (`{fn}`) that writes it as a contiguous block"
+        if cur.type.endswith("statement") or cur.type == "declaration":
+            break
     cur: Node | None = use
     while cur is not None and cur != th.ctx.body:
         t = cur.type
         if t == "call_expression":
             fn = call_name(th.ctx, cur)
-            text = th.ctx.text(cur)
-            if any(w in fn for w in _WMMA):
-                return (f"`{name}` is loaded or stored by `{fn}` with a leading dimension: padding the rows would "
-                        "need the same change to that argument")
-            if any(w in text for w in _ASYNC):
-                return f"`{name}` is filled by an asynchronous copy (`{fn}`) that writes it as a contiguous block"
             if fn in ("sizeof", "alignof"):
                 return f"`{fn}({name})` would change with the padding"
             if "cast" in fn:
@@ -343,8 +367,8 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
         lay.edits = [(base + size.start_byte, base + size.end_byte, _plus(th, size, str(pad), period + pad))]
     else:
         row = max(1, 128 // b)
-        periods = {row} | {abs(o[1] - o[0]) for s in sites for o, _ in s.samples if len(o) > 1} \
-            | {abs(o[bx] - o[0]) for s in sites for o, _ in s.samples if bx is not None and len(o) > bx}
+        periods = {row} | {abs(o[1] - o[0]) for s in sites for o, _, _ in s.samples if len(o) > 1} \
+            | {abs(o[bx] - o[0]) for s in sites for o, _, _ in s.samples if bx is not None and len(o) > bx}
         periods = {p for p in periods if 2 <= p <= 4096}
         best = min(((_cost(sites, b, p, pad), p) for p in periods),
                    key=lambda cp: (cp[0].waves, cp[0].worst, cp[1] != row, cp[1]))
@@ -417,6 +441,12 @@ def plan(ctx: RuleContext) -> _Plan | None:
         return declined("the kernel is too large for the lane model", None, Stage.SCOPE)
     arrays = th.shared_arrays()
     if not arrays:
+        k = ctx.cand_kernel
+        outside = sorted(n for d in ctx.model.declarations if d.space == "__shared__" for n in d.names
+                         if k is not None and n in k.uses)
+        if outside:  # the candidate is the kernel's definition alone: the lane model cannot see the file's arrays
+            return declined(f"`{outside[0]}` is declared at file scope: the rewrite edits only the kernel's "
+                            "definition", None, Stage.LEGALITY)
         return declined("the kernel declares no `__shared__` array", None, Stage.SCOPE)
     bx = block_x(kctx)
     lanes = min(32, kctx.block_threads or 32)
