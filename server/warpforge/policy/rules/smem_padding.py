@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from ...cuda.candidate import Candidate
+from ...cuda.parser import parse
 from ...cuda.rewrite import splice
+from ...cuda.text import SourceText
 from ...profile.analyzers.bank_conflicts import MIN_DEGREE, wavefronts
 from ...profile.context import KernelContext
 from ...profile.lanes import (
@@ -73,6 +75,7 @@ MAX_STATIC = 48 * 1024
 POW2 = (1, 2, 4, 8, 16)
 #: base offsets sampled per period at most (an unknown uniform part of an index)
 MAX_BASES = 32
+_KEY = "smem_padding.kernel_context"
 #: calls that copy into shared memory asynchronously or load tiles with a leading dimension
 _ASYNC = ("memcpy_async", "cp_async", "cp.async", "pipeline", "bulk", "tma", "tensor")
 _WMMA = ("load_matrix_sync", "store_matrix_sync")
@@ -119,9 +122,20 @@ class _Site:
 
 
 def _kernel_context(ctx: RuleContext) -> KernelContext | None:
-    k = ctx.cand_kernel
-    return None if k is None else KernelContext(ctx.file, ctx.cand_src, ctx.cand_model, k, arch=ctx.arch,
-                                                spec=ctx.spec)
+    """The lane model's context for the candidate: its definition put back into the file in place of the
+    kernel, so that the file's macros (``__shared__ int s[SHMEM_SIZE]``) and file-scope arrays are seen; node
+    offsets are relative to the definition's kernel (``KernelContext.tree``). Built once per rule context."""
+    if _KEY in ctx.extra:
+        got: KernelContext | None = ctx.extra[_KEY]
+        return got
+    k0 = ctx.kernel
+    data = ctx.source.data
+    src = SourceText(data[: k0.span.start] + ctx.candidate.definition.encode("utf-8") + data[k0.span.end:])
+    model = parse(src.data)
+    k = next((x for x in model.kernels if x.name == k0.name and x.span.start == k0.span.start), None)
+    kctx = None if k is None else KernelContext(ctx.file, src, model, k, arch=ctx.arch, spec=ctx.spec)
+    ctx.extra[_KEY] = kctx
+    return kctx
 
 
 def _scaled(th: Threads, atom: str) -> bool:
@@ -303,7 +317,6 @@ def _plus(th: Threads, size: Node, more: str, value: int | None) -> str:
 def _index_edits(th: Threads, arr: SharedArray, uses: list[Node], period: int, pad: int
                  ) -> list[tuple[int, int, str]] | None:
     """``a[i]`` -> ``a[i + P*(i / C)]`` for every use of a 1-D array (None, declined: an index with effects)."""
-    base = th.ctx.base
     shift = period.bit_length() - 1 if period & (period - 1) == 0 else None
     out: list[tuple[int, int, str]] = []
     for u in uses:
@@ -320,11 +333,15 @@ def _index_edits(th: Threads, arr: SharedArray, uses: list[Node], period: int, p
             if n.type == "identifier" and th.name(n) == arr.name:
                 return declined(f"`{arr.name}` is indexed by its own elements (`{th.ctx.text(u)}`)", u,
                                 Stage.LEGALITY)
+        if not any(n.type == "identifier" for n in th.ctx.walk(idx)) and (c := th.number(th.value(idx).rest)) \
+                is not None and th.value(idx).uniform and c >= 0:
+            out.append((idx.start_byte, idx.end_byte, str(c + pad * (c // period))))
+            continue
         i, tight = _paren(th, idx), _paren(th, idx, tight=True)
         step = f"({tight} >> {shift})" if shift is not None else f"{tight} / {period}"
         if shift is None and pad > 1:
             step = f"({step})"
-        out.append((base + idx.start_byte, base + idx.end_byte, f"{i} + {f'{pad} * ' if pad > 1 else ''}{step}"))
+        out.append((idx.start_byte, idx.end_byte, f"{i} + {f'{pad} * ' if pad > 1 else ''}{step}"))
     return out
 
 
@@ -355,7 +372,6 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
         return None
     before = _cost(sites, b)
     pad = _one_word(b)
-    base = th.ctx.base
     size = loc.array_dims[-1]
     if rank >= 2:
         period = arr.dims[-1]
@@ -364,7 +380,7 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
                             Stage.LEGALITY)
         after = _cost(sites, b, period, pad)
         lay = _Layout(arr, period, pad, before, after)
-        lay.edits = [(base + size.start_byte, base + size.end_byte, _plus(th, size, str(pad), period + pad))]
+        lay.edits = [(size.start_byte, size.end_byte, _plus(th, size, str(pad), period + pad))]
     else:
         row = max(1, 128 // b)
         periods = {row} | {abs(o[1] - o[0]) for s in sites for o, _, _ in s.samples if len(o) > 1} \
@@ -387,7 +403,7 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
             n, count = _paren(th, size), arr.dims[0]
             more = f"({n} - 1) / {period}" if pad == 1 else f"{pad} * (({n} - 1) / {period})"
             total = count + pad * ((count - 1) // period) if count else None
-            lay.edits.append((base + size.start_byte, base + size.end_byte, _plus(th, size, more, total)))
+            lay.edits.append((size.start_byte, size.end_byte, _plus(th, size, more, total)))
     if not (after.worst < before.worst and after.waves < before.waves):
         return declined(f"padding `{arr.name}` by one bank word does not spread the lanes of "
                         f"`{th.ctx.text(before.worst_at) if before.worst_at is not None else arr.name}` "
@@ -514,7 +530,9 @@ class SmemPadding(Rule):
         p = plan(ctx) if param == PARAM and not self.already_applied(ctx) else None
         if p is None:
             return None
-        edits = [e for lay in p.layouts for e in lay.edits]
+        k = ctx.cand_kernel
+        at = k.span.start if k is not None else 0
+        edits = [(at + a, at + b, t) for lay in p.layouts for a, b, t in lay.edits]
         definition = splice(ctx.cand_src.data, edits)
         why = "pad shared memory by one bank word against bank conflicts: " + "; ".join(
             _describe(lay) for lay in p.layouts)
