@@ -220,18 +220,17 @@ def _cost(sites: list[_Site], b: int, period: int = 0, pad: int = 0) -> _Cost:
 
 def _escape(th: Threads, use: Node, name: str) -> str:
     """Words for a use of ``name`` that is not an element: where the array's address goes."""
-    for cur in _ancestors(use, th.ctx.body):  # a matrix load or an async copy anywhere around the address
-        if cur.type == "call_expression":
-            fn = call_name(th.ctx, cur)
+    for up in _ancestors(use, th.ctx.body):  # a matrix load or an async copy anywhere around the address
+        if up.type == "call_expression":
+            fn = call_name(th.ctx, up)
             if any(w in fn for w in _WMMA):
                 return (f"`{name}` is loaded or stored by `{fn}` with a leading dimension: padding the rows would "
                         "need the same change to that argument")
             if any(w in fn.lower() for w in _ASYNC):
                 return f"`{name}` is filled by an asynchronous copy (`{fn}`) that writes it as a contiguous block"
-        if cur.type.endswith("statement") or cur.type == "declaration":
+        if up.type.endswith("statement") or up.type == "declaration":
             break
-    cur: Node | None = use
-    while cur is not None and cur != th.ctx.body:
+    for cur in (use, *_ancestors(use, th.ctx.body)):
         t = cur.type
         if t == "call_expression":
             fn = call_name(th.ctx, cur)
@@ -252,7 +251,6 @@ def _escape(th: Threads, use: Node, name: str) -> str:
             return f"`{name}`'s address is kept in a pointer (`{th.ctx.text(cur)}`), which sees the unpadded layout"
         if t.endswith("statement") or t == "declaration":
             break
-        cur = cur.parent
     return f"`{name}` is used as an address (`{th.ctx.text(use)}`), not only element by element"
 
 
@@ -267,9 +265,9 @@ def _uses(th: Threads, name: str, rank: int, decl: Node) -> list[Node] | None:
             return declined(f"`{name}` is declared twice in the kernel, so its uses cannot be told apart", ident,
                             Stage.LEGALITY)
         cur, depth = ident, 0
-        while cur.parent is not None and cur.parent.type == "subscript_expression" \
-                and cur.parent.child_by_field_name("argument") == cur:
-            cur, depth = cur.parent, depth + 1
+        while (par := cur.parent) is not None and par.type == "subscript_expression" \
+                and par.child_by_field_name("argument") == cur:
+            cur, depth = par, depth + 1
         if depth == 0:
             return declined(_escape(th, ident, name), ident, Stage.LEGALITY)
         if depth < rank:
