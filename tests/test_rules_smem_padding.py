@@ -1,14 +1,15 @@
-"""smem_padding: a ``__shared__`` array padded by one bank word where the lanes of a warp collide in a bank.
+"""smem_padding: a ``__shared__`` array padded by bank words where the lanes of a warp collide in a bank.
 
-CPU checks on kernels written here in several styles: a 32x32 transpose tile read by columns (padded to 33), the
-same tile of doubles, a tile already padded and one only read along rows (no conflict: nothing proposed), a 3-D
-tile, a flattened tile ``s[tx * 32 + ty]`` and a work-efficient scan (1-D: the index padded, ``i + (i >> 5)``),
-the scan over dynamic shared memory (the launch's bytes enlarged), a conflict inside one row that padding cannot
-spread (declined, not proposed everywhere); the declines in words (an array passed to a device function, an
-element address kept in a pointer, a row cast to ``float4``, an async copy, a wmma load with its leading
-dimension, a file-scope array, the 48 KB limit, an index with a side effect, two dynamic arrays); WF105's fix
-family resolving to this rule (it is the rule the hint motivates first); and the variants building with nvcc
-through the evaluator's build path. That they verify and are faster is ``tests/test_rules_smem_padding_gpu.py``.
+CPU checks on kernels written here in several styles: a 32x32 transpose tile read by columns (padded to 33),
+the same tile of doubles, a tile already padded and one only read along rows (no conflict: nothing proposed),
+a 3-D tile, a 16-wide block whose half-warps read rows 128 floats apart (padded by 16 words), a flattened tile
+``s[tx * 32 + ty]`` and a work-efficient scan (1-D: the index padded, ``i + (i >> 5)``), the scan over dynamic
+shared memory (the launch's bytes enlarged), a conflict inside one row that padding cannot spread (declined,
+not proposed everywhere); the declines in words (an array passed to a device function, an element address
+kept in a pointer, a row cast to ``float4``, an async copy, a wmma load with its leading dimension, a
+file-scope array, the 48 KB limit, an index with a side effect, two dynamic arrays); WF105's fix family
+resolving to this rule (it is the rule the hint motivates first); and the variants building with nvcc through
+the evaluator's build path. That they verify and are faster is ``tests/test_rules_smem_padding_gpu.py``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,27 @@ __global__ void cube(const float* v, float* o)
 }
 """
 
+#: a 16-wide block: the two half-warps of a warp read rows 128 floats apart, the same banks; one word of padding
+#: shifts the second half by one bank only, sixteen words spread it over the other half of the banks
+HALF_ROWS = """\
+// @warpforge size W = 4096
+// @warpforge size H = 1024
+// @warpforge arg src: in float[H*W]
+// @warpforge arg dst: out float[H*W]
+// @warpforge arg w = W
+// @warpforge launch grid=(W / 128, H / 4), block=(16, 4)
+__global__ void rows(const float* src, float* dst, int w)
+{
+    __shared__ float s[4][128];
+    const int y = blockIdx.y * 4 + threadIdx.y, x0 = blockIdx.x * 128;
+    for (int i = 0; i < 8; i++)
+        s[threadIdx.y][threadIdx.x + 16 * i] = src[y * w + x0 + threadIdx.x + 16 * i];
+    __syncthreads();
+    for (int i = 1; i < 7; i++)
+        dst[y * w + x0 + threadIdx.x + 16 * i] = s[threadIdx.y][threadIdx.x + 16 * i - 1] + s[threadIdx.y][16 * i];
+}
+"""
+
 #: a flattened 32x32 tile written by rows, read by columns
 FLAT = """\
 // @warpforge size N = 2048
@@ -154,7 +176,7 @@ __global__ void prescan(float* g_odata, const float* g_idata, int n)
 DYN_SCAN = SCAN.replace("block=(N / 2)", "block=(N / 2), smem=N * sizeof(float)").replace(
     "__shared__ float temp[1024];", "extern __shared__ float temp[];")
 
-FIXTURES = {"tr": TRANSPOSE, "dtr": DTILE, "cube": CUBE, "tf": FLAT, "prescan": SCAN}
+FIXTURES = {"tr": TRANSPOSE, "dtr": DTILE, "cube": CUBE, "tf": FLAT, "prescan": SCAN, "rows": HALF_ROWS}
 
 
 def asked(text: str, kernel: str) -> tuple[list[str], Note | None]:
@@ -170,13 +192,13 @@ def padded(text: str, kernel: str) -> tuple[str, str, str | None]:
     """The child's definition, rationale and launch shared-memory bytes."""
     load()
     pol = text_policy(text, kernel)
-    c = REGISTRY[FAMILY].apply(pol.context(pol.root_candidate()), "w1")
-    assert c is not None and c.steps == ("smem_padding:w1",)
+    c = REGISTRY[FAMILY].apply(pol.context(pol.root_candidate()), "pad")
+    assert c is not None and c.steps == ("smem_padding:pad",)
     return c.definition, c.rationale, c.smem
 
 
 def test_transpose_tile_padded_to_33() -> None:
-    assert asked(TRANSPOSE, "tr")[0] == ["w1"]
+    assert asked(TRANSPOSE, "tr")[0] == ["pad"]
     d, why, smem = padded(TRANSPOSE, "tr")
     assert "__shared__ float tile[32][33];" in d and smem is None
     # only the declaration changes: the subscripts keep their meaning
@@ -194,6 +216,11 @@ def test_double_tile_padded_by_one_element() -> None:
 def test_three_d_tile_pads_its_rows() -> None:
     d, _, _ = padded(CUBE, "cube")
     assert "__shared__ float c[2][32][33];" in d
+
+
+def test_half_warp_rows_padded_by_sixteen_words() -> None:
+    d, why, _ = padded(HALF_ROWS, "rows")
+    assert "__shared__ float s[4][144];" in d and "2-way -> 1-way" in why
 
 
 @pytest.mark.parametrize("text", [

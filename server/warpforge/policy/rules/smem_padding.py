@@ -1,4 +1,4 @@
-"""smem_padding: pad a ``__shared__`` array by one bank word so that the lanes of a warp hit distinct banks.
+"""smem_padding: pad a ``__shared__`` array by bank words so that the lanes of a warp hit distinct banks.
 
 Why it helps: shared memory has 32 banks of 4 bytes; when the lanes of a warp access different words of one
 bank the access is replayed once per word (an N-way bank conflict: N passes where one would do). A column
@@ -15,9 +15,11 @@ evaluate (a loop counter) is sampled over one period of the padding. It is propo
 access has a conflict of degree >= 2 (WF105's threshold) and the padded layout lowers both the worst degree and
 the total passes of the array's accesses (padding can also create conflicts: a 16-wide block reading rows).
 
-The layout is ``i -> i + P * (i / C)``: ``P`` elements (one bank word: ``max(1, 4 / sizeof(T))``; one element
-for 8- and 16-byte types) inserted after every ``C``. It is strictly increasing on the indices a valid access
-uses (``i >= 0``), so distinct elements stay distinct and every access keeps its element:
+The layout is ``i -> i + P * (i / C)``: ``P`` elements inserted after every ``C``, ``P`` the fewest bank words
+(1, 2, 4, 8 or 16; ``max(1, 4 / sizeof(T))`` elements a word, at least one element for 8- and 16-byte types)
+that give the fewest passes: one word spreads a column read, a block 16 wide whose half-warps read rows a
+multiple of 32 words apart needs 16. The layout is strictly increasing on the indices a valid access uses
+(``i >= 0``), so distinct elements stay distinct and every access keeps its element:
 
 * a 2-D/3-D array ``T a[R][C]`` gets rows of ``C + P`` (``T a[R][C + P]``): only the declaration changes,
   which is legal whenever every use of ``a`` is a full subscript ``a[i][j]`` (the subscripts keep their
@@ -67,8 +69,11 @@ from . import register
 from ._why import Stage, declined
 from .base import Rule, RuleContext
 
-#: the one variant: one bank word of padding (a second word spreads no lanes the first did not)
-PARAM = "w1"
+#: the one variant: per array, the padding with the fewest passes (the smallest at a tie)
+PARAM = "pad"
+#: paddings tried, in bank words: one spreads a column read; a block narrower than a warp whose half-warps read
+#: rows a multiple of 32 words apart needs as many words as the block is wide
+WORDS = (1, 2, 4, 8, 16)
 #: static shared memory a block may declare without opting in
 MAX_STATIC = 48 * 1024
 #: values a doubled or halved loop variable (a scan's ``offset``, a tree's ``d``) is sampled at
@@ -101,7 +106,7 @@ class _Cost:
 
 @dataclass
 class _Layout:
-    """How one array is padded: ``P`` elements after every ``C``; the edits that write it."""
+    """How one array is padded: ``pad`` elements after every ``period``; the edits that write it."""
 
     arr: SharedArray
     period: int
@@ -343,9 +348,9 @@ def _index_edits(th: Threads, arr: SharedArray, uses: list[Node], period: int, p
     return out
 
 
-def _one_word(b: int) -> int:
-    """Elements in one bank word of padding (one element for 8- and 16-byte types)."""
-    return max(1, 4 // b)
+def _elems(words: int, b: int) -> int:
+    """Elements in ``words`` bank words of padding (at least one element: 8- and 16-byte types)."""
+    return max(1, words * 4 // b)
 
 
 @dataclass
@@ -369,25 +374,25 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
     if uses is None:
         return None
     before = _cost(sites, b)
-    pad = _one_word(b)
+    pads = sorted({_elems(w, b) for w in WORDS})
     size = loc.array_dims[-1]
+    row = max(1, 128 // b)
     if rank >= 2:
-        period = arr.dims[-1]
-        if period is None or size is None:
+        if arr.dims[-1] is None or size is None:
             return declined(f"the row length of `{arr.name}` ({arr.dims_text[-1]}) is not known", loc.decl,
                             Stage.LEGALITY)
-        after = _cost(sites, b, period, pad)
-        lay = _Layout(arr, period, pad, before, after)
-        lay.edits = [(size.start_byte, size.end_byte, _plus(th, size, str(pad), period + pad))]
+        periods = {arr.dims[-1]}
     else:
-        row = max(1, 128 // b)
         periods = {row} | {abs(o[1] - o[0]) for s in sites for o, _, _ in s.samples if len(o) > 1} \
             | {abs(o[bx] - o[0]) for s in sites for o, _, _ in s.samples if bx is not None and len(o) > bx}
         periods = {p for p in periods if 2 <= p <= 4096}
-        best = min(((_cost(sites, b, p, pad), p) for p in periods),
-                   key=lambda cp: (cp[0].waves, cp[0].worst, cp[1] != row, cp[1]))
-        after, period = best
-        lay = _Layout(arr, period, pad, before, after)
+    # the fewest passes; at equal passes the smallest padding, then the bank row (the classic ``i >> 5``)
+    after, pad, period = min(((_cost(sites, b, c, p), p, c) for c in periods for p in pads),
+                             key=lambda t: (t[0].waves, t[0].worst, t[1], t[2] != row, t[2]))
+    lay = _Layout(arr, period, pad, before, after)
+    if rank >= 2:
+        lay.edits = [(size.start_byte, size.end_byte, _plus(th, size, str(pad), period + pad))]
+    else:
         edits = _index_edits(th, arr, uses, period, pad)
         if edits is None:
             return None
@@ -403,7 +408,7 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
             total = count + pad * ((count - 1) // period) if count else None
             lay.edits.append((size.start_byte, size.end_byte, _plus(th, size, more, total)))
     if not (after.worst < before.worst and after.waves < before.waves):
-        return declined(f"padding `{arr.name}` by one bank word does not spread the lanes of "
+        return declined(f"padding `{arr.name}` (by 1 to {WORDS[-1]} bank words) does not spread the lanes of "
                         f"`{th.ctx.text(before.worst_at) if before.worst_at is not None else arr.name}` "
                         f"(a {before.worst:g}-way conflict stays {after.worst:g}-way): its lanes collide inside "
                         "one padded period", before.worst_at, Stage.LEGALITY)
@@ -509,8 +514,7 @@ def _describe(lay: _Layout) -> str:
     if len(a.dims) >= 2:
         what = f"rows of `{a.name}` {lay.period} -> {lay.period + lay.pad} elements"
     else:
-        what = f"`{a.name}` indexed as i + {lay.pad if lay.pad > 1 else ''}{'*' if lay.pad > 1 else ''}(i / " \
-               f"{lay.period})"
+        what = f"`{a.name}` indexed as i + {f'{lay.pad} * ' if lay.pad > 1 else ''}(i / {lay.period})"
     return f"{what} ({lay.before.worst:g}-way -> {lay.after.worst:g}-way)"
 
 
@@ -532,7 +536,7 @@ class SmemPadding(Rule):
         at = k.span.start if k is not None else 0
         edits = [(at + a, at + b, t) for lay in p.layouts for a, b, t in lay.edits]
         definition = splice(ctx.cand_src.data, edits)
-        why = "pad shared memory by one bank word against bank conflicts: " + "; ".join(
+        why = "pad shared memory by bank words against bank conflicts: " + "; ".join(
             _describe(lay) for lay in p.layouts)
         return ctx.derive(self.family, param, why, definition=definition, smem=p.smem)
 
