@@ -390,7 +390,7 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
     after, pad, period = min(((_cost(sites, b, c, p), p, c) for c in periods for p in pads),
                              key=lambda t: (t[0].waves, t[0].worst, t[1], t[2] != row, t[2]))
     lay = _Layout(arr, period, pad, before, after)
-    if rank >= 2:
+    if rank >= 2 and size is not None:
         lay.edits = [(size.start_byte, size.end_byte, _plus(th, size, str(pad), period + pad))]
     else:
         edits = _index_edits(th, arr, uses, period, pad)
