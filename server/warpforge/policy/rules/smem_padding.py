@@ -374,7 +374,9 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
     if uses is None:
         return None
     before = _cost(sites, b)
-    pads = sorted({_elems(w, b) for w in WORDS})
+    # rows of a 2-D/3-D array take 1-16 words; a 1-D array one word (the classic ``i + (i >> 5)``: a wider skew
+    # every period is legal but no author writes it, and the periods to try multiply the work)
+    pads = sorted({_elems(w, b) for w in WORDS}) if rank >= 2 else [_elems(1, b)]
     size = loc.array_dims[-1]
     row = max(1, 128 // b)
     if rank >= 2:
@@ -408,7 +410,8 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
             total = count + pad * ((count - 1) // period) if count else None
             lay.edits.append((size.start_byte, size.end_byte, _plus(th, size, more, total)))
     if not (after.worst < before.worst and after.waves < before.waves):
-        return declined(f"padding `{arr.name}` (by 1 to {WORDS[-1]} bank words) does not spread the lanes of "
+        words = f"by 1 to {WORDS[-1]} bank words" if rank >= 2 else "by one bank word"
+        return declined(f"padding `{arr.name}` ({words}) does not spread the lanes of "
                         f"`{th.ctx.text(before.worst_at) if before.worst_at is not None else arr.name}` "
                         f"(a {before.worst:g}-way conflict stays {after.worst:g}-way): its lanes collide inside "
                         "one padded period", before.worst_at, Stage.LEGALITY)
