@@ -16,10 +16,10 @@ access has a conflict of degree >= 2 (WF105's threshold) and the padded layout l
 the total passes of the array's accesses (padding can also create conflicts: a 16-wide block reading rows).
 
 The layout is ``i -> i + P * (i / C)``: ``P`` elements inserted after every ``C``, ``P`` the fewest bank words
-(1, 2, 4, 8 or 16; ``max(1, 4 / sizeof(T))`` elements a word, at least one element for 8- and 16-byte types)
-that give the fewest passes: one word spreads a column read, a block 16 wide whose half-warps read rows a
-multiple of 32 words apart needs 16. The layout is strictly increasing on the indices a valid access uses
-(``i >= 0``), so distinct elements stay distinct and every access keeps its element:
+(rows: 1, 2, 4, 8 or 16; a 1-D array: one; ``max(1, 4 / sizeof(T))`` elements a word, at least one element for
+8- and 16-byte types) that give the fewest passes: one word spreads a column read, a block 16 wide whose
+half-warps read rows a multiple of 32 words apart needs 16. The layout is strictly increasing on the indices a
+valid access uses (``i >= 0``), so distinct elements stay distinct and every access keeps its element:
 
 * a 2-D/3-D array ``T a[R][C]`` gets rows of ``C + P`` (``T a[R][C + P]``): only the declaration changes,
   which is legal whenever every use of ``a`` is a full subscript ``a[i][j]`` (the subscripts keep their
