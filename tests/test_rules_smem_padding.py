@@ -7,9 +7,10 @@ a 3-D tile, a 16-wide block whose half-warps read rows 128 floats apart (padded 
 shared memory (the launch's bytes enlarged), a conflict inside one row that padding cannot spread (declined,
 not proposed everywhere); the declines in words (an array passed to a device function, an element address
 kept in a pointer, a row cast to ``float4``, an async copy, a wmma load with its leading dimension, a
-file-scope array, the 48 KB limit, an index with a side effect, two dynamic arrays); WF105's fix family
-resolving to this rule (it is the rule the hint motivates first); and the variants building with nvcc through
-the evaluator's build path. That they verify and are faster is ``tests/test_rules_smem_padding_gpu.py``.
+file-scope array, the 48 KB limit, an index with a side effect, an access inside a macro, two dynamic
+arrays); WF105's fix family resolving to this rule (it is the rule the hint motivates first); and the variants
+building with nvcc through the evaluator's build path. That they verify and are faster is
+``tests/test_rules_smem_padding_gpu.py``.
 """
 
 from __future__ import annotations
@@ -295,6 +296,9 @@ WMMA = "#include <mma.h>\nusing namespace nvcuda;\n" + TRANSPOSE.replace(
     (TRANSPOSE.replace("tile[32][32];", "tile[32][32];\n    __shared__ float big[96][128];\n    big[threadIdx.y]"
                        "[threadIdx.x] = 0.f;"), "tr", "48 KB"),
     (SCAN.replace("temp[bi] += temp[ai];", "temp[bi] += temp[ai++];"), "prescan", "side effect"),
+    # an access hidden in a macro: the kernel's text has no subscript of it to pad
+    ("#define AT(i) temp[(i)]\n" + SCAN.replace("temp[bi] += temp[ai];", "AT(bi) += AT(ai);"), "prescan",
+     "inside the macro `AT`"),
     (DYN_SCAN.replace("extern __shared__ float temp[];", "extern __shared__ float temp[];\n"
                       "    extern __shared__ int flags[];\n    flags[thid] = 0;"), "prescan", "2 `extern __shared__`"),
 ])

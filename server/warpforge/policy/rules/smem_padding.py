@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
 from ...cuda.candidate import Candidate
+from ...cuda.model import DeclKind
 from ...cuda.parser import parse
 from ...cuda.rewrite import splice
 from ...cuda.text import SourceText
@@ -290,6 +292,21 @@ def _uses(th: Threads, name: str, rank: int, decl: Node) -> list[Node] | None:
     return out
 
 
+def _in_macro(th: Threads, name: str) -> str | None:
+    """A macro the kernel uses (or defines in its body) whose text names ``name``: its accesses are not in the
+    kernel's text, so padding the array would leave them on the old layout."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    body = th.ctx.body
+    for n in th.nodes("preproc_def", "preproc_function_def"):
+        if word.search(th.ctx.text(n)):
+            return th.ctx.text(n).split()[1].split("(")[0] if len(th.ctx.text(n).split()) > 1 else name
+    for d in th.ctx.model.declarations:
+        if d.kind is DeclKind.MACRO and body is not None and any(th.mentions(body, m) for m in d.names) \
+                and word.search(th.ctx.src.data[d.span.start:d.span.end].decode("utf-8", "replace")):
+            return sorted(d.names)[0]
+    return None
+
+
 def _ancestors(node: Node, stop: Node | None) -> Iterator[Node]:
     cur = node.parent
     while cur is not None and cur != stop:
@@ -373,6 +390,11 @@ def _array(th: Threads, ctx: RuleContext, arr: SharedArray, sites: list[_Site], 
     uses = _uses(th, arr.name, rank, loc.decl)
     if uses is None:
         return None
+    hidden = _in_macro(th, arr.name)
+    if hidden is not None:
+        return declined(f"`{arr.name}` is named inside the macro `{hidden}`, whose accesses the rewrite cannot "
+                        "pad (the kernel's canonical form, macros expanded, is asked instead)", loc.decl,
+                        Stage.LEGALITY)
     before = _cost(sites, b)
     # rows of a 2-D/3-D array take 1-16 words; a 1-D array one word (the classic ``i + (i >> 5)``: a wider skew
     # every period is legal but no author writes it, and the periods to try multiply the work)
