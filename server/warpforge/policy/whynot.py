@@ -40,6 +40,7 @@ WHAT: dict[str, str] = {
     "reduce_coarsen": "a block reduction that first sums several elements per thread",
     "single_pass": "a reduction's two passes fused into one",
     "smem_halo": "a stencil's neighbours staged in a shared-memory tile",
+    "smem_padding": "shared-memory rows padded by one bank word against bank conflicts",
     "smem_tiling": "shared-memory tiles of the reused operands (GEMM-style)",
     "smem_transpose": "a transpose through a shared-memory tile",
     "stride_reduce": "a per-thread chunk sum re-dealt as a coalesced grid-stride walk",
@@ -158,10 +159,10 @@ def _ask(rule: Rule, ctx: RuleContext, has_spec: bool) -> Decline | None:
         return _from_note(fam, furthest(notes), f"{fam} does not recognize the kernel's shape", Stage.SCOPE)
 
 
-#: families that do not re-map a serial loop or a reduction (they coarsen threads or widen accesses): at the same
-#: stage, a rule that would take the loop itself is the more useful answer ("the loop writes memory `c[...]`"
-#: rather than "the row index has no bound")
-SECONDARY = frozenset({"coarsen_y", "vectorize", "vectorize_strided"})
+#: families that do not re-map a serial loop or a reduction (they coarsen threads, widen accesses, pad shared
+#: memory): at the same stage, a rule that would take the loop itself is the more useful answer ("the loop writes
+#: memory `c[...]`" rather than "the row index has no bound")
+SECONDARY = frozenset({"coarsen_y", "vectorize", "vectorize_strided", "smem_padding"})
 
 
 #: families whose planner another family falls back to (``lane_remap`` asks ``element_remap``'s ``plan_items`` when

@@ -98,7 +98,7 @@ def loops(ctx: RuleContext) -> list[Node]:
 
 class Unroll(Rule):
     family = "unroll"
-    motivated_by = ("WF105", "loop_overhead", "unroll")
+    motivated_by = ("loop_overhead", "unroll")
 
     def variants(self, ctx: RuleContext) -> list[str]:
         if self.family in families(ctx) or not loops(ctx):
