@@ -212,3 +212,13 @@ def test_the_step_is_the_blocks_width(step: str, block: str, proposes: bool) -> 
     text = text.replace("i += blockDim.x", f"i += {step}").replace("block=128", f"block={block}")
     got, reasons = why(text_policy(text, "softmax_rows"))
     assert (got == ["x4", "x2"]) is proposes, reasons
+
+
+def test_a_row_pointer_declared_in_the_loop_is_left_scalar() -> None:
+    # llm.c's fused_classifier_kernel1 declares its output row inside the lane loop: the vector path checks
+    # alignment before the loop, where that pointer does not exist yet (the variant did not build)
+    text = rows("float").replace("out[row * C + c] = ", "float* o = out + row * C;\n        o[c] = ")
+    got, reasons = why(text_policy(text, "scale_rows"))
+    assert any("declared inside the loop" in r for r in reasons), reasons
+    d = child(text_policy(text, "scale_rows"), "vectorize_strided", got[0]).definition
+    assert "wfs_1_" not in d

@@ -39,6 +39,7 @@ stream's vector is 8 to 16 bytes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -74,6 +75,7 @@ from ._why import Stage, declined
 from .base import Rule, RuleContext
 
 PREFIX = "wfs_"
+_IDENT = re.compile(r"[A-Za-z_]\w*")
 WIDTHS = {"x8": 8, "x4": 4, "x2": 2}
 MAX_BYTES = 16
 MIN_BYTES = 8
@@ -396,6 +398,9 @@ def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, poin
         return "the loop's body reads the thread coordinates"
     streams: dict[tuple[str, str], _Stream] = {}
     other_reads: set[str] = set()
+    # names the body declares: a stream's pointer or offset among them is not there before the loop, where the
+    # vector path checks alignment (a row pointer declared per element is left to the scalar loop)
+    inner = set().union(*(declared_names(st, data) for st in body)) if body else set()
     for n in walk(body_node, ("subscript_expression",)):
         parts = subscript_parts(n, data)
         if parts is None:
@@ -418,6 +423,9 @@ def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, poin
                 return f"`{node_text(n, data)}` is not `{name}[offset + {var}]` with an offset the loop keeps"
             other_reads.add(name)
             continue
+        if name in inner or set(_IDENT.findall(off)) & inner:
+            return (f"`{node_text(n, data)}` is addressed through `{name}` or an offset declared inside the loop: "
+                    "its alignment cannot be checked before the loop")
         elem, const = pointers[name]
         size = _elem_size(elem)
         if size is None or size not in (1, 2, 4, 8):
