@@ -222,3 +222,18 @@ def test_a_row_pointer_declared_in_the_loop_is_left_scalar() -> None:
     assert any("declared inside the loop" in r for r in reasons), reasons
     d = child(text_policy(text, "scale_rows"), "vectorize_strided", got[0]).definition
     assert "wfs_1_" not in d
+
+
+def test_structural_rewrites_are_offered_before_tuning_ones() -> None:
+    # below the root a beam node gets two children a round: unmotivated, the strided vectors of a warp-per-row
+    # child must come before launch and flag tweaks (alphabetically, block_size and const_restrict came first)
+    from warpforge.policy.rules import REGISTRY, load
+
+    load()
+    pol = text_policy(rows("float"), "scale_rows")
+    pol.families = None
+    ordered = [r.family for r in pol._ordered(list(REGISTRY.values()), {})]
+    structural = [f for f in ordered if REGISTRY[f].structural]
+    assert ordered[: len(structural)] == structural and "vectorize_strided" in structural
+    kids = pol.propose_sync(pol.root_candidate())
+    assert kids[0].family == "vectorize_strided", [c.family for c in kids]

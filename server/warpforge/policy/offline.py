@@ -1,7 +1,8 @@
 """The offline policy: WarpForge's own transformation library as a search Policy (no API key needed).
 
 It proposes, for a node, every applicable variant of every registered rule, ordered so that rules motivated by
-the kernel's findings come first, then families that worked on this kernel before (search memory). ``combine``
+the kernel's findings come first, then families that worked on this kernel before (search memory), then
+structural rewrites before tuning ones. ``combine``
 (crossover) replays the steps of one branch on top of another.
 
 A rule that finds nothing to do in a candidate is asked again on the candidate's canonical form: the candidate
@@ -73,11 +74,15 @@ class OfflinePolicy:
                 if isinstance(m, dict):
                     actions |= {str(m.get("action") or ""), str(m.get("code") or "")}
 
-        def key(r: Rule) -> tuple[int, float]:
+        def key(r: Rule) -> tuple[int, float, int]:
             motivated = 0 if (r.family in actions or any(m in actions for m in r.motivated_by)) else 1
             tries, wins, best = memory.get(r.family, (0, 0, 1.0))
             prior = -(wins / tries) * best if tries else 0.0
-            return motivated, prior
+            # Then a structural rewrite before a tuning one: a beam node below the root gets two children a round,
+            # and in the registry's alphabetical order launch and flag tweaks took both (llm.c's softmax: the
+            # warp-per-row child got fast_math and launch_bounds, never the strided vector loads that add 25 %).
+            # A structural rule proposes only where its analysis matched, so its proposals are the rare ones.
+            return motivated, prior, 0 if r.structural else 1
 
         return sorted(rules, key=key)
 
