@@ -135,14 +135,16 @@ def test_every_strided_loop_of_a_block_per_row_kernel_is_vectorized() -> None:
     pol = text_policy(BLOCK_ROWS, "softmax_rows")
     assert variants(pol, "vectorize_strided") == ["x4", "x2"]
     d = child(pol, "vectorize_strided", "x4").definition
-    # four loops, each over chunks of 4 taken by the thread the original gave the chunk's number
-    assert len(re.findall(r"for \(int wfs_\d_c = tid; wfs_\d_c \* 4 < wfs_\d_n; wfs_\d_c \+= blockDim.x\)", d)) == 4
+    # four loops, each over chunks of 4 taken by the thread the original gave the chunk's number, where the row's
+    # streams are aligned (the row offset is the block's: every thread of the block takes the same branch)
+    assert len(re.findall(r"for \(int wfs_\d_c = tid; wfs_\d_c < wfs_\d_nv; wfs_\d_c \+= blockDim.x\)", d)) == 4
     # the output is stored as one vector at the row's offset, the view read as one; alignment checked first
     assert "*reinterpret_cast<wfs_1_s0_t*>((out + (idx * C)) + wfs_1_j0) = wfs_1_s0;" in d
     assert "*reinterpret_cast<const wfs_2_s0_t*>(x + wfs_2_j0)" in d
-    assert "reinterpret_cast<unsigned long long>(x) % sizeof(wfs_0_s0_t) == 0" in d
-    # the tail and unaligned rows keep the original body per element
-    assert "for (int i = wfs_3_j0; i < wfs_3_n && i < wfs_3_j0 + 4; i += 1) {" in d
+    assert "if (reinterpret_cast<unsigned long long>(x) % sizeof(wfs_0_s0_t) == 0) {" in d
+    # the row's tail, and the whole of an unaligned row, run the original loop (strided: coalesced as written)
+    assert "for (int i = wfs_3_nv * 4 + tid; i < wfs_3_n; i += blockDim.x) {" in d
+    assert "for (int i = tid; i < wfs_3_n; i += blockDim.x) {" in d
     assert "out[idx * C + i] = x[i] / sum;" in d
     # the partials still reach their shuffles
     assert "maxval = warpReduceMax(maxval);" in d and "sumval = warpReduceSum(sumval);" in d
@@ -155,7 +157,8 @@ def test_a_warp_per_row_by_element_size(t: str, want: list[str]) -> None:
     pol = text_policy(text, "scale_rows")
     assert variants(pol, "vectorize_strided") == want
     d = child(pol, "vectorize_strided", want[0]).definition
-    assert f"for (int wfs_0_c = lane; wfs_0_c * {want[0][1:]} < wfs_0_n; wfs_0_c += 32)" in d
+    assert "for (int wfs_0_c = lane; wfs_0_c < wfs_0_nv; wfs_0_c += 32)" in d
+    assert f"const int wfs_0_nv = wfs_0_n / {want[0][1:]};" in d
 
 
 @pytest.mark.parametrize(("edit", "reason"), [
@@ -176,6 +179,13 @@ def test_declines_with_the_reason(edit: tuple[str, str], reason: str) -> None:
     assert got == ["x4", "x2"]
     d = child(pol, "vectorize_strided", "x4").definition
     assert "wfs_0_" in d and "wfs_1_" not in d and "for (int c = lane; c < C; c += 32) {" in d
+
+
+def test_a_row_that_differs_between_the_threads_sharing_it_is_left_alone() -> None:
+    # a block per row whose row offset depends on the warp: warps of one block would disagree on alignment
+    text = BLOCK_ROWS.replace("const float* x = inp + idx * C;", "const float* x = inp + (idx + warpId) * C;")
+    got, reasons = why(text_policy(text, "softmax_rows"))
+    assert any("differs between the threads sharing the row" in r for r in reasons), reasons
 
 
 def test_a_loop_its_threads_do_not_partition_is_left_alone() -> None:

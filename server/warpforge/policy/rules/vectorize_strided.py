@@ -28,13 +28,18 @@ Legality (each decline says which failed):
   memory. Sums are then added in another order (within the spec's tolerance, which verification checks);
 * every stream's element type is a scalar of 1, 2, 4 or 8 bytes as instantiated.
 
-The rewrite: the loop runs over *chunks* of ``w`` elements, chunk ``c`` (elements ``c*w .. c*w+w-1``) taken by
-the thread that the original gave element ``c``: ``for (c = S; c * w < E; c += STEP)``. A full chunk whose
-streams are aligned to the vector (checked once before the loop, at run time: offsets into a row are not) runs
-BODY once per element on values loaded as one vector per stream, then stores the written streams; a partial
-or unaligned chunk runs the original BODY per element. Every thread partitions the row by the same chunks
-whichever path it takes, so every element is handled exactly once. Widths ``x8``/``x4``/``x2`` where the widest
-stream's vector is 8 to 16 bytes.
+* every stream's address is the same for all the threads that share the row (its pointer and offset do not
+  vary within the group: a block's row for a block-strided loop, a warp's for a lane-strided one), so they all
+  agree on whether it is aligned to a vector.
+
+The rewrite: where every stream of the row is aligned to the vector (checked at run time, once per loop: a row
+offset usually is not known to be), the loop runs over *chunks* of ``w`` elements, chunk ``c`` (elements
+``c*w .. c*w+w-1``) taken by the thread that the original gave element ``c`` (``for (c = S; c < E / w; c +=
+STEP)``): BODY once per element on values loaded as one vector per stream, then the written streams stored;
+the row's last ``E % w`` elements run the original strided loop. A row that is not aligned runs the original
+loop as written (a chunked scalar fallback measured 2x slower on llm.c's odd-length softmax rows: each lane's
+four elements made four strided accesses). Every thread of the group takes the same branch, so every element
+is handled exactly once. Widths ``x8``/``x4``/``x2`` where the widest stream's vector is 8 to 16 bytes.
 """
 
 from __future__ import annotations
@@ -161,6 +166,45 @@ def _position(v: Node, data: bytes, known: dict[str, str]) -> str | None:
         if _position(left, data, known) == "block" and ((op == "%" and r in _WARP) or (op == "&" and r == "31")):
             return "lane"
     return None
+
+
+_WARP_INDEX = re.compile(r"threadIdx\.x(?:/(?:32|warpSize|WARP_SIZE)|>>5)|\.meta_group_rank\(\)")
+
+
+def _varying(kbody: Node, data: bytes) -> dict[str, int]:
+    """How the kernel's locals vary between the threads of a group: 2 from thread to thread (``threadIdx``,
+    ``thread_rank()``, or a local that does), 1 only from warp to warp (``threadIdx.x / 32``,
+    ``meta_group_rank()``), absent when the same for every thread of a block. Every write of a local counts."""
+    values: dict[str, list[Node]] = {}
+    for n in walk(kbody, ("init_declarator", "assignment_expression")):
+        if n.type == "init_declarator":
+            tgt, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
+            while tgt is not None and tgt.type in ("pointer_declarator", "reference_declarator"):
+                tgt = tgt.child_by_field_name("declarator") or (tgt.named_children[0] if tgt.named_children
+                                                                 else None)
+        else:
+            tgt, val = n.child_by_field_name("left"), n.child_by_field_name("right")
+            tgt = unparen(tgt) if tgt is not None else None
+        if tgt is not None and val is not None and tgt.type == "identifier":
+            values.setdefault(node_text(tgt, data), []).append(val)
+    out: dict[str, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, vals in values.items():
+            lv = max(_level(v, data, out) for v in vals)
+            if lv > out.get(name, 0):
+                out[name] = lv
+                changed = True
+    return out
+
+
+def _level(expr: Node, data: bytes, known: dict[str, int]) -> int:
+    text = _WARP_INDEX.sub(" WFWARP ", "".join(node_text(expr, data).split()))
+    lv = 2 if ("threadIdx" in text or ".thread_rank()" in text) else 1 if "WFWARP" in text else 0
+    for n in walk(expr, ("identifier",)):
+        lv = max(lv, known.get(node_text(n, data), 0))
+    return lv
 
 
 def _cooperative(start: Node, step: Node, data: bytes, lanes: dict[str, str], block_x: int | None) -> bool:
@@ -355,6 +399,7 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
     block_x = dims[0][0] if dims and all(d == dims[0] for d in dims) else None
     pointers = _pointer_types(ctx, kbody, data)
     shared = set(shared_arrays(kbody, data))
+    varying = _varying(kbody, data)
     found: list[_Loop] = []
     seen_loop = False
     for n in walk(kbody, ("for_statement",)):
@@ -366,7 +411,8 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
         if not _cooperative(start, step, data, lanes, block_x):
             continue
         seen_loop = True
-        why = _legal(n, var, bound, body_node, data, pointers, shared, kbody)
+        group = 1 if _position(start, data, lanes) == "block" else 2
+        why = _legal(n, var, bound, body_node, data, pointers, shared, kbody, varying, group)
         if isinstance(why, str):
             declined(why, n, Stage.LEGALITY)
             continue
@@ -384,7 +430,9 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
 
 
 def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, pointers: dict[str, tuple[str, bool]],
-           shared: set[str], kbody: Node) -> dict[tuple[str, str], _Stream] | str:
+           shared: set[str], kbody: Node, varying: dict[str, int], group: int) -> dict[tuple[str, str], _Stream] | str:
+    """The loop's streams, or why it is not this rule's. ``group``: how far the cooperating threads reach, 1 a
+    block (nothing may vary from warp to warp), 2 a warp (warp-varying values are its own)."""
     body = statements(body_node)
     written = set().union(*(written_names(st, data) for st in body)) if body else set()
     if var in written:
@@ -426,6 +474,9 @@ def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, poin
         if name in inner or set(_IDENT.findall(off)) & inner:
             return (f"`{node_text(n, data)}` is addressed through `{name}` or an offset declared inside the loop: "
                     "its alignment cannot be checked before the loop")
+        if max((varying.get(x, 0) for x in {name} | set(_IDENT.findall(off))), default=0) >= group:
+            return (f"`{node_text(n, data)}` is at an address that differs between the threads sharing the row: "
+                    "whether it is aligned to a vector would differ too")
         elem, const = pointers[name]
         size = _elem_size(elem)
         if size is None or size not in (1, 2, 4, 8):
@@ -500,15 +551,18 @@ def _generate(lp: _Loop, data: bytes, w: int, k: int) -> str:
     vec = "\n".join(loads + comps + stores)
     inner = f"""{types}
 const {t} {p}n = {lp.bound};
-const bool {p}ok = {aligned};
-for ({t} {p}c = {lp.start}; {p}c * {w} < {p}n; {p}c += {lp.step}) {{
-    const {t} {p}j0 = {p}c * {w};
-    if ({p}ok && {p}j0 + {w} <= {p}n) {{
+if ({aligned}) {{
+    const {t} {p}nv = {p}n / {w};
+    for ({t} {p}c = {lp.start}; {p}c < {p}nv; {p}c += {lp.step}) {{
+        const {t} {p}j0 = {p}c * {w};
 {indent(vec, "        ")}
-    }} else {{
-        for ({t} {lp.var} = {p}j0; {lp.var} < {p}n && {lp.var} < {p}j0 + {w}; {lp.var} += 1) {{
-{indent(scalar, "            ")}
-        }}
+    }}
+    for ({t} {lp.var} = {p}nv * {w} + {lp.start}; {lp.var} < {p}n; {lp.var} += {lp.step}) {{
+{indent(scalar, "        ")}
+    }}
+}} else {{
+    for ({t} {lp.var} = {lp.start}; {lp.var} < {p}n; {lp.var} += {lp.step}) {{
+{indent(scalar, "        ")}
     }}
 }}"""
     return "{\n" + indent(inner, "    ") + "\n}"
