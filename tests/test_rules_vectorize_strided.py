@@ -186,6 +186,7 @@ def test_a_row_that_differs_between_the_threads_sharing_it_is_left_alone() -> No
     text = BLOCK_ROWS.replace("const float* x = inp + idx * C;", "const float* x = inp + (idx + warpId) * C;")
     got, reasons = why(text_policy(text, "softmax_rows"))
     assert any("differs between the threads sharing the row" in r for r in reasons), reasons
+    assert got == []  # every loop reads the row through `x`
 
 
 def test_a_loop_its_threads_do_not_partition_is_left_alone() -> None:
