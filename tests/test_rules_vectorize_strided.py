@@ -135,16 +135,20 @@ def test_every_strided_loop_of_a_block_per_row_kernel_is_vectorized() -> None:
     pol = text_policy(BLOCK_ROWS, "softmax_rows")
     assert variants(pol, "vectorize_strided") == ["x4", "x2"]
     d = child(pol, "vectorize_strided", "x4").definition
-    # four loops, each over chunks of 4 taken by the thread the original gave the chunk's number, where the row's
-    # streams are aligned (the row offset is the block's: every thread of the block takes the same branch)
+    # four loops, each over chunks of 4 taken by the thread the original gave the chunk's number, after the row's
+    # first elements up to its streams' first vector boundary (the row offset is the block's: every thread of the
+    # block agrees on it)
     assert len(re.findall(r"for \(int wfs_\d_c = tid; wfs_\d_c < wfs_\d_nv; wfs_\d_c \+= blockDim.x\)", d)) == 4
-    # the output is stored as one vector at the row's offset, the view read as one; alignment checked first
+    assert "const int wfs_3_j0 = wfs_3_pe + wfs_3_c * 4;" in d
+    # the output is stored as one vector at the row's offset, the view read as one
     assert "*reinterpret_cast<wfs_1_s0_t*>((out + (idx * C)) + wfs_1_j0) = wfs_1_s0;" in d
     assert "*reinterpret_cast<const wfs_2_s0_t*>(x + wfs_2_j0)" in d
-    assert "if (reinterpret_cast<unsigned long long>(x) % sizeof(wfs_0_s0_t) == 0) {" in d
-    # the row's tail, and the whole of an unaligned row, run the original loop (strided: coalesced as written)
-    assert "for (int i = wfs_3_nv * 4 + tid; i < wfs_3_n; i += blockDim.x) {" in d
-    assert "for (int i = tid; i < wfs_3_n; i += blockDim.x) {" in d
+    # streams that do not share a vector boundary leave the whole row to the original loop (lead = n)
+    assert ("reinterpret_cast<unsigned long long>(x) / sizeof(float) % 4 == wfs_1_mis) ? "
+            "(int)((4 - wfs_1_mis) % 4) : wfs_1_n;") in d
+    # the row's head and tail run the original loop, strided as written
+    assert "for (int i = tid; i < wfs_3_pe; i += blockDim.x) {" in d
+    assert "for (int i = wfs_3_pe + wfs_3_nv * 4 + tid; i < wfs_3_n; i += blockDim.x) {" in d
     assert "out[idx * C + i] = x[i] / sum;" in d
     # the partials still reach their shuffles
     assert "maxval = warpReduceMax(maxval);" in d and "sumval = warpReduceSum(sumval);" in d
@@ -158,7 +162,7 @@ def test_a_warp_per_row_by_element_size(t: str, want: list[str]) -> None:
     assert variants(pol, "vectorize_strided") == want
     d = child(pol, "vectorize_strided", want[0]).definition
     assert "for (int wfs_0_c = lane; wfs_0_c < wfs_0_nv; wfs_0_c += 32)" in d
-    assert f"const int wfs_0_nv = wfs_0_n / {want[0][1:]};" in d
+    assert f"const int wfs_0_nv = (wfs_0_n - wfs_0_pe) / {want[0][1:]};" in d
 
 
 @pytest.mark.parametrize(("edit", "reason"), [

@@ -32,14 +32,15 @@ Legality (each decline says which failed):
   vary within the group: a block's row for a block-strided loop, a warp's for a lane-strided one), so they all
   agree on whether it is aligned to a vector.
 
-The rewrite: where every stream of the row is aligned to the vector (checked at run time, once per loop: a row
-offset usually is not known to be), the loop runs over *chunks* of ``w`` elements, chunk ``c`` (elements
-``c*w .. c*w+w-1``) taken by the thread that the original gave element ``c`` (``for (c = S; c < E / w; c +=
-STEP)``): BODY once per element on values loaded as one vector per stream, then the written streams stored;
-the row's last ``E % w`` elements run the original strided loop. A row that is not aligned runs the original
-loop as written (a chunked scalar fallback measured 2x slower on llm.c's odd-length softmax rows: each lane's
-four elements made four strided accesses). Every thread of the group takes the same branch, so every element
-is handled exactly once. Widths ``x8``/``x4``/``x2`` where the widest stream's vector is 8 to 16 bytes.
+The rewrite: the row's first elements, up to the first vector boundary its streams share (one element size
+and the same offset within a vector, checked at run time: a row offset is rarely known to be aligned), run the
+original loop; then the loop runs over *chunks* of ``w`` elements, chunk ``c`` taken by the thread the original
+gave element ``c`` (``for (c = S; c < nv; c += STEP)``), BODY once per element on values loaded as one vector
+per stream, the written streams stored as one; the row's last elements run the original loop again. Streams
+that share no boundary leave the whole row to the original loop. An odd-length row (llm.c's 50257-wide softmax
+rows) so gets vectors too; a chunked scalar fallback measured 2x slower there (each lane's four elements made
+four strided accesses). Every thread of the group computes the same boundary, so every element is handled
+exactly once. Widths ``x8``/``x4``/``x2`` where the widest stream's vector is 8 to 16 bytes.
 """
 
 from __future__ import annotations
@@ -168,7 +169,14 @@ def _position(v: Node, data: bytes, known: dict[str, str]) -> str | None:
     return None
 
 
-_WARP_INDEX = re.compile(r"threadIdx\.x(?:/(?:32|warpSize|WARP_SIZE)|>>5)|\.meta_group_rank\(\)")
+#: a warp's index within its block, or in the grid (``(blockIdx.x*blockDim.x+threadIdx.x)/32``: blocks are whole
+#: warps), or a cooperative group's ``meta_group_rank()``: the same for the 32 threads of a warp
+_WARP_INDEX = re.compile(
+    r"(?<![\w.*/%])threadIdx\.x/(?:32|warpSize|WARP_SIZE)\b"  # threadIdx.x / 32 (not 2 * threadIdx.x / 32)
+    r"|(?<![\w.*/%+-])threadIdx\.x>>5\b"  # threadIdx.x >> 5 (not a + threadIdx.x >> 5, which shifts the sum)
+    r"|\((?:blockIdx\.x\*blockDim\.x\+threadIdx\.x|threadIdx\.x\+blockIdx\.x\*blockDim\.x"
+    r"|blockDim\.x\*blockIdx\.x\+threadIdx\.x|threadIdx\.x\+blockDim\.x\*blockIdx\.x)\)/(?:32|warpSize|WARP_SIZE)\b"
+    r"|\.meta_group_rank\(\)")
 
 
 def _varying(kbody: Node, data: bytes) -> dict[str, int]:
@@ -411,7 +419,10 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
         if not _cooperative(start, step, data, lanes, block_x):
             continue
         seen_loop = True
-        group = 1 if _position(start, data, lanes) == "block" else 2
+        # a warp-strided loop's threads are one warp: what varies only from warp to warp is theirs to share,
+        # provided blocks are whole warps (a warp index of the grid is one only then)
+        whole = block_x is None or block_x % 32 == 0
+        group = 2 if _position(start, data, lanes) != "block" and whole else 1
         why = _legal(n, var, bound, body_node, data, pointers, shared, kbody, varying, group)
         if isinstance(why, str):
             declined(why, n, Stage.LEGALITY)
@@ -518,8 +529,6 @@ def _generate(lp: _Loop, data: bytes, w: int, k: int) -> str:
     types = "\n".join(f"struct alignas(sizeof({s.elem}) * {w}) {names[(s.ptr, s.off)]}_t {{ {s.elem} e[{w}]; }};"
                       for s in streams)
     base = {(s.ptr, s.off): f"({s.ptr} + ({s.off}))" if s.off else s.ptr for s in streams}
-    aligned = " && ".join(f"reinterpret_cast<unsigned long long>({base[(s.ptr, s.off)]}) % sizeof({nm}_t) == 0"
-                          for s in streams for nm in [names[(s.ptr, s.off)]])
     ids = {x.id: names[(s.ptr, s.off)] for s in streams for x in s.nodes}
     comps: list[str] = []
     loads: list[str] = []
@@ -549,21 +558,30 @@ def _generate(lp: _Loop, data: bytes, w: int, k: int) -> str:
               f"{names[(s.ptr, s.off)]};" for s in streams if s.written]
     scalar = "\n".join(flush(node_text(st, data), st, data) for st in lp.body)
     vec = "\n".join(loads + comps + stores)
+    # The row's first elements up to the first vector boundary of its streams (they must share it: one element
+    # size, the same offset within a vector) run the original loop, then the vector chunks, then the original
+    # loop over the tail: an odd-length row (llm.c's 50257-wide softmax rows) gets vectors too. Streams that do
+    # not share a boundary leave the whole row to the original loop.
+    addr = [f"reinterpret_cast<unsigned long long>({base[(s.ptr, s.off)]})" for s in streams]
+    size0 = f"sizeof({streams[0].elem})"
+    same = " && ".join([f"{a} % sizeof({s.elem}) == 0" for a, s in zip(addr, streams, strict=True)]
+                       + [f"sizeof({s.elem}) == {size0} && {a} / {size0} % {w} == {p}mis" for a, s in
+                          zip(addr[1:], streams[1:], strict=True)])
     inner = f"""{types}
 const {t} {p}n = {lp.bound};
-if ({aligned}) {{
-    const {t} {p}nv = {p}n / {w};
-    for ({t} {p}c = {lp.start}; {p}c < {p}nv; {p}c += {lp.step}) {{
-        const {t} {p}j0 = {p}c * {w};
-{indent(vec, "        ")}
-    }}
-    for ({t} {lp.var} = {p}nv * {w} + {lp.start}; {lp.var} < {p}n; {lp.var} += {lp.step}) {{
-{indent(scalar, "        ")}
-    }}
-}} else {{
-    for ({t} {lp.var} = {lp.start}; {lp.var} < {p}n; {lp.var} += {lp.step}) {{
-{indent(scalar, "        ")}
-    }}
+const unsigned long long {p}mis = {addr[0]} / {size0} % {w};
+const {t} {p}lead = ({same}) ? ({t})(({w} - {p}mis) % {w}) : {p}n;
+const {t} {p}pe = {p}lead < {p}n ? {p}lead : {p}n;
+for ({t} {lp.var} = {lp.start}; {lp.var} < {p}pe; {lp.var} += {lp.step}) {{
+{indent(scalar, "    ")}
+}}
+const {t} {p}nv = ({p}n - {p}pe) / {w};
+for ({t} {p}c = {lp.start}; {p}c < {p}nv; {p}c += {lp.step}) {{
+    const {t} {p}j0 = {p}pe + {p}c * {w};
+{indent(vec, "    ")}
+}}
+for ({t} {lp.var} = {p}pe + {p}nv * {w} + {lp.start}; {lp.var} < {p}n; {lp.var} += {lp.step}) {{
+{indent(scalar, "    ")}
 }}"""
     return "{\n" + indent(inner, "    ") + "\n}"
 
