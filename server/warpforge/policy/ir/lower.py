@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_loops,
     pass_mapping,
     pass_memory,
+    pass_private,
     pass_types,
     pass_unstage,
 )
@@ -44,7 +45,7 @@ from .summary import Summary, summarize
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
-         "counter_before_loop", "while_to_for", "sticky_loop_return", "single_pass_loop",
+         "counter_before_loop", "while_to_for", "loop_private_scalars", "sticky_loop_return", "single_pass_loop",
          "copy_propagation", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles",
          "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
