@@ -78,7 +78,7 @@ class _Flow:
     members: tuple[str, ...]
 
     def whole(self, state: frozenset[str]) -> bool:
-        return state is _UNREACHABLE or _WHOLE in state or bool(self.members) and set(self.members) <= state
+        return state is _UNREACHABLE or _WHOLE in state or (bool(self.members) and set(self.members) <= state)
 
     def has(self, state: frozenset[str], member: str | None) -> bool:
         if member is None:
@@ -140,9 +140,9 @@ class _Flow:
 
     def statement(self, s: Node, state: frozenset[str]) -> frozenset[str]:
         t = s.type
-        if t in ("comment", "preproc_call", ";") or not idents(s, self.k.data, self.name) and t not in (
+        if t in ("comment", "preproc_call", ";") or (not idents(s, self.k.data, self.name) and t not in (
                 "continue_statement", "break_statement", "return_statement", "compound_statement",
-                "if_statement", "goto_statement", "labeled_statement", "switch_statement"):
+                "if_statement", "goto_statement", "labeled_statement", "switch_statement")):
             return state
         if t == "compound_statement":
             for c in statements(s):
@@ -382,9 +382,7 @@ def loop_private_scalars(k: Kernel, env: PassEnv) -> Result:
     if not names:
         return skipped
     for at, texts in inserts.items():
-        line_start = k.data.rfind(b"\n", 0, at) + 1
-        indent = k.data[line_start:at].decode("utf-8")
-        pad = indent[:len(indent) - len(indent.lstrip())] + "    "
+        pad = _indent_after(k, at)
         edits.append((at, at, "".join(f"\n{pad}{t}" for t in texts)))
     gone_statements: list[Node] = []
     for did, gone in moved.items():
@@ -400,6 +398,14 @@ def loop_private_scalars(k: Kernel, env: PassEnv) -> Result:
     edits += _removals(k, gone_statements)
     shown = ", ".join(f"`{n}`" for n in names)
     return Changed(splice(k.data, edits), f"{shown} declared in the loop that writes it before reading it")
+
+
+def _indent_after(k: Kernel, at: int) -> str:
+    """The indentation of the first line after byte ``at`` that holds code (a body's first statement)."""
+    for line in k.data[at:].decode("utf-8").split("\n")[1:]:
+        if line.strip():
+            return line[:len(line) - len(line.lstrip())]
+    return "    "
 
 
 def _removals(k: Kernel, gone: list[Node]) -> list[tuple[int, int, str]]:

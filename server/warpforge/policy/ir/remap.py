@@ -27,7 +27,7 @@ Each decline is a ``NotLegal`` with the reason in words and its line, for the fu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -386,62 +386,185 @@ def local_types(k: Kernel) -> dict[str, str]:
 
 def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
                 ) -> tuple[Reduction, ...] | NotLegal:
-    """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
+    """The loop's accumulators for the lane plan: no element write (lanes would write in another order), and at
+    least one accumulator (a loop with none has nothing to split)."""
+    red = carried_scalars(body, var, k, targs, elements=False)
+    if not isinstance(red, NotLegal) and not red:
+        return NotLegal("the loop carries no accumulator", k.line(loop))
+    return red
+
+
+def carried_scalars(body: Node, var: str, k: Kernel, targs: Mapping[str, str], *, elements: bool
+                    ) -> tuple[Reduction, ...] | NotLegal:
+    """The loop's accumulators: every scalar declared outside the loop that its body writes, each a sum or a
+    min/max (``accumulator_update``) that the loop reads nowhere but in its updates, of a type a shuffle moves.
+
+    A member of a struct local to the loop is the loop's own; ``elements`` says whether an element write
+    (``a[i] = ...``) is left to the caller's access analysis (the per-item plans) or declines (the lane plan)."""
     local = declared_names(body, k.data) | {var}
     types = local_types(k)
     combines: dict[str, str] = {}
-    updates: dict[str, list[Node]] = {}
+    updates: dict[str, list[tuple[Node, int]]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
         if misparsed_assignment(n, k.data):
             continue
-        if n.type == "update_expression":
-            t = n.child_by_field_name("argument")
-            if t is not None and unparen(t).type == "identifier" and k.t(unparen(t)) in local:
-                continue
-            return NotLegal(f"`{k.t(n)}` in the loop (line {k.line(n)}) is not a sum or min/max of a scalar",
+        target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+        assert target is not None
+        t = unparen(target)
+        obj = _struct_of(t, k)
+        if obj is not None and obj in local:
+            continue  # a member of the iteration's own struct
+        if t.type != "identifier":
+            if not elements:
+                return NotLegal(f"the loop writes memory `{k.t(target)}` (line {k.line(n)})", k.line(n))
+            if t.type == "subscript_expression":
+                continue  # an element: the accesses decide
+            if obj is not None:
+                return NotLegal(f"`{obj}` is carried across iterations (line {k.line(n)}): the loop writes a "
+                                "member of a struct declared outside it (a member-wise accumulator: the shuffles "
+                                "move scalars)", k.line(n))
+            return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
                             k.line(n))
-        left, op, right = (n.child_by_field_name(x) for x in ("left", "operator", "right"))
-        assert left is not None and op is not None and right is not None
-        target = unparen(left)
-        if target.type != "identifier":
-            return NotLegal(f"the loop writes memory `{k.t(left)}` (line {k.line(n)})", k.line(n))
-        name = k.t(target)
+        name = k.t(t)
         if name in local:
             continue
-        combine = _combine_of(name, k.t(op), right, k)
-        if combine is None:
+        upd = accumulator_update(n, name, types.get(name, ""), k)
+        if upd is None:
             return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
-                            f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
-        if combines.setdefault(name, combine) != combine:
+                            f"`{name} += e`, `{name} = {name} + e` or `{name} = max/min({name}, e)`", k.line(n))
+        if combines.setdefault(name, upd.combine) != upd.combine:
             return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
-        updates.setdefault(name, []).append(n)
+        updates.setdefault(name, []).append((n, upd.uses))
     for name, ups in updates.items():
         uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
-        allowed = sum(1 if combines[name] == "sum" else 2 for _ in ups)
-        if len(uses) != allowed:
+        if len(uses) != sum(u for _, u in ups):
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
-                            "is not the running total", k.line(ups[0]))
-        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0]))
+                            "is not the running total", k.line(ups[0][0]))
+        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0][0]))
         if bad is not None:
             return bad
-    if not updates:
-        return NotLegal("the loop carries no accumulator", k.line(loop))
     return tuple(Reduction(n, combines[n], types[n]) for n in updates)
 
 
-def _combine_of(name: str, op: str, right: Node, k: Kernel) -> str | None:
-    """"sum" for ``name += e``, the function for ``name = fmaxf(name, e)``, else None."""
+def _struct_of(t: Node, k: Kernel) -> str | None:
+    """The local whose member ``t`` is (``v.x``, ``(v).x``, ``v.a.b``), None for anything else (``p->x``)."""
+    while t.type == "field_expression":
+        op, obj = t.child_by_field_name("operator"), t.child_by_field_name("argument")
+        if op is None or obj is None or k.t(op) != ".":
+            return None
+        t = unparen(obj)
+    return k.t(t) if t.type == "identifier" else None
+
+
+@dataclass(frozen=True)
+class Update:
+    """An accumulator's update the lanes can split: how partials combine and how often it names the accumulator."""
+
+    #: "sum", or the min/max function (``fmaxf``; for a comparison, the one of the accumulator's type)
+    combine: str
+    #: the mentions of the accumulator the update holds (its target, its operand, an ``if``'s condition)
+    uses: int
+
+
+#: the max/min function a comparison-written accumulator is combined with, by its type
+_MAX_OF = {"float": "fmaxf", "double": "fmax"}
+_MIN_OF = {"float": "fminf", "double": "fmin"}
+
+
+def accumulator_update(n: Node, name: str, type_: str, k: Kernel) -> Update | None:
+    """The one reader of "``n`` updates the accumulator ``name`` associatively" (None when it does not):
+
+    ``s += e``, ``s -= e``, ``s = s + e``, ``s = e + s``, ``s = s - e`` (sums); ``s = fmaxf(s, e)``, ``s = max(e,
+    s)`` (the function as written); ``s = s > e ? s : e`` and the other comparisons of the two, and ``if (e > s)
+    s = e;`` alone in an ``if`` without ``else`` (a running max/min of ``type_``). ``e`` never names ``s``."""
+    if n.type != "assignment_expression":
+        return None
+    op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
+    if op is None or right is None:
+        return None
     ids = [k.t(i) for i in walk(right, ("identifier",))]
-    if op == "+=":
-        return "sum" if name not in ids else None
+    if k.t(op) in ("+=", "-="):
+        return Update("sum", 1) if name not in ids else None
+    if k.t(op) != "=" or ids.count(name) == 0:
+        return _compare_assign(n, name, right, type_, k) if k.t(op) == "=" else None
     r = unparen(right)
-    if op != "=" or r.type != "call_expression":
+
+    def is_name(x: Node) -> bool:
+        return unparen(x).type == "identifier" and k.t(unparen(x)) == name
+
+    if r.type == "binary_expression" and ids.count(name) == 1:
+        return Update("sum", 2) if _added(r, is_name) else None
+    if r.type == "call_expression" and ids.count(name) == 1:
+        fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
+        if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
+            return None
+        if sum(1 for x in args.named_children if is_name(x)) != 1:
+            return None
+        return Update(k.t(fn), 2)
+    if r.type == "conditional_expression" and ids.count(name) == 2:
+        cond, yes, no = (r.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
+        c = unparen(cond) if cond is not None else None
+        if c is None or yes is None or no is None or c.type != "binary_expression":
+            return None
+        picked = _comparison(c, name, k)
+        if picked is None or not (is_name(yes) ^ is_name(no)):
+            return None
+        value = "".join(k.t(unparen(no if is_name(yes) else yes)).split())
+        if value != picked[1]:
+            return None
+        # ``s > e ? s : e`` keeps the larger: the comparison says "s is larger", and the branch taken then is s
+        larger_kept = picked[0] == is_name(yes)
+        return Update((_MAX_OF if larger_kept else _MIN_OF).get(type_, "max" if larger_kept else "min"), 3)
+    return None
+
+
+def _added(e: Node, is_name: Callable[[Node], bool]) -> bool:
+    """Whether the accumulator is one added term of the sum ``e`` (``s + a + b``, ``a - b + s``; not ``a - s``)."""
+    e = unparen(e)
+    if is_name(e):
+        return True
+    if e.type != "binary_expression":
+        return False
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None or op.type not in ("+", "-"):
+        return False
+    return _added(left, is_name) or (op.type == "+" and _added(right, is_name))
+
+
+def _comparison(c: Node, name: str, k: Kernel) -> tuple[bool, str] | None:
+    """For ``s > e`` (``e < s``, ``>=``, ``<=``) between ``name`` and another expression: (whether it says
+    ``name`` is the larger, the other side's text without blanks); None for any other condition."""
+    left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if left is None or op is None or other is None or k.t(op) not in (">", ">=", "<", "<="):
         return None
-    fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
-    if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
+    sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
+    greater = k.t(op) in (">", ">=")
+    if sides[0] == name and sides[1] != name:
+        return greater, sides[1]
+    if sides[1] == name and sides[0] != name:
+        return not greater, sides[0]
+    return None
+
+
+def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> Update | None:
+    """``if (e > m) m = e;`` (``m < e``, ``>=``; ``<`` for a minimum), the assignment alone in an ``if`` without
+    ``else``: a running maximum (minimum), combined with ``fmaxf``/``fmax``/``max`` by its type."""
+    stmt = n.parent
+    if stmt is None or stmt.type != "expression_statement":
         return None
-    a, b = args.named_children
-    plain = [x for x in (a, b) if unparen(x).type == "identifier" and k.t(unparen(x)) == name]
-    if len(plain) != 1 or ids.count(name) != 1:
+    up = stmt.parent
+    if up is not None and up.type == "compound_statement" and len(statements(up)) == 1:
+        up = up.parent
+    if up is None or up.type != "if_statement" or up.child_by_field_name("alternative") is not None:
         return None
-    return k.t(fn)
+    cond = up.child_by_field_name("condition")
+    c = unparen(cond.named_children[0]) if cond is not None and cond.named_children else None
+    if c is None or c.type != "binary_expression":
+        return None
+    picked = _comparison(c, name, k)
+    if picked is None or picked[1] != "".join(k.t(right).split()):
+        return None
+    # ``if (e > m) m = e``: the comparison says m is not the larger, and the larger (e) is kept: a maximum
+    if not picked[0]:
+        return Update(_MAX_OF.get(type_, "max"), 2)
+    return Update(_MIN_OF.get(type_, "min"), 2)
