@@ -132,9 +132,14 @@ class _Flow:
             left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
             assert left is not None and op is not None and right is not None
             part = self.target(left)
-            if part is not None and self.k.t(op) == "=":
+            if part is not None:
                 self.reads(right, state)
-                return state if state is _UNREACHABLE else state | {part}
+                if self.k.t(op) == "=":
+                    return state if state is _UNREACHABLE else state | {part}
+                if not self.has(state, None if part == _WHOLE else part):  # ``x += e`` reads x first
+                    raise _Fail(f"`{self.k.t(unparen(left))}` is updated (line {self.k.line(e)}) before the "
+                                "iteration writes it", self.k.line(e))
+                return state
         self.reads(e, state)
         return state
 
