@@ -116,9 +116,10 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     headers = ""
     notes: list[str] = []
     preprocessed = False
-    if preprocess and definition is not None and not _needs_expansion(original, source, path, defines,
-                                                                       include_dirs, std):
-        preprocess = False  # nothing of the user's macros in it: the expansion is the text itself
+    if preprocess and definition is not None:
+        needed, headers = _needs_expansion(original, source, path, defines, include_dirs, std)
+        # nothing of the user's macros in it: the expansion is the text itself (the headers' typedefs still count)
+        preprocess = needed
     if preprocess:
         keep_all = list(keep) + ([t.name for t in spec.tunables] if spec is not None else [])
         try:
@@ -141,7 +142,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if spec is not None and kernel.template_params:
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
-                  typedefs=dict(facts.typedefs), template_args=targs,
+                  typedefs=dict(facts.typedefs), aliases=dict(facts.aliases), template_args=targs,
                   grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
                   constants=top_level_constants(full))
     if spec is not None:
@@ -174,19 +175,20 @@ _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def _needs_expansion(definition: str, source: str, path: str | None, defines: Sequence[tuple[str, str]],
-                     include_dirs: Sequence[str], std: str | None) -> bool:
+                     include_dirs: Sequence[str], std: str | None) -> tuple[bool, str]:
     """Whether a candidate's definition uses one of the file's own macros (or holds a directive).
 
     The expansion keeps every line without a user macro as written (``preprocess``), so a definition
     with none is its own expansion; the search lowers one candidate per step, and this spares most of
-    them a run of nvcc. The macros are the file's, read once per file and build."""
+    them a run of nvcc. The macros are the file's, read once per file and build. Also the project's headers as
+    expanded (their typedefs: ``cData`` is ``float2``), which the passes need either way."""
     if any(ln.lstrip().startswith("#") and not ln.lstrip().startswith("#pragma") for ln in definition.split("\n")):
-        return True
+        return True, ""
     try:
-        macros = expand(source, path=path, defines=defines, include_dirs=include_dirs, std=std).user_macros
+        ex = expand(source, path=path, defines=defines, include_dirs=include_dirs, std=std)
     except PreprocessError:
-        return True
-    return bool(set(_WORD.findall(definition)) & macros)
+        return True, ""
+    return bool(set(_WORD.findall(definition)) & ex.user_macros), ex.headers
 
 
 def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[str],

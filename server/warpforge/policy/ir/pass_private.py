@@ -268,7 +268,7 @@ def _plan(k: Kernel, env: PassEnv, decl: Node, d: Node, name: str, type_: str
         if top is None:
             return _Fail(f"`{name}` is used outside a loop (line {k.line(u)})", k.line(u))
         groups.setdefault(top.id, (top, []))[1].append(u)
-    members = vector_members(type_, env.typedefs)
+    members = vector_members(type_, {**env.aliases, **env.typedefs})
     moves: list[_Move] = []
     for top, group in groups.values():
         # the innermost loop holding every mention first, then the loops around it

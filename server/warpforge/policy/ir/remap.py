@@ -293,6 +293,7 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
     """A write the summary's accesses do not show: through a pointer (``*p = v``, ``p->f = v``) or a call
     handed a pointer or an address (a function the IR could not inline may write through it)."""
     writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
+    values = _value_locals(k)
     for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
         if misparsed_assignment(n, k.data):
             continue
@@ -306,9 +307,29 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
                 return n
             continue
         t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
+        if t is not None and unparen(t).type == "field_expression" and _struct_of(unparen(t), k) in values:
+            continue  # a member of a struct in registers (``v.x = e``), not memory
         if t is not None and unparen(t).type in ("pointer_expression", "field_expression"):
             return n
     return None
+
+
+def _value_locals(k: Kernel) -> set[str]:
+    """The kernel's locals that hold a value (declared as a plain name: no pointer, reference or array, and no
+    parameter of that name), so that a write of their member writes a register."""
+    plain: set[str] = set()
+    other: set[str] = {n for n, *_ in params_of(k)[0]}
+    for d in walk(k.body, ("declaration",)):
+        for dn in d.children_by_field_name("declarator"):
+            cur = dn.child_by_field_name("declarator") if dn.type == "init_declarator" else dn
+            if cur is not None and cur.type == "identifier":
+                plain.add(k.t(cur))
+                continue
+            while cur is not None and cur.type != "identifier":
+                cur = cur.child_by_field_name("declarator")
+            if cur is not None:
+                other.add(k.t(cur))
+    return plain - other
 
 
 def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
