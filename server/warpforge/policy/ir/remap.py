@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.tree import misparsed_assignment, unparen, walk
+from .pass_private import vector_members
 from .passes import Kernel, declared_names, statements
 from .summary import Access, Summary, index_text, params_of
 
@@ -65,7 +66,9 @@ def shuffle_decline(name: str, written: str, targs: Mapping[str, str], line: int
         return None
     shown = f"`{written}` (`{resolved}` in the spec's instantiation)" if resolved != written else f"`{written}`"
     what = ("a template parameter the spec does not instantiate with a scalar" if written in targs or written == "?"
-            else "not a 4- or 8-byte scalar or a half/bfloat16 (a struct or vector is moved member by member)")
+            else f"a vector type: each of its members ({', '.join(vector_members(resolved, {}))}) would need a "
+                 "shuffle and a combine of its own, which the remaps do not write" if vector_members(resolved, {})
+            else "not a 4- or 8-byte scalar or a half/bfloat16 (a struct would need a shuffle per member)")
     return NotLegal(f"the accumulator `{name}` has type {shown}, which a warp shuffle does not move: {what}", line)
 
 #: the item index every thread computes: ``blockIdx.x*blockDim.x + threadIdx.x``
