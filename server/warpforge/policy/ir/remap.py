@@ -13,7 +13,8 @@ spelling, so it is answered here from the lowered text's ``Summary`` (``summary.
 * exactly one serial loop runs over the item (a ``for`` at the top of the body, step 1), with no jump out
   of it and no loop after it: the work after it runs once per item, on lane 0;
 * the loop writes no memory and no variable declared outside it except its accumulators, each a scalar
-  updated only as ``acc += e`` or ``acc = max/min(acc, e)`` (an associative combine a shuffle can do);
+  updated only as ``acc += e`` or ``acc = max/min(acc, e)`` and their longer spellings (an associative
+  combine a shuffle can do; ``accumulator_update`` is the one reader of them for every remap);
 * no parameter the kernel writes is read in the loop (no lane reads what another thread writes), and
   nothing before the loop writes memory (every lane runs it);
 * no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping), and no
