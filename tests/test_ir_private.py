@@ -236,3 +236,8 @@ def test_a_copy_whose_member_is_written_is_not_propagated() -> None:
     copy_propagation counted plain writes only)."""
     got = low("  float3 v = make_float3(x[0], x[1], x[2]);\n  float3 w = v;\n  w.x += 1.0f;\n  y[0] = w.x + v.x;\n")
     assert "float3 w = v;" in got.text and "w.x += 1.0f;" in got.text
+
+
+def test_a_local_named_in_a_later_declarator_of_its_own_declaration_stays() -> None:
+    got = low("  float t, u = t;\n  for (int j = 0; j < m; j++) {\n    t = x[j];\n    y[j] = t + u;\n  }\n")
+    assert "float t, u = t;" in got.text and not moved(got)

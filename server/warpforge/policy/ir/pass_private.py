@@ -259,7 +259,8 @@ def _plan(k: Kernel, env: PassEnv, decl: Node, d: Node, name: str, type_: str
     """The loops that privatize ``name`` (every mention in one of their bodies), or why not (None: no loop)."""
     scope = decl.parent
     assert scope is not None
-    uses = [u for u in idents(scope, k.data, name) if u.start_byte >= decl.end_byte]
+    # from the declarator on: ``int a, b = a;`` names ``a`` in its own declaration (outside any loop)
+    uses = [u for u in idents(scope, k.data, name) if u.start_byte >= d.end_byte]
     if not uses:
         return None
     groups: dict[int, tuple[Node, list[Node]]] = {}
