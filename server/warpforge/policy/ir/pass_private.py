@@ -180,9 +180,9 @@ class _Flow:
             if init is not None:
                 head = self.statement(init, head) if init.type == "declaration" else self.expression(init, head)
             for f in ("condition", "right"):
-                c = s.child_by_field_name(f)
-                if c is not None:
-                    self.reads(c, head)
+                part = s.child_by_field_name(f)
+                if part is not None:
+                    self.reads(part, head)
             inner = self.statement(body, head) if body is not None else head
             upd = s.child_by_field_name("update")
             if upd is not None:
@@ -354,7 +354,7 @@ def loop_private_scalars(k: Kernel, env: PassEnv) -> Result:
     taken = {k.t(unparen(a)) for p in walk(k.fn, ("pointer_expression",)) if k.t(p).lstrip().startswith("&")
              and (a := p.child_by_field_name("argument")) is not None}
     taken |= {k.t(unparen(v)) for d in walk(k.fn, ("init_declarator",))
-              if (nm := d.child_by_field_name("declarator")) is not None and nm.type == "reference_declarator"
+              if (rd := d.child_by_field_name("declarator")) is not None and rd.type == "reference_declarator"
               and (v := d.child_by_field_name("value")) is not None}
     moved: dict[int, list[Node]] = {}  # declaration -> declarators that go
     inserts: dict[int, list[str]] = {}  # body's ``{`` -> declarations opening it
