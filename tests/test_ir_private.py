@@ -241,3 +241,61 @@ def test_a_copy_whose_member_is_written_is_not_propagated() -> None:
 def test_a_local_named_in_a_later_declarator_of_its_own_declaration_stays() -> None:
     got = low("  float t, u = t;\n  for (int j = 0; j < m; j++) {\n    t = x[j];\n    y[j] = t + u;\n  }\n")
     assert "float t, u = t;" in got.text and not moved(got)
+
+
+FLUX3 = """// @warpforge size N = 65536
+// @warpforge size NNB = 64
+// @warpforge arg flux: out float[3*N]
+// @warpforge arg ese: in int[N*NNB] int(0, N)
+// @warpforge arg var: in float[3*N]
+// @warpforge arg n = N
+// @warpforge arg nnb = NNB
+// @warpforge launch grid=cdiv(N, 128), block=128
+__global__ void k(float* flux, const int* ese, const float* var, int n, int nnb) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int j, nb;
+  float3 d, acc;
+  if (i >= n) return;
+  acc.x = 0.0f; acc.y = 0.0f; acc.z = 0.0f;
+  for (j = 0; j < nnb; j++) {
+    nb = ese[i + j * n];
+    d.x = var[3 * nb] - var[3 * i];
+    d.y = var[3 * nb + 1] - var[3 * i + 1];
+    d.z = var[3 * nb + 2] - var[3 * i + 2];
+    acc.x += d.x;
+    acc.y = acc.y + d.y;
+    acc.z = fmaxf(acc.z, d.z);
+  }
+  flux[i] = acc.x; flux[n + i] = acc.y; flux[2 * n + i] = acc.z;
+}
+"""
+
+
+@needs_nvcc
+def test_a_vector_accumulated_member_by_member_is_combined_member_by_member(tmp_path: Path) -> None:
+    """``acc.x += e`` of a ``float3`` declared outside the loop: each member its own sum (or maximum), combined
+    by itself; the temporaries ``nb`` and ``d`` are the iteration's own (Rodinia's cfd, written here)."""
+    got = dict(proposals(FLUX3))
+    assert "column_remap" in got, sorted(got)
+    text = got["column_remap"]
+    assert "float3 d;" in text and "int nb = ese[" in text
+    assert "__shared__ float wfc_acc__x[" in text and "acc.z = fmaxf(acc.z, wfc_acc__z[" in text
+    cu = tmp_path / "k.cu"
+    cu.write_text(text)
+    assert NVCC is not None
+    r = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_vector_read_whole_besides_its_member_sums_is_carried() -> None:
+    text = ("__global__ void k(float3* y, const float* x, int m) {\n  int i = threadIdx.x;\n  float3 acc;\n"
+            "  acc.x = 0.0f; acc.y = 0.0f; acc.z = 0.0f;\n"
+            "  for (int j = 0; j < m; j++) { acc.x += x[i * m + j]; y[j] = acc; }\n  y[i] = acc;\n}\n")
+    k = find_kernel(text, "k")
+    assert k is not None
+    loop = next(n for n in k.body.named_children if n.type == "for_statement")
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    got = carried_scalars(body, "j", k, {}, elements=True)
+    assert isinstance(got, NotLegal) and "reads it whole" in got.reason

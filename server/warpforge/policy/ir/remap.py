@@ -125,11 +125,17 @@ class NotLegal:
 
 @dataclass(frozen=True)
 class Reduction:
+    #: the accumulator as the code names it: a variable, or a member of a vector (``flux.x``)
     name: str
     #: "sum", or the min/max function as written (``fmaxf``)
     combine: str
     #: as written (a template parameter stays a name: the rewrite is as generic as the kernel)
     type: str
+
+    @property
+    def ident(self) -> str:
+        """The name as part of an identifier (``flux.x`` -> ``flux__x``): what a rewrite's own locals derive from."""
+        return self.name.replace(".", "__")
 
 
 @dataclass(frozen=True)
@@ -424,11 +430,14 @@ def carried_scalars(body: Node, var: str, k: Kernel, targs: Mapping[str, str], *
     """The loop's accumulators: every scalar declared outside the loop that its body writes, each a sum or a
     min/max (``accumulator_update``) that the loop reads nowhere but in its updates, of a type a shuffle moves.
 
-    A member of a struct local to the loop is the loop's own; ``elements`` says whether an element write
-    (``a[i] = ...``) is left to the caller's access analysis (the per-item plans) or declines (the lane plan)."""
+    A member of a struct local to the loop is the loop's own; a member of a CUDA vector declared outside it
+    (``flux.x += e`` of a ``float3``) is an accumulator of its own, of the vector's scalar type, as long as the
+    loop names the vector only through its members. ``elements`` says whether an element write (``a[i] = ...``)
+    is left to the caller's access analysis (the per-item plans) or declines (the lane plan)."""
     local = declared_names(body, k.data) | {var}
     types = local_types(k)
     combines: dict[str, str] = {}
+    acc_types: dict[str, str] = {}
     updates: dict[str, list[tuple[Node, int]]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
         if misparsed_assignment(n, k.data):
@@ -439,36 +448,93 @@ def carried_scalars(body: Node, var: str, k: Kernel, targs: Mapping[str, str], *
         obj = _struct_of(t, k)
         if obj is not None and obj in local:
             continue  # a member of the iteration's own struct
-        if t.type != "identifier":
+        name = lvalue_name(t, k)
+        type_ = types.get(name or "", "")
+        if t.type == "field_expression" and obj is not None and name is not None:
+            type_ = vector_scalar(types.get(obj, ""), targs) or ""
+            whole = _whole_uses(body, obj, k)
+            if type_ and whole is not None:
+                return NotLegal(f"`{obj}` is carried across iterations: the loop accumulates into its members and "
+                                f"reads it whole (line {k.line(whole)})", k.line(whole))
+        if t.type != "identifier" and not type_:
             if not elements:
                 return NotLegal(f"the loop writes memory `{k.t(target)}` (line {k.line(n)})", k.line(n))
             if t.type == "subscript_expression":
                 continue  # an element: the accesses decide
             if obj is not None:
                 return NotLegal(f"`{obj}` is carried across iterations (line {k.line(n)}): the loop writes a "
-                                "member of a struct declared outside it (a member-wise accumulator: the shuffles "
-                                "move scalars)", k.line(n))
+                                "member of a struct declared outside it that is not a CUDA vector (a member-wise "
+                                "accumulator of a vector type is combined member by member)", k.line(n))
             return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
                             k.line(n))
-        name = k.t(t)
+        assert name is not None
         if name in local:
             continue
-        upd = accumulator_update(n, name, types.get(name, ""), k)
+        upd = accumulator_update(n, name, type_, k)
         if upd is None:
             return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
                             f"`{name} += e`, `{name} = {name} + e` or `{name} = max/min({name}, e)`", k.line(n))
         if combines.setdefault(name, upd.combine) != upd.combine:
             return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
+        acc_types[name] = type_ if "." in name else types.get(name, "?")
         updates.setdefault(name, []).append((n, upd.uses))
     for name, ups in updates.items():
-        uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
-        if len(uses) != sum(u for _, u in ups):
+        if mentions(body, name, k) != sum(u for _, u in ups):
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
                             "is not the running total", k.line(ups[0][0]))
-        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0][0]))
+        bad = shuffle_decline(name, acc_types[name], targs, k.line(ups[0][0]))
         if bad is not None:
             return bad
-    return tuple(Reduction(n, combines[n], types[n]) for n in updates)
+    return tuple(Reduction(n, combines[n], acc_types[n]) for n in updates)
+
+
+def lvalue_name(t: Node, k: Kernel) -> str | None:
+    """What an accumulator is called: a variable's name, or ``v.x`` for a member of a variable (parentheses
+    dropped: ``(v).x``); None for anything else (an element, ``p->x``, ``v.a.b``)."""
+    t = unparen(t)
+    if t.type == "identifier":
+        return k.t(t)
+    if t.type == "field_expression":
+        op, obj, field = (t.child_by_field_name(f) for f in ("operator", "argument", "field"))
+        if op is not None and obj is not None and field is not None and k.t(op) == "." \
+                and unparen(obj).type == "identifier":
+            return f"{k.t(unparen(obj))}.{k.t(field)}"
+    return None
+
+
+def mentions(node: Node, name: str, k: Kernel) -> int:
+    """How often ``node`` names the accumulator ``name`` (a variable: every identifier of it; a member ``v.x``:
+    every ``v.x``)."""
+    if "." not in name:
+        return sum(1 for i in walk(node, ("identifier",)) if k.t(i) == name)
+    return sum(1 for f in walk(node, ("field_expression",)) if lvalue_name(f, k) == name)
+
+
+def _whole_uses(body: Node, obj: str, k: Kernel) -> Node | None:
+    """A mention of the vector ``obj`` in ``body`` that is not ``obj.member`` (the vector read or written whole)."""
+    for i in walk(body, ("identifier",)):
+        if k.t(i) != obj:
+            continue
+        up = i.parent
+        while up is not None and up.type == "parenthesized_expression":
+            up = up.parent
+        if up is None or up.type != "field_expression" or lvalue_name(up, k) is None:
+            return i
+    return None
+
+
+#: the scalar of each CUDA vector type's name stem (``float3`` -> ``float``); stems a shuffle does not move stay
+_VECTOR_SCALARS = {"float": "float", "double": "double", "int": "int", "uint": "unsigned int",
+                   "longlong": "long long", "ulonglong": "unsigned long long", "long": "long", "ulong": "unsigned long"}
+
+
+def vector_scalar(type_: str, targs: Mapping[str, str]) -> str | None:
+    """The scalar type of a CUDA vector type (``float3`` -> ``float``; through the spec's template arguments),
+    None for anything else."""
+    t = " ".join(targs.get(type_, type_).replace("const", "").split())
+    if not vector_members(t, {}):
+        return None
+    return _VECTOR_SCALARS.get(t.rstrip("1234"))
 
 
 def _struct_of(t: Node, k: Kernel) -> str | None:
@@ -507,26 +573,26 @@ def accumulator_update(n: Node, name: str, type_: str, k: Kernel) -> Update | No
     op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
     if op is None or right is None:
         return None
-    ids = [k.t(i) for i in walk(right, ("identifier",))]
+    count = mentions(right, name, k)
     if k.t(op) in ("+=", "-="):
-        return Update("sum", 1) if name not in ids else None
-    if k.t(op) != "=" or ids.count(name) == 0:
+        return Update("sum", 1) if count == 0 else None
+    if k.t(op) != "=" or count == 0:
         return _compare_assign(n, name, right, type_, k) if k.t(op) == "=" else None
     r = unparen(right)
 
     def is_name(x: Node) -> bool:
-        return unparen(x).type == "identifier" and k.t(unparen(x)) == name
+        return lvalue_name(x, k) == name
 
-    if r.type == "binary_expression" and ids.count(name) == 1:
+    if r.type == "binary_expression" and count == 1:
         return Update("sum", 2) if _added(r, is_name) else None
-    if r.type == "call_expression" and ids.count(name) == 1:
+    if r.type == "call_expression" and count == 1:
         fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
         if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
             return None
         if sum(1 for x in args.named_children if is_name(x)) != 1:
             return None
         return Update(k.t(fn), 2)
-    if r.type == "conditional_expression" and ids.count(name) == 2:
+    if r.type == "conditional_expression" and count == 2:
         cond, yes, no = (r.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
         c = unparen(cond) if cond is not None else None
         if c is None or yes is None or no is None or c.type != "binary_expression":
@@ -534,7 +600,7 @@ def accumulator_update(n: Node, name: str, type_: str, k: Kernel) -> Update | No
         picked = _comparison(c, name, k)
         if picked is None or not (is_name(yes) ^ is_name(no)):
             return None
-        value = "".join(k.t(unparen(no if is_name(yes) else yes)).split())
+        value = _canon(no if is_name(yes) else yes, k)
         if value != picked[1]:
             return None
         # ``s > e ? s : e`` keeps the larger: the comparison says "s is larger", and the branch taken then is s
@@ -556,13 +622,18 @@ def _added(e: Node, is_name: Callable[[Node], bool]) -> bool:
     return _added(left, is_name) or (op.type == "+" and _added(right, is_name))
 
 
+def _canon(e: Node, k: Kernel) -> str:
+    """An expression's text to compare by: an accumulator's name (``(v).x`` is ``v.x``), else without blanks."""
+    return lvalue_name(e, k) or "".join(k.t(unparen(e)).split())
+
+
 def _comparison(c: Node, name: str, k: Kernel) -> tuple[bool, str] | None:
     """For ``s > e`` (``e < s``, ``>=``, ``<=``) between ``name`` and another expression: (whether it says
     ``name`` is the larger, the other side's text without blanks); None for any other condition."""
     left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
     if left is None or op is None or other is None or k.t(op) not in (">", ">=", "<", "<="):
         return None
-    sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
+    sides = (_canon(left, k), _canon(other, k))
     greater = k.t(op) in (">", ">=")
     if sides[0] == name and sides[1] != name:
         return greater, sides[1]
@@ -587,7 +658,7 @@ def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> U
     if c is None or c.type != "binary_expression":
         return None
     picked = _comparison(c, name, k)
-    if picked is None or picked[1] != "".join(k.t(right).split()):
+    if picked is None or picked[1] != _canon(right, k):
         return None
     # ``if (e > m) m = e``: the comparison says m is not the larger, and the larger (e) is kept: a maximum
     if not picked[0]:

@@ -52,6 +52,7 @@ from .remap import (
     _loop_parts,
     carried_scalars,
     is_item,
+    lvalue_name,
 )
 from .summary import Summary, _views, params_of, scope_of
 
@@ -320,11 +321,11 @@ def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> Sp
         outer_locals = declared_names(top, k.data) - declared_names(loop, k.data)
         for n in walk(top, ("assignment_expression", "update_expression")):
             t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-            if t is None or unparen(t).type != "identifier" or misparsed_assignment(n, k.data):
+            name = lvalue_name(t, k) if t is not None and not misparsed_assignment(n, k.data) else None
+            if name is None:
                 continue
-            name = k.t(unparen(t))
             inside_split = lo <= n.start_byte < hi
-            if inside_split and name in outer_locals:
+            if inside_split and name.split(".")[0] in outer_locals:
                 return NotLegal(f"`{name}` is written in the loop the group splits (line {k.line(n)}) and used "
                                 "outside it, where every lane would see another value", k.line(n))
             if not inside_split and name in {r.name for r in sl.reductions}:
