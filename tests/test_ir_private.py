@@ -299,3 +299,25 @@ def test_a_vector_read_whole_besides_its_member_sums_is_carried() -> None:
     assert body is not None
     got = carried_scalars(body, "j", k, {}, elements=True)
     assert isinstance(got, NotLegal) and "reads it whole" in got.reason
+
+
+@pytest.mark.parametrize("body", [
+    # a switch: its paths (fall-through, cases) are not followed
+    "  int t;\n  for (int j = 0; j < m; j++) {\n    switch (idx[j]) { case 0: t = 1; break; default: t = 2; }\n"
+    "    y[j] = t;\n  }\n",
+    # a do-while whose condition reads it after a `continue` that skipped the write
+    "  float t;\n  for (int j = 0; j < m; j++) {\n    do { if (idx[j] > 0) continue; t = x[j]; } while (t > 0.0f);\n"
+    "  }\n",
+    # a static local keeps its value between calls
+    "  static float t;\n  for (int j = 0; j < m; j++) {\n    t = x[j];\n    y[j] = t;\n  }\n",
+    # an array: elements are not followed
+    "  float t[2];\n  for (int j = 0; j < m; j++) {\n    t[0] = x[j];\n    y[j] = t[0];\n  }\n",
+])
+def test_shapes_the_walk_does_not_follow_stay(body: str) -> None:
+    assert not moved(low(body))
+
+
+def test_a_do_while_body_that_always_writes_counts_after_it() -> None:
+    got = low("  float t;\n  for (int j = 0; j < m; j++) {\n    int q = 0;\n"
+              "    do { t = x[j + q]; q++; } while (q < 2);\n    y[j] = t;\n  }\n")
+    assert "`t`" in moved(got) and "float t;" in squash(got.text).split("for (int j = 0; j < m; j++) {")[1]
