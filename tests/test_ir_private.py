@@ -321,3 +321,16 @@ def test_a_do_while_body_that_always_writes_counts_after_it() -> None:
     got = low("  float t;\n  for (int j = 0; j < m; j++) {\n    int q = 0;\n"
               "    do { t = x[j + q]; q++; } while (q < 2);\n    y[j] = t;\n  }\n")
     assert "`t`" in moved(got) and "float t;" in squash(got.text).split("for (int j = 0; j < m; j++) {")[1]
+
+
+def test_a_struct_that_is_no_vector_accumulated_member_wise_is_named_with_its_type() -> None:
+    text = ("struct Acc { float a; float b; };\n__global__ void k(float* y, const float* x, int m) {\n"
+            "  int i = threadIdx.x;\n  Acc s;\n  s.a = 0.0f;\n"
+            "  for (int j = 0; j < m; j++) s.a += x[i * m + j];\n  y[i] = s.a;\n}\n")
+    k = find_kernel(text, "k")
+    assert k is not None
+    loop = next(n for n in k.body.named_children if n.type == "for_statement")
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    got = carried_scalars(body, "j", k, {}, elements=True)
+    assert isinstance(got, NotLegal) and "its type `Acc` is not a CUDA vector" in got.reason

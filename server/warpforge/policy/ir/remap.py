@@ -462,9 +462,12 @@ def carried_scalars(body: Node, var: str, k: Kernel, targs: Mapping[str, str], *
             if t.type == "subscript_expression":
                 continue  # an element: the accesses decide
             if obj is not None:
+                written = types.get(obj, "?")
+                shown = f"`{written}`" + (f" (`{targs[written]}` in the spec's instantiation)" if written in targs
+                                          else "")
                 return NotLegal(f"`{obj}` is carried across iterations (line {k.line(n)}): the loop writes a "
-                                "member of a struct declared outside it that is not a CUDA vector (a member-wise "
-                                "accumulator of a vector type is combined member by member)", k.line(n))
+                                f"member of it, and its type {shown} is not a CUDA vector (whose members would be "
+                                "accumulated one by one)", k.line(n))
             return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
                             k.line(n))
         assert name is not None
