@@ -114,12 +114,15 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     n = original.count("\n") + 1
     full = spliced
     headers = ""
+    #: the project's headers where the expansion was skipped: only their struct typedefs are read from them
+    #: (``cData`` is ``float2``), not their scalar typedefs or functions, which would change the text the
+    #: candidate's build compiles
+    skipped_headers = ""
     notes: list[str] = []
     preprocessed = False
     if preprocess and definition is not None:
-        needed, headers = _needs_expansion(original, source, path, defines, include_dirs, std)
-        # nothing of the user's macros in it: the expansion is the text itself (the headers' typedefs still count)
-        preprocess = needed
+        # nothing of the user's macros in it: the expansion is the text itself
+        preprocess, skipped_headers = _needs_expansion(original, source, path, defines, include_dirs, std)
     if preprocess:
         keep_all = list(keep) + ([t.name for t in spec.tunables] if spec is not None else [])
         try:
@@ -142,7 +145,9 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if spec is not None and kernel.template_params:
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
-                  typedefs=dict(facts.typedefs), aliases=dict(facts.aliases), template_args=targs,
+                  typedefs=dict(facts.typedefs),
+                  aliases=dict((file_facts(skipped_headers + "\n" + full) if skipped_headers else facts).aliases),
+                  template_args=targs,
                   grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
                   constants=top_level_constants(full))
     if spec is not None:
@@ -181,7 +186,7 @@ def _needs_expansion(definition: str, source: str, path: str | None, defines: Se
     The expansion keeps every line without a user macro as written (``preprocess``), so a definition
     with none is its own expansion; the search lowers one candidate per step, and this spares most of
     them a run of nvcc. The macros are the file's, read once per file and build. Also the project's headers as
-    expanded (their typedefs: ``cData`` is ``float2``), which the passes need either way."""
+    expanded (their struct typedefs: ``cData`` is ``float2``)."""
     if any(ln.lstrip().startswith("#") and not ln.lstrip().startswith("#pragma") for ln in definition.split("\n")):
         return True, ""
     try:
