@@ -334,3 +334,11 @@ def test_a_struct_that_is_no_vector_accumulated_member_wise_is_named_with_its_ty
     assert body is not None
     got = carried_scalars(body, "j", k, {}, elements=True)
     assert isinstance(got, NotLegal) and "its type `Acc` is not a CUDA vector" in got.reason
+
+
+def test_a_typedef_of_a_vector_type_is_followed_member_by_member() -> None:
+    """``typedef float2 cData;`` (NVIDIA's fluidsGL): writing ``.x`` and ``.y`` writes the whole value."""
+    got = lower("typedef float2 cData;\n__global__ void k(cData* v, const float* x, int m) {\n  cData t;\n"
+                "  for (int j = 0; j < m; j++) {\n    t.x = x[2 * j];\n    t.y = x[2 * j + 1];\n"
+                "    v[j] = t;\n  }\n}\n", "k", preprocess=False)
+    assert isinstance(got, Lowered) and "`t`" in moved(got)
