@@ -185,7 +185,7 @@ def stride(body: str) -> str:
     ("struct Sum {\n  float v;\n  __device__ Sum& operator+=(float x) { v += x; return *this; }\n};\n" + WINDOWS +
      WINDOWS_SIG + "  int w = blockIdx.x * blockDim.x + threadIdx.x;\n  if (w >= count) return;\n  Sum acc = {0.f};\n"
      "  for (int j = 0; j < len; j++) acc += src[w * len + j];\n  dst[w] = acc.v;\n}\n", "lane_remap",
-     "(a struct or vector is moved member by member)"),
+     "(a struct would need a shuffle per member)"),
 ])
 def test_declines_say_why(text: str, family: str, words: str) -> None:
     assert words in reason(text, family)

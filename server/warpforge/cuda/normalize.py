@@ -33,7 +33,7 @@ The passes, applied to the kernel's body until nothing changes:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tree_sitter import Node
@@ -66,6 +66,8 @@ class FileFacts:
 
     typedefs: dict[str, str]
     macros: dict[str, Macro]
+    #: every typedef and alias of the file, resolved through chains (``cData`` -> ``float2``): what a struct is
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=64)
@@ -106,7 +108,7 @@ def file_facts(text: str) -> FileFacts:
             if v in typedefs:
                 typedefs[k] = typedefs[v]
     scalars = {k: b for k, v in typedefs.items() if (b := _scalar(v)) is not None}
-    return FileFacts(scalars, macros)
+    return FileFacts(scalars, macros, typedefs)
 
 
 def _scalar(text: str) -> str | None:

@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_loops,
     pass_mapping,
     pass_memory,
+    pass_private,
     pass_types,
     pass_unstage,
 )
@@ -44,7 +45,7 @@ from .summary import Summary, summarize
 #: the passes in the order they are tried (the runner restarts from the first after every change):
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
-         "counter_before_loop", "while_to_for", "sticky_loop_return", "single_pass_loop",
+         "counter_before_loop", "while_to_for", "loop_private_scalars", "sticky_loop_return", "single_pass_loop",
          "copy_propagation", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles",
          "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
@@ -113,11 +114,15 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     n = original.count("\n") + 1
     full = spliced
     headers = ""
+    #: the project's headers where the expansion was skipped: only their struct typedefs are read from them
+    #: (``cData`` is ``float2``), not their scalar typedefs or functions, which would change the text the
+    #: candidate's build compiles
+    skipped_headers = ""
     notes: list[str] = []
     preprocessed = False
-    if preprocess and definition is not None and not _needs_expansion(original, source, path, defines,
-                                                                       include_dirs, std):
-        preprocess = False  # nothing of the user's macros in it: the expansion is the text itself
+    if preprocess and definition is not None:
+        # nothing of the user's macros in it: the expansion is the text itself
+        preprocess, skipped_headers = _needs_expansion(original, source, path, defines, include_dirs, std)
     if preprocess:
         keep_all = list(keep) + ([t.name for t in spec.tunables] if spec is not None else [])
         try:
@@ -140,7 +145,9 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if spec is not None and kernel.template_params:
         targs = {p.name: a for p, a in zip(kernel.template_params, spec.template_args, strict=False)}
     env = PassEnv(functions={k: v for k, v in functions.items() if k != kernel_name}, functors=functors,
-                  typedefs=dict(facts.typedefs), template_args=targs,
+                  typedefs=dict(facts.typedefs),
+                  aliases=dict((file_facts(skipped_headers + "\n" + full) if skipped_headers else facts).aliases),
+                  template_args=targs,
                   grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
                   constants=top_level_constants(full))
     if spec is not None:
@@ -173,19 +180,20 @@ _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def _needs_expansion(definition: str, source: str, path: str | None, defines: Sequence[tuple[str, str]],
-                     include_dirs: Sequence[str], std: str | None) -> bool:
+                     include_dirs: Sequence[str], std: str | None) -> tuple[bool, str]:
     """Whether a candidate's definition uses one of the file's own macros (or holds a directive).
 
     The expansion keeps every line without a user macro as written (``preprocess``), so a definition
     with none is its own expansion; the search lowers one candidate per step, and this spares most of
-    them a run of nvcc. The macros are the file's, read once per file and build."""
+    them a run of nvcc. The macros are the file's, read once per file and build. Also the project's headers as
+    expanded (their struct typedefs: ``cData`` is ``float2``)."""
     if any(ln.lstrip().startswith("#") and not ln.lstrip().startswith("#pragma") for ln in definition.split("\n")):
-        return True
+        return True, ""
     try:
-        macros = expand(source, path=path, defines=defines, include_dirs=include_dirs, std=std).user_macros
+        ex = expand(source, path=path, defines=defines, include_dirs=include_dirs, std=std)
     except PreprocessError:
-        return True
-    return bool(set(_WORD.findall(definition)) & macros)
+        return True, ""
+    return bool(set(_WORD.findall(definition)) & ex.user_macros), ex.headers
 
 
 def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[str],

@@ -299,8 +299,10 @@ def induction_variable(k: Kernel, env: PassEnv) -> Result:
 @register("copy_propagation", "`T a = b;` with b a name of the same declared type, neither written after it")
 def copy_propagation(k: Kernel, env: PassEnv) -> Result:
     """``int at = c;`` -> uses of ``at`` read ``c``: a second name for one value hides that an index is the
-    thread's (``A[at + j * cols]`` is ``A[c + j * cols]``). Exact because neither name changes afterwards."""
-    written = written_names(k.body, k.data)
+    thread's (``A[at + j * cols]`` is ``A[c + j * cols]``). Exact because neither name changes afterwards: a
+    write of a member (``w.x += 1``) changes the struct, so it counts too (after ``float3 w = v;`` it must not
+    become a write of ``v``)."""
+    written = written_names(k.body, k.data) | _members_written(k)
     types: dict[str, str] = {}
     for n in walk(k.fn, ("declaration", "parameter_declaration")):
         t = n.child_by_field_name("type")
@@ -328,3 +330,21 @@ def copy_propagation(k: Kernel, env: PassEnv) -> Result:
         edits = [(st.start_byte, st.end_byte, "")] + [(u.start_byte, u.end_byte, bn) for u in uses]
         return Changed(splice(k.data, edits), f"`{an}` is `{bn}`")
     return None
+
+
+def _members_written(k: Kernel) -> set[str]:
+    """The locals one of whose members is assigned or incremented (``v.x = e``, ``(v).a.b++``)."""
+    out: set[str] = set()
+    for n in walk(k.body, ("assignment_expression", "update_expression")):
+        t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+        t = unparen(t) if t is not None else None
+        if t is None or t.type != "field_expression":
+            continue
+        while t.type == "field_expression":
+            obj = t.child_by_field_name("argument")
+            if obj is None:
+                break
+            t = unparen(obj)
+        if t.type == "identifier":
+            out.add(k.t(t))
+    return out

@@ -41,6 +41,8 @@ class PassEnv:
     #: functor struct name -> its ``operator()``
     functors: dict[str, FunctionDef] = field(default_factory=dict)
     typedefs: dict[str, str] = field(default_factory=dict)
+    #: every typedef of the file (not only scalars: ``cData`` -> ``float2``), for the members of a struct
+    aliases: dict[str, str] = field(default_factory=dict)
     #: template parameter name -> the spec's argument
     template_args: dict[str, str] = field(default_factory=dict)
     #: dimensions of the launch's grid (1: ``blockIdx.y/z`` are 0); 0 when unknown

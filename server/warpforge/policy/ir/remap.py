@@ -13,7 +13,8 @@ spelling, so it is answered here from the lowered text's ``Summary`` (``summary.
 * exactly one serial loop runs over the item (a ``for`` at the top of the body, step 1), with no jump out
   of it and no loop after it: the work after it runs once per item, on lane 0;
 * the loop writes no memory and no variable declared outside it except its accumulators, each a scalar
-  updated only as ``acc += e`` or ``acc = max/min(acc, e)`` (an associative combine a shuffle can do);
+  updated only as ``acc += e`` or ``acc = max/min(acc, e)`` and their longer spellings (an associative
+  combine a shuffle can do; ``accumulator_update`` is the one reader of them for every remap);
 * no parameter the kernel writes is read in the loop (no lane reads what another thread writes), and
   nothing before the loop writes memory (every lane runs it);
 * no shared memory, barrier, shuffle or atomic (threads of a block would see a different mapping), and no
@@ -27,12 +28,13 @@ Each decline is a ``NotLegal`` with the reason in words and its line, for the fu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
 
 from ...cuda.tree import misparsed_assignment, unparen, walk
+from .pass_private import vector_members
 from .passes import Kernel, declared_names, statements
 from .summary import Access, Summary, index_text, params_of
 
@@ -65,7 +67,9 @@ def shuffle_decline(name: str, written: str, targs: Mapping[str, str], line: int
         return None
     shown = f"`{written}` (`{resolved}` in the spec's instantiation)" if resolved != written else f"`{written}`"
     what = ("a template parameter the spec does not instantiate with a scalar" if written in targs or written == "?"
-            else "not a 4- or 8-byte scalar or a half/bfloat16 (a struct or vector is moved member by member)")
+            else f"a vector type: each of its members ({', '.join(vector_members(resolved, {}))}) would need a "
+                 "shuffle and a combine of its own, which the remaps do not write" if vector_members(resolved, {})
+            else "not a 4- or 8-byte scalar or a half/bfloat16 (a struct would need a shuffle per member)")
     return NotLegal(f"the accumulator `{name}` has type {shown}, which a warp shuffle does not move: {what}", line)
 
 #: the item index every thread computes: ``blockIdx.x*blockDim.x + threadIdx.x``
@@ -121,11 +125,17 @@ class NotLegal:
 
 @dataclass(frozen=True)
 class Reduction:
+    #: the accumulator as the code names it: a variable, or a member of a vector (``flux.x``)
     name: str
     #: "sum", or the min/max function as written (``fmaxf``)
     combine: str
     #: as written (a template parameter stays a name: the rewrite is as generic as the kernel)
     type: str
+
+    @property
+    def ident(self) -> str:
+        """The name as part of an identifier (``flux.x`` -> ``flux__x``): what a rewrite's own locals derive from."""
+        return self.name.replace(".", "__")
 
 
 @dataclass(frozen=True)
@@ -293,6 +303,7 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
     """A write the summary's accesses do not show: through a pointer (``*p = v``, ``p->f = v``) or a call
     handed a pointer or an address (a function the IR could not inline may write through it)."""
     writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
+    values = _value_locals(k)
     for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
         if misparsed_assignment(n, k.data):
             continue
@@ -306,9 +317,29 @@ def _hidden_write(node: Node, k: Kernel) -> Node | None:
                 return n
             continue
         t = n.child_by_field_name("left") if n.type == "assignment_expression" else n.child_by_field_name("argument")
+        if t is not None and unparen(t).type == "field_expression" and _struct_of(unparen(t), k) in values:
+            continue  # a member of a struct in registers (``v.x = e``), not memory
         if t is not None and unparen(t).type in ("pointer_expression", "field_expression"):
             return n
     return None
+
+
+def _value_locals(k: Kernel) -> set[str]:
+    """The kernel's locals that hold a value (declared as a plain name: no pointer, reference or array, and no
+    parameter of that name), so that a write of their member writes a register."""
+    plain: set[str] = set()
+    other: set[str] = {n for n, *_ in params_of(k)[0]}
+    for d in walk(k.body, ("declaration",)):
+        for dn in d.children_by_field_name("declarator"):
+            cur = dn.child_by_field_name("declarator") if dn.type == "init_declarator" else dn
+            if cur is not None and cur.type == "identifier":
+                plain.add(k.t(cur))
+                continue
+            while cur is not None and cur.type != "identifier":
+                cur = cur.child_by_field_name("declarator")
+            if cur is not None:
+                other.add(k.t(cur))
+    return plain - other
 
 
 def _declaration_of(name: str, sts: list[Node], k: Kernel) -> tuple[Node, Node] | None:
@@ -386,62 +417,253 @@ def local_types(k: Kernel) -> dict[str, str]:
 
 def _reductions(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
                 ) -> tuple[Reduction, ...] | NotLegal:
-    """The loop's accumulators: every variable from outside the loop that it writes, each a sum/min/max."""
+    """The loop's accumulators for the lane plan: no element write (lanes would write in another order), and at
+    least one accumulator (a loop with none has nothing to split)."""
+    red = carried_scalars(body, var, k, targs, elements=False)
+    if not isinstance(red, NotLegal) and not red:
+        return NotLegal("the loop carries no accumulator", k.line(loop))
+    return red
+
+
+def carried_scalars(body: Node, var: str, k: Kernel, targs: Mapping[str, str], *, elements: bool
+                    ) -> tuple[Reduction, ...] | NotLegal:
+    """The loop's accumulators: every scalar declared outside the loop that its body writes, each a sum or a
+    min/max (``accumulator_update``) that the loop reads nowhere but in its updates, of a type a shuffle moves.
+
+    A member of a struct local to the loop is the loop's own; a member of a CUDA vector declared outside it
+    (``flux.x += e`` of a ``float3``) is an accumulator of its own, of the vector's scalar type, as long as the
+    loop names the vector only through its members. ``elements`` says whether an element write (``a[i] = ...``)
+    is left to the caller's access analysis (the per-item plans) or declines (the lane plan)."""
     local = declared_names(body, k.data) | {var}
     types = local_types(k)
     combines: dict[str, str] = {}
-    updates: dict[str, list[Node]] = {}
+    acc_types: dict[str, str] = {}
+    updates: dict[str, list[tuple[Node, int]]] = {}
     for n in walk(body, ("assignment_expression", "update_expression")):
         if misparsed_assignment(n, k.data):
             continue
-        if n.type == "update_expression":
-            t = n.child_by_field_name("argument")
-            if t is not None and unparen(t).type == "identifier" and k.t(unparen(t)) in local:
-                continue
-            return NotLegal(f"`{k.t(n)}` in the loop (line {k.line(n)}) is not a sum or min/max of a scalar",
+        target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
+        assert target is not None
+        t = unparen(target)
+        obj = _struct_of(t, k)
+        if obj is not None and obj in local:
+            continue  # a member of the iteration's own struct
+        name = lvalue_name(t, k)
+        type_ = types.get(name or "", "")
+        if t.type == "field_expression" and obj is not None and name is not None:
+            type_ = vector_scalar(types.get(obj, ""), targs) or ""
+            whole = _whole_uses(body, obj, k)
+            if type_ and whole is not None:
+                return NotLegal(f"`{obj}` is carried across iterations: the loop accumulates into its members and "
+                                f"reads it whole (line {k.line(whole)})", k.line(whole))
+        if t.type != "identifier" and not type_:
+            if not elements:
+                return NotLegal(f"the loop writes memory `{k.t(target)}` (line {k.line(n)})", k.line(n))
+            if t.type == "subscript_expression":
+                continue  # an element: the accesses decide
+            if obj is not None:
+                written = types.get(obj, "?")
+                shown = f"`{written}`" + (f" (`{targs[written]}` in the spec's instantiation)" if written in targs
+                                          else "")
+                return NotLegal(f"`{obj}` is carried across iterations (line {k.line(n)}): the loop writes a "
+                                f"member of it, and its type {shown} is not a CUDA vector (whose members would be "
+                                "accumulated one by one)", k.line(n))
+            return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
                             k.line(n))
-        left, op, right = (n.child_by_field_name(x) for x in ("left", "operator", "right"))
-        assert left is not None and op is not None and right is not None
-        target = unparen(left)
-        if target.type != "identifier":
-            return NotLegal(f"the loop writes memory `{k.t(left)}` (line {k.line(n)})", k.line(n))
-        name = k.t(target)
+        assert name is not None
         if name in local:
             continue
-        combine = _combine_of(name, k.t(op), right, k)
-        if combine is None:
+        upd = accumulator_update(n, name, type_, k)
+        if upd is None:
             return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
-                            f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
-        if combines.setdefault(name, combine) != combine:
+                            f"`{name} += e`, `{name} = {name} + e` or `{name} = max/min({name}, e)`", k.line(n))
+        if combines.setdefault(name, upd.combine) != upd.combine:
             return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
-        updates.setdefault(name, []).append(n)
+        acc_types[name] = type_ if "." in name else types.get(name, "?")
+        updates.setdefault(name, []).append((n, upd.uses))
     for name, ups in updates.items():
-        uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
-        allowed = sum(1 if combines[name] == "sum" else 2 for _ in ups)
-        if len(uses) != allowed:
+        if mentions(body, name, k) != sum(u for _, u in ups):
             return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
-                            "is not the running total", k.line(ups[0]))
-        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0]))
+                            "is not the running total", k.line(ups[0][0]))
+        bad = shuffle_decline(name, acc_types[name], targs, k.line(ups[0][0]))
         if bad is not None:
             return bad
-    if not updates:
-        return NotLegal("the loop carries no accumulator", k.line(loop))
-    return tuple(Reduction(n, combines[n], types[n]) for n in updates)
+    return tuple(Reduction(n, combines[n], acc_types[n]) for n in updates)
 
 
-def _combine_of(name: str, op: str, right: Node, k: Kernel) -> str | None:
-    """"sum" for ``name += e``, the function for ``name = fmaxf(name, e)``, else None."""
-    ids = [k.t(i) for i in walk(right, ("identifier",))]
-    if op == "+=":
-        return "sum" if name not in ids else None
+def lvalue_name(t: Node, k: Kernel) -> str | None:
+    """What an accumulator is called: a variable's name, or ``v.x`` for a member of a variable (parentheses
+    dropped: ``(v).x``); None for anything else (an element, ``p->x``, ``v.a.b``)."""
+    t = unparen(t)
+    if t.type == "identifier":
+        return k.t(t)
+    if t.type == "field_expression":
+        op, obj, field = (t.child_by_field_name(f) for f in ("operator", "argument", "field"))
+        if op is not None and obj is not None and field is not None and k.t(op) == "." \
+                and unparen(obj).type == "identifier":
+            return f"{k.t(unparen(obj))}.{k.t(field)}"
+    return None
+
+
+def mentions(node: Node, name: str, k: Kernel) -> int:
+    """How often ``node`` names the accumulator ``name`` (a variable: every identifier of it; a member ``v.x``:
+    every ``v.x``)."""
+    if "." not in name:
+        return sum(1 for i in walk(node, ("identifier",)) if k.t(i) == name)
+    return sum(1 for f in walk(node, ("field_expression",)) if lvalue_name(f, k) == name)
+
+
+def _whole_uses(body: Node, obj: str, k: Kernel) -> Node | None:
+    """A mention of the vector ``obj`` in ``body`` that is not ``obj.member`` (the vector read or written whole)."""
+    for i in walk(body, ("identifier",)):
+        if k.t(i) != obj:
+            continue
+        up = i.parent
+        while up is not None and up.type == "parenthesized_expression":
+            up = up.parent
+        if up is None or up.type != "field_expression" or lvalue_name(up, k) is None:
+            return i
+    return None
+
+
+#: the scalar of each CUDA vector type's name stem (``float3`` -> ``float``); stems a shuffle does not move stay
+_VECTOR_SCALARS = {"float": "float", "double": "double", "int": "int", "uint": "unsigned int",
+                   "longlong": "long long", "ulonglong": "unsigned long long", "long": "long", "ulong": "unsigned long"}
+
+
+def vector_scalar(type_: str, targs: Mapping[str, str]) -> str | None:
+    """The scalar type of a CUDA vector type (``float3`` -> ``float``; through the spec's template arguments),
+    None for anything else."""
+    t = " ".join(targs.get(type_, type_).replace("const", "").split())
+    if not vector_members(t, {}):
+        return None
+    return _VECTOR_SCALARS.get(t.rstrip("1234"))
+
+
+def _struct_of(t: Node, k: Kernel) -> str | None:
+    """The local whose member ``t`` is (``v.x``, ``(v).x``, ``v.a.b``), None for anything else (``p->x``)."""
+    while t.type == "field_expression":
+        op, obj = t.child_by_field_name("operator"), t.child_by_field_name("argument")
+        if op is None or obj is None or k.t(op) != ".":
+            return None
+        t = unparen(obj)
+    return k.t(t) if t.type == "identifier" else None
+
+
+@dataclass(frozen=True)
+class Update:
+    """An accumulator's update the lanes can split: how partials combine and how often it names the accumulator."""
+
+    #: "sum", or the min/max function (``fmaxf``; for a comparison, the one of the accumulator's type)
+    combine: str
+    #: the mentions of the accumulator the update holds (its target, its operand, an ``if``'s condition)
+    uses: int
+
+
+#: the max/min function a comparison-written accumulator is combined with, by its type
+_MAX_OF = {"float": "fmaxf", "double": "fmax"}
+_MIN_OF = {"float": "fminf", "double": "fmin"}
+
+
+def accumulator_update(n: Node, name: str, type_: str, k: Kernel) -> Update | None:
+    """The one reader of "``n`` updates the accumulator ``name`` associatively" (None when it does not):
+
+    ``s += e``, ``s -= e``, ``s = s + e``, ``s = e + s``, ``s = s - e`` (sums); ``s = fmaxf(s, e)``, ``s = max(e,
+    s)`` (the function as written); ``s = s > e ? s : e`` and the other comparisons of the two, and ``if (e > s)
+    s = e;`` alone in an ``if`` without ``else`` (a running max/min of ``type_``). ``e`` never names ``s``."""
+    if n.type != "assignment_expression":
+        return None
+    op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
+    if op is None or right is None:
+        return None
+    count = mentions(right, name, k)
+    if k.t(op) in ("+=", "-="):
+        return Update("sum", 1) if count == 0 else None
+    if k.t(op) != "=" or count == 0:
+        return _compare_assign(n, name, right, type_, k) if k.t(op) == "=" else None
     r = unparen(right)
-    if op != "=" or r.type != "call_expression":
+
+    def is_name(x: Node) -> bool:
+        return lvalue_name(x, k) == name
+
+    if r.type == "binary_expression" and count == 1:
+        return Update("sum", 2) if _added(r, is_name) else None
+    if r.type == "call_expression" and count == 1:
+        fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
+        if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
+            return None
+        if sum(1 for x in args.named_children if is_name(x)) != 1:
+            return None
+        return Update(k.t(fn), 2)
+    if r.type == "conditional_expression" and count == 2:
+        cond, yes, no = (r.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
+        c = unparen(cond) if cond is not None else None
+        if c is None or yes is None or no is None or c.type != "binary_expression":
+            return None
+        picked = _comparison(c, name, k)
+        if picked is None or not (is_name(yes) ^ is_name(no)):
+            return None
+        value = _canon(no if is_name(yes) else yes, k)
+        if value != picked[1]:
+            return None
+        # ``s > e ? s : e`` keeps the larger: the comparison says "s is larger", and the branch taken then is s
+        larger_kept = picked[0] == is_name(yes)
+        return Update((_MAX_OF if larger_kept else _MIN_OF).get(type_, "max" if larger_kept else "min"), 3)
+    return None
+
+
+def _added(e: Node, is_name: Callable[[Node], bool]) -> bool:
+    """Whether the accumulator is one added term of the sum ``e`` (``s + a + b``, ``a - b + s``; not ``a - s``)."""
+    e = unparen(e)
+    if is_name(e):
+        return True
+    if e.type != "binary_expression":
+        return False
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None or op.type not in ("+", "-"):
+        return False
+    return _added(left, is_name) or (op.type == "+" and _added(right, is_name))
+
+
+def _canon(e: Node, k: Kernel) -> str:
+    """An expression's text to compare by: an accumulator's name (``(v).x`` is ``v.x``), else without blanks."""
+    return lvalue_name(e, k) or "".join(k.t(unparen(e)).split())
+
+
+def _comparison(c: Node, name: str, k: Kernel) -> tuple[bool, str] | None:
+    """For ``s > e`` (``e < s``, ``>=``, ``<=``) between ``name`` and another expression: (whether it says
+    ``name`` is the larger, the other side's text without blanks); None for any other condition."""
+    left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if left is None or op is None or other is None or k.t(op) not in (">", ">=", "<", "<="):
         return None
-    fn, args = r.child_by_field_name("function"), r.child_by_field_name("arguments")
-    if fn is None or args is None or k.t(fn) not in MINMAX or len(args.named_children) != 2:
+    sides = (_canon(left, k), _canon(other, k))
+    greater = k.t(op) in (">", ">=")
+    if sides[0] == name and sides[1] != name:
+        return greater, sides[1]
+    if sides[1] == name and sides[0] != name:
+        return not greater, sides[0]
+    return None
+
+
+def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> Update | None:
+    """``if (e > m) m = e;`` (``m < e``, ``>=``; ``<`` for a minimum), the assignment alone in an ``if`` without
+    ``else``: a running maximum (minimum), combined with ``fmaxf``/``fmax``/``max`` by its type."""
+    stmt = n.parent
+    if stmt is None or stmt.type != "expression_statement":
         return None
-    a, b = args.named_children
-    plain = [x for x in (a, b) if unparen(x).type == "identifier" and k.t(unparen(x)) == name]
-    if len(plain) != 1 or ids.count(name) != 1:
+    up = stmt.parent
+    if up is not None and up.type == "compound_statement" and len(statements(up)) == 1:
+        up = up.parent
+    if up is None or up.type != "if_statement" or up.child_by_field_name("alternative") is not None:
         return None
-    return k.t(fn)
+    cond = up.child_by_field_name("condition")
+    c = unparen(cond.named_children[0]) if cond is not None and cond.named_children else None
+    if c is None or c.type != "binary_expression":
+        return None
+    picked = _comparison(c, name, k)
+    if picked is None or picked[1] != _canon(right, k):
+        return None
+    # ``if (e > m) m = e``: the comparison says m is not the larger, and the larger (e) is kept: a maximum
+    if not picked[0]:
+        return Update(_MAX_OF.get(type_, "max"), 2)
+    return Update(_MIN_OF.get(type_, "min"), 2)

@@ -47,13 +47,12 @@ from .passes import Kernel, declared_names, statements
 from .remap import (
     NotLegal,
     Reduction,
-    _combine_of,
     _declaration_of,
     _hidden_write,
     _loop_parts,
+    carried_scalars,
     is_item,
-    local_types,
-    shuffle_decline,
+    lvalue_name,
 )
 from .summary import Summary, _views, params_of, scope_of
 
@@ -322,11 +321,11 @@ def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> Sp
         outer_locals = declared_names(top, k.data) - declared_names(loop, k.data)
         for n in walk(top, ("assignment_expression", "update_expression")):
             t = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-            if t is None or unparen(t).type != "identifier" or misparsed_assignment(n, k.data):
+            name = lvalue_name(t, k) if t is not None and not misparsed_assignment(n, k.data) else None
+            if name is None:
                 continue
-            name = k.t(unparen(t))
             inside_split = lo <= n.start_byte < hi
-            if inside_split and name in outer_locals:
+            if inside_split and name.split(".")[0] in outer_locals:
                 return NotLegal(f"`{name}` is written in the loop the group splits (line {k.line(n)}) and used "
                                 "outside it, where every lane would see another value", k.line(n))
             if not inside_split and name in {r.name for r in sl.reductions}:
@@ -343,79 +342,9 @@ def _choose_split(top: Node, sl: SplitLoop, inside: list[_Acc], k: Kernel) -> Sp
 
 def _carried(loop: Node, body: Node, var: str, k: Kernel, targs: Mapping[str, str]
              ) -> tuple[Reduction, ...] | NotLegal:
-    """The loop's accumulators (outer scalars it writes, each a sum or min/max read nowhere else in the loop);
-    element writes are checked on the accesses, a write through a pointer is declined."""
-    local = declared_names(body, k.data) | {var}
-    types = local_types(k)
-    combines: dict[str, str] = {}
-    updates: dict[str, list[Node]] = {}
-    for n in walk(body, ("assignment_expression", "update_expression")):
-        if misparsed_assignment(n, k.data):
-            continue
-        target = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-        assert target is not None
-        t = unparen(target)
-        if t.type == "subscript_expression":
-            continue  # an element: the accesses decide
-        if t.type != "identifier":
-            return NotLegal(f"`{k.t(n)}` (line {k.line(n)}) writes through a pointer the summary cannot follow",
-                            k.line(n))
-        name = k.t(t)
-        if name in local:
-            continue
-        if n.type == "update_expression":
-            return NotLegal(f"`{k.t(n)}` in the loop (line {k.line(n)}) carries `{name}` across iterations",
-                            k.line(n))
-        op, right = n.child_by_field_name("operator"), n.child_by_field_name("right")
-        assert op is not None and right is not None
-        combine = _combine_of(name, k.t(op), right, k) or _compare_assign(n, name, right, types.get(name, ""), k)
-        if combine is None:
-            return NotLegal(f"`{name}` is carried across iterations (line {k.line(n)}) but is not updated as "
-                            f"`{name} += e` or `{name} = max/min({name}, e)`", k.line(n))
-        if combines.setdefault(name, combine) != combine:
-            return NotLegal(f"`{name}` is combined in two ways in the loop", k.line(n))
-        updates.setdefault(name, []).append(n)
-    for name, ups in updates.items():
-        uses = [i for i in walk(body, ("identifier",)) if k.t(i) == name]
-        if len(uses) != sum(1 if combines[name] == "sum" else 2 for _ in ups):
-            return NotLegal(f"the accumulator `{name}` is read in the loop besides its update: a lane's partial "
-                            "is not the running total", k.line(ups[0]))
-        bad = shuffle_decline(name, types.get(name, "?"), targs, k.line(ups[0]))
-        if bad is not None:
-            return bad
-    return tuple(Reduction(n, combines[n], types[n]) for n in updates)
-
-
-#: the max/min function a compare-and-assign accumulator is combined with, by its type
-_MAX_OF = {"float": "fmaxf", "double": "fmax"}
-_MIN_OF = {"float": "fminf", "double": "fmin"}
-
-
-def _compare_assign(n: Node, name: str, right: Node, type_: str, k: Kernel) -> str | None:
-    """``if (e > m) m = e;`` (``m < e``, ``>=``; ``<`` for a minimum), the assignment alone in an ``if`` without
-    ``else``: a running maximum (minimum), combined with ``fmaxf``/``fmax``/``max`` by its type."""
-    stmt = n.parent
-    if stmt is None or stmt.type != "expression_statement":
-        return None
-    up = stmt.parent
-    if up is not None and up.type == "compound_statement" and len(statements(up)) == 1:
-        up = up.parent
-    if up is None or up.type != "if_statement" or up.child_by_field_name("alternative") is not None:
-        return None
-    cond = up.child_by_field_name("condition")
-    c = unparen(cond.named_children[0]) if cond is not None and cond.named_children else None
-    if c is None or c.type != "binary_expression":
-        return None
-    left, op, other = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
-    if left is None or op is None or other is None:
-        return None
-    value = "".join(k.t(right).split())
-    sides = ("".join(k.t(unparen(left)).split()), "".join(k.t(unparen(other)).split()))
-    if (sides == (value, name) and k.t(op) in (">", ">=")) or (sides == (name, value) and k.t(op) in ("<", "<=")):
-        return _MAX_OF.get(type_, "max")
-    if (sides == (value, name) and k.t(op) in ("<", "<=")) or (sides == (name, value) and k.t(op) in (">", ">=")):
-        return _MIN_OF.get(type_, "min")
-    return None
+    """The loop's accumulators (``remap.carried_scalars``); element writes are checked on the accesses."""
+    del loop
+    return carried_scalars(body, var, k, targs, elements=True)
 
 
 def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]

@@ -125,12 +125,12 @@ def rewrite(k: Kernel, p: ColumnPlan, w: Walk, cols: int, rows: int) -> str:
               (w.update[0], w.update[1], f"{w.var} += blockDim.y")]
     lines = ["{"]
     for r in p.reductions:
-        arr = f"{PREFIX}{r.name}"
+        arr = f"{PREFIX}{r.ident}"
         lines += [f"    __shared__ {r.type} {arr}[{rows}][{cols}];", f"    {arr}[threadIdx.y][threadIdx.x] = {r.name};"]
     lines += ["    __syncthreads();", "    if (threadIdx.y == 0) {",
               f"        for (int {PREFIX}r = 1; {PREFIX}r < {rows}; {PREFIX}r++) {{"]
     for r in p.reductions:
-        part = f"{PREFIX}{r.name}[{PREFIX}r][threadIdx.x]"
+        part = f"{PREFIX}{r.ident}[{PREFIX}r][threadIdx.x]"
         lines.append(f"            {r.name} = {r.name} + {part};" if r.combine == "sum"
                      else f"            {r.name} = {r.combine}({r.name}, {part});")
     lines += ["        }", "    }", "}"]

@@ -128,7 +128,7 @@ def rewrite_items(k: Kernel, p: ItemPlan, group: str) -> str:
         ind = _indent_at(data, lp.start)
         sums = [r for r in lp.reductions if r.combine == "sum"]
         init = f"{PREFIX}init{n}_"
-        pre = "".join(f"const {r.type} {init}{r.name} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
+        pre = "".join(f"const {r.type} {init}{r.ident} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
                       for r in sums)
         first = text(lp.init_value)
         edits += [(lp.start, lp.start, pre),
@@ -139,7 +139,7 @@ def rewrite_items(k: Kernel, p: ItemPlan, group: str) -> str:
                        else f"{r.name} = {r.combine}({r.name}, __shfl_xor_sync({_FULL}, {r.name}, {PREFIX}o));"
                        for r in lp.reductions]
             post = [f"for (int {PREFIX}o = {LANES // 2}; {PREFIX}o > 0; {PREFIX}o >>= 1) {{",
-                    *(f"    {c}" for c in combine), "}", *(f"{r.name} = {init}{r.name} + {r.name};" for r in sums)]
+                    *(f"    {c}" for c in combine), "}", *(f"{r.name} = {init}{r.ident} + {r.name};" for r in sums)]
             edits.append((lp.end, lp.end, "".join(f"\n{ind}{ln}" for ln in post)))
     if p.tail is not None:
         ind = _indent_at(data, p.tail[0])

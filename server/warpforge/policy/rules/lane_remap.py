@@ -121,14 +121,14 @@ def rewrite(k: Kernel, p: LanePlan) -> str:
     value = data[p.index_value[0]:p.index_value[1]].decode("utf-8")
     init = data[p.init_value[0]:p.init_value[1]].decode("utf-8")
     sums = [r for r in p.reductions if r.combine == "sum"]
-    pre = "".join(f"const {r.type} {PREFIX}init_{r.name} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
+    pre = "".join(f"const {r.type} {PREFIX}init_{r.ident} = {r.name};\n{ind}{r.name} = {zero_of(r.type)};\n{ind}"
                   for r in sums)
     combine = [f"{r.name} = {r.name} + __shfl_xor_sync({_FULL}, {r.name}, {PREFIX}o);" if r.combine == "sum"
                else f"{r.name} = {r.combine}({r.name}, __shfl_xor_sync({_FULL}, {r.name}, {PREFIX}o));"
                for r in p.reductions]
     post = [f"for (int {PREFIX}o = {LANES // 2}; {PREFIX}o > 0; {PREFIX}o >>= 1) {{",
             *(f"    {c}" for c in combine), "}",
-            *(f"{r.name} = {PREFIX}init_{r.name} + {r.name};" for r in sums)]
+            *(f"{r.name} = {PREFIX}init_{r.ident} + {r.name};" for r in sums)]
     tail = data[p.loop_end:p.body_close].decode("utf-8")
     if p.tail:
         body_lines = tail.strip("\n").split("\n")
