@@ -252,3 +252,15 @@ def test_structural_rewrites_are_offered_before_tuning_ones() -> None:
     assert ordered[: len(structural)] == structural and "vectorize_strided" in structural
     kids = pol.propose_sync(pol.root_candidate())
     assert kids[0].family == "vectorize_strided", [c.family for c in kids]
+
+
+def test_a_block_groups_rank_is_a_block_stride() -> None:
+    # cooperative groups' block rank strides like threadIdx.x: a warp-varying row is then not shared
+    text = BLOCK_ROWS.replace("int tid = threadIdx.x;", "cooperative_groups::thread_block block = "
+                              "cooperative_groups::this_thread_block();\n    int tid = threadIdx.x;")
+    text = text.replace("for (int i = tid; i < C; i += blockDim.x) {\n        maxval",
+                        "for (int i = block.thread_rank(); i < C; i += block.size()) {\n        maxval")
+    assert variants(text_policy(text, "softmax_rows"), "vectorize_strided") == ["x4", "x2"]
+    text = text.replace("const float* x = inp + idx * C;", "const float* x = inp + (idx + warpId) * C;")
+    got, reasons = why(text_policy(text, "softmax_rows"))
+    assert got == [] and any("differs between the threads sharing the row" in r for r in reasons), reasons

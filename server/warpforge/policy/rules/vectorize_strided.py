@@ -124,8 +124,9 @@ def _idents(node: Node, data: bytes) -> set[str]:
 
 def _lane_locals(kbody: Node, data: bytes) -> dict[str, str]:
     """Locals holding a thread's position or a group's size, declared once and never written again: name ->
-    "block" (``threadIdx.x``), "lane" (``threadIdx.x % 32``, ``& 31``, ``% warpSize``), "rank"
-    (``warp.thread_rank()``), "=blockDim" (``blockDim.x``) or "=warp" (``32``, ``warpSize``, ``warp.size()``)."""
+    "block" (``threadIdx.x``), "lane" (``threadIdx.x % 32``, ``& 31``, ``% warpSize``), "rank" (a tile's
+    ``warp.thread_rank()``), "brank" (``block.thread_rank()``), "=blockDim" (``blockDim.x``) or "=warp" (``32``,
+    ``warpSize``, ``warp.size()``)."""
     out: dict[str, str] = {}
     written = written_names(kbody, data)
     counts: dict[str, int] = {}
@@ -156,7 +157,10 @@ def _position(v: Node, data: bytes, known: dict[str, str]) -> str | None:
     if v.type == "identifier" and text in known:
         return known[text]
     if v.type == "call_expression" and text.endswith(".thread_rank()"):
-        return "rank"
+        # a tile's rank (llm.c's ``warp.thread_rank()``) is a lane's; any other group's (``block.thread_rank()``)
+        # a thread's in its block
+        obj = text[: -len(".thread_rank()")].lower()
+        return "rank" if any(w in obj for w in ("warp", "tile", "lane")) else "brank"
     if v.type == "cast_expression":
         inner = v.child_by_field_name("value")
         return _position(inner, data, known) if inner is not None else None
@@ -230,6 +234,9 @@ def _cooperative(start: Node, step: Node, data: bytes, lanes: dict[str, str], bl
         st = "".join(node_text(start, data).split())
         return s == st.replace(".thread_rank()", ".size()") or (
             (s in _WARP or alias == "=warp") and "warp" in st.lower())
+    if kind == "brank":
+        st = "".join(node_text(start, data).split())
+        return s == st.replace(".thread_rank()", ".size()") or (block_x is not None and s == "blockDim.x")
     return False
 
 
@@ -422,7 +429,7 @@ def _analyse(ctx: RuleContext) -> tuple[list[_Loop], Node, bytes] | None:
         # a warp-strided loop's threads are one warp: what varies only from warp to warp is theirs to share,
         # provided blocks are whole warps (a warp index of the grid is one only then)
         whole = block_x is None or block_x % 32 == 0
-        group = 2 if _position(start, data, lanes) != "block" and whole else 1
+        group = 2 if _position(start, data, lanes) in ("lane", "rank") and whole else 1
         why = _legal(n, var, bound, body_node, data, pointers, shared, kbody, varying, group)
         if isinstance(why, str):
             declined(why, n, Stage.LEGALITY)
