@@ -264,3 +264,11 @@ def test_a_block_groups_rank_is_a_block_stride() -> None:
     text = text.replace("const float* x = inp + idx * C;", "const float* x = inp + (idx + warpId) * C;")
     got, reasons = why(text_policy(text, "softmax_rows"))
     assert got == [] and any("differs between the threads sharing the row" in r for r in reasons), reasons
+
+
+def test_a_running_value_read_in_the_loop_is_not_an_accumulator() -> None:
+    # a prefix-like running sum written out per element: each element's value depends on the thread's order
+    text = rows("float").replace("        s += v * v;", "        s += v * v;\n        out[row * C + c] = s;")
+    got, reasons = why(text_policy(text, "scale_rows"))
+    assert any("is read in the loop besides its update" in r for r in reasons), reasons
+    assert got == ["x4", "x2"]  # the second loop still is vectorized

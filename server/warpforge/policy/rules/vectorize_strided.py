@@ -313,6 +313,7 @@ def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, 
     the threads' partials; else the reason it is not."""
     local = set().union(*(declared_names(st, data) for st in body)) | {var}
     outer: set[str] = set()
+    allowed: dict[str, int] = {}  # mentions of each accumulator its own updates make
     for st in body:
         for n in walk(st, ("assignment_expression", "update_expression")):
             tgt = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
@@ -330,7 +331,13 @@ def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, 
                 return (f"`{name}` is carried across iterations but is not updated as `{name} += e` or "
                         f"`{name} = max/min({name}, e)`")
             outer.add(name)
+            allowed[name] = allowed.get(name, 0) + (1 if op != "=" else 2)
     for name in sorted(outer):
+        mentions = sum(1 for st in body for n in walk(st, ("identifier",)) if node_text(n, data) == name)
+        if mentions != allowed[name]:
+            # a running value read in the loop (``s += x[j]; y[j] = s;``): its order per thread would change
+            return (f"the accumulator `{name}` is read in the loop besides its update: with other elements per "
+                    "thread its running value would differ")
         use = _first_statement_after(loop, name, kbody, data)
         if use is None or not _combines(use, name, data, shared):
             return (f"the partial `{name}` is used after the loop without being combined across threads (a "
