@@ -272,3 +272,16 @@ def test_a_running_value_read_in_the_loop_is_not_an_accumulator() -> None:
     got, reasons = why(text_policy(text, "scale_rows"))
     assert any("is read in the loop besides its update" in r for r in reasons), reasons
     assert got == ["x4", "x2"]  # the second loop still is vectorized
+
+
+@pytest.mark.parametrize("edit", [
+    # a member accumulated per thread and used as it is
+    ("float s = 0.0f;", "float2 m; m.x = 0.0f;\n    float s = 0.0f;", "s += v * v;", "s += v * v; m.x += v;"),
+    # a thread's own array filled per element
+    ("float s = 0.0f;", "float keep[32];\n    float s = 0.0f;", "s += v * v;", "s += v * v; keep[c / 32] = v;"),
+])
+def test_writes_into_what_the_loop_keeps_outside_decline(edit: tuple[str, str, str, str]) -> None:
+    text = rows("float").replace(edit[0], edit[1]).replace(edit[2], edit[3])
+    got, reasons = why(text_policy(text, "scale_rows"))
+    assert any("kept outside the loop, per element" in r for r in reasons), reasons
+    assert got == ["x4", "x2"]  # the other loop still is

@@ -307,8 +307,18 @@ def _elem_size(t: str) -> int | None:
     return DTYPES[dt][0] if dt is not None else None
 
 
+def _base_name(n: Node, data: bytes) -> str | None:
+    """The variable an lvalue writes into: ``a`` of ``a.x``, ``a[i]``, ``a[i].y``, ``*a``."""
+    while n.type in ("field_expression", "subscript_expression", "pointer_expression", "parenthesized_expression"):
+        nxt = n.child_by_field_name("argument")
+        if nxt is None:
+            return None
+        n = nxt
+    return node_text(n, data) if n.type == "identifier" else None
+
+
 def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, data: bytes,
-                           shared: set[str]) -> str | None:
+                           shared: set[str], pointers: dict[str, tuple[str, bool]]) -> str | None:
     """None when every outer scalar the loop writes is an accumulator whose next use after the loop combines
     the threads' partials; else the reason it is not."""
     local = set().union(*(declared_names(st, data) for st in body)) | {var}
@@ -317,8 +327,17 @@ def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, 
     for st in body:
         for n in walk(st, ("assignment_expression", "update_expression")):
             tgt = n.child_by_field_name("left" if n.type == "assignment_expression" else "argument")
-            if tgt is None or unparen(tgt).type != "identifier":
+            if tgt is None:
                 continue
+            if unparen(tgt).type != "identifier":
+                base = _base_name(unparen(tgt), data)
+                if base is not None and (base in local or (base in pointers and unparen(tgt).type ==
+                                                           "subscript_expression")):
+                    continue  # the iteration's own value, or an element (the streams decide)
+                # a member or element of something outside the loop (``acc.x += e``, ``buf[k] = e``, ``*p = e``):
+                # which thread writes what would change, and nothing here says it is combined
+                return (f"`{node_text(n, data)}` writes into `{base or node_text(tgt, data)}`, kept outside the "
+                        "loop, per element")
             name = node_text(unparen(tgt), data)
             if name in local:
                 continue
@@ -528,7 +547,7 @@ def _legal(loop: Node, var: str, bound: Node, body_node: Node, data: bytes, poin
                     op = e.child_by_field_name("operator")
                     if op is not None and node_text(op, data) == "=":
                         s.always_written = True
-    bad = _accumulators_combined(loop, body, var, kbody, data, shared)
+    bad = _accumulators_combined(loop, body, var, kbody, data, shared, pointers)
     if bad is not None:
         return bad
     return streams
