@@ -285,3 +285,17 @@ def test_writes_into_what_the_loop_keeps_outside_decline(edit: tuple[str, str, s
     got, reasons = why(text_policy(text, "scale_rows"))
     assert any("kept outside the loop, per element" in r for r in reasons), reasons
     assert got == ["x4", "x2"]  # the other loop still is
+
+
+def test_a_shared_row_written_element_by_element_is_fine() -> None:
+    # a block per row staging its row in shared memory: element i is written by whoever handles i
+    text = BLOCK_ROWS.replace("extern __shared__ float shared[];", "extern __shared__ float shared[];\n"
+                              "    __shared__ float srow[1024];").replace(
+        "maxval = fmaxf(maxval, x[i]);", "maxval = fmaxf(maxval, x[i]);\n        srow[i] = x[i];")
+    got, reasons = why(text_policy(text, "softmax_rows"))
+    assert got == ["x4", "x2"] and not reasons, reasons
+    d = child(text_policy(text, "softmax_rows"), "vectorize_strided", "x4").definition
+    assert "srow[wfs_0_j0 + 0] = wfs_0_s0.e[0];" in d or "srow[i] = wfs_0_s0.e[0];" in d, d
+    # read at another element in the loop: another thread's
+    bad = text.replace("srow[i] = x[i];", "srow[i] = x[i] + srow[i + 1];")
+    assert any("kept outside the loop" in r for r in why(text_policy(bad, "softmax_rows"))[1])

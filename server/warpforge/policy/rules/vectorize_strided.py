@@ -25,7 +25,10 @@ Legality (each decline says which failed):
 * a scalar from outside the loop that BODY writes is an accumulator (``s += e``, ``s = fmaxf(s, e)``): a
   thread now sums other elements, so each partial must be combined across the threads after the loop — its
   next use is a shuffle, a ``__reduce_*``/``cg::reduce``/``*Reduce*`` call, an atomic or a store into shared
-  memory. Sums are then added in another order (within the spec's tolerance, which verification checks);
+  memory, and it is read in the loop only by its own update (not a running value). Sums are then added in
+  another order (within the spec's tolerance, which verification checks);
+* nothing else kept outside the loop is written per element: no member (``acc.x += e``), no thread's own
+  array, no ``*p``; a shared row is, where every access of it in the loop is ``[OFF + j]``;
 * every stream's element type is a scalar of 1, 2, 4 or 8 bytes as instantiated.
 
 * every stream's address is the same for all the threads that share the row (its pointer and offset do not
@@ -307,6 +310,25 @@ def _elem_size(t: str) -> int | None:
     return DTYPES[dt][0] if dt is not None else None
 
 
+def _own_elements(body: list[Node], name: str, var: str, data: bytes) -> bool:
+    """Is every access of the shared array ``name`` in the loop at ``[OFF + var]``, one ``OFF``?"""
+    offs = set()
+    for st in body:
+        for n in walk(st, ("subscript_expression", "identifier")):
+            if n.type == "identifier":
+                if node_text(n, data) == name and (n.parent is None or n.parent.type != "subscript_expression"):
+                    return False  # the array used whole (passed, offset)
+                continue
+            parts = subscript_parts(n, data)
+            if parts is None or node_text(unparen(parts[0]), data) != name:
+                continue
+            off = _offset(parts[1], var, data)
+            if off is None:
+                return False
+            offs.add(off)
+    return len(offs) == 1
+
+
 def _base_name(n: Node, data: bytes) -> str | None:
     """The variable an lvalue writes into: ``a`` of ``a.x``, ``a[i]``, ``a[i].y``, ``*a``."""
     while n.type in ("field_expression", "subscript_expression", "pointer_expression", "parenthesized_expression"):
@@ -334,6 +356,8 @@ def _accumulators_combined(loop: Node, body: list[Node], var: str, kbody: Node, 
                 if base is not None and (base in local or (base in pointers and unparen(tgt).type ==
                                                            "subscript_expression")):
                     continue  # the iteration's own value, or an element (the streams decide)
+                if base in shared and _own_elements(body, base, var, data):
+                    continue  # ``s_row[j] = ...``: element j of a shared row, whoever handles j writes it
                 # a member or element of something outside the loop (``acc.x += e``, ``buf[k] = e``, ``*p = e``):
                 # which thread writes what would change, and nothing here says it is combined
                 return (f"`{node_text(n, data)}` writes into `{base or node_text(tgt, data)}`, kept outside the "
