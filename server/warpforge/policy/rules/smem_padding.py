@@ -137,8 +137,12 @@ def _kernel_context(ctx: RuleContext) -> KernelContext | None:
         return got
     k0 = ctx.kernel
     data = ctx.source.data
-    src = SourceText(data[: k0.span.start] + ctx.candidate.definition.encode("utf-8") + data[k0.span.end:])
-    model = parse(src.data)
+    definition = ctx.candidate.definition.encode("utf-8")
+    if definition == data[k0.span.start : k0.span.end]:
+        src, model = ctx.source, ctx.model  # the kernel as written: the file is the one already parsed
+    else:
+        src = SourceText(data[: k0.span.start] + definition + data[k0.span.end:])
+        model = parse(src.data)
     k = next((x for x in model.kernels if x.name == k0.name and x.span.start == k0.span.start), None)
     kctx = None if k is None else KernelContext(ctx.file, src, model, k, arch=ctx.arch, spec=ctx.spec)
     ctx.extra[_KEY] = kctx
@@ -475,8 +479,27 @@ def _static_bytes(th: Threads, layouts: list[_Layout]) -> int | str:
     return total
 
 
+#: types ``declined``'s None as a missing plan
+_NO_PLAN: _Plan | None = None
+
+
+def _no_shared(ctx: RuleContext) -> _Plan | None:
+    """Why a kernel with no ``__shared__`` array of its own is not this rule's (one at file scope is named)."""
+    k = ctx.cand_kernel
+    outside = sorted(n for d in ctx.model.declarations if d.space == "__shared__" for n in d.names
+                     if k is not None and n in k.uses)
+    if outside:  # the candidate is the kernel's definition alone: the lane model cannot see the file's arrays
+        return declined(f"`{outside[0]}` is declared at file scope: the rewrite edits only the kernel's "
+                        "definition", None, Stage.LEGALITY, result=_NO_PLAN)
+    return declined("the kernel declares no `__shared__` array", None, Stage.SCOPE, result=_NO_PLAN)
+
+
 def plan(ctx: RuleContext) -> _Plan | None:
     """The arrays to pad and how, or None (the reason recorded with ``declined``)."""
+    if "__shared__" not in ctx.candidate.definition:
+        # the scope first, before the file is re-parsed around the candidate (``_kernel_context``): the why-not
+        # hint asks every rule about every kernel of a file, and a 2 MB file spent a third of its time here
+        return _no_shared(ctx)
     kctx = _kernel_context(ctx)
     if kctx is None or kctx.body is None:
         return None
@@ -485,13 +508,7 @@ def plan(ctx: RuleContext) -> _Plan | None:
         return declined("the kernel is too large for the lane model", None, Stage.SCOPE)
     arrays = th.shared_arrays()
     if not arrays:
-        k = ctx.cand_kernel
-        outside = sorted(n for d in ctx.model.declarations if d.space == "__shared__" for n in d.names
-                         if k is not None and n in k.uses)
-        if outside:  # the candidate is the kernel's definition alone: the lane model cannot see the file's arrays
-            return declined(f"`{outside[0]}` is declared at file scope: the rewrite edits only the kernel's "
-                            "definition", None, Stage.LEGALITY)
-        return declined("the kernel declares no `__shared__` array", None, Stage.SCOPE)
+        return _no_shared(ctx)
     bx = block_x(kctx)
     lanes = min(32, kctx.block_threads or 32)
     sites: dict[str, list[_Site]] = {}
