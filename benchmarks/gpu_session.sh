@@ -10,6 +10,7 @@
 #   S=60 B=32 NS=8 SO=0 CT=540 bash benchmarks/gpu_session.sh            # corpus shards 0..NG-1 of 8
 #   KSUITE=1 (KS=30): also the reference kernels (optimize_suite.py, kernels/ split over the GPUs)
 #   NOCORPUS=1 TESTS="tests/test_rules_gpu.py tests/test_gpu_engine.py" PT=300 bash benchmarks/gpu_session.sh
+#   PART=0/2 (then PART=1/2 in a second call): every other test id, for a suite longer than one call
 #   SCALE=1 (SCALE_CASES=a,b SCALE_TIME=60 ST=240): scale_bench.py on GPU 0 first (time to a big baseline)
 # S/B: search seconds / candidates per case; CT: a shard's time limit; PT: the tests' time limit. A shard
 # stopped by CT keeps the cases it finished (the report is rewritten after each one).
@@ -49,7 +50,11 @@ if [ -n "$SCALE" ]; then  # problem scale (scale_bench.py) on GPU 0 alone, befor
 fi
 t1=$(date +%s)
 if [ -n "$TESTS" ]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider --collect-only $TESTS 2>/dev/null | grep '::' > $L/ids.txt
+  python3 -m pytest -m gpu -q -p no:cacheprovider --collect-only $TESTS 2>/dev/null | grep '::' > $L/ids_all.txt
+  # PART=k/n: only every n-th id from the k-th (a suite longer than one call, split over calls on a warm machine)
+  if [ -n "$PART" ]; then awk -v k=${PART%/*} -v n=${PART#*/} '(NR-1) % n == k' $L/ids_all.txt > $L/ids.txt
+  else cp $L/ids_all.txt $L/ids.txt; fi
+  echo "tests: $(wc -l < $L/ids.txt) of $(wc -l < $L/ids_all.txt)"
   for g in $(seq 0 $((NG-1))); do
     awk -v g=$g -v n=$NG '(NR-1) % n == g' $L/ids.txt > $L/ids$g.txt
     [ -s $L/ids$g.txt ] || continue
