@@ -199,8 +199,11 @@ def rows(body: str) -> str:
      "written and read at different elements"),
     # every item writes the same elements
     (rows("  for (int j = 0; j < cols; j++) y[j] = x[i * cols + j];\n"), "does not depend on the item"),
-    # a store before the loop would be made by every thread of the group
+    # a store before the loop into the array the loop writes: lane 0's store and another lane's may meet
     (rows("  y[i] = 0.0f;\n  for (int j = 1; j < cols; j++) y[i * cols + j] = x[i * cols + j];\n"),
+     "touched in the loops and outside them"),
+    # a store before the loop that is not a statement of its own cannot be left to lane 0
+    (rows("  int z = (y[i] = 0.0f) > 1.0f;\n  for (int j = 0; j < cols; j++) y[i * cols + j] = x[i * cols + j] + z;\n"),
      "written before the item's loops"),
     # a write in a nested loop is not one element per iteration of the split loop
     (rows("  for (int j = 0; j < cols; j++)\n    for (int q = 0; q < 4; q++) y[i * cols + j] += "

@@ -50,6 +50,21 @@ WINDOWS = """// @warpforge size NW = 4096
 """
 WINDOWS_SIG = "__global__ void k(const float* src, float* dst, int count, int len) {\n"
 
+#: causal attention scores: one item per (batch, head, query, key), a dot product over the head's channels
+ATTN = """// @warpforge size NB = 2
+// @warpforge size NT = 64
+// @warpforge size NC = 384
+// @warpforge size NHEADS = 6
+// @warpforge arg out: out float[NB*NHEADS*NT*NT]
+// @warpforge arg inp: in float[NB*NT*3*NC]
+// @warpforge arg B = NB
+// @warpforge arg T = NT
+// @warpforge arg C = NC
+// @warpforge arg NH = NHEADS
+// @warpforge launch grid=cdiv(NB*NHEADS*NT*NT, 256), block=256
+"""
+ATTN_SIG = "__global__ void k(float* out, const float* inp, int B, int T, int C, int NH) {\n"
+
 COLUMN: dict[str, str] = {
     # a grid-stride loop over the items whose step is the grid's x threads, a running sum over the planes
     "grid_stride_sum": PLANES + PLANES_SIG +
@@ -78,6 +93,17 @@ LANE: dict[str, str] = {
     "  int w = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;\n  if (w >= count * 2) return;\n"
     "  int half = w % 2;\n  w /= 2;\n  float acc = 0.0f;\n"
     "  for (int j = half; j < len; j += 1) acc += src[w * len + j];\n  dst[w * 2 + half] = acc / len;\n}\n",
+    # a masked item (llm.c's causal attention scores): the item's element is stored before the loop it skips;
+    # lane 0 makes that store for the warp
+    "masked_item": ATTN + ATTN_SIG +
+    "  int idx = blockIdx.x * blockDim.x + threadIdx.x;\n  if (idx < B * NH * T * T) {\n"
+    "    int t2 = idx % T;\n    int t = (idx / T) % T;\n"
+    "    if (t2 > t) {\n      out[idx] = -INFINITY;\n      return;\n    }\n"
+    "    int h = (idx / (T * T)) % NH;\n    int b = idx / (NH * T * T);\n    int C3 = C * 3;\n    int hs = C / NH;\n"
+    "    const float* q = inp + b * T * C3 + t * C3 + h * hs;\n"
+    "    const float* kk = inp + b * T * C3 + t2 * C3 + h * hs + C;\n"
+    "    float val = 0.0f;\n    for (int i = 0; i < hs; i++) val += q[i] * kk[i];\n"
+    "    out[idx] = val * (1.0f / sqrtf(hs));\n  }\n}\n",
     # a bounds test written as one comparison chain (tree-sitter reads `a < len && b >= 0` as a template)
     "comparison_chain": WINDOWS + WINDOWS_SIG +
     "  int w = blockIdx.x * blockDim.x + threadIdx.x;\n  if (w >= count) return;\n  float acc = 0.0f;\n"
@@ -162,6 +188,32 @@ def reason(text: str, family: str) -> str:
 def stride(body: str) -> str:
     return PLANES + PLANES_SIG + ("  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < images * pixels; "
                                   "e += blockDim.x * gridDim.x) {\n" + body + "  }\n}\n")
+
+
+def test_masked_item_store_is_made_by_lane_0() -> None:
+    pol = policy(LANE["masked_item"], "lane_remap")
+    child = pol.propose_sync(pol.root_candidate())[0]
+    assert "if (wfl_lane == 0) out[idx] = -INFINITY;" in child.definition
+    # the mask's return is the same for the whole warp (it reads the item alone): no lane is left to shuffle alone
+    assert child.definition.index("return;") < child.definition.index("__shfl_xor_sync")
+
+
+def _masked(store: str, extra: str = "") -> str:
+    return LANE["masked_item"].replace("out[idx] = -INFINITY;", store).replace("float val = 0.0f;", extra +
+                                                                                  "float val = 0.0f;")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    # lane 0 alone adding would be right, but the rule keeps to stores it can show are made once as before
+    (_masked("out[idx] += -1.0f;"), "only a plain store"),
+    # another lane could read the element before lane 0 wrote it
+    (_masked("out[idx] = -INFINITY;", "float prev = out[idx + 1];\n    out[idx + 1] = prev * 2.0f;\n    "),
+     "is read too"),
+    # a store whose value is the item's but whose statement is not a store of its own
+    (_masked("out[idx] = -INFINITY, out[idx + 1] = 0.0f;"), "only a plain store"),
+])
+def test_masked_item_declines(text: str, words: str) -> None:
+    assert words in reason(text, "lane_remap")
 
 
 @pytest.mark.parametrize(("text", "family", "words"), [

@@ -7,7 +7,9 @@ the perturbed size, and timing):
   of threads split the planes, a barrier ends the pass;
 * a per-window mean over a 2-D grid flattened by hand (``(blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x
   + threadIdx.x``, launched on a real 2-D grid), the item divided down in place: ``lane_remap`` gives each a
-  warp.
+  warp;
+* causal attention scores (llm.c's ``attention_query_key_kernel1``): a masked item stores ``-inf`` before
+  the loop it skips; ``lane_remap`` gives each (b, h, t, t2) a warp, lane 0 making the mask's store.
 
 Every proposed variant must verify (the speedups are printed, not asserted: the forms are the point here).
 Run on the GPU machine: ``pytest -m gpu tests/test_rules_remap_wide_gpu.py``."""
@@ -68,13 +70,48 @@ __global__ void window_mean(const float* src, float* dst, int count, int len) {
   dst[w * 2 + half] = acc / len;
 }
 """
-
-
+#: causal attention scores as llm.c's first version writes them (one thread per (b, h, t, t2), a masked item
+#: stores -inf and leaves before its dot product): lane 0 makes the mask's store for the warp
+ATTENTION_SCORES = """// @warpforge size NB = 4
+// @warpforge size NT = 256
+// @warpforge size NC = 768
+// @warpforge size NHEADS = 12
+// @warpforge arg preatt: out float[NB*NHEADS*NT*NT]
+// @warpforge arg inp: in float[NB*NT*3*NC] normal(0, 1)
+// @warpforge arg B = NB
+// @warpforge arg T = NT
+// @warpforge arg C = NC
+// @warpforge arg NH = NHEADS
+// @warpforge launch grid=cdiv(NB*NHEADS*NT*NT, 256), block=256
+// @warpforge tol rtol=1e-4 atol=1e-4
+__global__ void attention_scores(float* preatt, const float* inp, int B, int T, int C, int NH) {
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx < B * NH * T * T) {
+    int t2 = idx % T;
+    int t = (idx / T) % T;
+    if (t2 > t) {
+      preatt[idx] = -INFINITY;
+      return;
+    }
+    int h = (idx / (T * T)) % NH;
+    int b = idx / (NH * T * T);
+    int C3 = C * 3;
+    int hs = C / NH;
+    const float* query_t = inp + b * T * C3 + t * C3 + h * hs;
+    const float* key_t2 = inp + b * T * C3 + t2 * C3 + h * hs + C;
+    float val = 0.0f;
+    for (int i = 0; i < hs; i++) val += query_t[i] * key_t2[i];
+    val *= 1.0 / sqrtf(hs);
+    preatt[idx] = val;
+  }
+}
+"""
 
 
 @pytest.mark.parametrize(("text", "kernel", "family"), [
     (PLANE_MEAN, "plane_mean", "column_remap"),
     (WINDOW_MEAN, "window_mean", "lane_remap"),
+    (ATTENTION_SCORES, "attention_scores", "lane_remap"),
 ])
 def test_new_forms_verify_against_the_original(gpu_backend: Backend, tmp_path: Path, text: str, kernel: str,
                                                family: str) -> None:

@@ -389,7 +389,8 @@ def test_hint_at_the_loop_line_with_the_blocking_line() -> None:
     # the text it read, not of the user's file) is never shown
     assert f["message"] == ("No structural rewrite applies: closest is lane_remap (one warp per item, its loop "
                             "split over the 32 lanes), blocked by: `y[i]` is written before the item's loops: every "
-                            f"thread of the group would write it (line {blocked})"), f["message"]
+                            "thread of the group would write it, and `y` is read too (by a lane before lane 0 wrote "
+                            f"it) (line {blocked})"), f["message"]
     assert f["related"][0]["line"] == blocked  # type: ignore[index]
 
 

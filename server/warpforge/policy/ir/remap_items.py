@@ -24,8 +24,9 @@ value per item, the same in all lanes):
   ``out[i*C + j]`` by a later loop with the same start: the same lane owns that element in every loop), the
   index depends on the item (items do not write each other's elements) and on the loop counter alone among
   the counters, and nothing outside the loops touches it;
-* nothing before or between the loops writes memory (every lane runs it); what follows the last loop runs
-  on lane 0 (per-item stores happen once);
+* nothing before or between the loops writes memory (every lane runs it), except a plain store ``a[e] = v;``
+  of an array the kernel never reads (a masked item's ``out[i] = -INFINITY; return;``), which lane 0 makes;
+  what follows the last loop runs on lane 0 (per-item stores happen once);
 * profitable: some access in a loop is contiguous in the counter while neighbouring items are not
   neighbouring elements (a row ``C`` apart, a gathered row ``ix*C``), or a loop starts at a per-item offset.
 
@@ -96,6 +97,8 @@ class ItemPlan:
     #: the access that makes it worth it (``out[C*T*(idx / T) + ... + i]``), for the rationale
     strided: str
     line: int
+    #: where the plain stores before the loops start (``out[i] = -INFINITY;`` of a masked item): lane 0 makes them
+    pre_stores: tuple[int, ...] = ()
 
     @property
     def writes(self) -> bool:
@@ -198,7 +201,10 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         split[i] = got
     tail_sts = sts[sts.index(loops[-1]) + 1:]
     pre = [st for st in sts if st.start_byte < loops[-1].start_byte and st not in loops] + outside
-    legal = _independent(accesses, split, loops, pre, derived, k)
+    stores = _pre_stores(accesses, pre, lane_at, k)
+    if isinstance(stores, NotLegal):
+        return stores
+    legal = _independent(accesses, split, loops, derived, k)
     if isinstance(legal, NotLegal):
         return legal
     for st in [*pre, *(lp.child_by_field_name("body") for lp in loops)]:
@@ -216,7 +222,45 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                   for p, w in zip(split, writes, strict=True))
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ItemPlan(dim.var, form, (value.start_byte, value.end_byte), lane_at, step, plans, tail, strided,
-                    k.line(loops[0]))
+                    k.line(loops[0]), tuple(sorted(stores)))
+
+
+def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) -> list[int] | NotLegal:
+    """The plain stores before the item's loops that lane 0 can make for the group: where their statements start.
+
+    A masked item (``if (t2 > t) { out[idx] = -INFINITY; return; }``, llm.c's causal attention) writes its
+    element before the loop it then skips. Every lane of the group runs the code before the loops alike (it
+    reads nothing but the item), so each would make the store; guarded by ``lane == 0`` it happens once, as
+    before. That is exact when the store is a statement of its own, ``a[e] = v;`` (not ``+=``, which lane 0
+    alone already makes right, but a read of ``a`` is refused below anyway), after the lane is declared, outside
+    any loop, and ``a`` is read nowhere in the kernel (another lane would read it before lane 0 wrote it)."""
+    pre_spans = [(st.start_byte, st.end_byte) for st in pre]
+    read = {a.param for a in accesses if a.loaded}
+    out: list[int] = []
+    for a in accesses:
+        if not a.stored or a.loop >= 0 or not any(lo <= a.at < hi for lo, hi in pre_spans):
+            continue
+        why = f"`{a.text}` is written before the item's loops (line {a.line}): every thread of the group would write it"
+        node = k.body.descendant_for_byte_range(a.at, a.at + 1)
+        while node is not None and node.type != "expression_statement" and node is not k.body:
+            node = node.parent
+        expr = node.named_children[0] if node is not None and node.type == "expression_statement" \
+            and node.named_children else None
+        left = expr.child_by_field_name("left") if expr is not None and expr.type == "assignment_expression" else None
+        op = expr.child_by_field_name("operator") if expr is not None else None
+        if node is None or expr is None or left is None or op is None or k.t(op) != "=" \
+                or unparen(left).start_byte != a.at or misparsed_assignment(expr, k.data):
+            return NotLegal(why + " (only a plain store `a[e] = v;` can be left to one lane)", a.line)
+        if node.start_byte < lane_at or a.param in read:
+            return NotLegal(why + (f", and `{a.param}` is read too (by a lane before lane 0 wrote it)"
+                                   if a.param in read else ""), a.line)
+        cur = node.parent
+        while cur is not None and cur is not k.body:
+            if cur.type in _LOOPS:
+                return NotLegal(why + " (in a loop)", a.line)
+            cur = cur.parent
+        out.append(node.start_byte)
+    return out
 
 
 def _grid_stride(var: str, top: list[Node], k: Kernel) -> tuple[Node, Node, tuple[int, int]] | NotLegal:
@@ -442,15 +486,11 @@ def _renamed(p: Poly, var: str) -> dict[tuple[str, ...], int]:
     return {tuple(sorted("#" if a == var else a for a in m)): c for m, c in p.items()}
 
 
-def _independent(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node], pre: list[Node],
-                 derived: set[str], k: Kernel) -> NotLegal | None:
-    """Iterations and lanes touch disjoint elements of every array the kernel writes (see the module)."""
+def _independent(accesses: list[_Acc], split: list[SplitLoop], loops: list[Node], derived: set[str], k: Kernel
+                 ) -> NotLegal | None:
+    """Iterations and lanes touch disjoint elements of every array the kernel writes (see the module). The
+    stores before the loops were read by ``_pre_stores``."""
     written = {a.param for a in accesses if a.stored}
-    pre_lines = [(st.start_point[0] + 1, st.end_point[0] + 1) for st in pre]
-    for a in accesses:
-        if a.stored and a.loop < 0 and any(lo <= a.line <= hi for lo, hi in pre_lines):
-            return NotLegal(f"`{a.text}` is written before the item's loops (line {a.line}): every thread of "
-                            "the group would write it", a.line)
     for param in sorted(written):
         mine = [a for a in accesses if a.param == param]
         inside = [a for a in mine if a.loop >= 0]

@@ -141,6 +141,8 @@ def rewrite_items(k: Kernel, p: ItemPlan, group: str) -> str:
             post = [f"for (int {PREFIX}o = {LANES // 2}; {PREFIX}o > 0; {PREFIX}o >>= 1) {{",
                     *(f"    {c}" for c in combine), "}", *(f"{r.name} = {init}{r.ident} + {r.name};" for r in sums)]
             edits.append((lp.end, lp.end, "".join(f"\n{ind}{ln}" for ln in post)))
+    # a store before the loops (a masked item's ``out[i] = -INFINITY;``): every lane computes the same, one makes it
+    edits += [(at, at, f"if ({lane} == 0) ") for at in p.pre_stores]
     if p.tail is not None:
         ind = _indent_at(data, p.tail[0])
         moved = text(p.tail).replace("\n", "\n    ")

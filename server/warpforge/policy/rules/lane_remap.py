@@ -91,7 +91,8 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
 
 
 #: declines of the one-loop plan that are about its form only (``plan_items`` may accept the kernel)
-_FORMS = ("more than one loop", "grid-stride loop", "loop writes", "not declared once", "declared after the loop")
+_FORMS = ("more than one loop", "grid-stride loop", "loop writes", "not declared once", "declared after the loop",
+          "written before the loop")
 
 
 def why_not(ctx: RuleContext) -> NotLegal | None:
