@@ -1,0 +1,612 @@
+"""Block items: a block-per-item cooperative reduction rewritten as the thread-per-item serial loop it computes.
+
+Why: many kernels give one *block* to each output item (``o = blockIdx.x``), let its threads stride over the
+item's loop (``for (i = tid; i < n; i += blockDim.x) acc += x[i * C + o]``), fold the partials with a block
+reduction and let one thread store (``if (tid == 0) out[o] = sh[0]``). When the loop walks down a column, the
+threads of a warp read ``x`` a row apart (uncoalesced) while neighbouring *items* are contiguous. The rules
+that fix that (``column_split``, ``warp_per_row``, ``column_remap``, ``lane_remap``) read the thread-per-item
+form and decline a kernel with shared memory and barriers. Handing them the serial loop the block computes
+lets them propose their variants; the canonical text is analysis input only (a rule's rewrite is a whole kernel
+the search verifies against the original like any candidate, with the tolerances of every reduction rewrite).
+
+The rewrite (``block_items``)::
+
+    int o = blockIdx.x;                      ->  int o = blockIdx.x * blockDim.x + threadIdx.x;
+                                                 if (o >= BOUND) return;
+    int tid = threadIdx.x; int bs = blockDim.x;  (dropped)
+    for (int i = tid; i < n; i += bs) ...    ->  for (int i = 0; i < n; ++i) ...
+    sh[tid] = (float) acc;                   ->  float sh_total = (float) acc;
+    __syncthreads(); tree over sh;           ->  (dropped)
+    if (tid == 0) { out[o] = sh[0]; }        ->  out[o] = sh_total;
+
+``BOUND`` is the original launch's ``grid.x`` in the kernel's names (a spec size named by a scalar parameter
+whose spec value is exactly that size, or a constant), so the text is exact under any 1-D launch with at least
+``BOUND`` threads. Exact when (each condition is checked; a failure is a ``Skipped`` in words):
+
+* the item is ``blockIdx.x`` (directly, or through one local assigned once); the grid is 1-D and the block 1-D
+  at every size of the spec; ``blockIdx.y/z``, ``gridDim``, ``threadIdx.y/z``, ``blockDim.y/z`` are not used;
+* one top-level loop ``for (i = tid; i < n; i += bs)`` (``tid`` is ``threadIdx.x`` or a local equal to it,
+  ``bs`` ``blockDim.x`` or a local equal to it; ``n`` the same for the whole block), whose carried values are
+  accumulators (``remap.carried_scalars``: sums, min/max), each declared before it — a sum from zero (every
+  thread's partial starts there), a min/max from any value the same for the block (idempotent);
+* after it, one store per shared array ``sh[tid] = acc`` (or a cast of ``acc``), barriers, and one shared-memory
+  tree (``warp_reduce.tree.match_tree_loop``: the halving and interleaved spellings) whose combine is the
+  accumulator's (a sum folds sums, fmaxf/max a maximum), starting at half the block, which is a power of two at
+  every size: the tree then folds exactly the block's partials into ``sh[0]``; nothing else runs between them;
+* then the stores by one thread (``if (tid == 0) { ... }``, or ``if (tid != 0) return;`` and what follows),
+  which read the shared arrays only as ``sh[0]`` and name neither the thread index nor the block size;
+* no other write of memory, no atomic, no other barrier or shared array, no ``return`` elsewhere;
+  ``threadIdx.x`` and ``blockDim.x`` appear nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from ...cuda.tree import member, node_text, unparen, walk, written_names
+from ...spec.expr import ExprError
+from ...spec.expr import parse as parse_expr
+from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, side_effect_free, splice, statements
+from .remap import NotLegal, Reduction, carried_scalars
+
+_SUM = "sum"
+_MAX = ("fmaxf", "fmax", "max")
+_MIN = ("fminf", "fmin", "min")
+
+
+class _No(Exception):
+    """A precondition that does not hold: the reason, in words, and the node it is about."""
+
+    def __init__(self, reason: str, node: Node) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.node = node
+
+
+def _kind(combine: str) -> str:
+    """"sum", "max" or "min" for an accumulator's combine or a tree step's format (``{a} + {b}``)."""
+    c = "".join(combine.split())
+    if c in (_SUM, "{a}+{b}", "{b}+{a}"):
+        return "sum"
+    for fn in _MAX:
+        if c == fn or c in (f"{fn}({{a}},{{b}})", f"{fn}({{b}},{{a}})"):
+            return "max"
+    for fn in _MIN:
+        if c == fn or c in (f"{fn}({{a}},{{b}})", f"{fn}({{b}},{{a}})"):
+            return "min"
+    return c
+
+
+@dataclass(frozen=True)
+class _Names:
+    """How the kernel names its thread, block size and item: locals declared once at the top, never written."""
+
+    tids: frozenset[str]
+    sizes: frozenset[str]
+    items: frozenset[str]
+    #: each such local's declaration statement
+    decls: dict[str, Node]
+
+
+def _locals(k: Kernel) -> _Names:
+    written = written_names(k.body, k.data)
+    counts: dict[str, int] = {}
+    for d in walk(k.body, ("declaration", "parameter_declaration")):
+        for dn in d.children_by_field_name("declarator"):
+            cur: Node | None = dn
+            while cur is not None and cur.type != "identifier":
+                cur = cur.child_by_field_name("declarator")
+            if cur is not None:
+                counts[k.t(cur)] = counts.get(k.t(cur), 0) + 1
+    found: dict[str, set[str]] = {"threadIdx": set(), "blockDim": set(), "blockIdx": set()}
+    decls: dict[str, Node] = {}
+    for st in statements(k.body):
+        ds = st.children_by_field_name("declarator") if st.type == "declaration" else []
+        if len(ds) != 1 or ds[0].type != "init_declarator":
+            continue
+        nm, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        if nm is None or v is None or nm.type != "identifier":
+            continue
+        m = member(v, k.data)
+        if m is None or m[2] != "x" or m[1] not in found:
+            continue
+        name = k.t(nm)
+        if name in written or counts.get(name, 0) != 1:
+            continue
+        found[m[1]].add(name)
+        decls[name] = st
+    return _Names(frozenset(found["threadIdx"]), frozenset(found["blockDim"]), frozenset(found["blockIdx"]), decls)
+
+
+def _is(node: Node | None, k: Kernel, obj: str, names: frozenset[str]) -> bool:
+    """``node`` is ``obj.x`` (``threadIdx.x``...) or one of the locals equal to it."""
+    if node is None:
+        return False
+    n = unparen(node)
+    if n.type == "identifier":
+        return k.t(n) in names
+    m = member(n, k.data)
+    return m is not None and m[1:] == (obj, "x")
+
+
+def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
+    """(the loop's start value, its update, its variable's declarator name) when ``st`` is
+    ``for (T i = tid; cond; i += bs)``."""
+    if st.type != "for_statement":
+        return None
+    init, upd = st.child_by_field_name("initializer"), st.child_by_field_name("update")
+    ds = init.children_by_field_name("declarator") if init is not None and init.type == "declaration" else []
+    if len(ds) != 1 or ds[0].type != "init_declarator" or upd is None:
+        return None
+    var, start = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+    if var is None or start is None or var.type != "identifier" or not _is(start, k, "threadIdx", nm.tids):
+        return None
+    u = unparen(upd)
+    left, op, right = (u.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if u.type != "assignment_expression" or left is None or op is None or right is None \
+            or k.t(unparen(left)) != k.t(var):
+        return None
+    step: Node | None = None
+    if k.t(op) == "+=":
+        step = right
+    elif k.t(op) == "=":
+        r = unparen(right)
+        a, o, b = (r.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if r.type == "binary_expression" and a is not None and o is not None and b is not None and k.t(o) == "+":
+            step = b if k.t(unparen(a)) == k.t(var) else a if k.t(unparen(b)) == k.t(var) else None
+    if step is None or not _is(step, k, "blockDim", nm.sizes):
+        return None
+    return start, u, var
+
+
+@register("block_items", "one block per item (blockIdx.x) whose threads stride over the item's loop, a "
+                         "shared-memory tree over their partials, and one thread storing the result")
+def block_items(k: Kernel, env: PassEnv) -> Result:
+    if "__syncthreads" not in k.text or "blockIdx" not in k.text:
+        return None
+    nm = _locals(k)
+    loops = [(st, got) for st in statements(k.body) if (got := _strided(st, k, nm)) is not None]
+    if not loops:
+        return None
+    try:
+        if len(loops) > 1:
+            raise _No("the kernel has several loops strided by the block: one reduction per item is lowered",
+                      loops[1][0])
+        return _lower(k, env, nm, loops[0][0], *loops[0][1])
+    except _No as e:
+        return Skipped(e.reason, k.line(e.node))
+
+
+def _builtin_uses(k: Kernel) -> list[tuple[Node, str, str]]:
+    out: list[tuple[Node, str, str]] = []
+    for n in walk(k.body, ("field_expression",)):
+        m = member(n, k.data)
+        if m is not None and m[0] == n and m[1] in ("threadIdx", "blockIdx", "blockDim", "gridDim"):
+            out.append((n, m[1], m[2]))
+    return out
+
+
+def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update: Node, var: Node) -> Changed:
+    sts = statements(k.body)
+    # the launch: 1-D grid, 1-D block of a power of two at every size
+    if env.grid_dims != 1 or not env.grid:
+        raise _No("the launch's grid is not known to be 1-D: the items are not `blockIdx.x` alone", k.fn)
+    if not env.blocks:
+        raise _No("the launch's block at the spec's sizes is unknown: whether the tree folds the whole block "
+                  "cannot be told", k.fn)
+    for b in env.blocks:
+        if b[1:] != (1, 1):
+            raise _No(f"the block {b} is not 1-D", k.fn)
+        if b[0] & (b[0] - 1):
+            raise _No(f"the block's size {b[0]} is not a power of two: a halving tree does not fold every "
+                      "partial", k.fn)
+    for n, obj, axis in _builtin_uses(k):
+        if axis != "x" or obj == "gridDim":
+            raise _No(f"`{k.t(n)}` is used: the items are not `blockIdx.x` alone over a 1-D block", n)
+    items = sorted(nm.items)
+    direct = [n for n, obj, _ in _builtin_uses(k) if obj == "blockIdx"
+              and not any(nm.decls[i].start_byte <= n.start_byte < nm.decls[i].end_byte for i in items)]
+    if len(items) > 1 or (items and direct):
+        raise _No("the block index is named by several locals or read directly beside its local", k.fn)
+    if any(s.type == "return_statement" for s in walk(k.body, ("return_statement",))) and not _tail_exit(sts, k, nm):
+        raise _No("a thread may leave before the block's reduction: every thread must reach the barriers", k.fn)
+    # the loop: the same bounds for the whole block, its variable written only by its update
+    li = sts.index(loop)
+    cond = loop.child_by_field_name("condition")
+    c = unparen(cond) if cond is not None else None
+    cl, co, cr = (c.child_by_field_name(f) for f in ("left", "operator", "right")) if c is not None else (None,) * 3
+    if c is None or c.type != "binary_expression" or cl is None or co is None or cr is None \
+            or k.t(unparen(cl)) != k.t(var) or k.t(co) not in ("<", "<="):
+        raise _No(f"the strided loop's condition is not `{k.t(var)} < n`", loop)
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    if _mentions(cr, k, nm) or k.t(var) in {k.t(i) for i in walk(cr, ("identifier",))}:
+        raise _No(f"the strided loop's bound `{k.t(cr)}` differs between the threads of a block", loop)
+    if written_names(body, k.data) & ({k.t(var)} | {k.t(i) for i in walk(cr, ("identifier",))}):
+        raise _No("the strided loop's body writes its variable or its bound", loop)
+    if _mentions(body, k, nm):
+        raise _No("the strided loop's body names the thread index or the block size: a thread's iterations are "
+                  "not the item's", loop)
+    red = carried_scalars(body, k.t(var), k, env.template_args, elements=False)
+    if isinstance(red, NotLegal):
+        raise _No(red.reason, loop)
+    if not red:
+        raise _No("the strided loop carries no accumulator", loop)
+    if any("." in r.name for r in red):
+        raise _No("an accumulator is a member of a vector", loop)
+    accs = {r.name: r for r in red}
+    for r in red:
+        _check_start(k, nm, sts[:li], r, loop)
+    # the statements after the loop: the stores of the partials, barriers and the tree, then the tail
+    rest = sts[li + 1:]
+    stores: dict[str, tuple[Node, Node, str]] = {}  # array -> (statement, stored value, accumulator)
+    shared = _shared(k)
+    j = 0
+    while j < len(rest) and (got := _partial_store(rest[j], k, nm, shared, accs)) is not None:
+        if got[0] in stores:
+            raise _No(f"`{got[0]}` is stored twice", rest[j])
+        stores[got[0]] = (rest[j], got[1], got[2])
+        j += 1
+    if not stores:
+        raise _No("the loop's partials are not stored as `sh[threadIdx.x] = acc` right after it", loop)
+    if set(accs) != {a for _, _, a in stores.values()}:
+        raise _No("an accumulator's partial is not stored for the block's reduction", loop)
+    from ..rules._why import furthest, recording
+    from ..rules.warp_reduce.tree import Threads, match_tree_loop
+
+    th = Threads(nm.tids)
+    tree = None
+    dropped: list[Node] = []
+    while j < len(rest):
+        st = rest[j]
+        if _is_barrier(st, k):
+            dropped.append(st)
+            j += 1
+            continue
+        if tree is not None or st.type != "for_statement":
+            break
+        with recording() as notes:
+            tree = match_tree_loop(st, k.data, th, {a: shared[a][0] for a in stores},
+                                   lambda t: env.template_args.get(t, env.typedefs.get(t, t)))
+        if tree is None:
+            why = furthest(notes)
+            raise _No(f"the block's reduction is not a shared-memory tree: {why.reason if why else 'unrecognized'}",
+                      st)
+        dropped.append(st)
+        j += 1
+    if tree is None:
+        raise _No("no shared-memory tree reduction follows the stores of the partials", rest[j] if j < len(rest)
+                  else loop)
+    if {c.array for c in tree.combines} != set(stores):
+        raise _No("the tree does not fold exactly the stored partials", tree.node)
+    for cb in tree.combines:
+        acc = accs[stores[cb.array][2]]
+        if _kind(cb.fmt) != _kind(acc.combine):
+            raise _No(f"the tree folds `{cb.array}` with `{cb.fmt.format(a='a', b='b')}` and the loop accumulates "
+                      f"`{acc.name}` as a {_kind(acc.combine)}", tree.node)
+    _check_start_of_tree(k, env, nm, tree.start, tree.node)
+    if set(shared) != set(stores):
+        raise _No(f"the kernel has other shared arrays ({', '.join(sorted(set(shared) - set(stores)))})", k.fn)
+    for arr in stores:
+        if _total(arr) in {k.t(i) for i in walk(k.fn, ("identifier",))}:
+            raise _No(f"`{_total(arr)}` (the name the reduced value would get) is taken", k.fn)
+    tail = rest[j:]
+    edits = _tail_edits(k, nm, tail, stores)
+    # every use of the thread index, the block size and the shared arrays is in what the rewrite replaces
+    allowed = [(start.start_byte, start.end_byte), (update.start_byte, update.end_byte)]
+    allowed += [(s.start_byte, s.end_byte) for s in dropped] + [(s.start_byte, s.end_byte) for s, _, _ in
+                                                                stores.values()]
+    allowed += [(d.start_byte, d.end_byte) for n, d in nm.decls.items() if n in nm.tids | nm.sizes]
+    allowed += [(d.start_byte, d.end_byte) for _, d in shared.values()]
+    allowed += [(s, e) for s, e, _ in edits]
+    for n in walk(k.body, ("identifier", "field_expression")):
+        inside = any(s <= n.start_byte < e for s, e in allowed)
+        if inside:
+            continue
+        if n.type == "identifier" and k.t(n) in nm.tids | nm.sizes:
+            raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
+        if n.type == "identifier" and k.t(n) in shared and (n.parent is None or n.parent.type != "field_expression"):
+            raise _No(f"the shared array `{k.t(n)}` is used outside the block's reduction", n)
+        m = member(n, k.data) if n.type == "field_expression" else None
+        if m is not None and m[0] == n and m[1] in ("threadIdx", "blockDim"):
+            raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
+    _check_writes(k, tail, dropped, stores)
+    bound = _bound(k, env)
+    return _emit(k, nm, loop, start, update, var, stores, shared, dropped, edits, bound)
+
+
+def _mentions(node: Node, k: Kernel, nm: _Names) -> bool:
+    for n in walk(node, ("identifier", "field_expression")):
+        if n.type == "identifier" and k.t(n) in nm.tids | nm.sizes:
+            return True
+        m = member(n, k.data) if n.type == "field_expression" else None
+        if m is not None and m[0] == n and m[1] in ("threadIdx", "blockDim"):
+            return True
+    return False
+
+
+def _is_barrier(st: Node, k: Kernel) -> bool:
+    return st.type == "expression_statement" and "".join(k.t(st).split()) == "__syncthreads();"
+
+
+def _shared(k: Kernel) -> dict[str, tuple[str, Node]]:
+    """``__shared__`` arrays of the body: name -> (element type as written, declaration)."""
+    out: dict[str, tuple[str, Node]] = {}
+    for n in walk(k.body, ("declaration",)):
+        quals = {k.t(c) for c in n.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        t = n.child_by_field_name("type")
+        if "__shared__" not in quals or t is None:
+            continue
+        for d in n.children_by_field_name("declarator"):
+            cur: Node | None = d
+            while cur is not None and cur.type != "identifier":
+                cur = cur.child_by_field_name("declarator")
+            if cur is not None:
+                out[k.t(cur)] = (k.t(t), n)
+    return out
+
+
+_ZERO = re.compile(r"\(?\s*[0.]+[fFlLuU]*\s*\)?|0[xX]0+")
+
+
+def _check_start(k: Kernel, nm: _Names, before: list[Node], r: Reduction, loop: Node) -> None:
+    """The accumulator's declaration before the loop: a sum from zero, a min/max from a block-uniform value,
+    and nothing else writing it before the loop."""
+    decl: Node | None = None
+    value: Node | None = None
+    for st in before:
+        for d in st.children_by_field_name("declarator") if st.type == "declaration" else []:
+            cur: Node | None = d
+            while cur is not None and cur.type != "identifier":
+                cur = cur.child_by_field_name("declarator")
+            if cur is not None and k.t(cur) == r.name:
+                decl, value = st, d.child_by_field_name("value") if d.type == "init_declarator" else None
+    if decl is None or value is None:
+        raise _No(f"the accumulator `{r.name}` is not declared with a start value before the strided loop", loop)
+    if any(r.name in written_names(st, k.data) for st in before if st is not decl):
+        raise _No(f"`{r.name}` is written before the strided loop", loop)
+    if _kind(r.combine) == "sum":
+        if not _ZERO.fullmatch(k.t(value).strip()) or not any(ch == "0" for ch in k.t(value)):
+            raise _No(f"the sum `{r.name}` starts at `{k.t(value)}`, not 0: every thread's partial would add it",
+                      decl)
+    elif _mentions(value, k, nm) or not side_effect_free(value):
+        raise _No(f"`{r.name}` starts at a value that differs between threads", decl)
+
+
+def _partial_store(st: Node, k: Kernel, nm: _Names, shared: dict[str, tuple[str, Node]],
+                   accs: dict[str, Reduction]) -> tuple[str, Node, str] | None:
+    """``sh[tid] = acc;`` (or a cast of ``acc``): (array, the stored value, the accumulator)."""
+    if st.type != "expression_statement" or st.named_child_count != 1:
+        return None
+    a = st.named_children[0]
+    left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if a.type != "assignment_expression" or left is None or op is None or right is None or k.t(op) != "=":
+        return None
+    sub = unparen(left)
+    arr, idx = sub.child_by_field_name("argument"), sub.child_by_field_name("indices") or \
+        sub.child_by_field_name("index")
+    if sub.type != "subscript_expression" or arr is None or idx is None or k.t(arr) not in shared:
+        return None
+    ix = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_child_count == 1 else idx
+    if not _is(ix, k, "threadIdx", nm.tids):
+        return None
+    v = unparen(right)
+    while v.type == "cast_expression" and v.child_by_field_name("value") is not None:
+        inner = v.child_by_field_name("value")
+        assert inner is not None
+        v = unparen(inner)
+    if v.type != "identifier" or k.t(v) not in accs:
+        raise _No(f"`{k.t(sub)}` stores `{k.t(right)}`, not an accumulator (or a cast of one): the tree would fold "
+                  "another value", st)
+    return k.t(arr), right, k.t(v)
+
+
+def _check_start_of_tree(k: Kernel, env: PassEnv, nm: _Names, start: str, node: Node) -> None:
+    """The tree starts at half the block at every size of the spec: it folds exactly the block's partials."""
+    for b, vals in zip(env.blocks, env.values or tuple({} for _ in env.blocks), strict=False):
+        text = start.replace("blockDim.x", str(b[0]))
+        for s in nm.sizes:
+            text = re.sub(rf"\b{re.escape(s)}\b", str(b[0]), text)
+        names: dict[str, int | float] = {n: v for n, v in vals.items()}
+        for n, t in env.constants.items():
+            try:
+                v = parse_expr(t).evaluate(dict(names))
+            except ExprError:
+                continue
+            if isinstance(v, int):
+                names.setdefault(n, v)
+        try:
+            got = parse_expr(text).evaluate(names)
+        except ExprError:
+            raise _No(f"the tree's first step `{start}` cannot be evaluated at the spec's sizes", node) from None
+        if not isinstance(got, int) or 2 * got != b[0]:
+            raise _No(f"the tree starts at `{start}` = {got} with a block of {b[0]}: it does not fold exactly the "
+                      "block's partials", node)
+
+
+def _tid_zero(c: Node, k: Kernel, nm: _Names, negated: bool) -> bool:
+    """``tid == 0`` (``negated``: ``tid != 0``, ``tid > 0``, ``tid``), either side."""
+    c = unparen(c)
+    if c.type == "condition_clause" and c.named_child_count == 1:
+        c = unparen(c.named_children[0])
+    if negated and _is(c, k, "threadIdx", nm.tids):
+        return True
+    if not negated and c.type == "unary_expression" and k.t(c).lstrip().startswith("!"):
+        arg = c.child_by_field_name("argument")
+        return _is(arg, k, "threadIdx", nm.tids)
+    left, op, right = (c.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if c.type != "binary_expression" or left is None or op is None or right is None:
+        return False
+    ops = ("!=", ">") if negated else ("==",)
+    if _is(left, k, "threadIdx", nm.tids) and k.t(right).strip() == "0":
+        return k.t(op) in ops
+    flipped = {"!=": "!=", ">": "<", "==": "=="}
+    return _is(right, k, "threadIdx", nm.tids) and k.t(left).strip() == "0" and k.t(op) in {flipped[o] for o in ops}
+
+
+def _tail_exit(sts: list[Node], k: Kernel, nm: _Names) -> bool:
+    """Every ``return`` of the body is one ``if (tid != 0) return;`` at the top level."""
+    exits = [s for s in sts if s.type == "if_statement" and _is_exit(s, k, nm)]
+    return len(exits) == 1 and len(list(walk(k.body, ("return_statement",)))) == 1
+
+
+def _is_exit(st: Node, k: Kernel, nm: _Names) -> bool:
+    cond, cons = st.child_by_field_name("condition"), st.child_by_field_name("consequence")
+    if cond is None or cons is None or st.child_by_field_name("alternative") is not None:
+        return False
+    body = statements(cons)
+    return len(body) == 1 and body[0].type == "return_statement" and body[0].named_child_count == 0 \
+        and _tid_zero(cond, k, nm, True)
+
+
+def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple[Node, Node, str]]
+                ) -> list[tuple[int, int, str]]:
+    """The statements after the tree: barriers dropped, ``if (tid == 0) { S }`` as ``S``, ``if (tid != 0)
+    return;`` dropped; ``sh[0]`` as the reduced value's local."""
+    edits: list[tuple[int, int, str]] = []
+    one = False  # past `if (tid != 0) return;`: one thread runs the rest
+    for st in tail:
+        if _is_barrier(st, k):
+            edits.append(_drop(st, k))
+            continue
+        if st.type == "if_statement" and _is_exit(st, k, nm):
+            edits.append(_drop(st, k))
+            one = True
+            continue
+        cond, cons = st.child_by_field_name("condition"), st.child_by_field_name("consequence")
+        if st.type == "if_statement" and cond is not None and cons is not None \
+                and st.child_by_field_name("alternative") is None and _tid_zero(cond, k, nm, False):
+            inner = statements(cons)
+            text = "\n".join(_reduced(s, k, nm, stores) for s in inner)
+            edits.append((st.start_byte, st.end_byte, text if inner else ""))
+            continue
+        if not one and not (st.type == "declaration" and side_effect_free(st)):
+            raise _No("a statement after the block's reduction runs in every thread and is not a declaration: "
+                      "only one thread's stores are lowered", st)
+        edits.append((st.start_byte, st.end_byte, _reduced(st, k, nm, stores)))
+    return edits
+
+
+def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node, str]]) -> str:
+    """``st``'s text with every ``sh[0]`` read as the reduced value's local (another use of ``sh`` declines)."""
+    edits: list[tuple[int, int, str]] = []
+    for n in walk(st, ("subscript_expression",)):
+        arr = n.child_by_field_name("argument")
+        idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
+        if arr is None or idx is None or k.t(arr) not in stores:
+            continue
+        if "".join(k.t(idx).split()).strip("[]") != "0":
+            raise _No(f"`{k.t(n)}` reads the shared array at another index than 0 after the tree", n)
+        edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, _total(k.t(arr))))
+    if len(edits) != sum(1 for i in walk(st, ("identifier",)) if k.t(i) in stores):
+        raise _No("a shared array is used after the tree other than as `sh[0]`", st)
+    if _mentions(st, k, nm):
+        raise _No(f"`{k.t(st)}` names the thread index or the block size after the reduction", st)
+    return splice(k.data[st.start_byte:st.end_byte], edits)
+
+
+def _total(array: str) -> str:
+    return f"{array}_total"
+
+
+def _check_writes(k: Kernel, tail: list[Node], dropped: list[Node],
+                  stores: dict[str, tuple[Node, Node, str]]) -> None:
+    """No atomic anywhere; memory is written only by the one thread's stores (the tail) and the partials."""
+    for n in walk(k.body, ("call_expression",)):
+        fn = n.child_by_field_name("function")
+        if fn is not None and k.t(fn).startswith("atomic"):
+            raise _No(f"`{k.t(fn)}` is called: an atomic is not one thread's store", n)
+    tail_span = (tail[0].start_byte, tail[-1].end_byte) if tail else (k.body.end_byte, k.body.end_byte)
+    partials = [(s.start_byte, s.end_byte) for s, _, _ in stores.values()] + [(s.start_byte, s.end_byte)
+                                                                              for s in dropped]
+    for n in walk(k.body, ("assignment_expression", "update_expression")):
+        t = n.child_by_field_name("left") or n.child_by_field_name("argument")
+        if t is None:
+            continue
+        t = unparen(t)
+        if t.type == "identifier":
+            continue
+        if tail_span[0] <= n.start_byte < tail_span[1] or any(s <= n.start_byte < e for s, e in partials):
+            continue
+        raise _No(f"`{k.t(n)}` writes memory outside the one thread's stores after the reduction", n)
+
+
+def _bound(k: Kernel, env: PassEnv) -> str:
+    """The launch's ``grid.x`` in the kernel's names: each spec size as the scalar parameter whose spec value is
+    exactly it; a constant as itself."""
+    g = env.grid[0]
+    try:
+        names = parse_expr(g).names()
+    except ExprError:
+        raise _No(f"the grid `{g}` is not an expression of the spec's sizes", k.fn) from None
+    if re.search(r"[A-Za-z_]\w*\s*\(", g) or re.search(r"[?:<>=!&|^~]", g):
+        raise _No(f"the grid `{g}` calls a function or compares: only sizes, numbers and + - * / % are mapped "
+                  "to the kernel's names", k.fn)
+    by_value: dict[str, str] = {}
+    for p, v in env.arg_values.items():
+        by_value.setdefault(v, p)
+    out = g
+    for n in sorted(names, key=len, reverse=True):
+        if n not in by_value:
+            raise _No(f"the grid's `{n}` is no scalar parameter's value in the spec: the items' bound cannot be "
+                      "said in the kernel's names (give a parameter the value `{n}`)", k.fn)
+        out = re.sub(rf"\b{re.escape(n)}\b", by_value[n], out)
+    return " ".join(out.split())
+
+
+def _drop(st: Node, k: Kernel) -> tuple[int, int, str]:
+    """An edit deleting a statement (its whole line when it stands alone on it)."""
+    start = k.data.rfind(b"\n", 0, st.start_byte) + 1
+    end = st.end_byte
+    if not k.data[start:st.start_byte].strip() and k.data[end:end + 1] == b"\n":
+        return start, end + 1, ""
+    return st.start_byte, st.end_byte, ""
+
+
+def _fresh(k: Kernel, base: str) -> str:
+    used = {k.t(i) for i in walk(k.fn, ("identifier",))}
+    name, n = base, 0
+    while name in used:
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+def _emit(k: Kernel, nm: _Names, loop: Node, start: Node, update: Node, var: Node,
+          stores: dict[str, tuple[Node, Node, str]], shared: dict[str, tuple[str, Node]], dropped: list[Node],
+          tail: list[tuple[int, int, str]], bound: str) -> Changed:
+    edits: list[tuple[int, int, str]] = []
+    flat = "blockIdx.x * blockDim.x + threadIdx.x"
+    guard_bound = bound if re.fullmatch(r"\w+", bound) else f"({bound})"
+    ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
+    ind = ind if not ind.strip() else "    "
+    if nm.items:
+        item = next(iter(nm.items))
+        decl = nm.decls[item]
+        ds = decl.children_by_field_name("declarator")
+        v = ds[0].child_by_field_name("value")
+        assert v is not None
+        edits.append((v.start_byte, v.end_byte, flat))
+        edits.append((decl.end_byte, decl.end_byte, f"\n{ind}if ({item} >= {guard_bound}) return;"))
+    else:
+        item = _fresh(k, "item")
+        for n, obj, _ in _builtin_uses(k):
+            if obj == "blockIdx":
+                edits.append((n.start_byte, n.end_byte, item))
+        edits.append((k.body.start_byte + 1, k.body.start_byte + 1,
+                      f"\n{ind}const int {item} = {flat};\n{ind}if ({item} >= {guard_bound}) return;"))
+    for n in nm.tids | nm.sizes:
+        edits.append(_drop(nm.decls[n], k))
+    for decl in {d.start_byte: d for _, d in shared.values()}.values():
+        edits.append(_drop(decl, k))
+    edits.append((start.start_byte, start.end_byte, "0"))
+    edits.append((update.start_byte, update.end_byte, f"++{k.t(var)}"))
+    for arr, (st, value, _) in stores.items():
+        edits.append((st.start_byte, st.end_byte, f"{shared[arr][0]} {_total(arr)} = {k.t(value)};"))
+    edits += [_drop(s, k) for s in dropped]
+    edits += tail
+    return Changed(splice(k.data, edits), f"the block-per-item reduction over `{k.t(var)}` (line {k.line(loop)}) "
+                                          f"lowered to one thread per item below `{bound}`")
