@@ -278,8 +278,10 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
         dropped.append(st)
         j += 1
     if tree is None:
-        raise _No("no shared-memory tree reduction follows the stores of the partials", rest[j] if j < len(rest)
-                  else loop)
+        if j < len(rest):
+            raise _No(f"no shared-memory tree reduction follows the stores of the partials: `{k.t(rest[j])}` stands "
+                      "between", rest[j])
+        raise _No("no shared-memory tree reduction follows the stores of the partials", loop)
     if {c.array for c in tree.combines} != set(stores):
         raise _No("the tree does not fold exactly the stored partials", tree.node)
     for cb in tree.combines:
@@ -294,7 +296,9 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
         if _total(arr) in {k.t(i) for i in walk(k.fn, ("identifier",))}:
             raise _No(f"`{_total(arr)}` (the name the reduced value would get) is taken", k.fn)
     tail = rest[j:]
-    edits = _tail_edits(k, nm, tail, stores)
+    # with no local for the block index, one is declared and every `blockIdx.x` reads it
+    item = next(iter(nm.items)) if nm.items else _fresh(k, "item")
+    edits = _tail_edits(k, nm, tail, stores, None if nm.items else item)
     # every use of the thread index, the block size and the shared arrays is in what the rewrite replaces
     allowed = [(start.start_byte, start.end_byte), (update.start_byte, update.end_byte)]
     allowed += [(s.start_byte, s.end_byte) for s in dropped] + [(s.start_byte, s.end_byte) for s, _, _ in
@@ -315,7 +319,7 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
             raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
     _check_writes(k, tail, dropped, stores)
     bound = _bound(k, env)
-    return _emit(k, nm, loop, start, update, var, stores, shared, dropped, edits, bound)
+    return _emit(k, nm, item, loop, start, update, var, stores, shared, dropped, edits, bound)
 
 
 def _mentions(node: Node, k: Kernel, nm: _Names) -> bool:
@@ -462,8 +466,8 @@ def _is_exit(st: Node, k: Kernel, nm: _Names) -> bool:
         and _tid_zero(cond, k, nm, True)
 
 
-def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple[Node, Node, str]]
-                ) -> list[tuple[int, int, str]]:
+def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple[Node, Node, str]],
+                item: str | None) -> list[tuple[int, int, str]]:
     """The statements after the tree: barriers dropped, ``if (tid == 0) { S }`` as ``S``, ``if (tid != 0)
     return;`` dropped; ``sh[0]`` as the reduced value's local."""
     edits: list[tuple[int, int, str]] = []
@@ -480,19 +484,25 @@ def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple
         if st.type == "if_statement" and cond is not None and cons is not None \
                 and st.child_by_field_name("alternative") is None and _tid_zero(cond, k, nm, False):
             inner = statements(cons)
-            text = "\n".join(_reduced(s, k, nm, stores) for s in inner)
+            text = "\n".join(_reduced(s, k, nm, stores, item) for s in inner)
             edits.append((st.start_byte, st.end_byte, text if inner else ""))
             continue
         if not one and not (st.type == "declaration" and side_effect_free(st)):
             raise _No("a statement after the block's reduction runs in every thread and is not a declaration: "
                       "only one thread's stores are lowered", st)
-        edits.append((st.start_byte, st.end_byte, _reduced(st, k, nm, stores)))
+        edits.append((st.start_byte, st.end_byte, _reduced(st, k, nm, stores, item)))
     return edits
 
 
-def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node, str]]) -> str:
-    """``st``'s text with every ``sh[0]`` read as the reduced value's local (another use of ``sh`` declines)."""
+def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node, str]], item: str | None) -> str:
+    """``st``'s text with every ``sh[0]`` read as the reduced value's local (another use of ``sh`` declines),
+    and ``blockIdx.x`` as ``item`` when one is given."""
     edits: list[tuple[int, int, str]] = []
+    if item is not None:
+        for n in walk(st, ("field_expression",)):
+            m = member(n, k.data)
+            if m is not None and m[0] == n and m[1:] == ("blockIdx", "x"):
+                edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, item))
     for n in walk(st, ("subscript_expression",)):
         arr = n.child_by_field_name("argument")
         idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
@@ -501,7 +511,7 @@ def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node
         if "".join(k.t(idx).split()).strip("[]") != "0":
             raise _No(f"`{k.t(n)}` reads the shared array at another index than 0 after the tree", n)
         edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, _total(k.t(arr))))
-    if len(edits) != sum(1 for i in walk(st, ("identifier",)) if k.t(i) in stores):
+    if sum(1 for _, _, t in edits if t != item) != sum(1 for i in walk(st, ("identifier",)) if k.t(i) in stores):
         raise _No("a shared array is used after the tree other than as `sh[0]`", st)
     if _mentions(st, k, nm):
         raise _No(f"`{k.t(st)}` names the thread index or the block size after the reduction", st)
@@ -575,7 +585,7 @@ def _fresh(k: Kernel, base: str) -> str:
     return name
 
 
-def _emit(k: Kernel, nm: _Names, loop: Node, start: Node, update: Node, var: Node,
+def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Node, var: Node,
           stores: dict[str, tuple[Node, Node, str]], shared: dict[str, tuple[str, Node]], dropped: list[Node],
           tail: list[tuple[int, int, str]], bound: str) -> Changed:
     edits: list[tuple[int, int, str]] = []
@@ -584,7 +594,6 @@ def _emit(k: Kernel, nm: _Names, loop: Node, start: Node, update: Node, var: Nod
     ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
     ind = ind if not ind.strip() else "    "
     if nm.items:
-        item = next(iter(nm.items))
         decl = nm.decls[item]
         ds = decl.children_by_field_name("declarator")
         v = ds[0].child_by_field_name("value")
@@ -592,9 +601,8 @@ def _emit(k: Kernel, nm: _Names, loop: Node, start: Node, update: Node, var: Nod
         edits.append((v.start_byte, v.end_byte, flat))
         edits.append((decl.end_byte, decl.end_byte, f"\n{ind}if ({item} >= {guard_bound}) return;"))
     else:
-        item = _fresh(k, "item")
         for n, obj, _ in _builtin_uses(k):
-            if obj == "blockIdx":
+            if obj == "blockIdx" and not any(s <= n.start_byte < e for s, e, _ in tail):
                 edits.append((n.start_byte, n.end_byte, item))
         edits.append((k.body.start_byte + 1, k.body.start_byte + 1,
                       f"\n{ind}const int {item} = {flat};\n{ind}if ({item} >= {guard_bound}) return;"))

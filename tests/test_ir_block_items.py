@@ -1,0 +1,232 @@
+"""``block_items``: a block-per-item cooperative reduction handed to the rules as the thread-per-item loop it computes.
+
+The kernels are written for these tests, each another spelling of "one block per output item, its threads stride
+over the item's loop, a shared-memory tree folds their partials, one thread stores": locals for the thread, the
+block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double,
+stored as float); ``blockDim.x`` and ``blockIdx.x`` written inline with a static array sized by a ``#define``
+and the thread-0 store after ``if (threadIdx.x != 0) return;``; a row maximum over contiguous elements with an
+interleaved tree. Each must lower to the serial loop, and the rule that fixes its access pattern must propose
+variants that build: ``column_split`` for the column sum (a warp reads 32 neighbouring items), ``warp_per_row``
+for the row maximum. The near misses (a second global write, an atomic, a block that is not a power of two, a
+grid no parameter names, the thread index used in the loop, a sum that does not start at zero) stay as they
+were, with the reason in words.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, needs_nvcc, text_policy
+from warpforge.cuda.candidate import Candidate
+from warpforge.policy.ir import Lowered, lower
+from warpforge.spec.resolve import load_spec
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import corpus_applicability as ca  # noqa: E402
+
+#: a column sum (bias gradient): locals for everything, a dynamic shared array, the tree's barrier first
+COLSUM = """\
+// @warpforge size R = 2048
+// @warpforge size C = 384
+// @warpforge size NT = 256 fixed
+// @warpforge arg grad: out float[C]
+// @warpforge arg y: in float[R*C] uniform(-1, 1)
+// @warpforge arg rows = R
+// @warpforge arg cols = C
+// @warpforge launch grid=C, block=NT, smem=NT*4
+__global__ void col_bias_grad(float* grad, const float* y, int rows, int cols)
+{
+    extern __shared__ float part[];
+    const int c = blockIdx.x;
+    const int me = threadIdx.x;
+    const int nthreads = blockDim.x;
+    const float* col = y + c;
+    double acc = 0.0;
+    for (int r = me; r < rows; r += nthreads) {
+        acc += col[r * cols];
+    }
+    part[me] = (float)acc;
+    __syncthreads();
+    for (int s = nthreads / 2; s >= 1; s /= 2) {
+        __syncthreads();
+        if (me < s) {
+            part[me] += part[me + s];
+        }
+    }
+    if (me == 0) {
+        grad[c] = part[0];
+    }
+}
+"""
+
+#: the same column sum with the builtins inline, a static array sized by a macro, the thread-0 exit
+INLINE = """\
+#define THREADS 128
+// @warpforge size R = 1024
+// @warpforge size C = 320
+// @warpforge arg out: out float[C]
+// @warpforge arg m: in float[R*C] uniform(-1, 1)
+// @warpforge arg nr = R
+// @warpforge arg nc = C
+// @warpforge launch grid=C, block=THREADS
+__global__ void col_total(float* out, const float* m, int nr, int nc)
+{
+    __shared__ float sums[THREADS];
+    float t = 0.0f;
+    for (int i = threadIdx.x; i < nr; i = i + blockDim.x)
+        t += m[i * nc + blockIdx.x];
+    sums[threadIdx.x] = t;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sums[threadIdx.x] += sums[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    out[blockIdx.x] = sums[0] * 0.5f;
+}
+"""
+
+#: a row maximum over contiguous elements, an interleaved tree (stride doubling from 1)
+ROWMAX = """\
+// @warpforge size B = 512
+// @warpforge size N = 1000
+// @warpforge arg res: out float[B]
+// @warpforge arg x: in float[B*N] uniform(-1, 1)
+// @warpforge arg n = N
+// @warpforge arg b = B
+// @warpforge launch grid=B, block=64
+__global__ void row_max(float* res, const float* x, int n, int b)
+{
+    __shared__ float best[64];
+    int row = blockIdx.x;
+    int lane = threadIdx.x;
+    float m = -3.0e38f;
+    for (int i = lane; i < n; i += blockDim.x) {
+        m = fmaxf(m, x[row * n + i]);
+    }
+    best[lane] = m;
+    __syncthreads();
+    for (int s = 1; s < blockDim.x; s *= 2) {
+        if (lane % (2 * s) == 0) {
+            best[lane] = fmaxf(best[lane], best[lane + s]);
+        }
+        __syncthreads();
+    }
+    if (lane == 0) {
+        res[row] = best[0];
+    }
+}
+"""
+
+
+def lowered(text: str, kernel: str) -> Lowered:
+    got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
+    assert isinstance(got, Lowered), got
+    return got
+
+
+def canonical(text: str, kernel: str) -> str:
+    return " ".join(lowered(text, kernel).text.split())
+
+
+def skips(text: str, kernel: str) -> list[str]:
+    return [why for p, why, _ in lowered(text, kernel).skipped if p == "block_items"]
+
+
+def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
+    pol = text_policy(text, kernel)
+    return [c for c in pol.propose_sync(pol.root_candidate()) if c.family == family]
+
+
+@pytest.mark.parametrize("text,kernel,parts", [
+    (COLSUM, "col_bias_grad", ["const int c = blockIdx.x * blockDim.x + threadIdx.x; if (c >= cols) return;",
+                               "for (int r = 0; r < rows; ++r) { acc += col[r * cols]; }",
+                               "float part_total = (float)acc; grad[c] = part_total; }"]),
+    # no item local: one is declared, every blockIdx.x reads it; the tail after `if (tid != 0) return;`
+    (INLINE, "col_total", ["const int item = blockIdx.x * blockDim.x + threadIdx.x; if (item >= nc) return;",
+                           "for (int i = 0; i < nr; ++i) t += m[i * nc + item];",
+                           "float sums_total = t; out[item] = sums_total * 0.5f; }"]),
+    (ROWMAX, "row_max", ["int row = blockIdx.x * blockDim.x + threadIdx.x; if (row >= b) return;",
+                         "for (int i = 0; i < n; ++i) { m = fmaxf(m, x[row * n + i]); }",
+                         "float best_total = m; res[row] = best_total; }"]),
+])
+def test_the_block_reduction_lowers_to_the_items_serial_loop(text: str, kernel: str, parts: list[str]) -> None:
+    low = lowered(text, kernel)
+    got = " ".join(low.text.split())
+    for p in parts:
+        assert p in got, got
+    assert "__shared__" not in got and "__syncthreads" not in got
+    assert got.count("threadIdx.x") == 1 and got.count("blockDim.x") == 1, got
+    assert any(a.startswith("block_items:") for a in low.applied), low.applied
+
+
+def test_column_split_takes_the_lowered_column_sum_with_a_launch_of_its_own() -> None:
+    kids = proposed(COLSUM, "col_bias_grad", "column_split")
+    assert [c.steps[0] for c in kids] == ["column_split:w32r32x4", "column_split:w8r128x4"]
+    c = kids[0]
+    # the bound the pass wrote (`cols`, the grid's C) gives the rule its columns; the tree's bytes are not passed
+    assert c.launch is not None and c.launch.grid == ("cdiv(C, 32)",) and c.launch.block == ("32", "32")
+    assert c.launch.smem == "0"
+    d = " ".join(c.definition.split())
+    assert "extern __shared__" not in d and "grad[c] = part_total;" in d and "acc += col[i * cols];" not in d
+
+
+def test_warp_per_row_takes_the_lowered_row_max() -> None:
+    kids = proposed(ROWMAX, "row_max", "warp_per_row")
+    assert kids, "warp_per_row proposed nothing on the lowered row max"
+    assert all("__shfl" in c.definition for c in kids)
+
+
+@pytest.mark.parametrize("text,kernel,words", [
+    # a second global write, by every thread
+    (COLSUM.replace("    double acc = 0.0;\n", "    double acc = 0.0;\n    grad[c + 1] = 0.0f;\n"),
+     "col_bias_grad", "writes memory outside the one thread's stores"),
+    # a statement between the partials' stores and the tree
+    (COLSUM.replace("    part[me] = (float)acc;\n", "    part[me] = (float)acc;\n    grad[c] = 0.0f;\n"),
+     "col_bias_grad", "`grad[c] = 0.0f;` stands between"),
+    # an atomic
+    (COLSUM.replace("grad[c] = part[0];", "atomicAdd(&grad[c], part[0]);"), "col_bias_grad", "an atomic"),
+    # a block of 96 threads: a halving tree leaves partials out
+    (COLSUM.replace("size NT = 256 fixed", "size NT = 96 fixed"), "col_bias_grad", "not a power of two"),
+    # no parameter carries the grid's C: the items' bound cannot be said in the kernel's names
+    (COLSUM.replace("arg cols = C", "arg cols = C + 0"), "col_bias_grad", "no scalar parameter's value"),
+    # the thread index read in the loop: a thread's iterations are not the item's
+    (COLSUM.replace("acc += col[r * cols];", "acc += col[r * cols] * me;"), "col_bias_grad",
+     "names the thread index"),
+    # every thread's partial would add the start value
+    (COLSUM.replace("double acc = 0.0;", "double acc = 1.0;"), "col_bias_grad", "not 0"),
+    # a tree that starts at a quarter of the block folds half the partials
+    (COLSUM.replace("nthreads / 2;", "nthreads / 4;"), "col_bias_grad", "does not fold exactly the block's"),
+    # the tree folds a maximum, the loop sums
+    (COLSUM.replace("part[me] += part[me + s];", "part[me] = fmaxf(part[me], part[me + s]);"), "col_bias_grad",
+     "accumulates `acc` as a sum"),
+    # a 2-D grid: blockIdx.y names another coordinate
+    (INLINE.replace("grid=C,", "grid=(C, 2),").replace("+ blockIdx.x];", "+ blockIdx.x + blockIdx.y];"),
+     "col_total", "grid is not known to be 1-D"),
+])
+def test_near_misses_stay_as_written_with_the_reason(text: str, kernel: str, words: str) -> None:
+    why = skips(text, kernel)
+    assert any(words in w for w in why), why
+    assert "__syncthreads" in canonical(text, kernel)
+
+
+def test_a_kernel_without_the_shape_is_not_reported() -> None:
+    text = COLSUM.replace("int r = me;", "int r = 0;").replace("r += nthreads", "r += 1")
+    assert skips(text, "col_bias_grad") == []
+
+
+@needs_nvcc
+@pytest.mark.parametrize("text,kernel,family", [(COLSUM, "col_bias_grad", "column_split"),
+                                                (INLINE, "col_total", "column_split"),
+                                                (ROWMAX, "row_max", "warp_per_row")])
+def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, family: str) -> None:
+    path = tmp_path / f"{kernel}.cu"
+    path.write_text(text)
+    res = ca.check_case(path, families=[family], all_candidates=True)
+    assert res.original is not None and res.original.ok, res.original
+    fr = res.families[family]
+    assert fr.proposed >= 1 and fr.tried == fr.proposed and not fr.failures, fr.failures
