@@ -3,7 +3,7 @@
 The kernels are written for these tests, each another spelling of "one block per output item, its threads stride
 over the item's loop, a shared-memory tree folds their partials, one thread stores": locals for the thread, the
 block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double,
-stored as float); ``blockDim.x`` and ``blockIdx.x`` written inline with a static array sized by a ``#define``
+stored as float); partials kept in the thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and ``blockIdx.x`` written inline with a static array sized by a ``#define``
 and the thread-0 store after ``if (threadIdx.x != 0) return;``; a row maximum over contiguous elements with an
 interleaved tree. Each must lower to the serial loop, and the rule that fixes its access pattern must propose
 variants that build: ``column_split`` for the column sum (a warp reads 32 neighbouring items), ``warp_per_row``
@@ -122,6 +122,42 @@ __global__ void row_max(float* res, const float* x, int n, int b)
 }
 """
 
+#: a channel mean whose threads accumulate in their own shared slot (``buf[t] += ...``), not in a register
+SLOT = """\
+#define NT 256
+// @warpforge size N = 16
+// @warpforge size C = 96
+// @warpforge size S = 1024
+// @warpforge arg inp: in float[N*C*S] uniform(-1, 1)
+// @warpforge arg mean: out float[C]
+// @warpforge arg num = N
+// @warpforge arg channels = C
+// @warpforge arg spatial = S
+// @warpforge launch grid=C, block=NT
+__global__ void chan_mean(const float* inp, float* mean, int num, int channels, int spatial)
+{
+    __shared__ float buf[NT];
+    int t = threadIdx.x;
+    int ch = blockIdx.x;
+    buf[t] = 0;
+    for (int i = t; i < num * spatial; i += blockDim.x) {
+        int at = (i / spatial) * channels * spatial + ch * spatial + i % spatial;
+        buf[t] += inp[at];
+    }
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) {
+            buf[t] += buf[t + s];
+        }
+        __syncthreads();
+    }
+    int total = num * spatial;
+    if (t == 0) {
+        mean[ch] = buf[0] / total;
+    }
+}
+"""
+
 
 def lowered(text: str, kernel: str) -> Lowered:
     got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
@@ -153,6 +189,10 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
     (ROWMAX, "row_max", ["int row = blockIdx.x * blockDim.x + threadIdx.x; if (row >= b) return;",
                          "for (int i = 0; i < n; ++i) { m = fmaxf(m, x[row * n + i]); }",
                          "float best_total = m; res[row] = best_total; }"]),
+    # the shared slot kept in a register first; the declaration every thread runs after the tree stays
+    (SLOT, "chan_mean", ["int ch = blockIdx.x * blockDim.x + threadIdx.x; if (ch >= channels) return;",
+                         "float buf_acc = 0; for (int i = 0; i < num * spatial; ++i) {", "buf_acc += inp[at]; }",
+                         "float buf_total = buf_acc; int total = num * spatial; mean[ch] = buf_total / total; }"]),
 ])
 def test_the_block_reduction_lowers_to_the_items_serial_loop(text: str, kernel: str, parts: list[str]) -> None:
     low = lowered(text, kernel)
@@ -175,9 +215,10 @@ def test_column_split_takes_the_lowered_column_sum_with_a_launch_of_its_own() ->
     assert "extern __shared__" not in d and "grad[c] = part_total;" in d and "acc += col[i * cols];" not in d
 
 
-def test_warp_per_row_takes_the_lowered_row_max() -> None:
-    kids = proposed(ROWMAX, "row_max", "warp_per_row")
-    assert kids, "warp_per_row proposed nothing on the lowered row max"
+@pytest.mark.parametrize("text,kernel", [(ROWMAX, "row_max"), (SLOT, "chan_mean")])
+def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) -> None:
+    kids = proposed(text, kernel, "warp_per_row")
+    assert kids, "warp_per_row proposed nothing on the lowered kernel"
     assert all("__shfl" in c.definition for c in kids)
 
 
@@ -185,6 +226,8 @@ def test_warp_per_row_takes_the_lowered_row_max() -> None:
     # a second global write, by every thread
     (COLSUM.replace("    double acc = 0.0;\n", "    double acc = 0.0;\n    grad[c + 1] = 0.0f;\n"),
      "col_bias_grad", "writes memory outside the one thread's stores"),
+    # the slot read at another thread's index before the barrier
+    (SLOT.replace("buf[t] += inp[at];", "buf[t] += inp[at] + buf[0];"), "chan_mean", "reads another thread's slot"),
     # a statement between the partials' stores and the tree
     (COLSUM.replace("    part[me] = (float)acc;\n", "    part[me] = (float)acc;\n    grad[c] = 0.0f;\n"),
      "col_bias_grad", "`grad[c] = 0.0f;` stands between"),
@@ -222,7 +265,8 @@ def test_a_kernel_without_the_shape_is_not_reported() -> None:
 @needs_nvcc
 @pytest.mark.parametrize("text,kernel,family", [(COLSUM, "col_bias_grad", "column_split"),
                                                 (INLINE, "col_total", "column_split"),
-                                                (ROWMAX, "row_max", "warp_per_row")])
+                                                (ROWMAX, "row_max", "warp_per_row"),
+                                                (SLOT, "chan_mean", "warp_per_row")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, family: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)

@@ -49,7 +49,18 @@ from tree_sitter import Node
 from ...cuda.tree import member, node_text, unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
-from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, side_effect_free, splice, statements
+from .passes import (
+    Changed,
+    Kernel,
+    PassEnv,
+    Result,
+    Skipped,
+    find_kernel,
+    register,
+    side_effect_free,
+    splice,
+    statements,
+)
 from .remap import NotLegal, Reduction, carried_scalars
 
 _SUM = "sum"
@@ -175,9 +186,94 @@ def block_items(k: Kernel, env: PassEnv) -> Result:
         if len(loops) > 1:
             raise _No("the kernel has several loops strided by the block: one reduction per item is lowered",
                       loops[1][0])
-        return _lower(k, env, nm, loops[0][0], *loops[0][1])
+        slot = _slot_in_register(k, nm, loops[0][0])
+        if slot is None:
+            return _lower(k, env, nm, loops[0][0], *loops[0][1])
     except _No as e:
         return Skipped(e.reason, k.line(e.node))
+    # the partial kept in a register, then lowered (the rewrite keeps every line where it was)
+    k2 = find_kernel(slot, _name(k))
+    if k2 is None:
+        return Skipped("the shared slot's partial, kept in a register, does not parse", k.line(loops[0][0]))
+    nm2 = _locals(k2)
+    loops2 = [(st, got) for st in statements(k2.body) if (got := _strided(st, k2, nm2)) is not None]
+    try:
+        if len(loops2) != 1:
+            raise _No("the strided loop is not found again after its shared slot is kept in a register", k2.fn)
+        return _lower(k2, env, nm2, loops2[0][0], *loops2[0][1])
+    except _No as e:
+        return Skipped(e.reason, k2.line(e.node))
+
+
+def _name(k: Kernel) -> str:
+    d = k.fn.child_by_field_name("declarator")
+    while d is not None and d.type != "function_declarator":
+        d = d.child_by_field_name("declarator")
+    nm = d.child_by_field_name("declarator") if d is not None else None
+    return k.t(nm).split("::")[-1] if nm is not None else ""
+
+
+def _slot_in_register(k: Kernel, nm: _Names, loop: Node) -> str | None:
+    """``sh[tid] = z; for (...) { ... sh[tid] += e; }`` with the loop's partial kept in the thread's own shared
+    slot: the text with the slot as a register (``T sh_acc = z; ... sh_acc += e; ... }`` and ``sh[tid] = sh_acc;``
+    after the loop), or None when the loop keeps no partial there. Exact: until the barrier after the loop no
+    other thread reads the slot, and the thread reads it only as its running value."""
+    shared = _shared(k)
+    sts = statements(k.body)
+    li = sts.index(loop)
+
+    def own_slot(n: Node) -> str | None:
+        n = unparen(n)
+        arr = n.child_by_field_name("argument") if n.type == "subscript_expression" else None
+        idx = (n.child_by_field_name("indices") or n.child_by_field_name("index")) if arr is not None else None
+        if arr is None or idx is None or k.t(arr) not in shared:
+            return None
+        ix = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_child_count == 1 else idx
+        return k.t(arr) if _is(ix, k, "threadIdx", nm.tids) else None
+
+    body = loop.child_by_field_name("body")
+    assert body is not None
+    slots = {a for n in walk(body, ("assignment_expression", "update_expression"))
+             if (t := n.child_by_field_name("left") or n.child_by_field_name("argument")) is not None
+             and (a := own_slot(t)) is not None}
+    if not slots:
+        return None
+    if len(slots) > 1:
+        raise _No("the strided loop keeps partials in several shared slots", loop)
+    arr = next(iter(slots))
+    reg = _fresh(k, f"{arr}_acc")
+    init: Node | None = None
+    for st in sts[:li]:
+        a = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
+        left, op = (a.child_by_field_name("left"), a.child_by_field_name("operator")) if a is not None \
+            and a.type == "assignment_expression" else (None, None)
+        if left is not None and op is not None and k.t(op) == "=" and own_slot(left) == arr:
+            init = st
+        elif any(k.t(i) == arr for i in walk(st, ("identifier",))) and st.type != "declaration":
+            raise _No(f"`{arr}` is used before the strided loop other than as `{arr}[tid] = start;`", st)
+    if init is None:
+        raise _No(f"the strided loop accumulates into `{arr}[tid]`, which is not set before it", loop)
+    edits: list[tuple[int, int, str]] = []
+    for n in walk(body, ("subscript_expression",)):
+        if own_slot(n) == arr:
+            edits.append((n.start_byte, n.end_byte, reg))
+        elif _array_of(n, k) == arr:
+            raise _No(f"`{k.t(n)}` reads another thread's slot before the barrier", n)
+    a0 = init.named_children[0]
+    right = a0.child_by_field_name("right")
+    assert right is not None
+    edits.append((init.start_byte, init.end_byte, f"{shared[arr][0]} {reg} = {k.t(right)};"))
+    ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
+    tid = next((t for t in sorted(nm.tids)), "threadIdx.x")
+    edits.append((loop.end_byte, loop.end_byte, f"\n{ind if not ind.strip() else ''}{arr}[{tid}] = {reg};"))
+    return splice(k.data, edits)
+
+
+def _array_of(n: Node, k: Kernel) -> str | None:
+    arg = n.child_by_field_name("argument")
+    while arg is not None and unparen(arg).type == "subscript_expression":
+        arg = unparen(arg).child_by_field_name("argument")
+    return k.t(arg) if arg is not None and arg.type == "identifier" else None
 
 
 def _builtin_uses(k: Kernel) -> list[tuple[Node, str, str]]:
