@@ -257,6 +257,14 @@ def test_near_misses_stay_as_written_with_the_reason(text: str, kernel: str, wor
     assert "__syncthreads" in canonical(text, kernel)
 
 
+def test_a_rounded_up_grid_is_said_in_c() -> None:
+    # `cdiv` of the spec is C's rounded-up division of the parameters that carry its sizes
+    text = ROWMAX.replace("size B = 512", "size B = 512\n// @warpforge size G = 4").replace("grid=B,", "grid=cdiv(B, G),")
+    text = text.replace("// @warpforge arg b = B", "// @warpforge arg b = B\n// @warpforge arg g = G")
+    text = text.replace("int n, int b)", "int n, int b, int g)")
+    assert "if (row >= (((b) + (g) - 1) / (g))) return;" in canonical(text, "row_max")
+
+
 def test_a_kernel_without_the_shape_is_not_reported() -> None:
     text = COLSUM.replace("int r = me;", "int r = 0;").replace("r += nthreads", "r += 1")
     assert skips(text, "col_bias_grad") == []

@@ -648,9 +648,10 @@ def _bound(k: Kernel, env: PassEnv) -> str:
         names = parse_expr(g).names()
     except ExprError:
         raise _No(f"the grid `{g}` is not an expression of the spec's sizes", k.fn) from None
-    if re.search(r"[A-Za-z_]\w*\s*\(", g) or re.search(r"[?:<>=!&|^~]", g):
-        raise _No(f"the grid `{g}` calls a function or compares: only sizes, numbers and + - * / % are mapped "
-                  "to the kernel's names", k.fn)
+    g = _ceil_divs(g)
+    if g is None or re.search(r"[A-Za-z_]\w*\s*\(", g) or re.search(r"[?:<>=!&|^~]", g):
+        raise _No(f"the grid `{env.grid[0]}` calls a function or compares: only sizes, numbers, + - * / % and "
+                  "cdiv are mapped to the kernel's names", k.fn)
     by_value: dict[str, str] = {}
     for p, v in env.arg_values.items():
         by_value.setdefault(v, p)
@@ -661,6 +662,41 @@ def _bound(k: Kernel, env: PassEnv) -> str:
                       "said in the kernel's names (give a parameter the value `{n}`)", k.fn)
         out = re.sub(rf"\b{re.escape(n)}\b", by_value[n], out)
     return " ".join(out.split())
+
+
+def _ceil_divs(g: str) -> str | None:
+    """``g`` with each ``cdiv(a, b)`` (``ceil_div``) as C's ``((a) + (b) - 1) / (b)`` (the same for the positive
+    sizes of a launch); None when a call's arguments cannot be split."""
+    while (m := re.search(r"\b(?:cdiv|ceil_div)\s*\(", g)) is not None:
+        depth, args, start = 1, [], m.end()
+        i = start
+        while i < len(g) and depth:
+            ch = g[i]
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            if (ch == "," and depth == 1) or depth == 0:
+                args.append(g[start:i].strip())
+                start = i + 1
+            i += 1
+        if depth or len(args) != 2:
+            return None
+        a, b = args
+        g = f"{g[:m.start()]}((({a}) + ({b}) - 1) / ({b})){g[i:]}"
+    return g
+
+
+def _wrapped(text: str) -> bool:
+    """``text`` is one parenthesized expression (its first ``(`` closes at its end)."""
+    if not text.startswith("("):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += 1 if ch == "(" else -1 if ch == ")" else 0
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 def _drop(st: Node, k: Kernel) -> tuple[int, int, str]:
@@ -686,7 +722,7 @@ def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Nod
           tail: list[tuple[int, int, str]], bound: str) -> Changed:
     edits: list[tuple[int, int, str]] = []
     flat = "blockIdx.x * blockDim.x + threadIdx.x"
-    guard_bound = bound if re.fullmatch(r"\w+", bound) else f"({bound})"
+    guard_bound = bound if re.fullmatch(r"\w+", bound) or _wrapped(bound) else f"({bound})"
     ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
     ind = ind if not ind.strip() else "    "
     if nm.items:
