@@ -2,14 +2,15 @@
 
 The kernels are written for these tests, each another spelling of "one block per output item, its threads stride
 over the item's loop, a shared-memory tree folds their partials, one thread stores": locals for the thread, the
-block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double,
-stored as float); partials kept in the thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and ``blockIdx.x`` written inline with a static array sized by a ``#define``
-and the thread-0 store after ``if (threadIdx.x != 0) return;``; a row maximum over contiguous elements with an
-interleaved tree. Each must lower to the serial loop, and the rule that fixes its access pattern must propose
-variants that build: ``column_split`` for the column sum (a warp reads 32 neighbouring items), ``warp_per_row``
-for the row maximum. The near misses (a second global write, an atomic, a block that is not a power of two, a
-grid no parameter names, the thread index used in the loop, a sum that does not start at zero) stay as they
-were, with the reason in words.
+block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double, stored
+as float); partials kept in the thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and
+``blockIdx.x`` written inline with a static array sized by a ``#define`` and the thread-0 store after ``if
+(threadIdx.x != 0) return;``; a row maximum over contiguous elements with an interleaved tree. Each must lower to
+the serial loop, and the rule that fixes its access pattern must propose variants that build: ``column_split``
+for the column sums (a warp reads 32 neighbouring items), ``warp_per_row`` for the row maximum and the channel
+mean. The near misses (a second global write, an atomic, a block that is not a power of two, a grid no parameter
+names, the thread index used in the loop, a sum that does not start at zero, ...) stay as they were, with the
+reason in words.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from warpforge.policy.ir import Lowered, lower
 from warpforge.spec.resolve import load_spec
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import corpus_applicability as ca  # noqa: E402
+import corpus_applicability as ca
 
 #: a column sum (bias gradient): locals for everything, a dynamic shared array, the tree's barrier first
 COLSUM = """\
@@ -240,6 +241,11 @@ def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) 
     # the thread index read in the loop: a thread's iterations are not the item's
     (COLSUM.replace("acc += col[r * cols];", "acc += col[r * cols] * me;"), "col_bias_grad",
      "names the thread index"),
+    # the accumulator read by thread 0 after the tree: there it is that thread's partial, not the total
+    (COLSUM.replace("grad[c] = part[0];", "grad[c] = part[0] + acc;"), "col_bias_grad", "one thread's partial"),
+    # a thread that stops early stops only its own share of the rows
+    (COLSUM.replace("acc += col[r * cols];", "if (col[r * cols] > 0.9f) break;\n        acc += col[r * cols];"),
+     "col_bias_grad", "leaves the strided loop"),
     # every thread's partial would add the start value
     (COLSUM.replace("double acc = 0.0;", "double acc = 1.0;"), "col_bias_grad", "not 0"),
     # a tree that starts at a quarter of the block folds half the partials
@@ -259,7 +265,8 @@ def test_near_misses_stay_as_written_with_the_reason(text: str, kernel: str, wor
 
 def test_a_rounded_up_grid_is_said_in_c() -> None:
     # `cdiv` of the spec is C's rounded-up division of the parameters that carry its sizes
-    text = ROWMAX.replace("size B = 512", "size B = 512\n// @warpforge size G = 4").replace("grid=B,", "grid=cdiv(B, G),")
+    text = ROWMAX.replace("size B = 512", "size B = 512\n// @warpforge size G = 4")
+    text = text.replace("grid=B,", "grid=cdiv(B, G),")
     text = text.replace("// @warpforge arg b = B", "// @warpforge arg b = B\n// @warpforge arg g = G")
     text = text.replace("int n, int b)", "int n, int b, int g)")
     assert "if (row >= (((b) + (g) - 1) / (g))) return;" in canonical(text, "row_max")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...cuda.tree import member, node_text, unparen, walk, written_names
+from ...cuda.tree import member, unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .passes import (
@@ -326,6 +326,14 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
     if _mentions(body, k, nm):
         raise _No("the strided loop's body names the thread index or the block size: a thread's iterations are "
                   "not the item's", loop)
+    for j in walk(body, ("break_statement", "goto_statement", "return_statement")):
+        up = j.parent
+        while up is not None and up != loop and up.type not in ("for_statement", "while_statement",
+                                                                "do_statement", "switch_statement"):
+            up = up.parent
+        if j.type != "break_statement" or up == loop:
+            raise _No(f"`{k.t(j)}` leaves the strided loop: a thread's iterations stop where the item's would not",
+                      j)
     red = carried_scalars(body, k.t(var), k, env.template_args, elements=False)
     if isinstance(red, NotLegal):
         raise _No(red.reason, loop)
@@ -350,6 +358,11 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
         raise _No("the loop's partials are not stored as `sh[threadIdx.x] = acc` right after it", loop)
     if set(accs) != {a for _, _, a in stores.values()}:
         raise _No("an accumulator's partial is not stored for the block's reduction", loop)
+    # after the loop an accumulator is the thread's partial, not the item's total: read only by its store
+    stored = [(st.start_byte, st.end_byte) for st, _, _ in stores.values()]
+    for n in walk(k.body, ("identifier",)):
+        if k.t(n) in accs and n.start_byte >= loop.end_byte and not any(a <= n.start_byte < b for a, b in stored):
+            raise _No(f"`{k.t(n)}` is read after the strided loop: there it is one thread's partial", n)
     from ..rules._why import furthest, recording
     from ..rules.warp_reduce.tree import Threads, match_tree_loop
 
