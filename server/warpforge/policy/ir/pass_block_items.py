@@ -233,9 +233,9 @@ def _slot_in_register(k: Kernel, nm: _Names, loop: Node) -> str | None:
 
     body = loop.child_by_field_name("body")
     assert body is not None
-    slots = {a for n in walk(body, ("assignment_expression", "update_expression"))
-             if (t := n.child_by_field_name("left") or n.child_by_field_name("argument")) is not None
-             and (a := own_slot(t)) is not None}
+    slots = {got for n in walk(body, ("assignment_expression", "update_expression"))
+             if (tg := n.child_by_field_name("left") or n.child_by_field_name("argument")) is not None
+             and (got := own_slot(tg)) is not None}
     if not slots:
         return None
     if len(slots) > 1:
@@ -326,14 +326,14 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
     if _mentions(body, k, nm):
         raise _No("the strided loop's body names the thread index or the block size: a thread's iterations are "
                   "not the item's", loop)
-    for j in walk(body, ("break_statement", "goto_statement", "return_statement")):
-        up = j.parent
+    for jump in walk(body, ("break_statement", "goto_statement", "return_statement")):
+        up = jump.parent
         while up is not None and up != loop and up.type not in ("for_statement", "while_statement",
                                                                 "do_statement", "switch_statement"):
             up = up.parent
-        if j.type != "break_statement" or up == loop:
-            raise _No(f"`{k.t(j)}` leaves the strided loop: a thread's iterations stop where the item's would not",
-                      j)
+        if jump.type != "break_statement" or up == loop:
+            raise _No(f"`{k.t(jump)}` leaves the strided loop: a thread's iterations stop where the item's would "
+                      "not", jump)
     red = carried_scalars(body, k.t(var), k, env.template_args, elements=False)
     if isinstance(red, NotLegal):
         raise _No(red.reason, loop)
@@ -642,11 +642,8 @@ def _check_writes(k: Kernel, tail: list[Node], dropped: list[Node],
     partials = [(s.start_byte, s.end_byte) for s, _, _ in stores.values()] + [(s.start_byte, s.end_byte)
                                                                               for s in dropped]
     for n in walk(k.body, ("assignment_expression", "update_expression")):
-        t = n.child_by_field_name("left") or n.child_by_field_name("argument")
-        if t is None:
-            continue
-        t = unparen(t)
-        if t.type == "identifier":
+        target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+        if target is None or unparen(target).type == "identifier":
             continue
         if tail_span[0] <= n.start_byte < tail_span[1] or any(s <= n.start_byte < e for s, e in partials):
             continue
@@ -661,14 +658,14 @@ def _bound(k: Kernel, env: PassEnv) -> str:
         names = parse_expr(g).names()
     except ExprError:
         raise _No(f"the grid `{g}` is not an expression of the spec's sizes", k.fn) from None
-    g = _ceil_divs(g)
-    if g is None or re.search(r"[A-Za-z_]\w*\s*\(", g) or re.search(r"[?:<>=!&|^~]", g):
+    c = _ceil_divs(g)
+    if c is None or re.search(r"[A-Za-z_]\w*\s*\(", c) or re.search(r"[?:<>=!&|^~]", c):
         raise _No(f"the grid `{env.grid[0]}` calls a function or compares: only sizes, numbers, + - * / % and "
                   "cdiv are mapped to the kernel's names", k.fn)
     by_value: dict[str, str] = {}
     for p, v in env.arg_values.items():
         by_value.setdefault(v, p)
-    out = g
+    out = c
     for n in sorted(names, key=len, reverse=True):
         if n not in by_value:
             raise _No(f"the grid's `{n}` is no scalar parameter's value in the spec: the items' bound cannot be "
@@ -751,10 +748,10 @@ def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Nod
                 edits.append((n.start_byte, n.end_byte, item))
         edits.append((k.body.start_byte + 1, k.body.start_byte + 1,
                       f"\n{ind}const int {item} = {flat};\n{ind}if ({item} >= {guard_bound}) return;"))
-    for n in nm.tids | nm.sizes:
-        edits.append(_drop(nm.decls[n], k))
-    for decl in {d.start_byte: d for _, d in shared.values()}.values():
-        edits.append(_drop(decl, k))
+    for local in nm.tids | nm.sizes:
+        edits.append(_drop(nm.decls[local], k))
+    for sdecl in {d.start_byte: d for _, d in shared.values()}.values():
+        edits.append(_drop(sdecl, k))
     edits.append((start.start_byte, start.end_byte, "0"))
     edits.append((update.start_byte, update.end_byte, f"++{k.t(var)}"))
     for arr, (st, value, _) in stores.items():
