@@ -190,6 +190,11 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
     (ROWMAX, "row_max", ["int row = blockIdx.x * blockDim.x + threadIdx.x; if (row >= b) return;",
                          "for (int i = 0; i < n; ++i) { m = fmaxf(m, x[row * n + i]); }",
                          "float best_total = m; res[row] = best_total; }"]),
+    # the block's size passed as a parameter beside the launch (`arg bs = NT`): the parameter stays
+    (COLSUM.replace("// @warpforge arg cols = C", "// @warpforge arg cols = C\n// @warpforge arg bs = NT")
+     .replace("int rows, int cols)", "int rows, int cols, int bs)")
+     .replace("    const int nthreads = blockDim.x;\n", "").replace("nthreads", "bs"), "col_bias_grad",
+     ["for (int r = 0; r < rows; ++r) { acc += col[r * cols]; }", "grad[c] = part_total; }"]),
     # the shared slot kept in a register first; the declaration every thread runs after the tree stays
     (SLOT, "chan_mean", ["int ch = blockIdx.x * blockDim.x + threadIdx.x; if (ch >= channels) return;",
                          "float buf_acc = 0; for (int i = 0; i < num * spatial; ++i) {", "buf_acc += inp[at]; }",

@@ -42,7 +42,7 @@ whose spec value is exactly that size, or a constant), so the text is exact unde
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
@@ -132,6 +132,17 @@ def _locals(k: Kernel) -> _Names:
     return _Names(frozenset(found["threadIdx"]), frozenset(found["blockDim"]), frozenset(found["blockIdx"]), decls)
 
 
+def _sized(k: Kernel, env: PassEnv, nm: _Names) -> _Names:
+    """``nm`` with the scalar parameters the launch's block equals at every size of the spec (llm.c passes
+    ``block_size`` beside launching with it) counted as the block size."""
+    if not env.values or len(env.values) != len(env.blocks):
+        return nm
+    written = written_names(k.body, k.data)
+    same = {p for p in env.values[0] if p not in written
+            and all(v.get(p) == b[0] for v, b in zip(env.values, env.blocks, strict=True))}
+    return replace(nm, sizes=nm.sizes | same) if same else nm
+
+
 def _is(node: Node | None, k: Kernel, obj: str, names: frozenset[str]) -> bool:
     """``node`` is ``obj.x`` (``threadIdx.x``...) or one of the locals equal to it."""
     if node is None:
@@ -178,7 +189,7 @@ def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
 def block_items(k: Kernel, env: PassEnv) -> Result:
     if "__syncthreads" not in k.text or "blockIdx" not in k.text:
         return None
-    nm = _locals(k)
+    nm = _sized(k, env, _locals(k))
     loops = [(st, got) for st in statements(k.body) if (got := _strided(st, k, nm)) is not None]
     if not loops:
         return None
@@ -195,7 +206,7 @@ def block_items(k: Kernel, env: PassEnv) -> Result:
     k2 = find_kernel(slot, _name(k))
     if k2 is None:
         return Skipped("the shared slot's partial, kept in a register, does not parse", k.line(loops[0][0]))
-    nm2 = _locals(k2)
+    nm2 = _sized(k2, env, _locals(k2))
     loops2 = [(st, got) for st in statements(k2.body) if (got := _strided(st, k2, nm2)) is not None]
     try:
         if len(loops2) != 1:
@@ -749,7 +760,8 @@ def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Nod
         edits.append((k.body.start_byte + 1, k.body.start_byte + 1,
                       f"\n{ind}const int {item} = {flat};\n{ind}if ({item} >= {guard_bound}) return;"))
     for local in nm.tids | nm.sizes:
-        edits.append(_drop(nm.decls[local], k))
+        if local in nm.decls:  # a parameter equal to the block stays a parameter
+            edits.append(_drop(nm.decls[local], k))
     for sdecl in {d.start_byte: d for _, d in shared.values()}.values():
         edits.append(_drop(sdecl, k))
     edits.append((start.start_byte, start.end_byte, "0"))
