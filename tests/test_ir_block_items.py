@@ -277,6 +277,12 @@ def test_a_rounded_up_grid_is_said_in_c() -> None:
     assert "if (row >= (((b) + (g) - 1) / (g))) return;" in canonical(text, "row_max")
 
 
+def test_a_parameter_carrying_the_whole_grid_is_the_bound() -> None:
+    text = ROWMAX.replace("size B = 512", "size H = 16\n// @warpforge size W = 32").replace("grid=B,", "grid=H * W,")
+    text = text.replace("arg b = B", "arg b = H * W").replace("float[B]", "float[H*W]").replace("[B*N]", "[H*W*N]")
+    assert "if (row >= b) return;" in canonical(text, "row_max")
+
+
 def test_a_kernel_without_the_shape_is_not_reported() -> None:
     text = COLSUM.replace("int r = me;", "int r = 0;").replace("r += nthreads", "r += 1")
     assert skips(text, "col_bias_grad") == []

@@ -662,9 +662,12 @@ def _check_writes(k: Kernel, tail: list[Node], dropped: list[Node],
 
 
 def _bound(k: Kernel, env: PassEnv) -> str:
-    """The launch's ``grid.x`` in the kernel's names: each spec size as the scalar parameter whose spec value is
-    exactly it; a constant as itself."""
+    """The launch's ``grid.x`` in the kernel's names: a scalar parameter whose spec value is the whole extent, else
+    each spec size as the scalar parameter whose spec value is exactly it; a constant as itself."""
     g = env.grid[0]
+    whole = [p for p, v in env.arg_values.items() if "".join(v.split()) == "".join(g.split())]
+    if whole:  # a parameter carries the whole extent (`arg N = B * T`, grid `B * T`)
+        return whole[0]
     try:
         names = parse_expr(g).names()
     except ExprError:
@@ -680,7 +683,7 @@ def _bound(k: Kernel, env: PassEnv) -> str:
     for n in sorted(names, key=len, reverse=True):
         if n not in by_value:
             raise _No(f"the grid's `{n}` is no scalar parameter's value in the spec: the items' bound cannot be "
-                      "said in the kernel's names (give a parameter the value `{n}`)", k.fn)
+                      f"said in the kernel's names (give a parameter the value `{n}`)", k.fn)
         out = re.sub(rf"\b{re.escape(n)}\b", by_value[n], out)
     return " ".join(out.split())
 
