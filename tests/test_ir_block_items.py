@@ -221,6 +221,16 @@ def test_column_split_takes_the_lowered_column_sum_with_a_launch_of_its_own() ->
     assert "extern __shared__" not in d and "grad[c] = part_total;" in d and "acc += col[i * cols];" not in d
 
 
+def test_column_split_takes_a_store_that_reads_its_own_element() -> None:
+    # `grad[c] = grad[c] + total` (a gradient accumulated into what is there): the one thread that stores the
+    # column reads it first, as the original's thread 0 did
+    text = COLSUM.replace("grad[c] = part[0];", "grad[c] = (float)((float)grad[c] + part[0]);")
+    text = text.replace("arg grad: out", "arg grad: inout")
+    kids = proposed(text, "col_bias_grad", "column_split")
+    assert [c.steps[0] for c in kids] == ["column_split:w32r32x4", "column_split:w8r128x4"]
+    assert "grad[c] = (float)((float)grad[c] + part_total);" in kids[0].definition
+
+
 @pytest.mark.parametrize("text,kernel", [(ROWMAX, "row_max"), (SLOT, "chan_mean")])
 def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) -> None:
     kids = proposed(text, kernel, "warp_per_row")
