@@ -3,14 +3,14 @@
 The kernels are written for these tests, each another spelling of "one block per output item, its threads stride
 over the item's loop, a shared-memory tree folds their partials, one thread stores": locals for the thread, the
 block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double, stored
-as float); partials kept in the thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and
-``blockIdx.x`` written inline with a static array sized by a ``#define`` and the thread-0 store after ``if
-(threadIdx.x != 0) return;``; a row maximum over contiguous elements with an interleaved tree. Each must lower to
-the serial loop, and the rule that fixes its access pattern must propose variants that build: ``column_split``
-for the column sums (a warp reads 32 neighbouring items), ``warp_per_row`` for the row maximum and the channel
-mean. The near misses (a second global write, an atomic, a block that is not a power of two, a grid no parameter
-names, the thread index used in the loop, a sum that does not start at zero, ...) stay as they were, with the
-reason in words.
+as float); thread 0 adding the slots up itself, with a literal stride equal to the block; partials kept in the
+thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and ``blockIdx.x`` written inline
+with a static array sized by a ``#define`` and the thread-0 store after ``if (threadIdx.x != 0) return;``; a row
+maximum over contiguous elements with an interleaved tree. Each must lower to the serial loop, and the rule that
+fixes its access pattern must propose variants that build: ``column_split`` for the column sums (a warp reads 32
+neighbouring items), ``warp_per_row`` for the row maximum and the channel mean. The near misses (a second global
+write, an atomic, a block that is not a power of two, a grid no parameter names, the thread index used in the
+loop, a sum that does not start at zero, ...) stay as they were, with the reason in words.
 """
 
 from __future__ import annotations
@@ -159,6 +159,35 @@ __global__ void chan_mean(const float* inp, float* mean, int num, int channels, 
 }
 """
 
+#: no tree: thread 0 adds the slots up itself after a barrier (darknet's spelling), the stride a literal equal to
+#: the launch's block, the slots sized by a local holding it
+SERIAL = """\
+#define NT 256
+// @warpforge size R = 1024
+// @warpforge size C = 200
+// @warpforge arg sums: inout float[C]
+// @warpforge arg d: in float[R*C] uniform(-1, 1)
+// @warpforge arg nrows = R
+// @warpforge arg ncols = C
+// @warpforge launch grid=C, block=NT
+__global__ void col_acc(float* sums, const float* d, int nrows, int ncols)
+{
+    const int threads = NT;
+    __shared__ float slot[threads];
+    int col = blockIdx.x;
+    int p = threadIdx.x;
+    float s = 0;
+    for (int r = p; r < nrows; r += NT) {
+        s += d[r * ncols + col];
+    }
+    slot[p] = s;
+    __syncthreads();
+    if (p == 0) {
+        for (int i = 0; i < threads; ++i) sums[col] += slot[i];
+    }
+}
+"""
+
 
 def lowered(text: str, kernel: str) -> Lowered:
     got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
@@ -195,6 +224,9 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
      .replace("int rows, int cols)", "int rows, int cols, int bs)")
      .replace("    const int nthreads = blockDim.x;\n", "").replace("nthreads", "bs"), "col_bias_grad",
      ["for (int r = 0; r < rows; ++r) { acc += col[r * cols]; }", "grad[c] = part_total; }"]),
+    (SERIAL, "col_acc", ["int col = blockIdx.x * blockDim.x + threadIdx.x; if (col >= ncols) return;",
+                         "float s = 0; for (int r = 0; r < nrows; ++r) { s += d[r * ncols + col]; }",
+                         "float slot_total = s; sums[col] += slot_total; }"]),
     # the shared slot kept in a register first; the declaration every thread runs after the tree stays
     (SLOT, "chan_mean", ["int ch = blockIdx.x * blockDim.x + threadIdx.x; if (ch >= channels) return;",
                          "float buf_acc = 0; for (int i = 0; i < num * spatial; ++i) {", "buf_acc += inp[at]; }",
@@ -242,6 +274,12 @@ def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) 
     # a second global write, by every thread
     (COLSUM.replace("    double acc = 0.0;\n", "    double acc = 0.0;\n    grad[c + 1] = 0.0f;\n"),
      "col_bias_grad", "writes memory outside the one thread's stores"),
+    # thread 0 adds up half the slots
+    (SERIAL.replace("i < threads;", "i < threads / 2;"), "col_acc", "does not fold exactly the block's partials"),
+    # no barrier between the slots' stores and thread 0's fold
+    (SERIAL.replace("    __syncthreads();\n", "")
+     .replace("slot[i];\n    }\n", "slot[i];\n    }\n    __syncthreads();\n"), "col_acc",
+     "no shared-memory tree reduction follows"),
     # the slot read at another thread's index before the barrier
     (SLOT.replace("buf[t] += inp[at];", "buf[t] += inp[at] + buf[0];"), "chan_mean", "reads another thread's slot"),
     # a statement between the partials' stores and the tree
@@ -302,7 +340,8 @@ def test_a_kernel_without_the_shape_is_not_reported() -> None:
 @pytest.mark.parametrize("text,kernel,family", [(COLSUM, "col_bias_grad", "column_split"),
                                                 (INLINE, "col_total", "column_split"),
                                                 (ROWMAX, "row_max", "warp_per_row"),
-                                                (SLOT, "chan_mean", "warp_per_row")])
+                                                (SLOT, "chan_mean", "warp_per_row"),
+                                                (SERIAL, "col_acc", "column_split")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, family: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)

@@ -100,6 +100,9 @@ class _Names:
     items: frozenset[str]
     #: each such local's declaration statement
     decls: dict[str, Node]
+    #: the launch's block size when it is the same at every size of the spec (0: it differs, or unknown): a
+    #: literal stride equal to it is the block's (darknet's `i += BLOCK` with `<<<n, BLOCK>>>`)
+    block: int = 0
 
 
 def _locals(k: Kernel) -> _Names:
@@ -135,12 +138,46 @@ def _locals(k: Kernel) -> _Names:
 def _sized(k: Kernel, env: PassEnv, nm: _Names) -> _Names:
     """``nm`` with the scalar parameters the launch's block equals at every size of the spec (llm.c passes
     ``block_size`` beside launching with it) counted as the block size."""
-    if not env.values or len(env.values) != len(env.blocks):
+    if not env.blocks:
         return nm
+    sizes = {b[0] for b in env.blocks}
+    block = next(iter(sizes)) if len(sizes) == 1 else 0
     written = written_names(k.body, k.data)
-    same = {p for p in env.values[0] if p not in written
-            and all(v.get(p) == b[0] for v, b in zip(env.values, env.blocks, strict=True))}
-    return replace(nm, sizes=nm.sizes | same) if same else nm
+    same: set[str] = set()
+    if env.values and len(env.values) == len(env.blocks):
+        same = {p for p in env.values[0] if p not in written
+                and all(v.get(p) == b[0] for v, b in zip(env.values, env.blocks, strict=True))}
+    decls = dict(nm.decls)
+    for st in statements(k.body):  # `const int threads = 512;` with a block of 512 at every size
+        ds = st.children_by_field_name("declarator") if st.type == "declaration" else []
+        if not block or len(ds) != 1 or ds[0].type != "init_declarator":
+            continue
+        name, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        if name is not None and v is not None and name.type == "identifier" and k.t(name) not in written \
+                and _literal(v, k) == block and sum(1 for d in walk(k.body, ("declaration",))
+                                                    if k.t(name) in _declared(d, k)) == 1:
+            same.add(k.t(name))
+            decls[k.t(name)] = st
+    return replace(nm, sizes=nm.sizes | same, decls=decls, block=block)
+
+
+def _literal(v: Node, k: Kernel) -> int | None:
+    v = unparen(v)
+    if v.type != "number_literal":
+        return None
+    t = k.t(v).rstrip("uUlL")
+    return int(t, 0) if re.fullmatch(r"0[xX][0-9a-fA-F]+|[1-9][0-9]*|0", t) else None
+
+
+def _declared(d: Node, k: Kernel) -> set[str]:
+    out: set[str] = set()
+    for dn in d.children_by_field_name("declarator"):
+        cur: Node | None = dn
+        while cur is not None and cur.type != "identifier":
+            cur = cur.child_by_field_name("declarator")
+        if cur is not None:
+            out.add(k.t(cur))
+    return out
 
 
 def _is(node: Node | None, k: Kernel, obj: str, names: frozenset[str]) -> bool:
@@ -179,7 +216,7 @@ def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
         a, o, b = (r.child_by_field_name(f) for f in ("left", "operator", "right"))
         if r.type == "binary_expression" and a is not None and o is not None and b is not None and k.t(o) == "+":
             step = b if k.t(unparen(a)) == k.t(var) else a if k.t(unparen(b)) == k.t(var) else None
-    if step is None or not _is(step, k, "blockDim", nm.sizes):
+    if step is None or not (_is(step, k, "blockDim", nm.sizes) or (nm.block and _literal(step, k) == nm.block)):
         return None
     return start, u, var
 
@@ -397,19 +434,25 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
                       st)
         dropped.append(st)
         j += 1
+    serial = _Serial(env, nm, {a: _kind(accs[acc].combine) for a, (_, _, acc) in stores.items()})
     if tree is None:
-        if j < len(rest):
-            raise _No(f"no shared-memory tree reduction follows the stores of the partials: `{k.t(rest[j])}` stands "
-                      "between", rest[j])
-        raise _No("no shared-memory tree reduction follows the stores of the partials", loop)
-    if {c.array for c in tree.combines} != set(stores):
-        raise _No("the tree does not fold exactly the stored partials", tree.node)
-    for cb in tree.combines:
-        acc = accs[stores[cb.array][2]]
-        if _kind(cb.fmt) != _kind(acc.combine):
-            raise _No(f"the tree folds `{cb.array}` with `{cb.fmt.format(a='a', b='b')}` and the loop accumulates "
-                      f"`{acc.name}` as a {_kind(acc.combine)}", tree.node)
-    _check_start_of_tree(k, env, nm, tree.start, tree.node)
+        # no tree: thread 0 may fold the slots itself after a barrier (darknet's `for (i = 0; i < BLOCK; ++i)
+        # out[f] += part[i];`), else the shape is not recognized
+        if not dropped or not any(_serial_sums(s, k, stores) for s in rest[j:]):
+            if j < len(rest):
+                raise _No(f"no shared-memory tree reduction follows the stores of the partials: `{k.t(rest[j])}` "
+                          "stands between", rest[j])
+            raise _No("no shared-memory tree reduction follows the stores of the partials", loop)
+        serial.on = True
+    else:
+        if {c.array for c in tree.combines} != set(stores):
+            raise _No("the tree does not fold exactly the stored partials", tree.node)
+        for cb in tree.combines:
+            acc = accs[stores[cb.array][2]]
+            if _kind(cb.fmt) != _kind(acc.combine):
+                raise _No(f"the tree folds `{cb.array}` with `{cb.fmt.format(a='a', b='b')}` and the loop "
+                          f"accumulates `{acc.name}` as a {_kind(acc.combine)}", tree.node)
+        _check_start_of_tree(k, env, nm, tree.start, tree.node)
     if set(shared) != set(stores):
         raise _No(f"the kernel has other shared arrays ({', '.join(sorted(set(shared) - set(stores)))})", k.fn)
     for arr in stores:
@@ -418,7 +461,7 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
     tail = rest[j:]
     # with no local for the block index, one is declared and every `blockIdx.x` reads it
     item = next(iter(nm.items)) if nm.items else _fresh(k, "item")
-    edits = _tail_edits(k, nm, tail, stores, None if nm.items else item)
+    edits = _tail_edits(k, nm, tail, stores, None if nm.items else item, serial)
     # every use of the thread index, the block size and the shared arrays is in what the rewrite replaces
     allowed = [(start.start_byte, start.end_byte), (update.start_byte, update.end_byte)]
     allowed += [(s.start_byte, s.end_byte) for s in dropped] + [(s.start_byte, s.end_byte) for s, _, _ in
@@ -528,8 +571,9 @@ def _partial_store(st: Node, k: Kernel, nm: _Names, shared: dict[str, tuple[str,
     return k.t(arr), right, k.t(v)
 
 
-def _check_start_of_tree(k: Kernel, env: PassEnv, nm: _Names, start: str, node: Node) -> None:
-    """The tree starts at half the block at every size of the spec: it folds exactly the block's partials."""
+def _check_start_of_tree(k: Kernel, env: PassEnv, nm: _Names, start: str, node: Node, factor: int = 2) -> None:
+    """The tree starts at half the block at every size of the spec (``factor`` 2; a serial fold's bound is the
+    block: 1): it folds exactly the block's partials."""
     for b, vals in zip(env.blocks, env.values or tuple({} for _ in env.blocks), strict=False):
         text = start.replace("blockDim.x", str(b[0]))
         for s in nm.sizes:
@@ -546,9 +590,9 @@ def _check_start_of_tree(k: Kernel, env: PassEnv, nm: _Names, start: str, node: 
             got = parse_expr(text).evaluate(names)
         except ExprError:
             raise _No(f"the tree's first step `{start}` cannot be evaluated at the spec's sizes", node) from None
-        if not isinstance(got, int) or 2 * got != b[0]:
-            raise _No(f"the tree starts at `{start}` = {got} with a block of {b[0]}: it does not fold exactly the "
-                      "block's partials", node)
+        if not isinstance(got, int) or factor * got != b[0]:
+            raise _No(f"the {'tree starts' if factor == 2 else 'fold of the slots stops'} at `{start}` = {got} with "
+                      f"a block of {b[0]}: it does not fold exactly the block's partials", node)
 
 
 def _tid_zero(c: Node, k: Kernel, nm: _Names, negated: bool) -> bool:
@@ -587,7 +631,7 @@ def _is_exit(st: Node, k: Kernel, nm: _Names) -> bool:
 
 
 def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple[Node, Node, str]],
-                item: str | None) -> list[tuple[int, int, str]]:
+                item: str | None, serial: _Serial) -> list[tuple[int, int, str]]:
     """The statements after the tree: barriers dropped, ``if (tid == 0) { S }`` as ``S``, ``if (tid != 0)
     return;`` dropped; ``sh[0]`` as the reduced value's local."""
     edits: list[tuple[int, int, str]] = []
@@ -604,36 +648,104 @@ def _tail_edits(k: Kernel, nm: _Names, tail: list[Node], stores: dict[str, tuple
         if st.type == "if_statement" and cond is not None and cons is not None \
                 and st.child_by_field_name("alternative") is None and _tid_zero(cond, k, nm, False):
             inner = statements(cons)
-            text = "\n".join(_reduced(s, k, nm, stores, item) for s in inner)
+            text = "\n".join(_reduced(s, k, nm, stores, item, serial) for s in inner)
             edits.append((st.start_byte, st.end_byte, text if inner else ""))
             continue
         if not one and not (st.type == "declaration" and side_effect_free(st)):
             raise _No("a statement after the block's reduction runs in every thread and is not a declaration: "
                       "only one thread's stores are lowered", st)
-        edits.append((st.start_byte, st.end_byte, _reduced(st, k, nm, stores, item)))
+        edits.append((st.start_byte, st.end_byte, _reduced(st, k, nm, stores, item, serial)))
     return edits
 
 
-def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node, str]], item: str | None) -> str:
+@dataclass
+class _Serial:
+    """How the tail reads the partials: after a tree (``on`` False) only ``sh[0]``; with no tree (``on``) only
+    thread 0's serial fold over every slot, which must cover the block at every size of the spec."""
+
+    env: PassEnv
+    nm: _Names
+    #: array -> "sum" / "max" / "min" of its accumulator
+    kinds: dict[str, str]
+    on: bool = False
+
+
+def _serial_sums(st: Node, k: Kernel, stores: dict[str, tuple[Node, Node, str]]
+                 ) -> list[tuple[Node, str, str, Node, Node]]:
+    """Every ``for (int i = 0; i < E; ++i) X += sh[i];`` (or ``X = X + sh[i]``) in ``st``: (the loop, the target's
+    text, the array, the bound ``E``, the loop's variable)."""
+    out: list[tuple[Node, str, str, Node, Node]] = []
+    for lp in walk(st, ("for_statement",)):
+        init, cond, upd = (lp.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+        ds = init.children_by_field_name("declarator") if init is not None and init.type == "declaration" else []
+        if len(ds) != 1 or ds[0].type != "init_declarator" or cond is None or upd is None:
+            continue
+        var, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+        c = unparen(cond)
+        cl, co, cr = (c.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if var is None or v is None or k.t(v).strip() != "0" or c.type != "binary_expression" or cl is None \
+                or co is None or cr is None or k.t(unparen(cl)) != k.t(var) or k.t(co) != "<" \
+                or "".join(k.t(upd).split()) not in (f"++{k.t(var)}", f"{k.t(var)}++", f"{k.t(var)}+=1"):
+            continue
+        body = statements(lp.child_by_field_name("body"))
+        a = body[0].named_children[0] if len(body) == 1 and body[0].type == "expression_statement" \
+            and body[0].named_child_count == 1 else None
+        if a is None or a.type != "assignment_expression":
+            continue
+        left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if left is None or op is None or right is None:
+            continue
+        term = right if k.t(op) == "+=" else None
+        r = unparen(right)
+        if k.t(op) == "=" and r.type == "binary_expression":
+            rl, ro, rr = (r.child_by_field_name(f) for f in ("left", "operator", "right"))
+            if rl is not None and ro is not None and rr is not None and k.t(ro) == "+":
+                term = rr if "".join(k.t(rl).split()) == "".join(k.t(left).split()) else \
+                    rl if "".join(k.t(rr).split()) == "".join(k.t(left).split()) else None
+        t = unparen(term) if term is not None else None
+        arr = t.child_by_field_name("argument") if t is not None and t.type == "subscript_expression" else None
+        idx = (t.child_by_field_name("indices") or t.child_by_field_name("index")) if t is not None else None
+        if arr is None or idx is None or k.t(arr) not in stores \
+                or "".join(k.t(idx).split()).strip("[]") != k.t(var):
+            continue
+        out.append((lp, k.t(left), k.t(arr), cr, var))
+    return out
+
+
+def _reduced(st: Node, k: Kernel, nm: _Names, stores: dict[str, tuple[Node, Node, str]], item: str | None,
+             serial: _Serial) -> str:
     """``st``'s text with every ``sh[0]`` read as the reduced value's local (another use of ``sh`` declines),
-    and ``blockIdx.x`` as ``item`` when one is given."""
+    or, with no tree, thread 0's serial fold over the slots as one update by it; ``blockIdx.x`` as ``item`` when
+    one is given."""
     edits: list[tuple[int, int, str]] = []
+    folds = _serial_sums(st, k, stores) if serial.on else []
+    for lp, target, arr, bound, _ in folds:
+        if serial.kinds[arr] != "sum":
+            raise _No(f"thread 0 adds up `{arr}`, whose partials are a {serial.kinds[arr]}", lp)
+        _check_start_of_tree(k, serial.env, serial.nm, k.t(bound), lp, factor=1)
+        edits.append((lp.start_byte - st.start_byte, lp.end_byte - st.start_byte, f"{target} += {_total(arr)};"))
+    inside = [(lp.start_byte, lp.end_byte) for lp, _, _, _, _ in folds]
     if item is not None:
         for n in walk(st, ("field_expression",)):
             m = member(n, k.data)
-            if m is not None and m[0] == n and m[1:] == ("blockIdx", "x"):
+            if m is not None and m[0] == n and m[1:] == ("blockIdx", "x") \
+                    and not any(a <= n.start_byte < b for a, b in inside):
                 edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, item))
     for n in walk(st, ("subscript_expression",)):
-        arr = n.child_by_field_name("argument")
+        base = n.child_by_field_name("argument")
         idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
-        if arr is None or idx is None or k.t(arr) not in stores:
+        if base is None or idx is None or k.t(base) not in stores or any(a <= n.start_byte < b for a, b in inside):
             continue
-        if "".join(k.t(idx).split()).strip("[]") != "0":
+        if serial.on or "".join(k.t(idx).split()).strip("[]") != "0":
             raise _No(f"`{k.t(n)}` reads the shared array at another index than 0 after the tree", n)
-        edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, _total(k.t(arr))))
-    if sum(1 for _, _, t in edits if t != item) != sum(1 for i in walk(st, ("identifier",)) if k.t(i) in stores):
+        edits.append((n.start_byte - st.start_byte, n.end_byte - st.start_byte, _total(k.t(base))))
+    uses = sum(1 for i in walk(st, ("identifier",)) if k.t(i) in stores
+               and not any(a <= i.start_byte < b for a, b in inside))
+    if sum(1 for _, _, t in edits if t != item and not t.endswith(";")) != uses:
         raise _No("a shared array is used after the tree other than as `sh[0]`", st)
-    if _mentions(st, k, nm):
+    rest = [n for n in walk(st, ("identifier", "field_expression")) if not any(a <= n.start_byte < b
+                                                                               for a, b in inside)]
+    if any(_mentions(n, k, nm) for n in rest if n.type == "identifier" or member(n, k.data) is not None):
         raise _No(f"`{k.t(st)}` names the thread index or the block size after the reduction", st)
     return splice(k.data[st.start_byte:st.end_byte], edits)
 
