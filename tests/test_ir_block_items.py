@@ -5,7 +5,8 @@ over the item's loop, a shared-memory tree folds their partials, one thread stor
 block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double, stored
 as float); thread 0 adding the slots up itself, with a literal stride equal to the block; partials kept in the
 thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and ``blockIdx.x`` written inline
-with a static array sized by a ``#define`` and the thread-0 store after ``if (threadIdx.x != 0) return;``; a row
+with a static array sized by a ``#define`` and the thread-0 store after ``if (threadIdx.x != 0) return;``;
+darknet's loop strided by a literal block inside a batch loop with the thread's offset in its body; a row
 maximum over contiguous elements with an interleaved tree. Each must lower to the serial loop, and the rule that
 fixes its access pattern must propose variants that build: ``column_split`` for the column sums (a warp reads 32
 neighbouring items), ``warp_per_row`` for the row maximum and the channel mean. The near misses (a second global
@@ -188,6 +189,40 @@ __global__ void col_acc(float* sums, const float* d, int nrows, int ncols)
 }
 """
 
+#: darknet's spelling: the loop strided by a literal block inside a batch loop, the thread's offset inside the body
+#: under a guard (`p + i < sz`), C89 counters, thread 0 adding the slots up into what is there
+OFFSET = """\
+#define BLK 256
+// @warpforge size NB = 4
+// @warpforge size F = 96
+// @warpforge size S = 700
+// @warpforge arg upd: inout float[F]
+// @warpforge arg g: in float[NB*F*S] uniform(-1, 1)
+// @warpforge arg batch = NB
+// @warpforge arg nf = F
+// @warpforge arg sz = S
+// @warpforge launch grid=F, block=BLK
+__global__ void filt_grad(float* upd, const float* g, int batch, int nf, int sz)
+{
+    __shared__ float part[BLK];
+    int b, i;
+    int f = blockIdx.x;
+    int p = threadIdx.x;
+    float acc = 0;
+    for (b = 0; b < batch; ++b) {
+        for (i = 0; i < sz; i += BLK) {
+            int at = p + i + sz * (f + nf * b);
+            acc += (p + i < sz) ? g[at] : 0;
+        }
+    }
+    part[p] = acc;
+    __syncthreads();
+    if (p == 0) {
+        for (i = 0; i < BLK; ++i) upd[f] += part[i];
+    }
+}
+"""
+
 
 def lowered(text: str, kernel: str) -> Lowered:
     got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
@@ -227,6 +262,10 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
     (SERIAL, "col_acc", ["int col = blockIdx.x * blockDim.x + threadIdx.x; if (col >= ncols) return;",
                          "float s = 0; for (int r = 0; r < nrows; ++r) { s += d[r * ncols + col]; }",
                          "float slot_total = s; sums[col] += slot_total; }"]),
+    (OFFSET, "filt_grad", ["int f = blockIdx.x * blockDim.x + threadIdx.x; if (f >= nf) return;",
+                           "for (int b = 0; b < batch; ++b) { for (int i = 0; i < sz; ++i) { "
+                           "int at = i + sz * (f + nf * b); acc += (i < sz) ? g[at] : 0; } }",
+                           "float part_total = acc; upd[f] += part_total; }"]),
     # the shared slot kept in a register first; the declaration every thread runs after the tree stays
     (SLOT, "chan_mean", ["int ch = blockIdx.x * blockDim.x + threadIdx.x; if (ch >= channels) return;",
                          "float buf_acc = 0; for (int i = 0; i < num * spatial; ++i) {", "buf_acc += inp[at]; }",
@@ -280,6 +319,10 @@ def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) 
     (SERIAL.replace("    __syncthreads();\n", "")
      .replace("slot[i];\n    }\n", "slot[i];\n    }\n    __syncthreads();\n"), "col_acc",
      "no shared-memory tree reduction follows"),
+    # past the bound the threads would read other elements
+    (OFFSET.replace("(p + i < sz) ? g[at] : 0", "g[at]"), "filt_grad", "is read without the guard"),
+    # the offset scaled: the threads' elements are not the item's
+    (OFFSET.replace("int at = p + i", "int at = 2 * p + i"), "filt_grad", "as one sum `tid + i`"),
     # the slot read at another thread's index before the barrier
     (SLOT.replace("buf[t] += inp[at];", "buf[t] += inp[at] + buf[0];"), "chan_mean", "reads another thread's slot"),
     # a statement between the partials' stores and the tree
@@ -341,7 +384,8 @@ def test_a_kernel_without_the_shape_is_not_reported() -> None:
                                                 (INLINE, "col_total", "column_split"),
                                                 (ROWMAX, "row_max", "warp_per_row"),
                                                 (SLOT, "chan_mean", "warp_per_row"),
-                                                (SERIAL, "col_acc", "column_split")])
+                                                (SERIAL, "col_acc", "column_split"),
+                                                (OFFSET, "filt_grad", "warp_per_row")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, family: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)

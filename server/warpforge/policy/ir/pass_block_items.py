@@ -42,6 +42,7 @@ whose spec value is exactly that size, or a constant), so the text is exact unde
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tree_sitter import Node
@@ -191,9 +192,41 @@ def _is(node: Node | None, k: Kernel, obj: str, names: frozenset[str]) -> bool:
     return m is not None and m[1:] == (obj, "x")
 
 
-def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
-    """(the loop's start value, its update, its variable's declarator name) when ``st`` is
-    ``for (T i = tid; cond; i += bs)``."""
+@dataclass(frozen=True)
+class _Found:
+    """The strided loop: a top-level statement of the kernel (``top``), or nested in uniform loops that hold
+    nothing else but declarations (darknet's ``for (b...) for (i = 0; i < size; i += BLOCK)``)."""
+
+    top: Node
+    #: the loop strided by the block, its start value, its update and its variable
+    loop: Node
+    start: Node
+    update: Node
+    var: Node
+    #: the thread's offset is inside the body (``for (i = 0; ...; i += bs) ... x[tid + i] ...``), not the start
+    offset: bool
+    #: the loops from ``top`` down to ``loop``
+    chain: tuple[Node, ...]
+
+
+def _find(st: Node, k: Kernel, nm: _Names) -> _Found | None:
+    """The strided loop ``st`` is or holds (through uniform loops with nothing else in them but declarations)."""
+    chain: list[Node] = []
+    cur: Node | None = st
+    while cur is not None and cur.type == "for_statement":
+        chain.append(cur)
+        got = _strided(cur, k, nm)
+        if got is not None:
+            return _Found(st, cur, got[0], got[1], got[2], got[3], tuple(chain))
+        inner = [s for s in statements(cur.child_by_field_name("body")) if s.type != "declaration"]
+        cur = inner[0] if len(inner) == 1 else None
+    return None
+
+
+def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node, bool] | None:
+    """(the loop's start value, its update, its variable's declarator name, whether the thread's offset is in the
+    body) when ``st`` is ``for (T i = tid; cond; i += bs)`` or ``for (T i = s; cond; i += bs)`` with ``s`` free of
+    the thread and the body naming the thread index."""
     if st.type != "for_statement":
         return None
     init, upd = st.child_by_field_name("initializer"), st.child_by_field_name("update")
@@ -201,7 +234,12 @@ def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
     if len(ds) != 1 or ds[0].type != "init_declarator" or upd is None:
         return None
     var, start = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-    if var is None or start is None or var.type != "identifier" or not _is(start, k, "threadIdx", nm.tids):
+    if var is None or start is None or var.type != "identifier":
+        return None
+    offset = not _is(start, k, "threadIdx", nm.tids)
+    body = st.child_by_field_name("body")
+    if offset and (body is None or _mentions(start, k, nm) or not any(
+            _is(n, k, "threadIdx", nm.tids) for n in walk(body, ("identifier", "field_expression")))):
         return None
     u = unparen(upd)
     left, op, right = (u.child_by_field_name(f) for f in ("left", "operator", "right"))
@@ -218,7 +256,7 @@ def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node] | None:
             step = b if k.t(unparen(a)) == k.t(var) else a if k.t(unparen(b)) == k.t(var) else None
     if step is None or not (_is(step, k, "blockDim", nm.sizes) or (nm.block and _literal(step, k) == nm.block)):
         return None
-    return start, u, var
+    return start, u, var, offset
 
 
 @register("block_items", "one block per item (blockIdx.x) whose threads stride over the item's loop, a "
@@ -227,28 +265,28 @@ def block_items(k: Kernel, env: PassEnv) -> Result:
     if "__syncthreads" not in k.text or "blockIdx" not in k.text:
         return None
     nm = _sized(k, env, _locals(k))
-    loops = [(st, got) for st in statements(k.body) if (got := _strided(st, k, nm)) is not None]
+    loops = [got for st in statements(k.body) if (got := _find(st, k, nm)) is not None]
     if not loops:
         return None
     try:
         if len(loops) > 1:
             raise _No("the kernel has several loops strided by the block: one reduction per item is lowered",
-                      loops[1][0])
-        slot = _slot_in_register(k, nm, loops[0][0])
+                      loops[1].top)
+        slot = _slot_in_register(k, nm, loops[0].top)
         if slot is None:
-            return _lower(k, env, nm, loops[0][0], *loops[0][1])
+            return _lower(k, env, nm, loops[0])
     except _No as e:
         return Skipped(e.reason, k.line(e.node))
     # the partial kept in a register, then lowered (the rewrite keeps every line where it was)
     k2 = find_kernel(slot, _name(k))
     if k2 is None:
-        return Skipped("the shared slot's partial, kept in a register, does not parse", k.line(loops[0][0]))
+        return Skipped("the shared slot's partial, kept in a register, does not parse", k.line(loops[0].top))
     nm2 = _sized(k2, env, _locals(k2))
-    loops2 = [(st, got) for st in statements(k2.body) if (got := _strided(st, k2, nm2)) is not None]
+    loops2 = [got for st in statements(k2.body) if (got := _find(st, k2, nm2)) is not None]
     try:
         if len(loops2) != 1:
             raise _No("the strided loop is not found again after its shared slot is kept in a register", k2.fn)
-        return _lower(k2, env, nm2, loops2[0][0], *loops2[0][1])
+        return _lower(k2, env, nm2, loops2[0])
     except _No as e:
         return Skipped(e.reason, k2.line(e.node))
 
@@ -324,6 +362,164 @@ def _array_of(n: Node, k: Kernel) -> str | None:
     return k.t(arg) if arg is not None and arg.type == "identifier" else None
 
 
+def _loop_var(lp: Node, k: Kernel) -> str | None:
+    init = lp.child_by_field_name("initializer")
+    ds = init.children_by_field_name("declarator") if init is not None and init.type == "declaration" else []
+    nm = ds[0].child_by_field_name("declarator") if len(ds) == 1 else None
+    return k.t(nm) if nm is not None and nm.type == "identifier" else None
+
+
+_ARITH = ("+", "-", "*")
+
+
+def _sum_root(n: Node) -> Node:
+    """The largest arithmetic expression (``+``, ``-``, ``*``, parentheses, casts) ``n`` is part of."""
+    while n.parent is not None:
+        p = n.parent
+        op = p.child_by_field_name("operator")
+        if p.type in ("parenthesized_expression", "cast_expression") or (
+                p.type == "binary_expression" and op is not None and op.type in _ARITH):
+            n = p
+            continue
+        break
+    return n
+
+
+def _linear(e: Node, k: Kernel, is_tid: Callable[[Node], bool], var: str) -> tuple[int, int, bool] | None:
+    """``e`` as ``a * tid + b * var + rest``: (a, b, whether there is a rest), None when ``tid`` or ``var`` is
+    multiplied by anything but a literal."""
+    e = unparen(e)
+    if is_tid(e):
+        return 1, 0, False
+    if e.type == "identifier":
+        return (0, 1, False) if k.t(e) == var else (0, 0, True)
+    if e.type == "cast_expression":
+        v = e.child_by_field_name("value")
+        return _linear(v, k, is_tid, var) if v is not None else None
+    if e.type == "binary_expression":
+        left, op, right = (e.child_by_field_name(x) for x in ("left", "operator", "right"))
+        if left is None or op is None or right is None:
+            return None
+        a, b = _linear(left, k, is_tid, var), _linear(right, k, is_tid, var)
+        if a is None or b is None:
+            return None
+        if op.type in ("+", "-"):
+            sign = 1 if op.type == "+" else -1
+            return a[0] + sign * b[0], a[1] + sign * b[1], a[2] or b[2]
+        if op.type == "*":
+            if a[:2] == (0, 0) and b[:2] == (0, 0):
+                return 0, 0, True
+            lit, other = (_literal(left, k), b) if a[:2] == (0, 0) else (_literal(right, k), a) \
+                if b[:2] == (0, 0) else (None, a)
+            return (other[0] * lit, other[1] * lit, other[2]) if lit is not None else None
+    mentioned = any(is_tid(n) or (n.type == "identifier" and k.t(n) == var) for n in walk(e))
+    return None if mentioned else (0, 0, True)
+
+
+def _offset(k: Kernel, nm: _Names, f: _Found, inner: Node, bound: Node) -> list[tuple[int, int, str]]:
+    """The thread's offset in the body of ``for (i = s; i < n; i += bs)``: every mention of the thread index and of
+    ``i`` lies in a sum ``tid + i + ...`` (each with coefficient 1), so the thread's iterations are the elements
+    ``s + tid + k * bs`` and, over the block, every element of ``[s, n + bs)`` once; each read that names them is
+    guarded by ``tid + i < n`` (the rest, past ``n``, adds nothing: ``_guarded_updates``). The serial loop is the
+    body with the thread index dropped from each sum and a step of 1. Returns those deletions."""
+    var = k.t(f.var)
+
+    def is_tid(n: Node) -> bool:
+        return (n.type == "identifier" and k.t(n) in nm.tids) or (
+            n.type == "field_expression" and _is(n, k, "threadIdx", nm.tids))
+
+    edits: list[tuple[int, int, str]] = []
+    for n in walk(inner, ("identifier", "field_expression")):
+        if n.type == "identifier" and n.parent is not None and n.parent.type == "field_expression":
+            continue
+        if not is_tid(n) and not (n.type == "identifier" and k.t(n) == var):
+            if _mentions(n, k, nm):
+                raise _No(f"`{k.t(n)}` names the block size in the strided loop's body", n)
+            continue
+        lin = _linear(_sum_root(n), k, is_tid, var)
+        if lin is None or lin[:2] != (1, 1):
+            raise _No(f"`{k.t(_sum_root(n))}` does not read the thread index and `{var}` as one sum `tid + {var}`: "
+                      "the thread's offset cannot be folded into the loop", n)
+        if not is_tid(n):
+            continue
+        w = n
+        while w.parent is not None and w.parent.type == "parenthesized_expression":
+            w = w.parent
+        p = w.parent
+        left = p.child_by_field_name("left") if p is not None else None
+        right = p.child_by_field_name("right") if p is not None else None
+        op = p.child_by_field_name("operator") if p is not None else None
+        if p is None or p.type != "binary_expression" or op is None or op.type != "+" or left is None \
+                or right is None:
+            edits.append((n.start_byte, n.end_byte, "0"))
+        elif left == w:
+            edits.append((w.start_byte, right.start_byte, ""))
+        else:
+            edits.append((left.end_byte, w.end_byte, ""))
+    if not edits:
+        raise _No("the strided loop's body does not name the thread index", f.loop)
+    return edits
+
+
+def _is_guard(c: Node, k: Kernel, nm: _Names, f: _Found, bound: Node) -> bool:
+    """``tid + i < n`` (or ``n > tid + i``) with ``n`` the strided loop's bound."""
+    c = unparen(c)
+    if c.type == "condition_clause" and c.named_child_count == 1:
+        c = unparen(c.named_children[0])
+    left, op, right = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
+    if c.type != "binary_expression" or left is None or op is None or right is None:
+        return False
+    e, n = (left, right) if op.type == "<" else (right, left) if op.type == ">" else (None, None)
+    if e is None or n is None or "".join(k.t(unparen(n)).split()) != "".join(k.t(unparen(bound)).split()):
+        return False
+
+    def is_tid(x: Node) -> bool:
+        return (x.type == "identifier" and k.t(x) in nm.tids) or (
+            x.type == "field_expression" and _is(x, k, "threadIdx", nm.tids))
+
+    return _linear(e, k, is_tid, k.t(f.var)) == (1, 1, False)
+
+
+def _guarded_updates(k: Kernel, nm: _Names, f: _Found, inner: Node, bound: Node,
+                     accs: dict[str, Reduction]) -> None:
+    """In the offset form every accumulator update adds nothing past the bound: it is ``acc += (tid + i < n) ? e :
+    0`` or inside ``if (tid + i < n)``; and every read of memory is under that guard."""
+    def guarded(n: Node) -> bool:
+        up = n.parent
+        while up is not None and up != inner:
+            if up.type == "if_statement":
+                cond, cons = up.child_by_field_name("condition"), up.child_by_field_name("consequence")
+                if cond is not None and cons is not None and cons.start_byte <= n.start_byte < cons.end_byte \
+                        and _is_guard(cond, k, nm, f, bound):
+                    return True
+            if up.type == "conditional_expression":
+                cond, yes = up.child_by_field_name("condition"), up.child_by_field_name("consequence")
+                if cond is not None and yes is not None and yes.start_byte <= n.start_byte < yes.end_byte \
+                        and _is_guard(cond, k, nm, f, bound):
+                    return True
+            up = up.parent
+        return False
+
+    for n in walk(inner, ("subscript_expression",)):
+        if not guarded(n):
+            raise _No(f"`{k.t(n)}` is read without the guard `tid + {k.t(f.var)} < {k.t(bound)}`: past the bound the "
+                      "threads would read other elements", n)
+    for n in walk(inner, ("assignment_expression", "update_expression")):
+        t = n.child_by_field_name("left") or n.child_by_field_name("argument")
+        if t is None or k.t(unparen(t)) not in accs or guarded(n):
+            continue
+        right = n.child_by_field_name("right")
+        r = unparen(right) if right is not None else None
+        op = n.child_by_field_name("operator")
+        cond = r.child_by_field_name("condition") if r is not None and r.type == "conditional_expression" else None
+        alt = r.child_by_field_name("alternative") if r is not None and r.type == "conditional_expression" else None
+        if op is None or k.t(op) != "+=" or cond is None or alt is None or not _is_guard(cond, k, nm, f, bound) \
+                or not re.fullmatch(r"\(?\s*0(\.0*)?[fF]?\s*\)?", k.t(alt).strip()):
+            raise _No(f"`{k.t(n)}` updates `{k.t(unparen(t))}` past the bound too: the offset form needs "
+                      f"`{k.t(unparen(t))} += (tid + {k.t(f.var)} < {k.t(bound)}) ? e : 0` or the update under that "
+                      "`if`", n)
+
+
 def _builtin_uses(k: Kernel) -> list[tuple[Node, str, str]]:
     out: list[tuple[Node, str, str]] = []
     for n in walk(k.body, ("field_expression",)):
@@ -333,7 +529,10 @@ def _builtin_uses(k: Kernel) -> list[tuple[Node, str, str]]:
     return out
 
 
-def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update: Node, var: Node) -> Changed:
+def _lower(k: Kernel, env: PassEnv, nm: _Names, f: _Found) -> Changed:
+    loop, start, update = f.top, f.start, f.update
+    bound: Node = f.loop
+    strict = True
     sts = statements(k.body)
     # the launch: 1-D grid, 1-D block of a power of two at every size
     if env.grid_dims != 1 or not env.grid:
@@ -357,32 +556,52 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
         raise _No("the block index is named by several locals or read directly beside its local", k.fn)
     if any(s.type == "return_statement" for s in walk(k.body, ("return_statement",))) and not _tail_exit(sts, k, nm):
         raise _No("a thread may leave before the block's reduction: every thread must reach the barriers", k.fn)
-    # the loop: the same bounds for the whole block, its variable written only by its update
+    # the loops: the same bounds for the whole block, each variable written only by its update
     li = sts.index(loop)
-    cond = loop.child_by_field_name("condition")
-    c = unparen(cond) if cond is not None else None
-    cl, co, cr = (c.child_by_field_name(f) for f in ("left", "operator", "right")) if c is not None else (None,) * 3
-    if c is None or c.type != "binary_expression" or cl is None or co is None or cr is None \
-            or k.t(unparen(cl)) != k.t(var) or k.t(co) not in ("<", "<="):
-        raise _No(f"the strided loop's condition is not `{k.t(var)} < n`", loop)
+    for lp in f.chain:
+        lvar = _loop_var(lp, k)
+        cond = lp.child_by_field_name("condition")
+        c = unparen(cond) if cond is not None else None
+        cl, co, cr = (c.child_by_field_name(x) for x in ("left", "operator", "right")) if c is not None \
+            else (None,) * 3
+        if lvar is None or c is None or c.type != "binary_expression" or cl is None or co is None or cr is None \
+                or k.t(unparen(cl)) != lvar or k.t(co) not in ("<", "<="):
+            raise _No(f"the loop's condition is not `{lvar or 'i'} < n`", lp)
+        lbody = lp.child_by_field_name("body")
+        assert lbody is not None
+        if _mentions(cr, k, nm) or lvar in {k.t(i) for i in walk(cr, ("identifier",))}:
+            raise _No(f"the loop's bound `{k.t(cr)}` differs between the threads of a block", lp)
+        if written_names(lbody, k.data) & ({lvar} | {k.t(i) for i in walk(cr, ("identifier",))}):
+            raise _No("the loop's body writes its variable or its bound", lp)
+        if lp is not f.loop:
+            head = [x for x in (lp.child_by_field_name("initializer"), lp.child_by_field_name("update"))
+                    if x is not None]
+            if any(_mentions(x, k, nm) for x in head) or any(
+                    _mentions(d, k, nm) for d in statements(lbody) if d.type == "declaration"):
+                raise _No("a loop around the strided loop names the thread index or the block size", lp)
+        else:
+            bound, strict = cr, k.t(co) == "<"
     body = loop.child_by_field_name("body")
-    assert body is not None
-    if _mentions(cr, k, nm) or k.t(var) in {k.t(i) for i in walk(cr, ("identifier",))}:
-        raise _No(f"the strided loop's bound `{k.t(cr)}` differs between the threads of a block", loop)
-    if written_names(body, k.data) & ({k.t(var)} | {k.t(i) for i in walk(cr, ("identifier",))}):
-        raise _No("the strided loop's body writes its variable or its bound", loop)
-    if _mentions(body, k, nm):
-        raise _No("the strided loop's body names the thread index or the block size: a thread's iterations are "
-                  "not the item's", loop)
+    inner = f.loop.child_by_field_name("body")
+    assert body is not None and inner is not None
+    offsets: list[tuple[int, int, str]] = []
+    if not f.offset:
+        if _mentions(inner, k, nm):
+            raise _No("the strided loop's body names the thread index or the block size: a thread's iterations "
+                      "are not the item's", f.loop)
+    else:
+        if not strict:
+            raise _No("the strided loop's condition is not `i < n`: the thread's offset cannot be folded", f.loop)
+        offsets = _offset(k, nm, f, inner, bound)
     for jump in walk(body, ("break_statement", "goto_statement", "return_statement")):
         up = jump.parent
         while up is not None and up != loop and up.type not in ("for_statement", "while_statement",
                                                                 "do_statement", "switch_statement"):
             up = up.parent
-        if jump.type != "break_statement" or up == loop:
+        if jump.type != "break_statement" or up in f.chain:
             raise _No(f"`{k.t(jump)}` leaves the strided loop: a thread's iterations stop where the item's would "
                       "not", jump)
-    red = carried_scalars(body, k.t(var), k, env.template_args, elements=False)
+    red = carried_scalars(body, _loop_var(loop, k) or "", k, env.template_args, elements=False)
     if isinstance(red, NotLegal):
         raise _No(red.reason, loop)
     if not red:
@@ -392,6 +611,8 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
     accs = {r.name: r for r in red}
     for r in red:
         _check_start(k, nm, sts[:li], r, loop)
+    if f.offset:
+        _guarded_updates(k, nm, f, inner, bound, accs)
     # the statements after the loop: the stores of the partials, barriers and the tree, then the tail
     rest = sts[li + 1:]
     stores: dict[str, tuple[Node, Node, str]] = {}  # array -> (statement, stored value, accumulator)
@@ -463,7 +684,8 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
     item = next(iter(nm.items)) if nm.items else _fresh(k, "item")
     edits = _tail_edits(k, nm, tail, stores, None if nm.items else item, serial)
     # every use of the thread index, the block size and the shared arrays is in what the rewrite replaces
-    allowed = [(start.start_byte, start.end_byte), (update.start_byte, update.end_byte)]
+    allowed = [(start.start_byte, start.end_byte), (update.start_byte, update.end_byte)] + [(x, y) for x, y, _ in
+                                                                                            offsets]
     allowed += [(s.start_byte, s.end_byte) for s in dropped] + [(s.start_byte, s.end_byte) for s, _, _ in
                                                                 stores.values()]
     allowed += [(d.start_byte, d.end_byte) for n, d in nm.decls.items() if n in nm.tids | nm.sizes]
@@ -481,8 +703,7 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, loop: Node, start: Node, update:
         if m is not None and m[0] == n and m[1] in ("threadIdx", "blockDim"):
             raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
     _check_writes(k, tail, dropped, stores)
-    bound = _bound(k, env)
-    return _emit(k, nm, item, loop, start, update, var, stores, shared, dropped, edits, bound)
+    return _emit(k, nm, item, f, stores, shared, dropped, edits + offsets, _bound(k, env))
 
 
 def _mentions(node: Node, k: Kernel, nm: _Names) -> bool:
@@ -853,9 +1074,10 @@ def _fresh(k: Kernel, base: str) -> str:
     return name
 
 
-def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Node, var: Node,
-          stores: dict[str, tuple[Node, Node, str]], shared: dict[str, tuple[str, Node]], dropped: list[Node],
-          tail: list[tuple[int, int, str]], bound: str) -> Changed:
+def _emit(k: Kernel, nm: _Names, item: str, f: _Found, stores: dict[str, tuple[Node, Node, str]],
+          shared: dict[str, tuple[str, Node]], dropped: list[Node], tail: list[tuple[int, int, str]],
+          bound: str) -> Changed:
+    loop, start, update, var = f.top, f.start, f.update, f.var
     edits: list[tuple[int, int, str]] = []
     flat = "blockIdx.x * blockDim.x + threadIdx.x"
     guard_bound = bound if re.fullmatch(r"\w+", bound) or _wrapped(bound) else f"({bound})"
@@ -879,7 +1101,8 @@ def _emit(k: Kernel, nm: _Names, item: str, loop: Node, start: Node, update: Nod
             edits.append(_drop(nm.decls[local], k))
     for sdecl in {d.start_byte: d for _, d in shared.values()}.values():
         edits.append(_drop(sdecl, k))
-    edits.append((start.start_byte, start.end_byte, "0"))
+    if not f.offset:
+        edits.append((start.start_byte, start.end_byte, "0"))
     edits.append((update.start_byte, update.end_byte, f"++{k.t(var)}"))
     for arr, (st, value, _) in stores.items():
         edits.append((st.start_byte, st.end_byte, f"{shared[arr][0]} {_total(arr)} = {k.t(value)};"))
