@@ -37,6 +37,15 @@ whose spec value is exactly that size, or a constant), so the text is exact unde
   which read the shared arrays only as ``sh[0]`` and name neither the thread index nor the block size;
 * no other write of memory, no atomic, no other barrier or shared array, no ``return`` elsewhere;
   ``threadIdx.x`` and ``blockDim.x`` appear nowhere else.
+
+Other spellings read the same way: partials kept in the thread's own shared slot (``sh[tid] = 0; ... sh[tid] +=
+e``: the slot is read as a register first, exact since no other thread reads it before the barrier); no tree but
+thread 0 folding the slots itself after a barrier (``for (i = 0; i < B; ++i) out[o] += sh[i]``, ``B`` the block at
+every size); the block size as a parameter, a literal or a literal local equal to the launch's block at every size;
+the strided loop nested in uniform loops with nothing else in them but declarations; and the thread's offset inside
+the body (``for (i = s; i < n; i += bs) { ... tid + i ... }``, every mention of ``tid`` and ``i`` in a sum
+``tid + i + ...``, every read and accumulator update under the guard ``tid + i < n``): the threads then cover each
+element of ``[s, n)`` once, and the serial loop is the body with ``tid`` dropped and a step of 1.
 """
 
 from __future__ import annotations
