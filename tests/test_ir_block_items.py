@@ -4,14 +4,15 @@ The kernels are written for these tests, each another spelling of "one block per
 over the item's loop, a shared-memory tree folds their partials, one thread stores": locals for the thread, the
 block size and the item with a dynamic shared array and the tree's barrier first (a column sum in double, stored
 as float); thread 0 adding the slots up itself, with a literal stride equal to the block; partials kept in the
-thread's own shared slot (``buf[t] += ...``, a channel mean); ``blockDim.x`` and ``blockIdx.x`` written inline
-with a static array sized by a ``#define`` and the thread-0 store after ``if (threadIdx.x != 0) return;``;
-darknet's loop strided by a literal block inside a batch loop with the thread's offset in its body; a row
-maximum over contiguous elements with an interleaved tree. Each must lower to the serial loop, and the rule that
-fixes its access pattern must propose variants that build: ``column_split`` for the column sums (a warp reads 32
-neighbouring items), ``warp_per_row`` for the row maximum and the channel mean. The near misses (a second global
-write, an atomic, a block that is not a power of two, a grid no parameter names, the thread index used in the
-loop, a sum that does not start at zero, ...) stay as they were, with the reason in words.
+thread's own shared slot (``buf[t] += ...``, a channel mean; two of them set by one chained assignment);
+``blockDim.x`` and ``blockIdx.x`` written inline with a static array sized by a ``#define`` and the thread-0 store
+after ``if (threadIdx.x != 0) return;``; darknet's loop strided by a literal block inside a batch loop with the
+thread's offset in its body; a row maximum over contiguous elements with an interleaved tree. Each must lower to
+the serial loop, and the rule that fixes its access pattern must propose variants that build: ``column_split``
+for the column sums (a warp reads 32 neighbouring items), ``warp_per_row`` for the contiguous rows. The near
+misses (a second global write, an atomic, a block that is not a power of two, a grid no parameter names, the
+thread index used in the loop, a sum that does not start at zero, ...) stay as they were, with the reason in
+words.
 """
 
 from __future__ import annotations
@@ -223,6 +224,49 @@ __global__ void filt_grad(float* upd, const float* g, int batch, int nf, int sz)
 }
 """
 
+#: two partials kept in two shared slots, set by one chained assignment, folded by one tree (mmcv's sync-BN
+#: parameter gradient's spelling)
+TWO = """\
+#define TPB 128
+// @warpforge size N = 8
+// @warpforge size C = 64
+// @warpforge size S = 300
+// @warpforge arg go: in float[N*C*S] uniform(-1, 1)
+// @warpforge arg nm: in float[N*C*S] uniform(-1, 1)
+// @warpforge arg gw: out float[C]
+// @warpforge arg gb: out float[C]
+// @warpforge arg num = N
+// @warpforge arg channels = C
+// @warpforge arg spatial = S
+// @warpforge launch grid=C, block=TPB
+__global__ void bn_param_grad(const float* go, const float* nm, float* gw, float* gb, int num, int channels,
+                              int spatial)
+{
+    __shared__ float b1[TPB];
+    __shared__ float b2[TPB];
+    int t = threadIdx.x;
+    int ch = blockIdx.x;
+    b1[t] = b2[t] = 0;
+    for (int i = t; i < num * spatial; i += blockDim.x) {
+        int at = (i / spatial) * channels * spatial + ch * spatial + i % spatial;
+        b1[t] += go[at] * nm[at];
+        b2[t] += go[at];
+    }
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) {
+            b1[t] += b1[t + s];
+            b2[t] += b2[t + s];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        gw[ch] = b1[0];
+        gb[ch] = b2[0];
+    }
+}
+"""
+
 
 def lowered(text: str, kernel: str) -> Lowered:
     got = lower(text, kernel, path="fixture.cu", spec=load_spec("fixture.cu", kernel, text=text))
@@ -266,6 +310,9 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
                            "for (int b = 0; b < batch; ++b) { for (int i = 0; i < sz; ++i) { "
                            "int at = i + sz * (f + nf * b); acc += (i < sz) ? g[at] : 0; } }",
                            "float part_total = acc; upd[f] += part_total; }"]),
+    (TWO, "bn_param_grad", ["float b1_acc = 0; float b2_acc = 0; for (int i = 0; i < num * spatial; ++i) {",
+                            "b1_acc += go[at] * nm[at]; b2_acc += go[at]; }",
+                            "float b1_total = b1_acc; float b2_total = b2_acc; gw[ch] = b1_total; gb[ch] = b2_total;"]),
     # the shared slot kept in a register first; the declaration every thread runs after the tree stays
     (SLOT, "chan_mean", ["int ch = blockIdx.x * blockDim.x + threadIdx.x; if (ch >= channels) return;",
                          "float buf_acc = 0; for (int i = 0; i < num * spatial; ++i) {", "buf_acc += inp[at]; }",
@@ -302,7 +349,7 @@ def test_column_split_takes_a_store_that_reads_its_own_element() -> None:
     assert "grad[c] = (float)((float)grad[c] + part_total);" in kids[0].definition
 
 
-@pytest.mark.parametrize("text,kernel", [(ROWMAX, "row_max"), (SLOT, "chan_mean")])
+@pytest.mark.parametrize("text,kernel", [(ROWMAX, "row_max"), (SLOT, "chan_mean"), (TWO, "bn_param_grad")])
 def test_warp_per_row_takes_the_lowered_contiguous_rows(text: str, kernel: str) -> None:
     kids = proposed(text, kernel, "warp_per_row")
     assert kids, "warp_per_row proposed nothing on the lowered kernel"
@@ -385,7 +432,8 @@ def test_a_kernel_without_the_shape_is_not_reported() -> None:
                                                 (ROWMAX, "row_max", "warp_per_row"),
                                                 (SLOT, "chan_mean", "warp_per_row"),
                                                 (SERIAL, "col_acc", "column_split"),
-                                                (OFFSET, "filt_grad", "warp_per_row")])
+                                                (OFFSET, "filt_grad", "warp_per_row"),
+                                                (TWO, "bn_param_grad", "warp_per_row")])
 def test_the_variants_build_through_the_evaluator(tmp_path: Path, text: str, kernel: str, family: str) -> None:
     path = tmp_path / f"{kernel}.cu"
     path.write_text(text)

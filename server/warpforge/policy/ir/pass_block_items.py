@@ -333,34 +333,43 @@ def _slot_in_register(k: Kernel, nm: _Names, loop: Node) -> str | None:
              and (got := own_slot(tg)) is not None}
     if not slots:
         return None
-    if len(slots) > 1:
-        raise _No("the strided loop keeps partials in several shared slots", loop)
-    arr = next(iter(slots))
-    reg = _fresh(k, f"{arr}_acc")
-    init: Node | None = None
+    regs = {arr: _fresh(k, f"{arr}_acc") for arr in sorted(slots)}
+    inits: dict[str, tuple[Node, str]] = {}  # array -> (the statement setting its slot, the value)
     for st in sts[:li]:
         a = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
-        left, op = (a.child_by_field_name("left"), a.child_by_field_name("operator")) if a is not None \
-            and a.type == "assignment_expression" else (None, None)
-        if left is not None and op is not None and k.t(op) == "=" and own_slot(left) == arr:
-            init = st
-        elif any(k.t(i) == arr for i in walk(st, ("identifier",))) and st.type != "declaration":
-            raise _No(f"`{arr}` is used before the strided loop other than as `{arr}[tid] = start;`", st)
-    if init is None:
-        raise _No(f"the strided loop accumulates into `{arr}[tid]`, which is not set before it", loop)
+        chain: list[str] = []
+        while a is not None and a.type == "assignment_expression":  # `a[tid] = b[tid] = 0;`
+            left, op, right = (a.child_by_field_name(x) for x in ("left", "operator", "right"))
+            if left is None or op is None or right is None or k.t(op) != "=" or own_slot(left) not in slots:
+                chain = []
+                break
+            chain.append(own_slot(left) or "")
+            a = unparen(right)
+        if chain and a is not None and side_effect_free(a) and not _mentions(a, k, nm) \
+                and not any(k.t(i) in slots for i in walk(a, ("identifier",))):
+            for arr in chain:
+                if arr in inits:
+                    raise _No(f"`{arr}[tid]` is set twice before the strided loop", st)
+                inits[arr] = (st, k.t(a))
+        elif st.type != "declaration" and any(k.t(i) in slots for i in walk(st, ("identifier",))):
+            raise _No("a shared slot is used before the strided loop other than as `sh[tid] = start;`", st)
+    missing = sorted(slots - set(inits))
+    if missing:
+        raise _No(f"the strided loop accumulates into `{missing[0]}[tid]`, which is not set before it", loop)
     edits: list[tuple[int, int, str]] = []
     for n in walk(body, ("subscript_expression",)):
-        if own_slot(n) == arr:
-            edits.append((n.start_byte, n.end_byte, reg))
-        elif _array_of(n, k) == arr:
+        got = own_slot(n)
+        if got in slots:
+            edits.append((n.start_byte, n.end_byte, regs[got]))
+        elif _array_of(n, k) in slots:
             raise _No(f"`{k.t(n)}` reads another thread's slot before the barrier", n)
-    a0 = init.named_children[0]
-    right = a0.child_by_field_name("right")
-    assert right is not None
-    edits.append((init.start_byte, init.end_byte, f"{shared[arr][0]} {reg} = {k.t(right)};"))
+    for st in {st.start_byte: st for st, _ in inits.values()}.values():
+        edits.append((st.start_byte, st.end_byte, " ".join(f"{shared[arr][0]} {regs[arr]} = {v};"
+                                                          for arr, (s0, v) in sorted(inits.items()) if s0 == st)))
     ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
     tid = next((t for t in sorted(nm.tids)), "threadIdx.x")
-    edits.append((loop.end_byte, loop.end_byte, f"\n{ind if not ind.strip() else ''}{arr}[{tid}] = {reg};"))
+    stores = " ".join(f"{arr}[{tid}] = {regs[arr]};" for arr in sorted(slots))
+    edits.append((loop.end_byte, loop.end_byte, f"\n{ind if not ind.strip() else ''}{stores}"))
     return splice(k.data, edits)
 
 
