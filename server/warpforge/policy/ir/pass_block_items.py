@@ -46,19 +46,39 @@ the strided loop nested in uniform loops with nothing else in them but declarati
 the body (``for (i = s; i < n; i += bs) { ... tid + i ... }``, every mention of ``tid`` and ``i`` in a sum
 ``tid + i + ...``, every read and accumulator update under the guard ``tid + i < n``): the threads then cover each
 element of ``[s, n)`` once, and the serial loop is the body with ``tid`` dropped and a step of 1.
+
+The pass is three modules: ``block_shape`` (how the kernel names its thread, block size and item, and where its
+strided loop is), ``block_forms`` (the shared-slot and thread-offset spellings) and this one (the reduction after
+the loop, the one thread's stores, the bound, and the rewrite).
 """
+
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tree_sitter import Node
 
 from ...cuda.tree import member, unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
+from .block_forms import _guarded_updates, _offset, _slot_in_register
+from .block_shape import (
+    _builtin_uses,
+    _find,
+    _Found,
+    _fresh,
+    _is,
+    _is_barrier,
+    _locals,
+    _loop_var,
+    _mentions,
+    _Names,
+    _No,
+    _shared,
+    _sized,
+)
 from .passes import (
     Changed,
     Kernel,
@@ -74,17 +94,12 @@ from .passes import (
 from .remap import NotLegal, Reduction, carried_scalars
 
 _SUM = "sum"
+
+
 _MAX = ("fmaxf", "fmax", "max")
+
+
 _MIN = ("fminf", "fmin", "min")
-
-
-class _No(Exception):
-    """A precondition that does not hold: the reason, in words, and the node it is about."""
-
-    def __init__(self, reason: str, node: Node) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.node = node
 
 
 def _kind(combine: str) -> str:
@@ -99,173 +114,6 @@ def _kind(combine: str) -> str:
         if c == fn or c in (f"{fn}({{a}},{{b}})", f"{fn}({{b}},{{a}})"):
             return "min"
     return c
-
-
-@dataclass(frozen=True)
-class _Names:
-    """How the kernel names its thread, block size and item: locals declared once at the top, never written."""
-
-    tids: frozenset[str]
-    sizes: frozenset[str]
-    items: frozenset[str]
-    #: each such local's declaration statement
-    decls: dict[str, Node]
-    #: the launch's block size when it is the same at every size of the spec (0: it differs, or unknown): a
-    #: literal stride equal to it is the block's (darknet's `i += BLOCK` with `<<<n, BLOCK>>>`)
-    block: int = 0
-
-
-def _locals(k: Kernel) -> _Names:
-    written = written_names(k.body, k.data)
-    counts: dict[str, int] = {}
-    for d in walk(k.body, ("declaration", "parameter_declaration")):
-        for dn in d.children_by_field_name("declarator"):
-            cur: Node | None = dn
-            while cur is not None and cur.type != "identifier":
-                cur = cur.child_by_field_name("declarator")
-            if cur is not None:
-                counts[k.t(cur)] = counts.get(k.t(cur), 0) + 1
-    found: dict[str, set[str]] = {"threadIdx": set(), "blockDim": set(), "blockIdx": set()}
-    decls: dict[str, Node] = {}
-    for st in statements(k.body):
-        ds = st.children_by_field_name("declarator") if st.type == "declaration" else []
-        if len(ds) != 1 or ds[0].type != "init_declarator":
-            continue
-        nm, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-        if nm is None or v is None or nm.type != "identifier":
-            continue
-        m = member(v, k.data)
-        if m is None or m[2] != "x" or m[1] not in found:
-            continue
-        name = k.t(nm)
-        if name in written or counts.get(name, 0) != 1:
-            continue
-        found[m[1]].add(name)
-        decls[name] = st
-    return _Names(frozenset(found["threadIdx"]), frozenset(found["blockDim"]), frozenset(found["blockIdx"]), decls)
-
-
-def _sized(k: Kernel, env: PassEnv, nm: _Names) -> _Names:
-    """``nm`` with the scalar parameters the launch's block equals at every size of the spec (llm.c passes
-    ``block_size`` beside launching with it) counted as the block size."""
-    if not env.blocks:
-        return nm
-    sizes = {b[0] for b in env.blocks}
-    block = next(iter(sizes)) if len(sizes) == 1 else 0
-    written = written_names(k.body, k.data)
-    same: set[str] = set()
-    if env.values and len(env.values) == len(env.blocks):
-        same = {p for p in env.values[0] if p not in written
-                and all(v.get(p) == b[0] for v, b in zip(env.values, env.blocks, strict=True))}
-    decls = dict(nm.decls)
-    for st in statements(k.body):  # `const int threads = 512;` with a block of 512 at every size
-        ds = st.children_by_field_name("declarator") if st.type == "declaration" else []
-        if not block or len(ds) != 1 or ds[0].type != "init_declarator":
-            continue
-        name, v = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-        if name is not None and v is not None and name.type == "identifier" and k.t(name) not in written \
-                and _literal(v, k) == block and sum(1 for d in walk(k.body, ("declaration",))
-                                                    if k.t(name) in _declared(d, k)) == 1:
-            same.add(k.t(name))
-            decls[k.t(name)] = st
-    return replace(nm, sizes=nm.sizes | same, decls=decls, block=block)
-
-
-def _literal(v: Node, k: Kernel) -> int | None:
-    v = unparen(v)
-    if v.type != "number_literal":
-        return None
-    t = k.t(v).rstrip("uUlL")
-    return int(t, 0) if re.fullmatch(r"0[xX][0-9a-fA-F]+|[1-9][0-9]*|0", t) else None
-
-
-def _declared(d: Node, k: Kernel) -> set[str]:
-    out: set[str] = set()
-    for dn in d.children_by_field_name("declarator"):
-        cur: Node | None = dn
-        while cur is not None and cur.type != "identifier":
-            cur = cur.child_by_field_name("declarator")
-        if cur is not None:
-            out.add(k.t(cur))
-    return out
-
-
-def _is(node: Node | None, k: Kernel, obj: str, names: frozenset[str]) -> bool:
-    """``node`` is ``obj.x`` (``threadIdx.x``...) or one of the locals equal to it."""
-    if node is None:
-        return False
-    n = unparen(node)
-    if n.type == "identifier":
-        return k.t(n) in names
-    m = member(n, k.data)
-    return m is not None and m[1:] == (obj, "x")
-
-
-@dataclass(frozen=True)
-class _Found:
-    """The strided loop: a top-level statement of the kernel (``top``), or nested in uniform loops that hold
-    nothing else but declarations (darknet's ``for (b...) for (i = 0; i < size; i += BLOCK)``)."""
-
-    top: Node
-    #: the loop strided by the block, its start value, its update and its variable
-    loop: Node
-    start: Node
-    update: Node
-    var: Node
-    #: the thread's offset is inside the body (``for (i = 0; ...; i += bs) ... x[tid + i] ...``), not the start
-    offset: bool
-    #: the loops from ``top`` down to ``loop``
-    chain: tuple[Node, ...]
-
-
-def _find(st: Node, k: Kernel, nm: _Names) -> _Found | None:
-    """The strided loop ``st`` is or holds (through uniform loops with nothing else in them but declarations)."""
-    chain: list[Node] = []
-    cur: Node | None = st
-    while cur is not None and cur.type == "for_statement":
-        chain.append(cur)
-        got = _strided(cur, k, nm)
-        if got is not None:
-            return _Found(st, cur, got[0], got[1], got[2], got[3], tuple(chain))
-        inner = [s for s in statements(cur.child_by_field_name("body")) if s.type != "declaration"]
-        cur = inner[0] if len(inner) == 1 else None
-    return None
-
-
-def _strided(st: Node, k: Kernel, nm: _Names) -> tuple[Node, Node, Node, bool] | None:
-    """(the loop's start value, its update, its variable's declarator name, whether the thread's offset is in the
-    body) when ``st`` is ``for (T i = tid; cond; i += bs)`` or ``for (T i = s; cond; i += bs)`` with ``s`` free of
-    the thread and the body naming the thread index."""
-    if st.type != "for_statement":
-        return None
-    init, upd = st.child_by_field_name("initializer"), st.child_by_field_name("update")
-    ds = init.children_by_field_name("declarator") if init is not None and init.type == "declaration" else []
-    if len(ds) != 1 or ds[0].type != "init_declarator" or upd is None:
-        return None
-    var, start = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-    if var is None or start is None or var.type != "identifier":
-        return None
-    offset = not _is(start, k, "threadIdx", nm.tids)
-    body = st.child_by_field_name("body")
-    if offset and (body is None or _mentions(start, k, nm) or not any(
-            _is(n, k, "threadIdx", nm.tids) for n in walk(body, ("identifier", "field_expression")))):
-        return None
-    u = unparen(upd)
-    left, op, right = (u.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if u.type != "assignment_expression" or left is None or op is None or right is None \
-            or k.t(unparen(left)) != k.t(var):
-        return None
-    step: Node | None = None
-    if k.t(op) == "+=":
-        step = right
-    elif k.t(op) == "=":
-        r = unparen(right)
-        a, o, b = (r.child_by_field_name(f) for f in ("left", "operator", "right"))
-        if r.type == "binary_expression" and a is not None and o is not None and b is not None and k.t(o) == "+":
-            step = b if k.t(unparen(a)) == k.t(var) else a if k.t(unparen(b)) == k.t(var) else None
-    if step is None or not (_is(step, k, "blockDim", nm.sizes) or (nm.block and _literal(step, k) == nm.block)):
-        return None
-    return start, u, var, offset
 
 
 @register("block_items", "one block per item (blockIdx.x) whose threads stride over the item's loop, a "
@@ -306,245 +154,6 @@ def _name(k: Kernel) -> str:
         d = d.child_by_field_name("declarator")
     nm = d.child_by_field_name("declarator") if d is not None else None
     return k.t(nm).split("::")[-1] if nm is not None else ""
-
-
-def _slot_in_register(k: Kernel, nm: _Names, loop: Node) -> str | None:
-    """``sh[tid] = z; for (...) { ... sh[tid] += e; }`` with the loop's partial kept in the thread's own shared
-    slot: the text with the slot as a register (``T sh_acc = z; ... sh_acc += e; ... }`` and ``sh[tid] = sh_acc;``
-    after the loop), or None when the loop keeps no partial there. Exact: until the barrier after the loop no
-    other thread reads the slot, and the thread reads it only as its running value."""
-    shared = _shared(k)
-    sts = statements(k.body)
-    li = sts.index(loop)
-
-    def own_slot(n: Node) -> str | None:
-        n = unparen(n)
-        arr = n.child_by_field_name("argument") if n.type == "subscript_expression" else None
-        idx = (n.child_by_field_name("indices") or n.child_by_field_name("index")) if arr is not None else None
-        if arr is None or idx is None or k.t(arr) not in shared:
-            return None
-        ix = idx.named_children[0] if idx.type == "subscript_argument_list" and idx.named_child_count == 1 else idx
-        return k.t(arr) if _is(ix, k, "threadIdx", nm.tids) else None
-
-    body = loop.child_by_field_name("body")
-    assert body is not None
-    slots = {got for n in walk(body, ("assignment_expression", "update_expression"))
-             if (tg := n.child_by_field_name("left") or n.child_by_field_name("argument")) is not None
-             and (got := own_slot(tg)) is not None}
-    if not slots:
-        return None
-    regs = {arr: _fresh(k, f"{arr}_acc") for arr in sorted(slots)}
-    inits: dict[str, tuple[Node, str]] = {}  # array -> (the statement setting its slot, the value)
-    for st in sts[:li]:
-        a = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
-        chain: list[str] = []
-        while a is not None and a.type == "assignment_expression":  # `a[tid] = b[tid] = 0;`
-            left, op, right = (a.child_by_field_name(x) for x in ("left", "operator", "right"))
-            if left is None or op is None or right is None or k.t(op) != "=" or own_slot(left) not in slots:
-                chain = []
-                break
-            chain.append(own_slot(left) or "")
-            a = unparen(right)
-        if chain and a is not None and side_effect_free(a) and not _mentions(a, k, nm) \
-                and not any(k.t(i) in slots for i in walk(a, ("identifier",))):
-            for arr in chain:
-                if arr in inits:
-                    raise _No(f"`{arr}[tid]` is set twice before the strided loop", st)
-                inits[arr] = (st, k.t(a))
-        elif st.type != "declaration" and any(k.t(i) in slots for i in walk(st, ("identifier",))):
-            raise _No("a shared slot is used before the strided loop other than as `sh[tid] = start;`", st)
-    missing = sorted(slots - set(inits))
-    if missing:
-        raise _No(f"the strided loop accumulates into `{missing[0]}[tid]`, which is not set before it", loop)
-    edits: list[tuple[int, int, str]] = []
-    for n in walk(body, ("subscript_expression",)):
-        got = own_slot(n)
-        if got in slots:
-            edits.append((n.start_byte, n.end_byte, regs[got]))
-        elif _array_of(n, k) in slots:
-            raise _No(f"`{k.t(n)}` reads another thread's slot before the barrier", n)
-    for st in {st.start_byte: st for st, _ in inits.values()}.values():
-        edits.append((st.start_byte, st.end_byte, " ".join(f"{shared[arr][0]} {regs[arr]} = {v};"
-                                                          for arr, (s0, v) in sorted(inits.items()) if s0 == st)))
-    ind = k.data[k.data.rfind(b"\n", 0, loop.start_byte) + 1:loop.start_byte].decode()
-    tid = next((t for t in sorted(nm.tids)), "threadIdx.x")
-    stores = " ".join(f"{arr}[{tid}] = {regs[arr]};" for arr in sorted(slots))
-    edits.append((loop.end_byte, loop.end_byte, f"\n{ind if not ind.strip() else ''}{stores}"))
-    return splice(k.data, edits)
-
-
-def _array_of(n: Node, k: Kernel) -> str | None:
-    arg = n.child_by_field_name("argument")
-    while arg is not None and unparen(arg).type == "subscript_expression":
-        arg = unparen(arg).child_by_field_name("argument")
-    return k.t(arg) if arg is not None and arg.type == "identifier" else None
-
-
-def _loop_var(lp: Node, k: Kernel) -> str | None:
-    init = lp.child_by_field_name("initializer")
-    ds = init.children_by_field_name("declarator") if init is not None and init.type == "declaration" else []
-    nm = ds[0].child_by_field_name("declarator") if len(ds) == 1 else None
-    return k.t(nm) if nm is not None and nm.type == "identifier" else None
-
-
-_ARITH = ("+", "-", "*")
-
-
-def _sum_root(n: Node) -> Node:
-    """The largest arithmetic expression (``+``, ``-``, ``*``, parentheses, casts) ``n`` is part of."""
-    while n.parent is not None:
-        p = n.parent
-        op = p.child_by_field_name("operator")
-        if p.type in ("parenthesized_expression", "cast_expression") or (
-                p.type == "binary_expression" and op is not None and op.type in _ARITH):
-            n = p
-            continue
-        break
-    return n
-
-
-def _linear(e: Node, k: Kernel, is_tid: Callable[[Node], bool], var: str) -> tuple[int, int, bool] | None:
-    """``e`` as ``a * tid + b * var + rest``: (a, b, whether there is a rest), None when ``tid`` or ``var`` is
-    multiplied by anything but a literal."""
-    e = unparen(e)
-    if is_tid(e):
-        return 1, 0, False
-    if e.type == "identifier":
-        return (0, 1, False) if k.t(e) == var else (0, 0, True)
-    if e.type == "cast_expression":
-        v = e.child_by_field_name("value")
-        return _linear(v, k, is_tid, var) if v is not None else None
-    if e.type == "binary_expression":
-        left, op, right = (e.child_by_field_name(x) for x in ("left", "operator", "right"))
-        if left is None or op is None or right is None:
-            return None
-        a, b = _linear(left, k, is_tid, var), _linear(right, k, is_tid, var)
-        if a is None or b is None:
-            return None
-        if op.type in ("+", "-"):
-            sign = 1 if op.type == "+" else -1
-            return a[0] + sign * b[0], a[1] + sign * b[1], a[2] or b[2]
-        if op.type == "*":
-            if a[:2] == (0, 0) and b[:2] == (0, 0):
-                return 0, 0, True
-            lit, other = (_literal(left, k), b) if a[:2] == (0, 0) else (_literal(right, k), a) \
-                if b[:2] == (0, 0) else (None, a)
-            return (other[0] * lit, other[1] * lit, other[2]) if lit is not None else None
-    mentioned = any(is_tid(n) or (n.type == "identifier" and k.t(n) == var) for n in walk(e))
-    return None if mentioned else (0, 0, True)
-
-
-def _offset(k: Kernel, nm: _Names, f: _Found, inner: Node, bound: Node) -> list[tuple[int, int, str]]:
-    """The thread's offset in the body of ``for (i = s; i < n; i += bs)``: every mention of the thread index and of
-    ``i`` lies in a sum ``tid + i + ...`` (each with coefficient 1), so the thread's iterations are the elements
-    ``s + tid + k * bs`` and, over the block, every element of ``[s, n + bs)`` once; each read that names them is
-    guarded by ``tid + i < n`` (the rest, past ``n``, adds nothing: ``_guarded_updates``). The serial loop is the
-    body with the thread index dropped from each sum and a step of 1. Returns those deletions."""
-    var = k.t(f.var)
-
-    def is_tid(n: Node) -> bool:
-        return (n.type == "identifier" and k.t(n) in nm.tids) or (
-            n.type == "field_expression" and _is(n, k, "threadIdx", nm.tids))
-
-    edits: list[tuple[int, int, str]] = []
-    for n in walk(inner, ("identifier", "field_expression")):
-        if n.type == "identifier" and n.parent is not None and n.parent.type == "field_expression":
-            continue
-        if not is_tid(n) and not (n.type == "identifier" and k.t(n) == var):
-            if _mentions(n, k, nm):
-                raise _No(f"`{k.t(n)}` names the block size in the strided loop's body", n)
-            continue
-        lin = _linear(_sum_root(n), k, is_tid, var)
-        if lin is None or lin[:2] != (1, 1):
-            raise _No(f"`{k.t(_sum_root(n))}` does not read the thread index and `{var}` as one sum `tid + {var}`: "
-                      "the thread's offset cannot be folded into the loop", n)
-        if not is_tid(n):
-            continue
-        w = n
-        while w.parent is not None and w.parent.type == "parenthesized_expression":
-            w = w.parent
-        p = w.parent
-        left = p.child_by_field_name("left") if p is not None else None
-        right = p.child_by_field_name("right") if p is not None else None
-        op = p.child_by_field_name("operator") if p is not None else None
-        if p is None or p.type != "binary_expression" or op is None or op.type != "+" or left is None \
-                or right is None:
-            edits.append((n.start_byte, n.end_byte, "0"))
-        elif left == w:
-            edits.append((w.start_byte, right.start_byte, ""))
-        else:
-            edits.append((left.end_byte, w.end_byte, ""))
-    if not edits:
-        raise _No("the strided loop's body does not name the thread index", f.loop)
-    return edits
-
-
-def _is_guard(c: Node, k: Kernel, nm: _Names, f: _Found, bound: Node) -> bool:
-    """``tid + i < n`` (or ``n > tid + i``) with ``n`` the strided loop's bound."""
-    c = unparen(c)
-    if c.type == "condition_clause" and c.named_child_count == 1:
-        c = unparen(c.named_children[0])
-    left, op, right = (c.child_by_field_name(x) for x in ("left", "operator", "right"))
-    if c.type != "binary_expression" or left is None or op is None or right is None:
-        return False
-    e, n = (left, right) if op.type == "<" else (right, left) if op.type == ">" else (None, None)
-    if e is None or n is None or "".join(k.t(unparen(n)).split()) != "".join(k.t(unparen(bound)).split()):
-        return False
-
-    def is_tid(x: Node) -> bool:
-        return (x.type == "identifier" and k.t(x) in nm.tids) or (
-            x.type == "field_expression" and _is(x, k, "threadIdx", nm.tids))
-
-    return _linear(e, k, is_tid, k.t(f.var)) == (1, 1, False)
-
-
-def _guarded_updates(k: Kernel, nm: _Names, f: _Found, inner: Node, bound: Node,
-                     accs: dict[str, Reduction]) -> None:
-    """In the offset form every accumulator update adds nothing past the bound: it is ``acc += (tid + i < n) ? e :
-    0`` or inside ``if (tid + i < n)``; and every read of memory is under that guard."""
-    def guarded(n: Node) -> bool:
-        up = n.parent
-        while up is not None and up != inner:
-            if up.type == "if_statement":
-                cond, cons = up.child_by_field_name("condition"), up.child_by_field_name("consequence")
-                if cond is not None and cons is not None and cons.start_byte <= n.start_byte < cons.end_byte \
-                        and _is_guard(cond, k, nm, f, bound):
-                    return True
-            if up.type == "conditional_expression":
-                cond, yes = up.child_by_field_name("condition"), up.child_by_field_name("consequence")
-                if cond is not None and yes is not None and yes.start_byte <= n.start_byte < yes.end_byte \
-                        and _is_guard(cond, k, nm, f, bound):
-                    return True
-            up = up.parent
-        return False
-
-    for n in walk(inner, ("subscript_expression",)):
-        if not guarded(n):
-            raise _No(f"`{k.t(n)}` is read without the guard `tid + {k.t(f.var)} < {k.t(bound)}`: past the bound the "
-                      "threads would read other elements", n)
-    for n in walk(inner, ("assignment_expression", "update_expression")):
-        t = n.child_by_field_name("left") or n.child_by_field_name("argument")
-        if t is None or k.t(unparen(t)) not in accs or guarded(n):
-            continue
-        right = n.child_by_field_name("right")
-        r = unparen(right) if right is not None else None
-        op = n.child_by_field_name("operator")
-        cond = r.child_by_field_name("condition") if r is not None and r.type == "conditional_expression" else None
-        alt = r.child_by_field_name("alternative") if r is not None and r.type == "conditional_expression" else None
-        if op is None or k.t(op) != "+=" or cond is None or alt is None or not _is_guard(cond, k, nm, f, bound) \
-                or not re.fullmatch(r"\(?\s*0(\.0*)?[fF]?\s*\)?", k.t(alt).strip()):
-            raise _No(f"`{k.t(n)}` updates `{k.t(unparen(t))}` past the bound too: the offset form needs "
-                      f"`{k.t(unparen(t))} += (tid + {k.t(f.var)} < {k.t(bound)}) ? e : 0` or the update under that "
-                      "`if`", n)
-
-
-def _builtin_uses(k: Kernel) -> list[tuple[Node, str, str]]:
-    out: list[tuple[Node, str, str]] = []
-    for n in walk(k.body, ("field_expression",)):
-        m = member(n, k.data)
-        if m is not None and m[0] == n and m[1] in ("threadIdx", "blockIdx", "blockDim", "gridDim"):
-            out.append((n, m[1], m[2]))
-    return out
 
 
 def _lower(k: Kernel, env: PassEnv, nm: _Names, f: _Found) -> Changed:
@@ -722,37 +331,6 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, f: _Found) -> Changed:
             raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
     _check_writes(k, tail, dropped, stores)
     return _emit(k, nm, item, f, stores, shared, dropped, edits + offsets, _bound(k, env))
-
-
-def _mentions(node: Node, k: Kernel, nm: _Names) -> bool:
-    for n in walk(node, ("identifier", "field_expression")):
-        if n.type == "identifier" and k.t(n) in nm.tids | nm.sizes:
-            return True
-        m = member(n, k.data) if n.type == "field_expression" else None
-        if m is not None and m[0] == n and m[1] in ("threadIdx", "blockDim"):
-            return True
-    return False
-
-
-def _is_barrier(st: Node, k: Kernel) -> bool:
-    return st.type == "expression_statement" and "".join(k.t(st).split()) == "__syncthreads();"
-
-
-def _shared(k: Kernel) -> dict[str, tuple[str, Node]]:
-    """``__shared__`` arrays of the body: name -> (element type as written, declaration)."""
-    out: dict[str, tuple[str, Node]] = {}
-    for n in walk(k.body, ("declaration",)):
-        quals = {k.t(c) for c in n.children if c.type in ("type_qualifier", "storage_class_specifier")}
-        t = n.child_by_field_name("type")
-        if "__shared__" not in quals or t is None:
-            continue
-        for d in n.children_by_field_name("declarator"):
-            cur: Node | None = d
-            while cur is not None and cur.type != "identifier":
-                cur = cur.child_by_field_name("declarator")
-            if cur is not None:
-                out[k.t(cur)] = (k.t(t), n)
-    return out
 
 
 _ZERO = re.compile(r"\(?\s*[0.]+[fFlLuU]*\s*\)?|0[xX]0+")
@@ -1081,15 +659,6 @@ def _drop(st: Node, k: Kernel) -> tuple[int, int, str]:
     if not k.data[start:st.start_byte].strip() and k.data[end:end + 1] == b"\n":
         return start, end + 1, ""
     return st.start_byte, st.end_byte, ""
-
-
-def _fresh(k: Kernel, base: str) -> str:
-    used = {k.t(i) for i in walk(k.fn, ("identifier",))}
-    name, n = base, 0
-    while name in used:
-        n += 1
-        name = f"{base}{n}"
-    return name
 
 
 def _emit(k: Kernel, nm: _Names, item: str, f: _Found, stores: dict[str, tuple[Node, Node, str]],
