@@ -24,6 +24,7 @@ from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from ...spec.model import KernelSpec
 from . import (  # noqa: F401  (they register the passes)
+    pass_block_items,
     pass_calls,
     pass_constants,
     pass_coordinates,
@@ -46,7 +47,7 @@ from .summary import Summary, summarize
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
          "counter_before_loop", "while_to_for", "loop_private_scalars", "sticky_loop_return", "single_pass_loop",
-         "copy_propagation", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles",
+         "copy_propagation", "block_items", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles",
          "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
@@ -150,7 +151,10 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
                   template_args=targs,
                   grid_dims=_grid_dims(grid if grid is not None else spec.launch.grid if spec is not None else None),
                   constants=top_level_constants(full))
+    launch_grid = grid if grid is not None else spec.launch.grid if spec is not None else None
+    env.grid = tuple(launch_grid) if launch_grid else ()
     if spec is not None:
+        env.arg_values = _arg_values(spec, [p.name for p in kernel.params if not p.is_pointer])
         env.blocks, env.values = _launch_facts(spec, tuple(block) if block is not None else spec.launch.block,
                                                [p.name for p in kernel.params if not p.is_pointer], tunables)
     passes = [REGISTRY[p] for p in ORDER]
@@ -227,6 +231,16 @@ def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[st
                 vals[name] = v
         values.append(vals)
     return tuple(blocks), tuple(values)
+
+
+def _arg_values(spec: KernelSpec, scalars: Sequence[str]) -> dict[str, str]:
+    """The spec's value expression of each scalar parameter it gives one (``int OC`` -> ``OC``)."""
+    out: dict[str, str] = {}
+    for name in scalars:
+        a = spec.arg(name)
+        if a is not None and not a.is_buffer and a.value is not None:
+            out[name] = " ".join(str(a.value).split())
+    return out
 
 
 def _grid_dims(grid: Sequence[str] | None) -> int:

@@ -53,6 +53,11 @@ class PassEnv:
     values: tuple[dict[str, int], ...] = ()
     #: the file's top-level integer constants: name -> value text
     constants: dict[str, str] = field(default_factory=dict)
+    #: the launch's grid as the spec (or the candidate) writes it, in spec terms; empty when unknown
+    grid: tuple[str, ...] = ()
+    #: the kernel's scalar parameters -> the spec's value expression for each (``OC`` for ``int OC``), in spec
+    #: terms: what lets a pass say a launch extent in the kernel's own names (``block_items``' bound)
+    arg_values: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

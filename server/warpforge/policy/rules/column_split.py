@@ -153,7 +153,10 @@ class ColumnSplit(StructuralRule[_Shape]):
         for w, r in _splits(ctx, shape, data, cols, yz):
             grid, block = (f"cdiv({cols}, {w})", *yz), (str(w), str(r))
             if launch_ok(ctx, grid, block):
-                out[f"w{w}r{r}x{ACCUMULATORS}"] = Launch(grid, block)
+                # no dynamic shared memory: the analysis takes no kernel with shared memory of its own, so
+                # bytes the original launch passed (a block-per-item kernel's tree, lowered away by
+                # ``block_items``) would only add to the split's static arrays
+                out[f"w{w}r{r}x{ACCUMULATORS}"] = Launch(grid, block, "0")
         return out
 
     def body(self, ctx: RuleContext, shape: _Shape, data: bytes, param: str) -> str | None:

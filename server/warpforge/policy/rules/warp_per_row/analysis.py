@@ -378,16 +378,31 @@ class _Analysis(_LoopReader):
             p = n.parent
             while p is not None and p.type in ("parenthesized_expression", "pointer_expression", "argument_list"):
                 p = p.parent
+            if p is not None and p.id not in stores and self._own_element(n, stores):
+                continue
             if p is None or p.id not in stores:
                 raise _Reject(f"`{root}` is stored once per row (`{root}[{row}] = ...` at the top level, done by "
                               f"one lane) but {_code(n, data)} also reads or writes it: the other lanes would "
                               "not see that store", n)
+
+    def _own_element(self, n: Node, stores: set[int]) -> bool:
+        """``n`` is read inside a per-row store of that very element (``d[o] = d[o] + v;``): the one lane that
+        stores it reads it first, as the thread did."""
+        up = n.parent
+        while up is not None and up.id not in stores and up.type != "compound_statement":
+            up = up.parent
+        if up is None or up.id not in stores or up.type != "assignment_expression":
+            return False
+        left = up.child_by_field_name("left")
+        return left is not None and "".join(node_text(unparen(left), self.data).split()) == \
+            "".join(node_text(n, self.data).split())
 
     def _store(self, st: Node) -> None:
         """``p[E] op= v;`` at the top level: E and v follow the rules of top-level reads."""
         data = self.data
         e = st.named_children[0]
         at = atomic_target(e, data)
+        own = ""
         if at is not None:
             checked = [n for n in (at[1], at[2]) if n is not None]
         else:
@@ -396,12 +411,16 @@ class _Analysis(_LoopReader):
             parts = subscript_parts(unparen(left), data)
             assert parts is not None
             checked = [parts[1], right]
+            # `d[o] = d[o] + v`: the one lane that stores the element reads it first, as the thread did
+            own = "".join(node_text(unparen(left), data).split())
         for part in checked:
             if _varying(part, data):
                 raise _Reject(f"the per-row store {_code(st, data)} uses a thread coordinate besides the row "
                               "index", st)
             for n in walk(part):
                 if n.type == "subscript_expression":
+                    if at is None and part is not checked[0] and "".join(node_text(n, data).split()) == own:
+                        continue
                     self._top_read(n)
                 elif n.type in ("assignment_expression", "update_expression", "for_statement") or (
                         n.type == "pointer_expression" and node_text(n, data).lstrip().startswith("*")):

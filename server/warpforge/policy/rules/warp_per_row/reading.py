@@ -143,8 +143,11 @@ def _split_guard(cond: Node, data: bytes, row: str, op: str,
 
 
 def strided_in_loop(shape: _Shape, data: bytes) -> bool:
-    """Some loop read is ``E(j) + col`` (strided in j, contiguous across threads); none is contiguous in j."""
+    """Some loop read is ``E(j) + col`` (strided in j, contiguous across threads) — also ``v[E(j)]`` through a
+    view ``v = p + col`` declared before the loop (``const float* x = dout + o; ... x[i * OC]``); none is
+    contiguous in j."""
     col = shape.row.name
+    at_col = _column_views(shape, data, col)
     seen = False
     for lp in shape.loops:
         for n in walk(lp.node, ("subscript_expression",)):
@@ -154,9 +157,32 @@ def strided_in_loop(shape: _Shape, data: bytes) -> bool:
             idx = parts[1]
             if _lane_index(idx, data, lp.var):
                 return False
-            if lp.var in _ids(idx, data) and _lane_index(idx, data, col):
+            if lp.var in _ids(idx, data) and (_lane_index(idx, data, col) or (
+                    node_text(unparen(parts[0]), data) in at_col and col not in _ids(idx, data))):
                 seen = True
     return seen
+
+
+def _column_views(shape: _Shape, data: bytes, col: str) -> set[str]:
+    """Pointers declared at the top level as ``p + col`` (or ``p + (E + col)``, E free of ``col``): a read
+    ``v[e]`` of one is ``p[e + col]``."""
+    out: set[str] = set()
+    for st in shape.prefix + shape.between + shape.rest:
+        if st.type != "declaration" or len(st.children_by_field_name("declarator")) != 1:
+            continue
+        d = st.children_by_field_name("declarator")[0]
+        name, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+        if d.type != "init_declarator" or name is None or value is None or name.type != "pointer_declarator":
+            continue
+        inner = name.child_by_field_name("declarator")
+        v = unparen(value)
+        left, op, right = (v.child_by_field_name(f) for f in ("left", "operator", "right"))
+        if inner is None or inner.type != "identifier" or v.type != "binary_expression" or left is None \
+                or op is None or right is None or node_text(op, data) != "+":
+            continue
+        if col not in _ids(left, data) and _lane_index(right, data, col):
+            out.add(node_text(inner, data))
+    return out
 
 
 def _lane_index(idx: Node, data: bytes, j: str) -> bool:
