@@ -339,6 +339,18 @@ def test_column_split_takes_the_lowered_column_sum_with_a_launch_of_its_own() ->
     assert "extern __shared__" not in d and "grad[c] = part_total;" in d and "acc += col[i * cols];" not in d
 
 
+def test_the_lowered_text_carries_the_launch_it_is_meant_for() -> None:
+    # one thread per item: the original's grid of one block per item, times its block, would be the items times
+    # the block's threads; a rule that scales the launch (column_remap, lane_remap) scales this grid instead
+    assert lowered(COLSUM, "col_bias_grad").grid == ("cdiv(C, NT)",)
+    kids = proposed(COLSUM, "col_bias_grad", "column_remap")
+    assert kids and all(c.launch is not None and c.launch.grid[0].startswith("(cdiv(C, NT)) * ((NT) / ")
+                        for c in kids), [c.launch for c in kids]
+    # a kernel the pass does not touch keeps the candidate's launch
+    assert lowered(COLSUM.replace("part[me] = (float)acc;", "part[me] = (float)acc; grad[c] = 0;"),
+                   "col_bias_grad").grid is None
+
+
 def test_column_split_takes_a_store_that_reads_its_own_element() -> None:
     # `grad[c] = grad[c] + total` (a gradient accumulated into what is there): the one thread that stores the
     # column reads it first, as the original's thread 0 did

@@ -48,8 +48,9 @@ class OfflinePolicy:
     families: set[str] | None = None  # restrict to these families (None: all)
     name: str = "rules"
     errors: list[str] = field(default_factory=list)
-    #: candidate text -> its lowered text (None: nothing to lower, or lowering declined)
-    _lowered: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None, tuple[str, ...] | None], str | None] = field(
+    #: candidate text -> its lowered text and the grid it is meant for (None: nothing to lower, or declined)
+    _lowered: dict[tuple[str, tuple[str, ...], tuple[str, ...] | None, tuple[str, ...] | None],
+                   tuple[str, tuple[str, ...] | None] | None] = field(
         default_factory=dict, repr=False)
 
     def root_candidate(self) -> Candidate:
@@ -86,8 +87,9 @@ class OfflinePolicy:
 
         return sorted(rules, key=key)
 
-    def lowered(self, candidate: Candidate) -> str | None:
-        """The candidate's definition lowered by ``policy.ir`` (None when unchanged or declined).
+    def lowered(self, candidate: Candidate) -> tuple[str, tuple[str, ...] | None] | None:
+        """The candidate's definition lowered by ``policy.ir`` and the launch's grid it is meant for (None when
+        the candidate's grid holds); None when unchanged or declined.
 
         The build's defines and include folders are the project's (``compiler.project``); the spec's
         tunables and the candidate's defines stay names. Without nvcc (or where it fails on the file)
@@ -104,11 +106,11 @@ class OfflinePolicy:
                         block=candidate.block, tunables=candidate.define_map())
             if not (isinstance(got, Declined) and got.reason.startswith("the preprocessor failed")):
                 break
-        out: str | None = None
+        out: tuple[str, tuple[str, ...] | None] | None = None
         if isinstance(got, Declined):
             self.errors.append(f"lower: {got.reason} (line {got.line})")
         elif got.changed:
-            out = got.text
+            out = (got.text, got.grid)
         self._lowered[key] = out
         return out
 
@@ -120,7 +122,8 @@ class OfflinePolicy:
             self.errors.append(f"lower: {type(e).__name__}: {e}")
             low = None
         if low is not None:
-            return replace(candidate, source=low)
+            text, grid = low
+            return replace(candidate, source=text) if grid is None else replace(candidate, source=text, grid=grid)
         try:
             text = normalize_definition(candidate.source, candidate.kernel, file_facts(self.source.text))
         except (ValueError, RecursionError) as e:  # a pass that cannot parse what it made: keep the original

@@ -77,6 +77,9 @@ class Lowered:
     #: 1-based line of the user's file where the definition starts
     start_line: int = 1
     notes: tuple[str, ...] = field(default=())
+    #: the launch's grid the canonical text is meant for, where a pass changed how threads map to the work
+    #: (``block_items``: one thread per item); None when the candidate's launch holds for it as well
+    grid: tuple[str, ...] | None = None
 
     @property
     def changed(self) -> bool:
@@ -153,6 +156,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
                   constants=top_level_constants(full))
     launch_grid = grid if grid is not None else spec.launch.grid if spec is not None else None
     env.grid = tuple(launch_grid) if launch_grid else ()
+    launch_block = block if block is not None else spec.launch.block if spec is not None else None
+    env.block = tuple(launch_block) if launch_block else ()
     if spec is not None:
         env.arg_values = _arg_values(spec, [p.name for p in kernel.params if not p.is_pointer])
         env.blocks, env.values = _launch_facts(spec, tuple(block) if block is not None else spec.launch.block,
@@ -160,8 +165,10 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     passes = [REGISTRY[p] for p in ORDER]
     applied: list[str] = []
     skipped: list[tuple[str, str, int]] = []
+    lowered_grid: tuple[str, ...] | None = None
     for _ in range(3):  # the passes and normalize's feed each other
-        text, done, skip = run_passes(text, kernel_name, env, passes=passes)
+        text, done, skip, moved = run_passes(text, kernel_name, env, passes=passes)
+        lowered_grid = moved if moved is not None else lowered_grid
         applied += done
         skipped += [(p, s.reason, s.line) for p, s in skip if (p, s.reason, s.line) not in skipped]
         try:
@@ -177,7 +184,7 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     if k is None or parse(text).kernel(kernel_name) is None:
         return Declined("the lowered kernel does not parse", kernel.start_line)
     return Lowered(kernel_name, text, original, summarize(k, targs), tuple(applied), tuple(skipped),
-                   preprocessed, kernel.start_line, tuple(notes))
+                   preprocessed, kernel.start_line, tuple(notes), lowered_grid)
 
 
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")

@@ -56,7 +56,7 @@ the loop, the one thread's stores, the bound, and the rewrite).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
@@ -330,7 +330,12 @@ def _lower(k: Kernel, env: PassEnv, nm: _Names, f: _Found) -> Changed:
         if m is not None and m[0] == n and m[1] in ("threadIdx", "blockDim"):
             raise _No(f"`{k.t(n)}` is used outside the strided loop's start and step and the block's reduction", n)
     _check_writes(k, tail, dropped, stores)
-    return _emit(k, nm, item, f, stores, shared, dropped, edits + offsets, _bound(k, env))
+    changed = _emit(k, nm, item, f, stores, shared, dropped, edits + offsets, _bound(k, env))
+    # the text is exact under any launch with enough threads; the one it is meant for gives each item a thread
+    # (the rules that scale the launch read it: the original's grid of one block per item would give them the
+    # items times the block's threads)
+    grid = (f"cdiv({env.grid[0]}, {env.block[0]})",) if env.block else None
+    return replace(changed, grid=grid)
 
 
 _ZERO = re.compile(r"\(?\s*[0.]+[fFlLuU]*\s*\)?|0[xX]0+")

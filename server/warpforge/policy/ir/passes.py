@@ -55,6 +55,8 @@ class PassEnv:
     constants: dict[str, str] = field(default_factory=dict)
     #: the launch's grid as the spec (or the candidate) writes it, in spec terms; empty when unknown
     grid: tuple[str, ...] = ()
+    #: the launch's block as the spec (or the candidate) writes it, in spec terms; empty when unknown
+    block: tuple[str, ...] = ()
     #: the kernel's scalar parameters -> the spec's value expression for each (``OC`` for ``int OC``), in spec
     #: terms: what lets a pass say a launch extent in the kernel's own names (``block_items``' bound)
     arg_values: dict[str, str] = field(default_factory=dict)
@@ -64,6 +66,9 @@ class PassEnv:
 class Changed:
     text: str
     what: str
+    #: the launch's grid the rewritten text computes the original's result under, when a pass changes how
+    #: threads map to the work (``block_items``: a block per item becomes a thread per item); None: unchanged
+    grid: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,12 +177,14 @@ def side_effect_free(node: Node) -> bool:
 
 
 def run_passes(text: str, kernel: str, env: PassEnv, *, passes: Sequence[Pass] | None = None,
-               max_rounds: int = 24) -> tuple[str, list[str], list[tuple[str, Skipped]]]:
+               max_rounds: int = 24) -> tuple[str, list[str], list[tuple[str, Skipped]], tuple[str, ...] | None]:
     """Apply ``passes`` (default: all registered) until none changes the text: (text, what was done, what
-    was skipped). After every change the first pass is tried again."""
+    was skipped, the grid a pass says the text is meant for, or None). After every change the first pass is
+    tried again."""
     order = list(passes) if passes is not None else list(REGISTRY.values())
     done: list[str] = []
     skipped: dict[tuple[str, str], Skipped] = {}
+    grid: tuple[str, ...] | None = None
     for _ in range(max_rounds):
         k = find_kernel(text, kernel)
         if k is None:
@@ -195,8 +202,9 @@ def run_passes(text: str, kernel: str, env: PassEnv, *, passes: Sequence[Pass] |
                                                                                      k.line(k.fn)))
                     continue
                 text = got.text
+                grid = got.grid if got.grid is not None else grid
                 done.append(f"{p.name}: {got.what}")
                 break
         else:
             break
-    return text, done, [(name, s) for (name, _), s in skipped.items()]
+    return text, done, [(name, s) for (name, _), s in skipped.items()], grid
