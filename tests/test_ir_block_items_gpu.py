@@ -24,14 +24,19 @@ from warpforge.gpu.evaluator import Backend  # noqa: E402
 
 SETTINGS = settings(6.0, 120.0, 0.5)
 
-#: the real size: B * T = 32768 rows (GPT-2 at B = 32, T = 1024), OC = 768 columns, 512 threads per column
+#: the real size: B * T = 32768 rows (GPT-2 at B = 32, T = 1024), OC = 768 columns, 512 threads per column.
+#: The tolerance is the sum's: a column of 32768 values in [-1, 1] sums to about +-100, and the original folds its
+#: 512 partials (each about +-8) in a float tree, so it is itself off by ~1e-5 absolute; a column summing near zero
+#: then differs from the variant's (double) fold by more than the default atol of 1e-5 (seen on an H200: 1.3e-5)
 REAL = (COLSUM.replace("size R = 2048", "size R = 32768").replace("size C = 384", "size C = 768")
-        .replace("size NT = 256 fixed", "size NT = 512 fixed"))
+        .replace("size NT = 256 fixed", "size NT = 512 fixed")
+        .replace("// @warpforge launch", "// @warpforge tol rtol=1e-4 atol=1e-3\n// @warpforge launch"))
 
 
 def test_column_split_of_the_lowered_block_per_column_sum_verifies_and_is_faster(gpu_backend: Backend,
                                                                                  tmp_path: Path) -> None:
     assert "size R = 32768" in REAL and "size C = 768" in REAL and "size NT = 512 fixed" in REAL
+    assert "tol rtol=1e-4 atol=1e-3" in REAL
     children, errors = proposed(tmp_path / "k.cu", REAL, "col_bias_grad", {"column_split"})
     assert children, errors
     got = speedups(gpu_backend, tmp_path / "k.cu", "col_bias_grad", children, SETTINGS)
