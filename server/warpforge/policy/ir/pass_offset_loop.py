@@ -189,10 +189,10 @@ def _thread_ids(k: Kernel, f: Node) -> set[str]:
         for d in decl.children_by_field_name("declarator"):
             if d.type != "init_declarator":
                 continue
-            nm, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
-            if nm is None or v is None or nm.type != "identifier":
+            nd, v = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if nd is None or v is None or nd.type != "identifier":
                 continue
-            name = k.t(nm)
+            name = k.t(nd)
             if counts.get(name) == 1 and name not in written and _squash(k.t(unparen(v))) in out:
                 out.add(name)
     return out
@@ -344,9 +344,9 @@ def _rewrite(f: Node, h: _Header, k: Kernel, env: PassEnv) -> Changed:
                 raise _No(f"`{k.t(st)}` is neither guarded by `{var} + id < {k.t(h.bound)}` nor a pure "
                           "declaration: it would run in the iterations past the row's end", st)
             e, c, a, z = got
-            cond = c.child_by_field_name("condition")
-            gid = _guard(cond, k, var, bound, ids) if cond is not None else None
-            if cond is None or gid is None:
+            test = c.child_by_field_name("condition")
+            tid = _guard(test, k, var, bound, ids) if test is not None else None
+            if test is None or tid is None:
                 raise _No(f"the condition of `{k.t(c)}` is not `{var} + id < {k.t(h.bound)}`", st)
             op = e.child_by_field_name("operator")
             ident = _IDENTITY.get(k.t(op) if op is not None else "")
@@ -354,13 +354,13 @@ def _rewrite(f: Node, h: _Header, k: Kernel, env: PassEnv) -> Changed:
             if ident is None or m is None or m.group(1) != ident:
                 raise _No(f"the guard's false branch `{k.t(z)}` is not the identity of "
                           f"`{k.t(op) if op is not None else '='}`: the threads past the row's end apply it", st)
-            if not _pure(z, k) or not _pure(cond, k):
+            if not _pure(z, k) or not _pure(test, k):
                 raise _No(f"the guard `{k.t(c)}` reads memory outside its true branch", st)
             target = e.child_by_field_name("left")
             if target is None or not side_effect_free(target):
                 raise _No(f"the target of `{k.t(e)}` has an effect", st)
-            id_text = id_text or k.t(unparen(gid))
-            removed.append(cond)
+            id_text = id_text or k.t(unparen(tid))
+            removed.append(test)
             edits.append((c.start_byte, a.start_byte, ""))
             edits.append((a.end_byte, c.end_byte, ""))
     # every other use of `i` is a term of a sum with the thread's index: that sum is the new counter
@@ -372,12 +372,12 @@ def _rewrite(f: Node, h: _Header, k: Kernel, env: PassEnv) -> Changed:
         tops[top.start_byte] = top
     for top in tops.values():
         terms = _terms(top, k)
-        mine = [(s, t) for s, t in terms if unparen(t).type == "identifier" and k.t(unparen(t)) == var]
-        if sum(1 for _, t in terms for _ in idents(t, k.data, var)) != len(mine):
+        counters = [(sg, t) for sg, t in terms if unparen(t).type == "identifier" and k.t(unparen(t)) == var]
+        if sum(1 for _, t in terms for _ in idents(t, k.data, var)) != len(counters):
             raise _No(f"`{var}` is used in `{k.t(top)}` other than as a term `{var} + id`", top)
-        pool = [(s, t) for s, t in terms if _is_id(t, k, ids)]
-        for s, _ in mine:
-            j = next((n for n, (ps, _) in enumerate(pool) if ps == s), None)
+        pool = [(sg, t) for sg, t in terms if _is_id(t, k, ids)]
+        for sg, _ in counters:
+            j = next((n for n, (ps, _) in enumerate(pool) if ps == sg), None)
             if j is None:
                 raise _No(f"`{var}` is used in `{k.t(top)}` without the thread's index added: the loop's "
                           "counter alone is not the element", top)
@@ -445,11 +445,11 @@ def _locals(k: Kernel, f: Node) -> dict[str, str]:
         if decl.end_byte > f.start_byte:
             continue
         for d in decl.children_by_field_name("declarator"):
-            nm = d.child_by_field_name("declarator") if d.type == "init_declarator" else None
+            nd = d.child_by_field_name("declarator") if d.type == "init_declarator" else None
             v = d.child_by_field_name("value") if d.type == "init_declarator" else None
-            if nm is not None and v is not None and nm.type == "identifier" and counts.get(k.t(nm)) == 1 \
-                    and k.t(nm) not in written and side_effect_free(v):
-                out[k.t(nm)] = _squash(k.t(unparen(v)))
+            if nd is not None and v is not None and nd.type == "identifier" and counts.get(k.t(nd)) == 1 \
+                    and k.t(nd) not in written and side_effect_free(v):
+                out[k.t(nd)] = _squash(k.t(unparen(v)))
     return out
 
 
