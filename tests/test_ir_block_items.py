@@ -306,9 +306,10 @@ def proposed(text: str, kernel: str, family: str) -> list[Candidate]:
     (SERIAL, "col_acc", ["int col = blockIdx.x * blockDim.x + threadIdx.x; if (col >= ncols) return;",
                          "float s = 0; for (int r = 0; r < nrows; ++r) { s += d[r * ncols + col]; }",
                          "float slot_total = s; sums[col] += slot_total; }"]),
+    # darknet's offset form: offset_stepped_loop makes it the block-strided loop first (the guard goes with it)
     (OFFSET, "filt_grad", ["int f = blockIdx.x * blockDim.x + threadIdx.x; if (f >= nf) return;",
                            "for (int b = 0; b < batch; ++b) { for (int i = 0; i < sz; ++i) { "
-                           "int at = i + sz * (f + nf * b); acc += (i < sz) ? g[at] : 0; } }",
+                           "int at = i + sz * (f + nf * b); acc += g[at]; } }",
                            "float part_total = acc; upd[f] += part_total; }"]),
     (TWO, "bn_param_grad", ["float b1_acc = 0; float b2_acc = 0; for (int i = 0; i < num * spatial; ++i) {",
                             "b1_acc += go[at] * nm[at]; b2_acc += go[at]; }",

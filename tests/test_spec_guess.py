@@ -388,3 +388,51 @@ def test_the_hosts_launch_is_kept_and_a_2d_problem_spans_its_plane() -> None:
     assert ln["arg src"].startswith("arg src: in float[w * h]")
     assert got["sizes"]["w"] == 2048 and got["sizes"]["h"] == 2048  # type: ignore[index]
     assert got["resolved"].grid == (128, 256, 1)  # type: ignore[attr-defined]
+
+
+#: mmcv's launch: the template instantiated with `scalar_t` inside PyTorch's dispatch macro (its headers absent)
+DISPATCH = """
+template <typename T>
+__global__ void scatter_back(int n, const T* grad_out, const int* idx, T* grad_in) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  atomicAdd(grad_in + idx[i], grad_out[i]);
+}
+
+void scatter_back_launcher(int n, at::Tensor grad_out, at::Tensor idx, at::Tensor grad_in) {
+  dim3 blocks((n + 255) / 256);
+  dim3 threads(256);
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(
+      grad_out.scalar_type(), "scatter_back", [&] {
+        scatter_back<scalar_t><<<blocks, threads>>>(
+            n, grad_out.data_ptr<scalar_t>(), idx.data_ptr<int>(), grad_in.data_ptr<scalar_t>());
+      });
+}
+"""
+
+
+@pytest.mark.parametrize(("macro", "ctype"), [("AT_DISPATCH_FLOATING_TYPES_AND_HALF", "float"),
+                                              ("AT_DISPATCH_FLOATING_TYPES", "float"),
+                                              ("AT_DISPATCH_INTEGRAL_TYPES", "int")])
+def test_a_dispatch_macros_scalar_t_is_instantiated_with_a_type_it_dispatches_to(macro: str, ctype: str) -> None:
+    """``scalar_t`` names no type outside the macro's lambda: a spec with ``template scalar_t`` builds nothing, and a
+    rule judging the element type read ``scalar_t`` (atomic_aggregate: "a warp shuffle cannot move `scalar_t`")."""
+    text = DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES_AND_HALF", macro)
+    block, got = read_back(text, "scatter_back")
+    ln = lines_of(block)
+    assert ln["template"] == f"template {ctype}", block
+    assert f"`scalar_t`, the type `{macro}` dispatches on" in block and "line 14" in block
+    spec = got["spec"]
+    assert spec.template_args == (ctype,)  # type: ignore[attr-defined]
+    assert "template" in spec.guessed  # type: ignore[attr-defined]
+    assert ln["launch"] == "launch grid=(n + 255) / 256, block=256"  # the launch itself is still the host's
+
+
+def test_a_closed_dispatch_before_the_launch_is_not_its_scope() -> None:
+    """A dispatch that closed before the launch does not make a `scalar_t` of the launch its alias (whatever
+    `scalar_t` is there, it is not the macro's, and the spec keeps it as written)."""
+    text = DISPATCH.replace("      });\n}", "      });\n  using scalar_t = double;\n"
+                            "  scatter_back<scalar_t><<<blocks, threads>>>(n, 0, 0, 0);\n}")
+    text = text.replace("scatter_back<scalar_t><<<blocks, threads>>>(\n", "other<scalar_t><<<blocks, threads>>>(\n")
+    d = draft(text, "scatter_back")
+    assert d.spec.template_args == ("scalar_t",)

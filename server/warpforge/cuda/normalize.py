@@ -38,6 +38,7 @@ from functools import lru_cache
 
 from tree_sitter import Node
 
+from . import conditionals
 from .parser import file_tree, parse_tree
 from .rewrite import splice
 from .tree import member, node_text, unparen, walk, written_names
@@ -72,13 +73,20 @@ class FileFacts:
 
 @lru_cache(maxsize=64)
 def file_facts(text: str) -> FileFacts:
-    """Typedefs and function-like macros of a file (cached: one file, many candidates)."""
+    """Typedefs and function-like macros of a file (cached: one file, many candidates).
+
+    A typedef in an ``#if`` branch that does not hold under the file's own ``#define``s is not read: llm.c picks
+    ``floatX`` as ``__nv_bfloat16`` or ``float`` by ``ENABLE_BF16``, and the last one written is not the one the
+    compiler sees (``conditionals``; a condition it cannot evaluate keeps every branch, as before)."""
     data = text.encode("utf-8")
     tree = file_tree(data)
     typedefs: dict[str, str] = {}
     macros: dict[str, Macro] = {}
+    marks = conditionals.marks(data, {})
     for n in walk(tree.root_node, ("type_definition", "alias_declaration", "preproc_function_def"),
                   cut=lambda n: n.type == "function_definition"):
+        if n.type != "preproc_function_def" and not conditionals.live(n.start_byte, marks):
+            continue
         if n.type == "type_definition":
             t = n.child_by_field_name("type")
             decls = n.children_by_field_name("declarator")

@@ -54,6 +54,9 @@ class Inference:
     template_args: tuple[str, ...] = ()
     problems: dict[str, str] = field(default_factory=dict)
     site: LaunchSite | None = None
+    #: template arguments a guess may take, with why, where the launch's name no type the kernel can be built
+    #: with (``scalar_t`` of PyTorch's dispatch macros: ``float``, one type the macro instantiates)
+    template_guess: tuple[tuple[str, ...], str] | None = None
     #: the role the kernel's access analysis gives each pointer parameter (also where its length is unknown)
     roles: dict[str, Role] = field(default_factory=dict)
     #: each pointer parameter's element type through aliases and template arguments (``floatX`` -> ``float``)
@@ -187,13 +190,21 @@ def infer(
     if site is not None and site.template_args and kernel.template_params:
         # ``k<Dtype><<<...>>>`` inside ``template <typename Dtype> void Layer<Dtype>::Forward_gpu``: the launch
         # passes its own template's parameter, no instantiation (left to the guess, like no launch at all)
-        if not dependent_arguments(site.template_args, hsrc.data[:site.span.start]):
-            inf.template_args = site.template_args
+        before = hsrc.data[:site.span.start]
+        if not dependent_arguments(site.template_args, before):
+            # ``k<scalar_t><<<...>>>`` inside PyTorch's ``AT_DISPATCH_*``: one instantiation per dispatched type,
+            # ``scalar_t`` no type outside it; the guess takes one the macro dispatches to (``dispatched_type``)
+            dispatched = dispatched_type(kernel, site.template_args, before, inf.at(site.line + 1))
+            if dispatched is None:
+                inf.template_args = site.template_args
+            else:
+                inf.template_guess = dispatched
     elif site is not None and kernel.template_params:
         inf.template_args = _deduced(kernel, site)
-    if kernel.template_params and (template_args or inf.template_args):
-        tsubst = {p.name: a for p, a in zip(kernel.template_params, template_args or inf.template_args,
-                                            strict=False)}
+    # the element types follow the instantiation, a dispatched one's guess too (its `template` line says so)
+    targs = template_args or inf.template_args or (inf.template_guess[0] if inf.template_guess else ())
+    if kernel.template_params and targs:
+        tsubst = {p.name: a for p, a in zip(kernel.template_params, targs, strict=False)}
     # sizes a project keeps in its headers (`#define N (1 << 20)` in `config.h`), under the files' own
     for f, fmodel in {file: model, hfile: hmodel}.items():
         for name, macro in header_defines(f, fmodel, project_include_dirs(f)).items():
@@ -402,6 +413,38 @@ def dependent_arguments(args: tuple[str, ...], before: bytes) -> bool:
     params = {m.group(1).decode("utf-8", "replace")
               for m in re.finditer(rb"(?:typename|class)\s+([A-Za-z_]\w*)", heads[-1].group(1))}
     return any(a.strip() in params for a in args)
+
+
+#: PyTorch's dispatch macros (``AT_DISPATCH_FLOATING_TYPES_AND_HALF(t.scalar_type(), "name", [&] {...})``): the
+#: lambda is instantiated once per dispatched type, which it sees as ``scalar_t``
+_DISPATCH = re.compile(rb"\bAT_DISPATCH_(\w+)\s*\(")
+
+
+def dispatched_type(kernel: Kernel, args: tuple[str, ...], before: bytes, where: str) -> tuple[tuple[str, ...],
+                                                                                              str] | None:
+    """Where a launch inside an open ``AT_DISPATCH_*(`` call passes ``scalar_t`` as a template argument: the
+    arguments with ``scalar_t`` as one type the macro dispatches to (``float`` for the floating and all-types
+    macros, ``int`` for the integral ones, else ``float`` as for a template no launch instantiates) and why; None
+    elsewhere. ``before`` is the host text up to the launch, ``where`` the launch's place for the reason."""
+    if not any(a.strip() == "scalar_t" for a in args):
+        return None
+    for m in reversed(list(_DISPATCH.finditer(before))):
+        tail = before[m.end():]
+        if tail.count(b"(") - tail.count(b")") < 0:
+            continue  # closed before the launch
+        kind = m.group(1).decode("utf-8", "replace")
+        macro = f"AT_DISPATCH_{kind}"
+        if ("FLOATING" in kind and "REDUCED" not in kind) or kind.startswith("ALL_TYPES"):
+            ctype, how = "float", f"float, one of the types `{macro}` instantiates"
+        elif kind.startswith("INTEGRAL"):
+            ctype, how = "int", f"int, one of the types `{macro}` instantiates"
+        else:
+            ctype, how = "float", f"float (which types `{macro}` instantiates is not known here)"
+        out = tuple(ctype if a.strip() == "scalar_t" and i < len(kernel.template_params)
+                    and kernel.template_params[i].kind == "type" else a for i, a in enumerate(args))
+        return out, (f"the launch at {where} instantiates the template with `scalar_t`, the type `{macro}` "
+                     f"dispatches on at run time: {how}")
+    return None
 
 
 def _template_values(kernel: Kernel, args: tuple[str, ...], env: HostEnv) -> tuple[str, ...]:

@@ -84,6 +84,13 @@ C_TYPES: dict[str, str] = {
     "unsigned char": "uint8", "bool": "uint8",
     "int8_t": "int8", "int16_t": "int16", "int32_t": "int32", "int64_t": "int64",
     "uint8_t": "uint8", "uint16_t": "uint16", "uint32_t": "uint32", "uint64_t": "uint64",
+    # the long spellings (``long`` is 8 bytes on the 64-bit targets nvcc builds for) and C's ``clock_t``
+    # (``long``: what ``clock()`` returns, which timing kernels store)
+    "unsigned long int": "uint64", "long unsigned int": "uint64", "unsigned long long int": "uint64",
+    "long long unsigned int": "uint64", "long unsigned": "uint64", "long long unsigned": "uint64",
+    "short int": "int16", "signed short": "int16", "unsigned short int": "uint16", "short unsigned int": "uint16",
+    "signed long": "int64", "signed long long": "int64", "clock_t": "int64", "ssize_t": "int64",
+    "intptr_t": "int64", "uintptr_t": "uint64", "time_t": "int64",
     **{k: k for k in DTYPES},
     "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32", "u32": "uint32",
 }

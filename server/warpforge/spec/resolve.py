@@ -243,7 +243,7 @@ def proposal(kernel: Kernel, inf: Inference, ann: Annotation, reasons: dict[str,
                          BUDGET_LOG2 if any("/" in g or "cdiv" in g for g in dims) else BUDGET_LOG2 - 8))
         lines.append(f"// @warpforge launch grid={grid}, block={block}" + (f", smem={smem}" if smem else ""))
     if kernel.template_params and not (ann.template_args or inf.template_args):
-        targs, how = template_values(kernel)
+        targs, how = inf.template_guess or template_values(kernel)
         lines.append("// @warpforge template " + ", ".join(f"{t.name}={a}"
                                                            for t, a in zip(kernel.template_params, targs,
                                                                            strict=True)))
@@ -489,8 +489,8 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
                       ann, src)
     template_args = ann.template_args or inf.template_args
     if kernel.template_params and not template_args:
-        raise _failed(file, kline, f"`{kernel.name}` is a template and no launch instantiates it", kernel, inf,
-                      ann, src)
+        why = (inf.template_guess[1].split(": ")[0] if inf.template_guess else "no launch instantiates it")
+        raise _failed(file, kline, f"`{kernel.name}` is a template and {why}", kernel, inf, ann, src)
     sizes = _with_defines(sizes, ann, args, inf)
     notes: list[str] = []
     if "template" in ann.guessed:
@@ -745,10 +745,10 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
     if launch is None:
         launch = LaunchSpec((f"cdiv({n}, 256)",), ("256",), "0", "guessed")
         guesses["launch"] = inf.problems.get("launch") or why
-    targs = ann.template_args or inf.template_args or tuple(
-        t.default or ("float" if t.kind == "type" else "256") for t in kernel.template_params)
+    targs = ann.template_args or inf.template_args or (inf.template_guess[0] if inf.template_guess else tuple(
+        t.default or ("float" if t.kind == "type" else "256") for t in kernel.template_params))
     if kernel.template_params and not (ann.template_args or inf.template_args):
-        guesses["template"] = "no launch instantiates the template"
+        guesses["template"] = inf.template_guess[1] if inf.template_guess else "no launch instantiates the template"
     spec = KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
                       ("guessed: check every line",))

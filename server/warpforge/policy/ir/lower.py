@@ -33,6 +33,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_loops,
     pass_mapping,
     pass_memory,
+    pass_offset_loop,
     pass_private,
     pass_types,
     pass_unstage,
@@ -47,7 +48,8 @@ from .summary import Summary, summarize
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
          "counter_before_loop", "while_to_for", "loop_private_scalars", "sticky_loop_return", "single_pass_loop",
-         "copy_propagation", "block_items", "thread_index", "grid_stride_loop", "dead_locals", "unstage_tiles",
+         "offset_stepped_loop", "copy_propagation", "block_items", "thread_index", "grid_stride_loop", "dead_locals",
+         "unstage_tiles",
          "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
@@ -160,8 +162,9 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
     env.block = tuple(launch_block) if launch_block else ()
     if spec is not None:
         env.arg_values = _arg_values(spec, [p.name for p in kernel.params if not p.is_pointer])
-        env.blocks, env.values = _launch_facts(spec, tuple(block) if block is not None else spec.launch.block,
-                                               [p.name for p in kernel.params if not p.is_pointer], tunables)
+        env.blocks, env.values, env.names = _launch_facts(
+            spec, tuple(block) if block is not None else spec.launch.block,
+            [p.name for p in kernel.params if not p.is_pointer], tunables)
     passes = [REGISTRY[p] for p in ORDER]
     applied: list[str] = []
     skipped: list[tuple[str, str, int]] = []
@@ -209,20 +212,23 @@ def _needs_expansion(definition: str, source: str, path: str | None, defines: Se
 
 def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[str],
                   tunables: Mapping[str, str] | None) -> tuple[tuple[tuple[int, int, int], ...],
-                                                              tuple[dict[str, int], ...]]:
-    """At the spec's size and its perturbed one: the launch's block as numbers (padded to three) and the
-    kernel's scalar parameters whose spec value is an integer. Empty when a size or the block cannot be
-    evaluated (a pass relying on them then skips)."""
+                                                              tuple[dict[str, int], ...], tuple[dict[str, int], ...]]:
+    """At the spec's size and its perturbed one: the launch's block as numbers (padded to three), the
+    kernel's scalar parameters whose spec value is an integer, and the numeric tunables (the spec's and the
+    candidate's defines: names in the lowered text). Empty when a size or the block cannot be evaluated (a pass
+    relying on them then skips)."""
     blocks: list[tuple[int, int, int]] = []
     values: list[dict[str, int]] = []
+    names: list[dict[str, int]] = []
+    tunable_names = {t.name for t in spec.tunables} | set(tunables or {})
     for perturbed in (False, True):
         try:
             env = spec.size_values(perturbed, dict(tunables) if tunables else None)
             dims = [parse_expr(e).evaluate(env) for e in block]
         except (ExprError, ValueError):
-            return (), ()
+            return (), (), ()
         if not dims or len(dims) > 3 or any(not isinstance(d, int) or d < 1 for d in dims):
-            return (), ()
+            return (), (), ()
         ints = [int(d) for d in dims] + [1] * (3 - len(dims))
         blocks.append((ints[0], ints[1], ints[2]))
         vals: dict[str, int] = {}
@@ -237,7 +243,8 @@ def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[st
             if isinstance(v, int):
                 vals[name] = v
         values.append(vals)
-    return tuple(blocks), tuple(values)
+        names.append({n: v for n, v in env.items() if n in tunable_names and isinstance(v, int)})
+    return tuple(blocks), tuple(values), tuple(names)
 
 
 def _arg_values(spec: KernelSpec, scalars: Sequence[str]) -> dict[str, str]:

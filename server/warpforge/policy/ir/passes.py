@@ -51,6 +51,8 @@ class PassEnv:
     blocks: tuple[tuple[int, int, int], ...] = ()
     #: at each size of the spec (as ``blocks``): the kernel's scalar parameters the spec gives as numbers
     values: tuple[dict[str, int], ...] = ()
+    #: at each size of the spec (as ``blocks``): the spec's numeric tunables, which the text keeps as names
+    names: tuple[dict[str, int], ...] = ()
     #: the file's top-level integer constants: name -> value text
     constants: dict[str, str] = field(default_factory=dict)
     #: the launch's grid as the spec (or the candidate) writes it, in spec terms; empty when unknown

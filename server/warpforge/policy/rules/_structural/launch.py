@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 
 from tree_sitter import Node
 
 from ....cuda.model import Kernel
+from ....cuda.parser import parse
 from ....cuda.rewrite import apply_edits, replace_body
+from ....cuda.text import SourceText
 from ....cuda.tree import node_text, walk
 from ....cuda.tree import unparen as unparen  # re-exported: the rules import it from here
 from ....cuda.tree import written_names as written_names  # likewise
+from ....cuda.types import file_aliases
+from ....spec.ctypes import TypeScope
 from ....spec.expr import Number
-from ....spec.model import Role
+from ....spec.model import Role, canonical_dtype
 from .._util import eval_expr, expr_names, kernel_body, size_env, strip_parens
 from ..base import RuleContext
 from .loops import Bound
@@ -27,17 +32,29 @@ from .syntax import all_names, declared_names, has_collective, render
 
 
 def resolved_type(ctx: RuleContext, type_text: str) -> str:
-    """A type as the kernel is instantiated: a template type parameter becomes the spec's argument for it
-    (``T`` -> ``float``), anything else is returned as written. Rules that accumulate in a type (a
-    shuffle moves only some) must judge the instantiated type, not the parameter's name."""
+    """A type as the kernel is instantiated and compiled: a template type parameter becomes the spec's argument
+    for it (``T`` -> ``float``), and a type alias of the file or its headers what it names under the build's
+    ``#if`` branches (llm.c's ``floatX`` -> ``__nv_bfloat16`` where ``ENABLE_BF16`` is defined); anything else
+    is returned as written. Rules that accumulate in a type (a shuffle moves only some) must judge the type the
+    compiler sees, not the name written. An alias that adds a pointer level (``typedef float* fptr``) is left."""
     k = ctx.cand_kernel
     t = " ".join(type_text.replace("const ", "").split())
-    if k is None or not k.template_params:
+    if k is not None and k.template_params:
+        for p, a in zip(k.template_params, ctx.spec.template_args, strict=False):
+            if p.kind == "type" and p.name == t:
+                t = " ".join(a.split())
+                break
+    if not re.fullmatch(r"[A-Za-z_]\w*", t) or canonical_dtype(t) is not None:
         return t
-    for p, a in zip(k.template_params, ctx.spec.template_args, strict=False):
-        if p.kind == "type" and p.name == t:
-            return " ".join(a.split())
-    return t
+    got, stars = TypeScope(aliases=_file_aliases(ctx.file, ctx.source.text)).resolve(t)
+    return " ".join(got.split()) if stars == 0 else t
+
+
+@lru_cache(maxsize=16)
+def _file_aliases(file: str, text: str) -> dict[str, tuple[str, int]]:
+    """The type aliases of ``file`` (``text``) and the headers it includes (cached: one file, many candidates)."""
+    src = SourceText(text)
+    return file_aliases(src, parse(src.data), file)
 
 
 def with_body(ctx: RuleContext, body: str) -> str | None:

@@ -35,10 +35,13 @@ VECTOR_TYPES: dict[str, tuple[str, str]] = {
     "uint32_t": ("uint4", "uint2"),
 }
 
-#: scalar types a warp shuffle moves (and the structural rules accumulate in)
+#: scalar types a warp shuffle moves (and the structural rules accumulate in): ``__shfl_*_sync`` has overloads for
+#: ``long``/``unsigned long`` and, in cuda_fp16.h and cuda_bf16.h, for the half and bfloat16 types, whose ``+``
+#: (and ``atomicAdd``) exist on the device from sm_80, the builds' architecture (``ir.remap`` reads the same set)
 SHUFFLE_TYPES = frozenset({
     "float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",
-    "unsigned long long int", "int32_t", "uint32_t", "int64_t", "uint64_t",
+    "unsigned long long int", "int32_t", "uint32_t", "int64_t", "uint64_t", "long", "unsigned long",
+    "__half", "half", "__nv_bfloat16", "nv_bfloat16",
 })
 
 #: binary min/max functions a reduction may use: name -> "max" | "min"
