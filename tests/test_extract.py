@@ -301,6 +301,41 @@ def test_includes_keep_the_conditions_they_are_under(tmp_path: Path) -> None:
     assert b"halve" in cubin
 
 
+#: llm.c's element type chosen in the file itself: a define below the system includes, then the #if it picks
+ALIAS_BY_DEFINE = """#include <cuda_bf16.h>
+#include <cstdio>
+#define ENABLE_BF16
+#if defined(ENABLE_BF16)
+typedef __nv_bfloat16 floatX;
+#else
+typedef float floatX;
+#endif
+
+__global__ void widen(float* out, const floatX* in, int n) {
+    static_assert(sizeof(floatX) == 2, "floatX is the bfloat16 the file compiles");
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (float)in[i];
+}
+"""
+
+
+@needs_nvcc
+def test_a_kept_conditional_gets_the_macros_its_condition_names(tmp_path: Path) -> None:
+    """The unit keeps the ``#if`` block the kernel's ``floatX`` comes from; the macro its condition tests was
+    dropped (it sits above no include of the file's own), so the unit compiled ``floatX`` as ``float`` while the
+    file and the spec say bfloat16: the original wrote past its buffers on an H200. The static_assert fails
+    to compile without the macro."""
+    model = parse(ALIAS_BY_DEFINE)
+    kernel = model.kernel("widen")
+    assert kernel is not None
+    tu = standalone(ALIAS_BY_DEFINE, model, kernel)
+    lines = [ln for ln in tu.splitlines() if ln and not ln.startswith("#line")]
+    assert lines.index("#define ENABLE_BF16") < lines.index("#if defined(ENABLE_BF16)")
+    _, rc, err, cubin = _compile(("alias_by_define", tu, tmp_path))
+    assert rc == 0, err
+    assert b"widen" in cubin
+
+
 @needs_nvcc
 def test_a_computed_include_keeps_the_macro_that_spells_it(tmp_path: Path) -> None:
     # `#include S(path)` with `#define S(x) #x` above it: the unit needs S, which the kernel itself never names

@@ -23,13 +23,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import corpus_applicability as ca
 
-#: a bias gradient: each thread sums a column slice, then one atomicAdd per thread into the bias (llm.c's shape)
+#: a bias gradient: each thread sums a column slice, then one atomicAdd per thread into the bias (llm.c's shape).
+#: The inputs are -1, 0 or 1 and a bias gets at most ~150 of them (B and its perturbed size): every partial and
+#: total is an integer half and bfloat16 hold exactly, so the atomics' order changes nothing. With normal inputs
+#: the original itself was not deterministic on an H200 (256 bfloat16 atomicAdds of values near 1 differ by ~1
+#: between runs), and the evaluator rightly refuses to verify against it.
 BIAS = """#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 PRELUDE
-// @warpforge size B = 256
+// @warpforge size B = 128
 // @warpforge size OC = 128
-// @warpforge arg dout: in ELEM[B*OC]
+// @warpforge arg dout: in ELEM[B*OC] int(-1, 2)
 // @warpforge arg dbias: inout ELEM[OC] zeros
 // @warpforge arg rows = B
 // @warpforge arg oc_n = OC

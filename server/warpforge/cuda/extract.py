@@ -109,6 +109,30 @@ def _conditional_text(src: SourceText, model: FileModel, span: Span) -> str:
     return b"".join(out).decode("utf-8", errors="replace").rstrip()
 
 
+_CONDITION = re.compile(r"\s*#\s*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(.*)")
+
+
+def _condition_macros(src: SourceText, model: FileModel, span: Span, filename: str | None) -> str:
+    """The file's own unconditional macros that a top-level ``#if`` block's conditions name, defined above it.
+
+    Why: the unit keeps the block (a ``typedef`` the kernel needs is in it), and the branch it compiles must be the
+    one the file compiles. llm.c's style written in one file, ``#define ENABLE_BF16`` after the system includes
+    and then ``#if defined(ENABLE_BF16) typedef __nv_bfloat16 floatX; #else typedef float floatX; #endif``, lost
+    the define (it is above no include of the file's own), so the unit compiled ``floatX`` as ``float`` while
+    the spec, read through the same ``#if``, said bfloat16: the original wrote past its buffers on the GPU. An
+    identical redefinition of a macro the unit already has is allowed, so one given twice does no harm."""
+    named: set[str] = set()
+    for line in src.slice(span).split("\n"):
+        m = _CONDITION.match(line)
+        if m is not None:
+            named |= set(_IDENT.findall(m.group(1))) - {"defined"}
+    out = ""
+    for d in model.declarations:
+        if d.kind is DeclKind.MACRO and d.conditional is None and d.span.start < span.start and named & set(d.names):
+            out += _line_directive(src, d.span.start, filename) + src.slice(d.span).rstrip() + "\n"
+    return out
+
+
 _BRANCH = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|elifdef|elifndef|else|endif|include)\b")
 
 
@@ -208,7 +232,8 @@ def standalone(
                 continue
             emitted_conditionals.add(d.conditional)
             span = d.conditional
-            parts.append(_line_directive(src, span.start, filename) + _conditional_text(src, model, span) + "\n")
+            parts.append(_condition_macros(src, model, span, filename)
+                         + _line_directive(src, span.start, filename) + _conditional_text(src, model, span) + "\n")
             continue
         text = src.slice(d.span)
         if d.kind is DeclKind.TYPE and not text.rstrip().endswith(";"):
@@ -279,7 +304,8 @@ def standalone_many(
             if d.conditional in emitted_conditionals:
                 continue
             emitted_conditionals.add(d.conditional)
-            items.append((d.conditional.start, _line_directive(src, d.conditional.start, filename)
+            items.append((d.conditional.start, _condition_macros(src, model, d.conditional, filename)
+                          + _line_directive(src, d.conditional.start, filename)
                           + _conditional_text(src, model, d.conditional) + "\n"))
             continue
         text = src.slice(d.span)
