@@ -81,6 +81,21 @@ def misparsed_assignment(n: Node, data: bytes) -> bool:
         and data[op.start_byte:op.end_byte] == b"="
 
 
+def plain_assignment(st: Node, data: bytes) -> tuple[Node, Node] | None:
+    """(left, right) of a statement that is one plain assignment ``left = right;`` (not ``+=``, not a comma
+    expression, not a comparison tree-sitter misread); None for any other statement. The passes that move or
+    drop a store (``block_items``' ``sh[tid] = acc;``, ``register_accumulator``'s ``y[i] = 0;``, the remaps'
+    masked-item store) all ask this first."""
+    if st.type != "expression_statement" or st.named_child_count != 1:
+        return None
+    a = st.named_children[0]
+    left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if a.type != "assignment_expression" or left is None or op is None or right is None \
+            or node_text(op, data) != "=" or misparsed_assignment(a, data):
+        return None
+    return left, right
+
+
 def written_names(node: Node, data: bytes) -> set[str]:
     """Plain variables assigned, incremented or whose address is taken anywhere in a subtree: what a
     transformation must not assume constant."""

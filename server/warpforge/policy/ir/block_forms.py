@@ -14,8 +14,9 @@ from collections.abc import Callable
 from tree_sitter import Node
 
 from ...cuda.tree import unparen, walk
-from .block_shape import _array_of, _Found, _fresh, _is, _literal, _mentions, _Names, _No, _shared
+from .block_shape import _array_of, _Found, _fresh, _is, _literal, _mentions, _Names, _shared
 from .passes import Kernel, side_effect_free, splice, statements
+from .passes import Unmet as _No
 from .remap import Reduction
 
 

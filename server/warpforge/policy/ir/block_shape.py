@@ -2,7 +2,8 @@
 where its loop strided by the block is (a top-level loop, or one nested in uniform loops).
 
 Why a module of its own: the pass (``pass_block_items``) and its other spellings (``block_forms``) ask the same
-questions of the kernel's names; each failure is a ``_No`` with the reason in words and the node it is about.
+questions of the kernel's names; each failure is an ``Unmet`` (``passes``) with the reason in words and the node
+it is about.
 """
 
 from __future__ import annotations
@@ -14,15 +15,6 @@ from tree_sitter import Node
 
 from ...cuda.tree import member, unparen, walk, written_names
 from .passes import Kernel, PassEnv, statements
-
-
-class _No(Exception):
-    """A precondition that does not hold: the reason, in words, and the node it is about."""
-
-    def __init__(self, reason: str, node: Node) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.node = node
 
 
 @dataclass(frozen=True)

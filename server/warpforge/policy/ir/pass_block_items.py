@@ -60,7 +60,7 @@ from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
-from ...cuda.tree import member, unparen, walk, written_names
+from ...cuda.tree import member, plain_assignment, unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .block_forms import _guarded_updates, _offset, _slot_in_register
@@ -75,7 +75,6 @@ from .block_shape import (
     _loop_var,
     _mentions,
     _Names,
-    _No,
     _shared,
     _sized,
 )
@@ -91,6 +90,7 @@ from .passes import (
     splice,
     statements,
 )
+from .passes import Unmet as _No
 from .remap import NotLegal, Reduction, carried_scalars
 
 _SUM = "sum"
@@ -368,12 +368,10 @@ def _check_start(k: Kernel, nm: _Names, before: list[Node], r: Reduction, loop: 
 def _partial_store(st: Node, k: Kernel, nm: _Names, shared: dict[str, tuple[str, Node]],
                    accs: dict[str, Reduction]) -> tuple[str, Node, str] | None:
     """``sh[tid] = acc;`` (or a cast of ``acc``): (array, the stored value, the accumulator)."""
-    if st.type != "expression_statement" or st.named_child_count != 1:
+    got = plain_assignment(st, k.data)
+    if got is None:
         return None
-    a = st.named_children[0]
-    left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if a.type != "assignment_expression" or left is None or op is None or right is None or k.t(op) != "=":
-        return None
+    left, right = got
     sub = unparen(left)
     arr, idx = sub.child_by_field_name("argument"), sub.child_by_field_name("indices") or \
         sub.child_by_field_name("index")

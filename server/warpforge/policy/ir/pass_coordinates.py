@@ -31,6 +31,7 @@ from ...cuda.poly import padd, pmul
 from ...cuda.tree import walk, written_names
 from .affine import NonAffine, Poly, Scope, poly
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, splice
+from .passes import Unmet as _No
 from .polyops import coefficient, names_read, render, substitute
 from .summary import params_of, scope_of
 
@@ -38,11 +39,6 @@ _COORDS = ("threadIdx.x", "threadIdx.y", "blockIdx.x", "blockIdx.y")
 _BLOCK = ("blockDim.x", "blockDim.y", "blockDim.z")
 
 
-class _No(Exception):
-    def __init__(self, reason: str, node: Node) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.node = node
 
 
 def _coordinate(n: Node, k: Kernel) -> str | None:

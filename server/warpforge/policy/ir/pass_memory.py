@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from ...cuda.tree import element_use, node_text, unparen, walk, written_names
+from ...cuda.tree import element_use, node_text, plain_assignment, unparen, walk, written_names
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, declared_names, idents, register, splice
 
 _SCALARS = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long", "long long",
@@ -113,13 +113,10 @@ def _initial_store(loop: Node, y: str, idx: set[str], k: Kernel) -> tuple[Node, 
     prev = loop.prev_named_sibling
     while prev is not None and prev.type == "comment":
         prev = prev.prev_named_sibling
-    if prev is None or prev.type != "expression_statement" or prev.named_child_count != 1:
+    got = plain_assignment(prev, k.data) if prev is not None else None
+    if prev is None or got is None:
         return None
-    a = prev.named_children[0]
-    left, op, right = (a.child_by_field_name(f) for f in ("left", "operator", "right"))
-    if a.type != "assignment_expression" or left is None or op is None or right is None or k.t(op) != "=":
-        return None
-    left = unparen(left)
+    left, right = unparen(got[0]), got[1]
     if left.type != "subscript_expression" or _index_text(left, k) not in idx:
         return None
     arg = left.child_by_field_name("argument")

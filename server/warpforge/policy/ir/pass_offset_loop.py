@@ -49,6 +49,7 @@ from .passes import (
     splice,
     statements,
 )
+from .passes import Unmet as _No
 
 #: the identity of each compound assignment: the guard's false branch must be one of these literals
 _IDENTITY = {"+=": "0", "-=": "0", "|=": "0", "^=": "0", "*=": "1"}
@@ -58,13 +59,6 @@ _INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long lon
                             "unsigned long long", "size_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
 
 
-class _No(Exception):
-    """The loop has this pass's shape but not its precondition (the message says which)."""
-
-    def __init__(self, reason: str, node: Node) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.node = node
 
 
 @dataclass(frozen=True)

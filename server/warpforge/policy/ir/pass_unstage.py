@@ -57,6 +57,7 @@ from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
 from .affine import NonAffine, Poly, Scope, poly
 from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, side_effect_free, splice, statements
+from .passes import Unmet as _No
 from .polyops import coefficient, evaluate, names_read, rename, render, substitute
 from .summary import params_of, scope_of
 
@@ -64,13 +65,6 @@ _TX, _TY = "threadIdx.x", "threadIdx.y"
 _BLOCK = ("blockDim.x", "blockDim.y", "blockDim.z")
 
 
-class _No(Exception):
-    """A precondition that does not hold: the reason, in words, and the node it is about."""
-
-    def __init__(self, reason: str, node: Node) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.node = node
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,16 @@ class PassEnv:
     arg_values: dict[str, str] = field(default_factory=dict)
 
 
+class Unmet(Exception):
+    """A pass's precondition that does not hold, raised deep in its analysis: the reason, in words, and the node
+    it is about (the pass turns it into a ``Skipped`` at that node's line)."""
+
+    def __init__(self, reason: str, node: Node) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.node = node
+
+
 @dataclass(frozen=True)
 class Changed:
     text: str

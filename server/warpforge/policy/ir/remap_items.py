@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from ...cuda.poly import Poly, padd
-from ...cuda.tree import element_use, misparsed_assignment, unparen, walk
+from ...cuda.tree import element_use, misparsed_assignment, plain_assignment, unparen, walk
 from .affine import COORDS, NonAffine, Scope, poly
 from .passes import Kernel, declared_names, statements
 from .remap import (
@@ -244,12 +244,8 @@ def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) 
         node = k.body.descendant_for_byte_range(a.at, a.at + 1)
         while node is not None and node.type != "expression_statement" and node is not k.body:
             node = node.parent
-        expr = node.named_children[0] if node is not None and node.type == "expression_statement" \
-            and node.named_children else None
-        left = expr.child_by_field_name("left") if expr is not None and expr.type == "assignment_expression" else None
-        op = expr.child_by_field_name("operator") if expr is not None else None
-        if node is None or expr is None or left is None or op is None or k.t(op) != "=" \
-                or unparen(left).start_byte != a.at or misparsed_assignment(expr, k.data):
+        got = plain_assignment(node, k.data) if node is not None else None
+        if node is None or got is None or unparen(got[0]).start_byte != a.at:
             return NotLegal(why + " (only a plain store `a[e] = v;` can be left to one lane)", a.line)
         if node.start_byte < lane_at or a.param in read:
             return NotLegal(why + (f", and `{a.param}` is read too (by a lane before lane 0 wrote it)"
