@@ -50,31 +50,36 @@ result where the original left it (``sh[0]``, for each array) followed by a ``__
 
 from __future__ import annotations
 
+from tree_sitter import Node
+
 from .. import register
 from .._structural import indent, line_indent_of
 from .._structural_rule import Launch, StructuralRule
 from ..base import RuleContext
+from . import fold as _fold
 from .emit import PREFIX, VARIANTS, replacement
-from .scope import analyse
+from .scope import Reductions, analyse
 from .tree import Threads, TreeLoop, is_tid, match_tree_loop, threads, tid_names
 
-__all__ = ["PREFIX", "VARIANTS", "Threads", "TreeLoop", "WarpReduce", "is_tid", "match_tree_loop", "threads",
-           "tid_names"]
+__all__ = ["PREFIX", "VARIANTS", "Reductions", "Threads", "TreeLoop", "WarpReduce", "is_tid", "match_tree_loop",
+           "threads", "tid_names"]
 
 
-class WarpReduce(StructuralRule[list[TreeLoop]]):
+class WarpReduce(StructuralRule[Reductions]):
     family = "warp_reduce"
     structural = True
     motivated_by = ("warp_reduce", "barrier_stall")
 
-    def analyse(self, ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
+    def analyse(self, ctx: RuleContext) -> tuple[Reductions, bytes] | None:
         return analyse(ctx)
 
-    def launches(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes) -> dict[str, Launch]:
-        return {param: Launch() for param in VARIANTS}
+    def launches(self, ctx: RuleContext, shape: Reductions, data: bytes) -> dict[str, Launch]:
+        # the variants differ in how a tree ends; a fold has one rewrite (warps, then warp 0)
+        return {param: Launch() for param in (VARIANTS if shape.trees else ("warps",))}
 
-    def body(self, ctx: RuleContext, shape: list[TreeLoop], data: bytes, param: str) -> str | None:
-        """The body with every tree loop replaced by its shuffle version."""
+    def body(self, ctx: RuleContext, shape: Reductions, data: bytes, param: str) -> str | None:
+        """The body with every tree loop replaced by its shuffle version and every serial fold by the
+        block-wide one (``fold.py``)."""
         k = ctx.cand_kernel
         if k is None:
             return None
@@ -82,19 +87,27 @@ class WarpReduce(StructuralRule[list[TreeLoop]]):
         assert src == data
         out: list[bytes] = []
         pos = k.body_span.start
-        for n, lp in enumerate(sorted(shape, key=lambda t: t.node.start_byte)):
-            out.append(src[pos : lp.node.start_byte])
-            out.append(indent(replacement(lp, param, n), line_indent_of(lp.node, src)).lstrip().encode())
-            pos = lp.node.end_byte
+        edits: list[tuple[Node, str]] = [(lp.node, replacement(lp, param, n)) for n, lp in enumerate(shape.trees)]
+        edits += [(f.node, _fold.replacement(f, n, src)) for n, f in enumerate(shape.folds)]
+        for node, text in sorted(edits, key=lambda e: e[0].start_byte):
+            out.append(src[pos : node.start_byte])
+            out.append(indent(text, line_indent_of(node, src)).lstrip().encode())
+            pos = node.end_byte
         out.append(src[pos : k.body_span.end])
         return b"".join(out).decode()
 
-    def rationale(self, shape: list[TreeLoop], param: str) -> str:
-        arrays = ", ".join(sorted({c.array for lp in shape for c in lp.combines}))
+    def rationale(self, shape: Reductions, param: str) -> str:
+        if not shape.trees:
+            arrays = ", ".join(sorted({t.array for f in shape.folds for t in f.terms}))
+            return ("fold the shared partials with every thread of the block (a strided pass, __shfl_down_sync in "
+                    f"each warp, then warp 0) instead of one thread walking them serially ({arrays})")
+        arrays = ", ".join(sorted({c.array for lp in shape.trees for c in lp.combines}))
         why = ("stop the shared-memory tree at 64 elements and finish in warp 0 with __shfl_down_sync"
                if param == "tail" else
                "reduce each warp with __shfl_down_sync, then the warps' partials in warp 0 (2 barriers)")
-        if any(lp.form == "interleaved" for lp in shape):
+        if shape.folds:
+            why += "; the serial folds by one thread with every thread of the block"
+        if any(lp.form == "interleaved" for lp in shape.trees):
             why = "fold the interleaved tree as a halving one (no divergence, no bank conflicts) and " + why
         return f"{why} ({arrays})"
 

@@ -18,6 +18,7 @@ docstring, declined in words when it fails:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
@@ -37,7 +38,16 @@ from .._util import kernel_body
 from .._why import Stage, declined
 from ..base import RuleContext
 from .emit import PREFIX
+from .fold import Fold, Uniform, fold_legal, match_fold
 from .tree import Threads, TreeLoop, is_barrier, is_tid, match_tree_loop, threads
+
+
+@dataclass
+class Reductions:
+    """What the rewrite replaces in one kernel: shared-memory trees and serial folds by one thread."""
+
+    trees: list[TreeLoop] = field(default_factory=list)
+    folds: list[Fold] = field(default_factory=list)
 
 
 def _is_elem_write(st: Node, data: bytes, array: str, th: Threads) -> bool:
@@ -134,8 +144,43 @@ def _position(st: Node) -> tuple[list[Node], int]:
     return sibs, next(n for n, s in enumerate(sibs) if s.id == st.id)
 
 
-def analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
-    """Every tree of the kernel the rewrite may replace, or None with the reason recorded."""
+def _type_of(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
+    """The value type each name holds: a local's declared type, a parameter's (its element type for a
+    pointer): what a fold's target accumulates in."""
+    k = ctx.cand_kernel
+    out = {p.name: p.type for p in k.params} if k is not None else {}
+    seen: set[str] = set()
+    for d in walk(body, ("declaration",)):
+        one = single_decl(d, data)
+        if one is None:
+            continue
+        if one.name in seen:
+            out.pop(one.name, None)
+            continue
+        seen.add(one.name)
+        out[one.name] = " ".join(one.type.replace("const ", "").split())
+    return out
+
+
+def _folds(ctx: RuleContext, body: Node, data: bytes, th: Threads, shared: dict[str, str]) -> list[Fold]:
+    """The serial folds of shared partials the rewrite may replace (each other one declined in words)."""
+    uniform = Uniform(body, data)
+    types = _type_of(ctx, body, data)
+    out: list[Fold] = []
+    for st in walk(body, ("if_statement",)):
+        f = match_fold(st, data, th, shared, lambda t: resolved_type(ctx, t), uniform, types.get)
+        if f is None:
+            continue
+        why = fold_legal(body, f, data, th)
+        if why is not None:
+            declined(why, f.node, Stage.LEGALITY)
+            continue
+        out.append(f)
+    return out
+
+
+def analyse(ctx: RuleContext) -> tuple[Reductions, bytes] | None:
+    """Every tree and serial fold of the kernel the rewrite may replace, or None with the reason recorded."""
     k = ctx.cand_kernel
     got = kernel_body(ctx)
     if k is None or got is None:
@@ -149,7 +194,8 @@ def analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
     th = threads(body, data)
     loops = [lp for st in walk(body) if st.type == "for_statement"
              and (lp := match_tree_loop(st, data, th, shared, lambda t: resolved_type(ctx, t))) is not None]
-    if not loops:
+    folds = _folds(ctx, body, data, th, shared)
+    if not loops and not folds:
         return declined("no loop of the kernel is a shared-memory tree reduction", body, Stage.SCOPE)
     nodes = [lp.node for lp in loops]
     ok: list[TreeLoop] = []
@@ -170,8 +216,8 @@ def analyse(ctx: RuleContext) -> tuple[list[TreeLoop], bytes] | None:
             declined(why, lp.node, Stage.LEGALITY)
             continue
         ok.append(lp)
-    if not ok:
+    if not ok and not folds:
         return None
     if not is_1d(ctx, ctx.block):
         return declined("the block is not one-dimensional", None, Stage.LAUNCH)
-    return ok, data
+    return Reductions(ok, folds), data
