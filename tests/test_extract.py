@@ -424,3 +424,47 @@ def test_a_guarded_header_builds_its_kernel_and_its_candidates(tmp_path: Path) -
     assert res.original is not None and res.original.ok, res.original
     fr = res.families["warp_reduce"]
     assert fr.proposed >= 1 and fr.tried == fr.proposed and not fr.failures, fr.failures
+
+
+#: a templated kernel and its explicit specialization for half (mmcv's sync-BN spelling)
+SPECIALIZED = """#include <cuda_fp16.h>
+#define THREADS 256
+template <typename T>
+__global__ void channel_sum(const T* x, float* out, int n) {
+    __shared__ float b[THREADS];
+    b[threadIdx.x] = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[threadIdx.x] += static_cast<float>(x[i]);
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = b[0];
+}
+
+template <>
+__global__ void channel_sum(const half* x, float* out, int n) {
+    __shared__ float b[THREADS];
+    b[threadIdx.x] = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[threadIdx.x] += __half2float(x[i]);
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = b[0];
+}
+"""
+
+
+@needs_nvcc
+def test_an_explicit_specialization_gets_its_primary_template(tmp_path: Path) -> None:
+    """The unit of ``template <> __global__ void k(const half* ...)`` alone did not build ("channel_sum is not a
+    class or function template name in the current scope"), so neither did any candidate of mmcv's half-precision
+    sync-BN kernels: the primary template's declaration now precedes it, its body left out."""
+    model = parse(SPECIALIZED)
+    spec = [k for k in model.kernels if k.name == "channel_sum"][1]
+    assert not spec.template_params
+    tu = standalone(SPECIALIZED, model, spec)
+    lines = [ln for ln in tu.splitlines() if ln and not ln.startswith("#line")]
+    declared = next(n for n, ln in enumerate(lines) if ln.endswith(";") and "channel_sum(" in ln)
+    assert lines[declared - 1] == "template <typename T>" and lines.index("template <>") > declared
+    assert tu.count("static_cast<float>(x[i])") == 0  # the primary's body is not in the unit
+    _, rc, err, cubin = _compile(("specialized", tu, tmp_path))
+    assert rc == 0, err
+    assert b"channel_sum" in cubin
+    # the primary template itself is extracted as before (no declaration of itself)
+    primary = [k for k in model.kernels if k.name == "channel_sum"][0]
+    assert standalone(SPECIALIZED, model, primary).count("channel_sum(") == 1

@@ -206,6 +206,27 @@ def _with_linkage(kernel: Kernel, text: str) -> str:
     return text
 
 
+_SPECIALIZATION = re.compile(r"^\s*template\s*<\s*>")
+
+
+def _primary_declaration(src: SourceText, model: FileModel, kernel: Kernel, filename: str | None) -> str:
+    """For an explicit specialization (``template <> __global__ void k(const half* x, ...)``), the declaration of
+    the primary template it specializes, else "".
+
+    Why: nvcc accepts a specialization only after its primary template ("k is not a class or function template
+    name in the current scope"); the unit of a specialization alone (mmcv's half-precision sync-BN kernels) did
+    not build, so neither did any candidate. The primary's signature is enough: its body is never instantiated
+    for the specialized arguments."""
+    if kernel.template_params or not _SPECIALIZATION.match(src.slice(kernel.span)):
+        return ""
+    for k in model.kernels:
+        if k.name == kernel.name and k.namespace == kernel.namespace and k.template_params \
+                and k.span.start < kernel.span.start:
+            head = src.slice(Span(k.span.start, k.body_span.start)).rstrip()
+            return _line_directive(src, k.span.start, filename) + _wrap_namespace(head + ";", k.namespace) + "\n"
+    return ""
+
+
 def standalone(
     source: str | SourceText,
     model: FileModel,
@@ -239,6 +260,9 @@ def standalone(
         if d.kind is DeclKind.TYPE and not text.rstrip().endswith(";"):
             text += ";"
         parts.append(_line_directive(src, d.span.start, filename) + _wrap_namespace(text, d.namespace) + "\n")
+    primary = _primary_declaration(src, model, kernel, filename)
+    if primary:
+        parts.append(primary)
     if definition is not None:
         # A candidate's text is compiled only as device code, whoever wrote it (``reduce``): an include of
         # another file or host code in it never reaches nvcc.
