@@ -130,8 +130,47 @@ __global__ void block_max(const float* x, float* out)
 }
 """
 
+#: per item (a loop over items, barriers inside), thread 0 folds interleaved pairs through an index it steps
+#: itself (`sid += 2`) and a second array by the loop's variable, starting from element 0 (mmcv's deformable
+#: attention gradient spelling)
+STEPPED_INDEX = """\
+// @warpforge size P = 96
+// @warpforge arg g: in float[P * 128 * 3]
+// @warpforge arg loc: out float[2 * P]
+// @warpforge arg att: out float[P]
+// @warpforge arg points = P
+// @warpforge launch grid=1, block=128
+// @warpforge tol rtol=1e-4 atol=1e-4
+__global__ void point_grads(const float* g, float* loc, float* att, int points)
+{
+    __shared__ float pair[2 * 128];
+    __shared__ float w[128];
+    const int tid = threadIdx.x;
+    for (int p = 0; p < points; ++p) {
+        pair[2 * tid] = g[(p * 128 + tid) * 3];
+        pair[2 * tid + 1] = g[(p * 128 + tid) * 3 + 1];
+        w[tid] = g[(p * 128 + tid) * 3 + 2];
+        __syncthreads();
+        if (tid == 0) {
+            float gw = pair[0], gh = pair[1], ga = w[0];
+            int sid = 2;
+            for (unsigned int t = 1; t < blockDim.x; ++t) {
+                gw += pair[sid];
+                gh += pair[sid + 1];
+                ga += w[t];
+                sid += 2;
+            }
+            loc[2 * p] = gw;
+            loc[2 * p + 1] = gh;
+            att[p] = ga;
+        }
+        __syncthreads();
+    }
+}
+"""
+
 ACCEPTED = {"channel_mean": CHANNEL_MEAN, "bias_grad": BIAS_GRAD, "pair_sums": PAIRS_FROM_ONE,
-            "block_max": BLOCK_MAX}
+            "block_max": BLOCK_MAX, "point_grads": STEPPED_INDEX}
 
 
 def _policy(text: str, kernel: str) -> OfflinePolicy:
@@ -193,6 +232,15 @@ def test_a_max_starts_from_an_element_not_from_zero() -> None:
     assert "m = fmaxf(m, wfr_fv0_0);" in code
 
 
+def test_an_index_the_loop_steps_itself_is_read_as_a_function_of_the_loop_variable() -> None:
+    code = _children(STEPPED_INDEX, "point_grads")["warps"]
+    # sid = 2 + 2 * (t - 1) at iteration t; the step itself is gone from the block-wide pass
+    assert "wfr_fv0_0 = wfr_fv0_0 + pair[((2) + (2) * (wfr_fj0 - (1)))];" in code
+    assert "wfr_fv0_1 = wfr_fv0_1 + pair[((2) + (2) * (wfr_fj0 - (1))) + 1];" in code
+    assert "wfr_fv0_2 = wfr_fv0_2 + w[wfr_fj0];" in code
+    assert "gw = gw + wfr_fv0_0;" in code and "ga = ga + wfr_fv0_2;" in code
+
+
 @needs_nvcc
 @pytest.mark.parametrize("kernel", sorted(ACCEPTED))
 def test_the_rewritten_folds_compile(kernel: str) -> None:
@@ -224,6 +272,16 @@ def test_the_rewritten_folds_compile(kernel: str) -> None:
     # a double accumulator over float partials: the original sums in double
     (BLOCK_MAX.replace("float m = -1e30f;", "double m = -1e30;").replace("fmaxf(m, sh[i])", "fmax(m, sh[i])"),
      "block_max", "is not known to hold `float` values like `sh`"),
+    # the bound is a local of thread 0's branch: the block-wide pass before the `if` cannot name it
+    (BIAS_GRAD.replace("    if (p == 0) {\n        for (int i = 0; i < blockDim.x;",
+                       "    if (p == 0) {\n        int m = blockDim.x;\n        for (int i = 0; i < m;"),
+     "bias_grad", "names a local of thread 0's branch"),
+    # the stepped index is used after the loop
+    (STEPPED_INDEX.replace("att[p] = ga;", "att[p] = ga + sid;"), "point_grads",
+     "the loop's variable `sid` is read after the loop"),
+    # the step changes between iterations
+    (STEPPED_INDEX.replace("sid += 2;", "sid += t;"), "point_grads",
+     "the index `sid` is not the loop's variable with uniform offsets"),
 ])
 def test_near_misses_decline_with_their_reason(text: str, kernel: str, words: str) -> None:
     assert _children(text, kernel) == {}

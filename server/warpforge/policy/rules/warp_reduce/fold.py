@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
@@ -94,6 +94,8 @@ class Fold:
     bound: str
     terms: list[FoldTerm]
     tid: str
+    #: induction variables stepped by the loop (their final values are no longer computed)
+    inductions: list[str] = field(default_factory=list)
 
 
 def _is_tid_zero(cond: Node, data: bytes, th: Threads) -> str | None:
@@ -195,14 +197,87 @@ def _loop_header(loop: Node, data: bytes, uniform: Uniform) -> tuple[str, str, s
     return var, node_text(start, data), node_text(b[2], data)
 
 
-def _terms(loop: Node, var: str, data: bytes, shared: dict[str, str], resolve: Callable[[str], str],
-           uniform: Uniform, type_of: Callable[[str], str | None]) -> list[FoldTerm] | str:
-    """The loop's updates, or why the loop is not a fold of shared partials."""
+def _loop_statements(loop: Node) -> list[Node]:
     body = loop.child_by_field_name("body")
-    sts = statements(body) if body is not None and body.type == "compound_statement" else \
+    return statements(body) if body is not None and body.type == "compound_statement" else \
         ([body] if body is not None else [])
+
+
+def _bump(st: Node, data: bytes) -> tuple[str, Node | None] | None:
+    """``v += c;`` / ``v = v + c;`` -> (v, c); ``v++;`` / ``++v;`` -> (v, None); else None."""
+    e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
+    if e is None:
+        return None
+    if e.type == "update_expression":
+        arg = e.child_by_field_name("argument")
+        if arg is not None and arg.type == "identifier" and "++" in node_text(e, data):
+            return node_text(arg, data), None
+        return None
+    if e.type != "assignment_expression":
+        return None
+    left, op, right = (e.child_by_field_name(f) for f in ("left", "operator", "right"))
+    if left is None or op is None or right is None or left.type != "identifier":
+        return None
+    v = node_text(left, data)
+    if node_text(op, data) == "+=":
+        return v, right
+    b = binary_parts(unparen(right), data) if node_text(op, data) == "=" else None
+    if b is not None and b[1] == "+" and node_text(unparen(b[0]), data) == v:
+        return v, b[2]
+    return None
+
+
+def _inductions(loop: Node, var: str, start: str, before: list[Node], inside: set[str], data: bytes,
+                uniform: Uniform) -> tuple[dict[str, str], int] | str:
+    """Induction variables of the loop (``int sid = 2; for (...) { ... sh[sid] ...; sid += 2; }``, mmcv's
+    deformable attention): each trailing bump ``v += c`` with ``v`` started before the loop at a uniform value.
+    Returns ``v -> its value at iteration {i}`` (every use precedes the bump) and the number of trailing bumps,
+    or why not."""
+    sts = _loop_statements(loop)
+    out: dict[str, str] = {}
+    n = 0
+    for st in reversed(sts):
+        got = _bump(st, data)
+        if got is None:
+            break
+        v, c = got
+        if c is not None and ({v, var} & identifiers(c, data) or not uniform(c)):
+            break  # not a step: an update the fold reads (``b += sh[i]``), or declined there
+        if v == var or v in out:
+            return f"`{node_text(st, data).strip()}` steps the loop's variable or `{v}` twice"
+        init = None
+        for b in reversed(before):
+            if v not in written_names(b, data) and v not in declared_names(b, data):
+                continue
+            d = single_decl(b, data) if b.type == "declaration" else None
+            e = b.named_children[0] if b.type == "expression_statement" and b.named_child_count == 1 else None
+            if d is not None and d.name == v and d.value is not None:
+                init = d.value
+            elif e is not None and e.type == "assignment_expression" \
+                    and node_text(e.child_by_field_name("operator") or e, data) == "=" \
+                    and node_text(e.child_by_field_name("left") or e, data) == v:
+                init = e.child_by_field_name("right")
+            break
+        if init is None or not uniform(init) or identifiers(init, data) & inside:
+            return f"`{v}` does not start before the loop at a value the same for every thread"
+        step = "1" if c is None else node_text(c, data)
+        out[v] = f"(({node_text(init, data)}) + ({step}) * ({{i}} - ({start})))"
+        n += 1
+    for v in out:
+        if sum(1 for st in sts if v in written_names(st, data)) != 1:
+            return f"`{v}` is changed in the loop besides its step"
+    return out, n
+
+
+def _terms(loop: Node, var: str, data: bytes, shared: dict[str, str], resolve: Callable[[str], str],
+           uniform: Uniform, type_of: Callable[[str], str | None], inductions: dict[str, str], bumps: int,
+           inside: set[str]) -> list[FoldTerm] | str:
+    """The loop's updates, or why the loop is not a fold of shared partials."""
+    sts = _loop_statements(loop)
+    sts = sts[: len(sts) - bumps]
     out: list[FoldTerm] = []
     targets: set[str] = set()
+    marks = {var: "\x00i\x00", **{v: "\x00v" + v + "\x00" for v in inductions}}
     for st in sts:
         e = st.named_children[0] if st.type == "expression_statement" and st.named_child_count == 1 else None
         parts = None if e is None or e.type != "assignment_expression" else \
@@ -220,8 +295,12 @@ def _terms(loop: Node, var: str, data: bytes, shared: dict[str, str], resolve: C
         if sp is None or node_text(unparen(sp[0]), data) not in shared:
             return f"`{node_text(elem_read, data)}` is not an element of a shared array"
         array = node_text(unparen(sp[0]), data)
-        if var not in identifiers(sp[1], data) or any(
-                not uniform(x) for x in sp[1].named_children if var not in identifiers(x, data)):
+        moving = {var, *inductions}
+        names = [x for x in walk(sp[1]) if x.type == "identifier"]
+        if not moving & identifiers(sp[1], data) or any(
+                node_text(x, data) not in moving and (not uniform(x) or node_text(x, data) in inside) for x in names) \
+                or any(x.type in ("call_expression", "subscript_expression", "assignment_expression",
+                                  "update_expression") for x in walk(sp[1])):
             return f"the index `{node_text(sp[1], data)}` is not the loop's variable with uniform offsets"
         if var in identifiers(left, data) or array in identifiers(left, data) or target in targets:
             return f"`{target}` changes with the loop's variable or is updated twice"
@@ -235,10 +314,11 @@ def _terms(loop: Node, var: str, data: bytes, shared: dict[str, str], resolve: C
         if kept is None or resolve(kept) != real:
             return (f"`{target}` is not known to hold `{elem}` values like `{array}` (the fold would be computed in "
                     f"another precision than the original's `{target}`)")
-        index = render(sp[1], data, lambda n: "{i}" if n.type == "identifier" and node_text(n, data) == var
-                       else None)
-        out.append(FoldTerm(target, array, index.replace("{", "{{").replace("}", "}}").replace("{{i}}", "{i}"),
-                            fmt, elem, idem))
+        index = render(sp[1], data, lambda n: marks.get(node_text(n, data)) if n.type == "identifier" else None)
+        index = index.replace("{", "{{").replace("}", "}}").replace("\x00i\x00", "{i}")
+        for v, value in inductions.items():
+            index = index.replace("\x00v" + v + "\x00", value)
+        out.append(FoldTerm(target, array, index, fmt, elem, idem))
     if not out:
         return "the loop has no update"
     return out
@@ -266,11 +346,23 @@ def match_fold(st: Node, data: bytes, th: Threads, shared: dict[str, str], resol
         declined(head, loop, Stage.SHAPE)
         return None
     var, start, bound = head
-    terms = _terms(loop, var, data, shared, resolve, uniform, type_of)
+    # the new code runs before the ``if``: what it names must not be declared inside thread 0's branch
+    inside = {nm for d in walk(cons, ("declaration",)) for nm in declared_names(d, data)} if cons is not None \
+        else set()
+    for what, text in (("start", start), ("bound", bound)):
+        if set(re.findall(r"[A-Za-z_]\w*", text)) & inside:
+            declined(f"the loop's {what} `{text}` names a local of thread 0's branch (the block-wide fold runs "
+                     "before it)", loop, Stage.SHAPE)
+            return None
+    ind = _inductions(loop, var, start, inner[: inner.index(loop)], inside, data, uniform)
+    if isinstance(ind, str):
+        declined(ind, loop, Stage.SHAPE)
+        return None
+    terms = _terms(loop, var, data, shared, resolve, uniform, type_of, ind[0], ind[1], inside)
     if isinstance(terms, str):
         declined(terms, loop, Stage.SHAPE)
         return None
-    return Fold(st, loop, var, start, bound, terms, tid)
+    return Fold(st, loop, var, start, bound, terms, tid, list(ind[0]))
 
 
 def _after_uses(body: Node, loop: Node, var: str, data: bytes) -> bool:
@@ -300,8 +392,9 @@ def fold_legal(body: Node, fold: Fold, data: bytes, th: Threads) -> str | None:
                 "partials must be complete)")
     if any(n.type == "return_statement" and n.start_byte < fold.node.start_byte for n in walk(body)):
         return "a `return` comes before the fold: threads that left would miss the new barrier"
-    if _after_uses(body, fold.loop, fold.var, data):
-        return f"the loop's variable `{fold.var}` is read after the loop"
+    for v in (fold.var, *fold.inductions):
+        if _after_uses(body, fold.loop, v, data):
+            return f"the loop's variable `{v}` is read after the loop"
     return None
 
 

@@ -151,14 +151,21 @@ def _type_of(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
     out = {p.name: p.type for p in k.params} if k is not None else {}
     seen: set[str] = set()
     for d in walk(body, ("declaration",)):
-        one = single_decl(d, data)
-        if one is None:
+        tnode = d.child_by_field_name("type")
+        if tnode is None:
             continue
-        if one.name in seen:
-            out.pop(one.name, None)
-            continue
-        seen.add(one.name)
-        out[one.name] = " ".join(one.type.replace("const ", "").split())
+        kind = " ".join(node_text(tnode, data).replace("const ", "").split())
+        for dn in d.children_by_field_name("declarator"):
+            # a plain name, initialized or not (``float a = x[0], b = x[1];``); pointers and arrays hold no value
+            inner = dn.child_by_field_name("declarator") if dn.type == "init_declarator" else dn
+            if inner is None or inner.type != "identifier":
+                continue
+            name = node_text(inner, data)
+            if name in seen:
+                out.pop(name, None)
+                continue
+            seen.add(name)
+            out[name] = kind
     return out
 
 
