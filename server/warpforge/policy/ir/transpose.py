@@ -220,10 +220,10 @@ def plan_transpose(k: Kernel, s: Summary, template_args: Mapping[str, str] | Non
     except NonAffine as e:
         return NotLegal(f"the store's index is not affine in the kernel's index names: {e}", k.line(st), stage=0)
     pointers = {n for n, _, ptr, _ in params if ptr}
-    # candidate reads: subscripts of other pointer parameters in the store's value
+    # candidate reads: subscripts of other pointer parameters (in the store's value, or in a local it uses)
     cands: dict[tuple[str, str], list[tuple[Node, Poly]]] = {}
     reasons: list[str] = []
-    for sub in walk(pa[1], ("subscript_expression",)):
+    for sub in walk(k.body, ("subscript_expression",)):
         arg = sub.child_by_field_name("argument")
         name = k.t(unparen(arg)) if arg is not None else ""
         if name not in pointers or name == dst:
@@ -240,8 +240,8 @@ def plan_transpose(k: Kernel, s: Summary, template_args: Mapping[str, str] | Non
             continue
         cands.setdefault((name, repr(sorted(p.items()))), []).append((sub, p))
     if not cands:
-        return NotLegal(reasons[0] if reasons else "the stored value reads no array: not a copy of one array into "
-                        "another", k.line(st), stage=0)
+        return NotLegal(reasons[0] if reasons else "the kernel reads no array: not a copy of one array into another",
+                        k.line(st), stage=0)
     plans: list[TransposePlan | NotLegal] = []
     for (src, _), reads in cands.items():
         plans.append(_plan_for(k, s, src, dst, reads, w_poly, st, chain_nodes, coords, flat, scope, atoms))
@@ -333,7 +333,27 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
             node = call
         spans.append((node.start_byte, node.end_byte))
     if sum(1 for a in s.accesses if a.param == src) != len(reads):
-        return NotLegal(f"`{src}` is also read at another index or outside the store", line)
+        return NotLegal(f"`{src}` is also read at another index", line)
+    conds = [c.child_by_field_name("condition") for c in chain_nodes] + [
+        x.child_by_field_name("condition") for x in statements(k.body) if x.type == "if_statement"]
+    for sub, _ in reads:
+        if st.start_byte <= sub.start_byte < st.end_byte:
+            continue
+        decl = sub.parent
+        while decl is not None and decl.type not in ("declaration", "expression_statement", "if_statement",
+                                                      "for_statement", "return_statement"):
+            decl = decl.parent
+        if decl is None or decl.type != "declaration":
+            return NotLegal(f"`{k.t(sub)}` is read outside the store and the locals it computes", k.line(sub))
+        names = declared_names(decl, k.data)
+        if any(c is not None and _depends(c, names, k, scope) for c in conds):
+            return NotLegal(f"`{k.t(sub)}` decides an exit, a guard or the loop: the tile's value is only there "
+                            "for positions that store", k.line(sub))
+        later_exit = [x for x in statements(k.body) if x.type == "if_statement" and x.start_byte > decl.start_byte
+                      and decl.parent is not None and decl.parent.id == k.body.id]
+        if later_exit:
+            return NotLegal(f"`{k.t(sub)}` is read before the exit at line {k.line(later_exit[0])}: the tile would "
+                            "read it for positions past the original's threads", k.line(sub))
     # the prelude: the body's top-level statements before the chain; the chain's inner statements before the store
     top = chain_nodes[0] if chain_nodes else st
     sts = statements(k.body)

@@ -34,15 +34,17 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from ...cuda.tree import unparen, walk
+from ...cuda.tree import element_use, unparen, walk
 from ...spec.model import Role
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import NotLegal
 from ..ir.summary import params_of, summarize
+from ..ir.probe import indices
 from ..ir.transpose import Binding, TransposePlan, plan_transpose
 from . import register
-from ._structural import binary_parts, dims_values, failing_bound, scalar_value_expr, upper_bound
+from ._structural import binary_parts, dims_values, envs, failing_bound, scalar_value_expr, upper_bound
 from ._structural_rule import Launch, StructuralRule, analysed, fitting
+from ._util import eval_expr
 from .base import RuleContext
 
 #: the prefix of every name this rewrite introduces (one per rule, so rules compose without clashes)
@@ -97,7 +99,7 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
     plan = plan_transpose(k, summarize(k, targs), targs)
     if isinstance(plan, NotLegal):
-        return plan
+        return (_rows_moved(ctx, k) if "not affine" in plan.reason else None) or plan
     blocks, grids = dims_values(ctx, ctx.block), dims_values(ctx, ctx.grid)
     if blocks is None or grids is None:
         return NotLegal("the launch does not evaluate at the spec's sizes", stage=3)
@@ -140,6 +142,47 @@ def _guard_bound(ctx: RuleContext, k: Kernel, plan: TransposePlan, local: str) -
             if got is not None and lim is not None:
                 return f"{lim} + 1" if got.inclusive else lim
     return None
+
+
+def _rows_moved(ctx: RuleContext, k: Kernel) -> NotLegal | None:
+    """For an index the affine reading cannot follow (a chain of ``/`` and ``%``): whether neighbouring threads
+    store neighbouring elements and read neighbouring elements (a permutation of whole rows, llm.c's
+    ``unpermute``), found by running the index arithmetic for a few threads at the spec's size (``ir.probe``)."""
+    stores = [n for n in walk(k.body, ("subscript_expression",)) if element_use(n)[1]]
+    if len(stores) != 1:
+        return None
+    st = stores[0]
+    while st.parent is not None and st.type != "expression_statement":
+        st = st.parent
+    pointers = {n for n, _, ptr, _ in params_of(k)[0] if ptr}
+    subs = [n for n in walk(st, ("subscript_expression",))
+            if (a := n.child_by_field_name("argument")) is not None and k.t(unparen(a)) in pointers]
+    exprs = [i.named_children[0] if i.type == "subscript_argument_list" else i
+             for n in subs if (i := n.child_by_field_name("indices") or n.child_by_field_name("index")) is not None]
+    blocks, grids, es = dims_values(ctx, ctx.block), dims_values(ctx, ctx.grid), envs(ctx)
+    if len(exprs) < 2 or len(exprs) != len(subs) or blocks is None or grids is None or not es:
+        return None
+    env: dict[str, int] = {}
+    for a in ctx.spec.args:
+        v = eval_expr(str(a.value), es[0]) if a.role is Role.SCALAR and a.value is not None else None
+        if isinstance(v, int):
+            env[a.name] = v
+    for n, ax in enumerate(_AXES):
+        env[f"blockDim.{ax}"], env[f"gridDim.{ax}"] = blocks[0][n], grids[0][n]
+        env[f"threadIdx.{ax}"] = env[f"blockIdx.{ax}"] = 0
+    steps: list[list[int]] = [[] for _ in exprs]
+    for b in range(min(grids[0][0], 4)):
+        for t in range(0, max(blocks[0][0] - 1, 0), max(blocks[0][0] // 16, 1)):
+            got = [indices(k, st, exprs, {**env, "blockIdx.x": b, "threadIdx.x": t + d}) for d in (0, 1)]
+            if got[0] is not None and got[1] is not None:
+                for n, (x, y) in enumerate(zip(got[0], got[1], strict=True)):
+                    steps[n].append(y - x)
+    if not steps[0] or any(sum(1 for d in s if d == 1) * 4 < len(s) * 3 for s in steps):
+        return None
+    names = ", ".join(f"`{k.t(unparen(a))}`" for n in subs if (a := n.child_by_field_name("argument")) is not None)
+    return NotLegal(f"neighbouring threads store and read neighbouring elements ({names}, evaluated at the spec's "
+                    "size): the innermost index is the same on both sides, a permutation of whole rows, already "
+                    "contiguous, not a transpose", k.line(st), stage=0)
 
 
 def _extent(ctx: RuleContext, shape_kernel: Kernel, plan: TransposePlan, b: Binding, guarded: bool,
@@ -215,8 +258,9 @@ def _bind(b: Binding, value: str, other: Binding, other_value: str) -> tuple[dic
     return {}, []
 
 
-def _phase(shape: _Shape, u: str, v: str, last: str) -> str:
-    """The statements that re-run the kernel's declarations, exits and guards at position (u, v), then ``last``."""
+def _phase(shape: _Shape, u: str, v: str, last: str, tiled: str = "") -> str:
+    """The statements that re-run the kernel's declarations, exits and guards at position (u, v), then ``last``
+    (``tiled``: what a read of the source becomes in the declarations, in the store phase)."""
     k, p = shape.kernel, shape.plan
     data = k.data
     values, checks = _bind(p.u, u, p.v, v)
@@ -230,6 +274,8 @@ def _phase(shape: _Shape, u: str, v: str, last: str) -> str:
         edits = [(a - span[0], b - span[0], t) for (a, b), t in by_local.items() if span[0] <= a and b <= span[1]]
         edits += [(r.start_byte - span[0], r.end_byte - span[0], "continue;")
                   for r in walk(k.body, ("return_statement",)) if span[0] <= r.start_byte < span[1]]
+        if tiled:
+            edits += [(a - span[0], b - span[0], tiled) for a, b in p.reads if span[0] <= a and b <= span[1]]
         return splice(data[span[0]:span[1]], edits)
 
     lines = [f"if ({c}) continue;" for c in checks]
@@ -250,9 +296,10 @@ def _generate(shape: _Shape, rows: int) -> str:
     x = PREFIX
     read = data[p.reads[0][0]:p.reads[0][1]].decode("utf-8")
     s0 = p.store[0]
-    store = splice(data[s0:p.store[1]], [(a - s0, b - s0, f"{x}tile[threadIdx.x][{x}r]") for a, b in p.reads])
+    store = splice(data[s0:p.store[1]], [(a - s0, b - s0, f"{x}tile[threadIdx.x][{x}r]") for a, b in p.reads
+                                         if s0 <= a and b <= p.store[1]])
     load = _phase(shape, f"{x}u", f"{x}v", f"{x}tile[{x}r][threadIdx.x] = {read};")
-    put = _phase(shape, f"{x}u", f"{x}v", store)
+    put = _phase(shape, f"{x}u", f"{x}v", store, f"{x}tile[threadIdx.x][{x}r]")
     ind = "        "
     return "\n".join([
         "{",
