@@ -16,8 +16,7 @@ from transpose_kernels import NOT_TRANSPOSES, TRANSPOSES
 from warpforge.cuda import SourceText, parse
 from warpforge.policy.ir.remap import NotLegal
 from warpforge.policy.offline import OfflinePolicy
-from warpforge.policy.rules import load, smem_transpose
-from warpforge.policy.rules import REGISTRY
+from warpforge.policy.rules import REGISTRY, load, smem_transpose
 from warpforge.policy.whynot import explain
 from warpforge.spec.resolve import load_spec
 
@@ -79,8 +78,9 @@ def test_the_tile_loop_binds_the_counter_to_zero_and_the_item_loop_binds_it_to_t
     assert "if (!(i < nfeatures)) continue;" in child.definition
     # the features along the tile's x, the points along its y
     assert child.grid == ("cdiv((F), 32)", "cdiv(P, 32)")
-    flat = policy(TRANSPOSES["flat_div_mod"]).propose_sync(policy(TRANSPOSES["flat_div_mod"]).root_candidate())[0]
-    assert "if (wfx_u >= (cols)) continue;" in flat.definition and "int idx = wfx_v * (cols) + wfx_u;" in flat.definition
+    pol = policy(TRANSPOSES["flat_div_mod"])
+    flat = pol.propose_sync(pol.root_candidate())[0].definition
+    assert "if (wfx_u >= (cols)) continue;" in flat and "int idx = wfx_v * (cols) + wfx_u;" in flat
 
 
 def reason(text: str) -> str:

@@ -55,20 +55,20 @@ def _value(n: Node, env: Mapping[str, int], data: bytes) -> int:
             raise _Stop
         return unary[node_text(op, data)]
     if t == "conditional_expression":
-        c, a, b = (n.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
-        if c is None or a is None or b is None:
+        cc, ca, cb = (n.child_by_field_name(f) for f in ("condition", "consequence", "alternative"))
+        if cc is None or ca is None or cb is None:
             raise _Stop
-        return _value(a, env, data) if _value(c, env, data) else _value(b, env, data)
+        return _value(ca, env, data) if _value(cc, env, data) else _value(cb, env, data)
     if t == "binary_expression":
         op_n, a_n, b_n = (n.child_by_field_name(f) for f in ("operator", "left", "right"))
         if op_n is None or a_n is None or b_n is None:
             raise _Stop
-        op = node_text(op_n, data)
-        if op == "&&":
+        bop = node_text(op_n, data)
+        if bop == "&&":
             return int(bool(_value(a_n, env, data)) and bool(_value(b_n, env, data)))
-        if op == "||":
+        if bop == "||":
             return int(bool(_value(a_n, env, data)) or bool(_value(b_n, env, data)))
-        return _binary(op, _value(a_n, env, data), _value(b_n, env, data))
+        return _binary(bop, _value(a_n, env, data), _value(b_n, env, data))
     raise _Stop
 
 

@@ -142,9 +142,9 @@ def plan_transpose(k: Kernel, s: Summary, template_args: Mapping[str, str] | Non
     if not writes:
         return NotLegal("the kernel stores nothing to memory", stage=0)
     if len({a.param for a in writes}) > 1:
-        return NotLegal(f"the kernel stores to {len({a.param for a in writes})} arrays "
-                        f"({', '.join(sorted({a.param for a in writes}))}): a tile stages one transpose", writes[1].line,
-                        stage=0)
+        stored = sorted({a.param for a in writes})
+        return NotLegal(f"the kernel stores to {len(stored)} arrays ({', '.join(stored)}): a tile stages one "
+                        "transpose", writes[1].line, stage=0)
     if len(writes) > 1 or writes[0].kind == "read-write":
         return NotLegal(f"`{writes[0].param}` is stored more than once or updated in place: not a one-element copy",
                         writes[0].line, stage=0)
@@ -372,16 +372,16 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
             return NotLegal(bad, k.line(x))
         prelude.append((x.start_byte, x.end_byte))
     chain: list[tuple[str, tuple[int, int], tuple[tuple[int, int], ...]]] = []
-    for n, c in enumerate(chain_nodes):
+    for n, cn in enumerate(chain_nodes):
         nxt = chain_nodes[n + 1] if n + 1 < len(chain_nodes) else st
-        if c.type == "if_statement":
-            cond, body = c.child_by_field_name("condition"), c.child_by_field_name("consequence")
-            if c.child_by_field_name("alternative") is not None:
-                return NotLegal("the guard around the store has an `else`", k.line(c))
+        if cn.type == "if_statement":
+            cond, body = cn.child_by_field_name("condition"), cn.child_by_field_name("consequence")
+            if cn.child_by_field_name("alternative") is not None:
+                return NotLegal("the guard around the store has an `else`", k.line(cn))
         else:
-            cond, body = c.child_by_field_name("condition"), c.child_by_field_name("body")
+            cond, body = cn.child_by_field_name("condition"), cn.child_by_field_name("body")
         if cond is None or body is None:
-            return NotLegal("a loop or guard around the store has no condition", k.line(c))
+            return NotLegal("a loop or guard around the store has no condition", k.line(cn))
         inner: list[tuple[int, int]] = []
         for x in statements(body):
             if x.id == nxt.id or (x.start_byte <= nxt.start_byte < x.end_byte):
@@ -395,15 +395,15 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
         rest = [x for x in statements(body) if x.start_byte > nxt.end_byte]
         if rest:
             return NotLegal(f"`{k.t(rest[0])[:60]}` follows the store inside its loop or guard", k.line(rest[0]))
-        chain.append(("if" if c.type == "if_statement" else "for", (cond.start_byte, cond.end_byte), tuple(inner)))
+        chain.append(("if" if cn.type == "if_statement" else "for", (cond.start_byte, cond.end_byte), tuple(inner)))
     guard_nodes = [c.child_by_field_name("condition") for c in chain_nodes if c.type == "if_statement"]
     conditions = [("guard", (g.start_byte, g.end_byte)) for g in guard_nodes if g is not None]
     for x in sts:
         if x.type == "if_statement" and (x.start_byte, x.end_byte) in prelude:
-            c = x.child_by_field_name("condition")
-            guard_nodes.append(c)
-            if c is not None:
-                conditions.append(("exit", (c.start_byte, c.end_byte)))
+            cx = x.child_by_field_name("condition")
+            guard_nodes.append(cx)
+            if cx is not None:
+                conditions.append(("exit", (cx.start_byte, cx.end_byte)))
     guarded = tuple(any(_depends(g, names_of(b), k, scope) for g in guard_nodes if g is not None) for b in (ub, vb))
     if any(b.kind == "tile" for b in (ub, vb)) and guard_nodes:
         return NotLegal("a tile loop's kernel with a guard: the guard reads the index without the loop's offset, so "
@@ -505,7 +505,8 @@ def _binding(k: Kernel, s: Summary, names: list[str], coords: dict[str, Node], f
     axis = _axis_of(k, coords[local], scope)
     t_atom, b_atom = f"threadIdx.{axis}", f"blockIdx.{axis}"
     if axis is None or idx.get(t_atom) != "1" or set(idx) - {t_atom, b_atom, "1"} or "1" in idx:
-        return NotLegal(f"the index `{local}` is not blockIdx.a * extent + threadIdx.a of one axis", k.line(coords[local]))
+        return NotLegal(f"the index `{local}` is not blockIdx.a * extent + threadIdx.a of one axis",
+                        k.line(coords[local]))
     coef = idx.get(b_atom, "0")
     if loop_info is None:
         return Binding("grid", local, "", axis, block_coef=coef)

@@ -37,9 +37,9 @@ from tree_sitter import Node
 from ...cuda.tree import element_use, unparen, walk
 from ...spec.model import Role
 from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.probe import indices
 from ..ir.remap import NotLegal
 from ..ir.summary import params_of, summarize
-from ..ir.probe import indices
 from ..ir.transpose import Binding, TransposePlan, plan_transpose
 from . import register
 from ._structural import binary_parts, dims_values, envs, failing_bound, scalar_value_expr, upper_bound
@@ -163,10 +163,10 @@ def _rows_moved(ctx: RuleContext, k: Kernel) -> NotLegal | None:
     if len(exprs) < 2 or len(exprs) != len(subs) or blocks is None or grids is None or not es:
         return None
     env: dict[str, int] = {}
-    for a in ctx.spec.args:
-        v = eval_expr(str(a.value), es[0]) if a.role is Role.SCALAR and a.value is not None else None
+    for arg in ctx.spec.args:
+        v = eval_expr(str(arg.value), es[0]) if arg.role is Role.SCALAR and arg.value is not None else None
         if isinstance(v, int):
-            env[a.name] = v
+            env[arg.name] = v
     for n, ax in enumerate(_AXES):
         env[f"blockDim.{ax}"], env[f"gridDim.{ax}"] = blocks[0][n], grids[0][n]
         env[f"threadIdx.{ax}"] = env[f"blockIdx.{ax}"] = 0
@@ -196,7 +196,8 @@ def _extent(ctx: RuleContext, shape_kernel: Kernel, plan: TransposePlan, b: Bind
     if b.kind == "flat":
         e = _spec_terms(ctx, b.divisor)
         if e is None:
-            return NotLegal(f"the row length `{b.divisor}` is not an expression of the spec's sizes", plan.line, stage=3)
+            return NotLegal(f"the row length `{b.divisor}` is not an expression of the spec's sizes", plan.line,
+                            stage=3)
         if not guarded:
             return NotLegal(f"no exit or guard bounds the flat index `{b.local}`: the tiles would cover positions "
                             "past the launch's threads", plan.line)
@@ -216,11 +217,11 @@ def _extent(ctx: RuleContext, shape_kernel: Kernel, plan: TransposePlan, b: Bind
                             f"{t} rows of a block's tile once with the block's {b.axis} extent", plan.line, stage=3)
     cov = _coverage(ctx, b)
     vals = dims_values(ctx, (cov,))
-    bound = _guard_bound(ctx, shape_kernel, plan, b.local)
-    if bound is not None and vals is not None:
-        bvals = dims_values(ctx, (bound,))
+    limit = _guard_bound(ctx, shape_kernel, plan, b.local)
+    if limit is not None and vals is not None:
+        bvals = dims_values(ctx, (limit,))
         if bvals is not None and all(x[0] <= c[0] for x, c in zip(bvals, vals, strict=True)):
-            return bound  # the guard's bound, inside what the launch covered: the tiles cover it and no more
+            return limit  # the guard's bound, inside what the launch covered: the tiles cover it and no more
     if not guarded and (vals is None or any(v[0] % _TILE for v in vals)):
         return NotLegal(f"nothing in the kernel bounds `{b.local}` and the launch covers {cov} of it, not a multiple "
                         f"of {_TILE} at every size: a partial tile would store past the original's threads",
