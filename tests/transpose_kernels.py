@@ -196,3 +196,14 @@ __global__ void k(const float* inp, float *out, int B, int N, int NH, int d) {
                             "  if (x < cols && y < rows) out[x * rows + y] = in[y * cols + x] + threadIdx.x;\n}\n",
                             "outside the index declarations"),
 }
+
+NOT_TRANSPOSES["tile_loop_row_in_value"] = (
+    TRANSPOSES["tile_loop"].replace("odata[index_out + i] = idata[index_in + i * width];",
+                                    "odata[index_out + i] = idata[index_in + i * width] + yIndex;"),
+    "used besides the indices")
+NOT_TRANSPOSES["read_before_guard"] = (
+    _GRID2D.format(dst="out", src="in", t="float") +
+    "__global__ void k(float* out, const float* in, int rows, int cols, float scale) {\n"
+    "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  float v = in[y * cols + x];\n  if (x < cols && y < rows) out[x * rows + y] = v;\n}\n",
+    "is read before the exit")

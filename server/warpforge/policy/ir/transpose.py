@@ -349,8 +349,8 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
         if any(c is not None and _depends(c, names, k, scope) for c in conds):
             return NotLegal(f"`{k.t(sub)}` decides an exit, a guard or the loop: the tile's value is only there "
                             "for positions that store", k.line(sub))
-        later_exit = [x for x in statements(k.body) if x.type == "if_statement" and x.start_byte > decl.start_byte
-                      and decl.parent is not None and decl.parent.id == k.body.id]
+        later_exit = [x for x in [*statements(k.body), *chain_nodes] if x.type == "if_statement"
+                      and x.start_byte > decl.start_byte and decl.parent is not None and decl.parent.id == k.body.id]
         if later_exit:
             return NotLegal(f"`{k.t(sub)}` is read before the exit at line {k.line(later_exit[0])}: the tile would "
                             "read it for positions past the original's threads", k.line(sub))
@@ -408,12 +408,48 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
     if any(b.kind == "tile" for b in (ub, vb)) and guard_nodes:
         return NotLegal("a tile loop's kernel with a guard: the guard reads the index without the loop's offset, so "
                         "re-binding the tile would move it", line)
+    for b in (ub, vb):
+        if b.kind == "tile":
+            left = plain_assignment(st, k.data)
+            store_index = (unparen(left[0]).child_by_field_name("indices")
+                           or unparen(left[0]).child_by_field_name("index")) if left is not None else None
+            allowed = [(n.start_byte, n.end_byte) for n, _ in reads] + ([(store_index.start_byte, store_index.end_byte)]
+                                                                        if store_index is not None else []) + [
+                (f.start_byte, f.child_by_field_name("body").start_byte) for f in chain_nodes  # type: ignore[union-attr]
+                if f.type == "for_statement" and f.child_by_field_name("body") is not None]
+            stray = _stray_use(k, names_of(b), allowed)
+            if stray is not None:
+                return NotLegal(f"`{k.t(stray)}` is used besides the indices (line {k.line(stray)}): the tile moves "
+                                f"`{b.local}` by the loop's offset, which only the indices may absorb", k.line(stray))
     values = tuple((b.local, (coords[b.local].start_byte, coords[b.local].end_byte)) for b in (ub, vb)
                    if b.local and b.kind != "flat")
     if ub.kind == "flat":
         values = ((ub.local, (coords[ub.local].start_byte, coords[ub.local].end_byte)),)
     return TransposePlan(src, dst, tuple(spans), (st.start_byte, st.end_byte), ub, vb, tuple(prelude), tuple(chain),
                          values, (guarded[0], guarded[1]), line, tuple(conditions))
+
+
+def _stray_use(k: Kernel, names: set[str], allowed: list[tuple[int, int]]) -> Node | None:
+    """A use of ``names`` (or of a local computed from them) outside the ``allowed`` byte ranges, else None."""
+    pending, seen = set(names), set(names)
+    while pending:
+        name = pending.pop()
+        for ident in walk(k.body, ("identifier",)):
+            if k.t(ident) != name or any(a <= ident.start_byte < b for a, b in allowed):
+                continue
+            p = ident.parent
+            if p is not None and p.type == "init_declarator" and p.child_by_field_name("declarator") == ident:
+                continue
+            d = p
+            while d is not None and d.type != "init_declarator" and d.id != k.body.id:
+                d = d.parent
+            nm = d.child_by_field_name("declarator") if d is not None and d.type == "init_declarator" else None
+            if nm is None or nm.type != "identifier":
+                return ident
+            if k.t(nm) not in seen:
+                seen.add(k.t(nm))
+                pending.add(k.t(nm))
+    return None
 
 
 def names_of(b: Binding) -> set[str]:
