@@ -45,8 +45,10 @@ def test_transposes_are_staged_through_a_tile_and_build(case: str) -> None:
     for child in children:
         text = child.definition
         rows = child.steps[-1].rsplit("x", 1)[1]
-        assert child.block == ("32", rows) and child.grid is not None and len(child.grid) == 2
-        assert all(g.startswith("cdiv(") and g.endswith(", 32)") for g in child.grid), child.grid
+        assert child.block == ("32", rows) and child.grid is not None
+        # tiles over x and y; a batch keeps the grid's z
+        assert child.grid[2:] == (("NB",) if case.startswith("batched") else ()), child.grid
+        assert all(g.startswith("cdiv(") and g.endswith(", 32)") for g in child.grid[:2]), child.grid
         # one barrier, outside every branch: between the two phase loops at the body's top level
         assert text.count("__syncthreads();") == 1 and "\n    __syncthreads();\n" in text
         assert "wfx_tile[wfx_r][threadIdx.x] = " in text and "wfx_tile[threadIdx.x][wfx_r]" in text

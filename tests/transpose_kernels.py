@@ -207,3 +207,20 @@ NOT_TRANSPOSES["read_before_guard"] = (
     "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
     "  float v = in[y * cols + x];\n  if (x < cols && y < rows) out[x * rows + y] = v;\n}\n",
     "is read before the exit")
+
+# a batch of matrices, one per block index of z: the tile transposes each, the batch index kept
+TRANSPOSES["batched_blockidx_z"] = """// @warpforge size R = 300
+// @warpforge size C = 200
+// @warpforge size NB = 3
+// @warpforge arg out: out float[NB*R*C]
+// @warpforge arg in: in float[NB*R*C]
+// @warpforge arg rows = R
+// @warpforge arg cols = C
+// @warpforge launch grid=(cdiv(C, 32), cdiv(R, 32), NB), block=(32, 32)
+__global__ void k(float* out, const float* in, int rows, int cols) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x;
+  int y = blockIdx.y * blockDim.y + threadIdx.y;
+  int b = blockIdx.z;
+  if (x < cols && y < rows) out[b * rows * cols + x * rows + y] = in[b * rows * cols + y * cols + x];
+}
+"""

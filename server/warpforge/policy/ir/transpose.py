@@ -99,6 +99,8 @@ class TransposePlan:
     line: int
     #: the conditions of the exits ("exit": leave when true) and guards ("guard": store when true)
     conditions: tuple[tuple[str, tuple[int, int]], ...] = ()
+    #: a batch index ``b = blockIdx.z`` (its declaration kept; the launch keeps the grid's z), "" when none
+    batch: str = ""
 
 
 def _coordinate_locals(k: Kernel) -> dict[str, Node]:
@@ -294,10 +296,15 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
         side = "the read of `" + src + "`" if not us else "the store to `" + dst + "`"
         return NotLegal(f"{side} is not contiguous in any index (no coefficient 1): not a transpose a tile coalesces",
                         line, stage=0)
-    if len(dims) != 2:
-        extra = [" + ".join(n) for key, n in dims.items() if (key, n) not in (us[0], vs[0])]
-        return NotLegal(f"the indices move with {len(dims)} dimensions (also `{', '.join(extra)}`): a tile stages a "
-                        "2-D transpose", line)
+    extra = [n for key, n in dims.items() if (key, n) not in (us[0], vs[0])]
+    # a batch: one more dimension that is a block index of z alone (``b = blockIdx.z``), kept as it is
+    batch = extra[0][0] if len(extra) == 1 and len(extra[0]) == 1 and extra[0][0] in coords else ""
+    if batch:
+        got, _ = _affine(coords[batch], scope)
+        batch = batch if got == {"blockIdx.z": "1"} else ""
+    if len(dims) != 2 and not batch:
+        return NotLegal(f"the indices move with {len(dims)} dimensions (also `{', '.join(' + '.join(n) for n in extra)}`"
+                        "): a tile stages a 2-D transpose (a batch is one more block index of z alone)", line)
     u_names, v_names = us[0][1], vs[0][1]
     # other uses of the thread coordinates than the coordinate declarations would be re-bound wrongly
     coord_spans = [(v.start_byte, v.end_byte) for v in coords.values()]
@@ -316,7 +323,7 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
         return NotLegal(f"both dimensions come from the grid's {ub.axis} axis", line)
     if (ub.kind == "flat") != (vb.kind == "flat"):
         return NotLegal("one dimension is a flat index's row or column, the other is not", line)
-    used = {c for b in (ub, vb) for c in (b.local,) if c}
+    used = {c for b in (ub, vb) for c in (b.local,) if c} | ({batch} if batch else set())
     for c in coords:
         if c not in used and c not in {b for _, b, _ in flat.values()}:
             return NotLegal(f"the index `{c}` is not one of the transpose's two dimensions", k.line(coords[c]))
@@ -426,7 +433,7 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
     if ub.kind == "flat":
         values = ((ub.local, (coords[ub.local].start_byte, coords[ub.local].end_byte)),)
     return TransposePlan(src, dst, tuple(spans), (st.start_byte, st.end_byte), ub, vb, tuple(prelude), tuple(chain),
-                         values, (guarded[0], guarded[1]), line, tuple(conditions))
+                         values, (guarded[0], guarded[1]), line, tuple(conditions), batch)
 
 
 def _stray_use(k: Kernel, names: set[str], allowed: list[tuple[int, int]]) -> Node | None:

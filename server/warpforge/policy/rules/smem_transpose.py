@@ -64,6 +64,8 @@ class _Shape:
     #: the extents of u and v in spec terms (the launch covers cdiv(extent, 32) tiles of each)
     extents: tuple[str, str]
     elem: str
+    #: the grid's z extent a batch keeps ("" without a batch)
+    batch: str = ""
 
 
 def _spec_terms(ctx: RuleContext, expr: str) -> str | None:
@@ -104,8 +106,12 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     if blocks is None or grids is None:
         return NotLegal("the launch does not evaluate at the spec's sizes", stage=3)
     used = {b.axis for b in (plan.u, plan.v) if b.axis}
+    if plan.batch and ("z" in used or any(b[2] != 1 for b in blocks)):
+        return NotLegal(f"the batch index `{plan.batch}` is blockIdx.z, and z also indexes the tile or the block is "
+                        "more than one deep", plan.line, stage=3)
     for n, ax in enumerate(_AXES):
-        if ax not in used and any(g[n] > 1 or b[n] > 1 for g, b in zip(grids, blocks, strict=True)):
+        if ax not in used and not (ax == "z" and plan.batch) and any(
+                g[n] > 1 or b[n] > 1 for g, b in zip(grids, blocks, strict=True)):
             return NotLegal(f"the launch has more than one thread along {ax}, which the kernel does not index: its "
                             "threads repeat the work", plan.line, stage=3)
     extents: list[str] = []
@@ -117,7 +123,7 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     params = params_of(k)[0]
     elem = next((t.replace("const ", "").strip() for n, t, ptr, _ in params if n == plan.src and ptr), "float")
     elem = targs.get(elem, elem)
-    return _Shape(k, plan, (extents[0], extents[1]), elem)
+    return _Shape(k, plan, (extents[0], extents[1]), elem, ctx.grid[2] if plan.batch and len(ctx.grid) > 2 else "")
 
 
 def _conjuncts(node: Node, data: bytes, op: str) -> list[Node]:
@@ -242,7 +248,7 @@ def why_not(ctx: RuleContext) -> NotLegal | None:
 
 def _launches(ctx: RuleContext, shape: _Shape) -> dict[str, Launch]:
     nu, nv = shape.extents
-    grid = (f"cdiv({nu}, {_TILE})", f"cdiv({nv}, {_TILE})")
+    grid = (f"cdiv({nu}, {_TILE})", f"cdiv({nv}, {_TILE})") + ((shape.batch,) if shape.batch else ())
     return fitting(ctx, {param: Launch(grid, (str(_TILE), str(rows))) for param, rows in VARIANTS.items()})
 
 
