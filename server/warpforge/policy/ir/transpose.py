@@ -303,8 +303,9 @@ def _plan_for(k: Kernel, s: Summary, src: str, dst: str, reads: list[tuple[Node,
         got, _ = _affine(coords[batch], scope)
         batch = batch if got == {"blockIdx.z": "1"} else ""
     if len(dims) != 2 and not batch:
-        return NotLegal(f"the indices move with {len(dims)} dimensions (also `{', '.join(' + '.join(n) for n in extra)}`"
-                        "): a tile stages a 2-D transpose (a batch is one more block index of z alone)", line)
+        also = ", ".join(" + ".join(n) for n in extra)
+        return NotLegal(f"the indices move with {len(dims)} dimensions (also `{also}`): a tile stages a 2-D transpose "
+                        "(a batch is one more block index of z alone)", line)
     u_names, v_names = us[0][1], vs[0][1]
     # other uses of the thread coordinates than the coordinate declarations would be re-bound wrongly
     coord_spans = [(v.start_byte, v.end_byte) for v in coords.values()]
