@@ -224,3 +224,28 @@ __global__ void k(float* out, const float* in, int rows, int cols) {
   if (x < cols && y < rows) out[b * rows * cols + x * rows + y] = in[b * rows * cols + y * cols + x];
 }
 """
+
+# llm.c's 4-D permute: the innermost index moves (a transpose), but through a flat index of four parts
+NOT_TRANSPOSES["permute_4d"] = ("""// @warpforge size D1 = 24
+// @warpforge size D2 = 42
+// @warpforge size D3 = 20
+// @warpforge size D4 = 32
+// @warpforge arg matrix: in float[D1*D2*D3*D4]
+// @warpforge arg out_matrix: out float[D1*D2*D3*D4]
+// @warpforge arg dim1 = D1
+// @warpforge arg dim2 = D2
+// @warpforge arg dim3 = D3
+// @warpforge arg dim4 = D4
+// @warpforge launch grid=cdiv(D1*D2*D3*D4, 256), block=256
+__global__ void k(const float* matrix, float* out_matrix, int dim1, int dim2, int dim3, int dim4) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < dim1 * dim2 * dim3 * dim4) {
+        int i1 = (idx / (dim2 * dim3 * dim4)) % dim1;
+        int i2 = (idx / (dim3 * dim4)) % dim2;
+        int i3 = (idx / dim4) % dim3;
+        int i4 = idx % dim4;
+        int permuted_idx = i4 * (dim3 * dim1 * dim2) + i3 * (dim1 * dim2) + i1 * dim2 + i2;
+        out_matrix[permuted_idx] = matrix[idx];
+    }
+}
+""", "a transpose of more than two dimensions")

@@ -183,9 +183,16 @@ def _rows_moved(ctx: RuleContext, k: Kernel) -> NotLegal | None:
             if got[0] is not None and got[1] is not None:
                 for n, (x, y) in enumerate(zip(got[0], got[1], strict=True)):
                     steps[n].append(y - x)
-    if not steps[0] or any(sum(1 for d in s if d == 1) * 4 < len(s) * 3 for s in steps):
+    if not steps[0]:
         return None
+    unit = [sum(1 for d in s if d == 1) * 4 >= len(s) * 3 for s in steps]
     names = ", ".join(f"`{k.t(unparen(a))}`" for n in subs if (a := n.child_by_field_name("argument")) is not None)
+    if unit[0] != any(unit[1:]):
+        return NotLegal(f"a transpose of more than two dimensions ({names}: neighbouring threads are neighbours on one "
+                        "side only, evaluated at the spec's size) through a flat index the affine reading cannot "
+                        "split into a row and a column: not staged", k.line(st), stage=1)
+    if not all(unit):
+        return None
     return NotLegal(f"neighbouring threads store and read neighbouring elements ({names}, evaluated at the spec's "
                     "size): the innermost index is the same on both sides, a permutation of whole rows, already "
                     "contiguous, not a transpose", k.line(st), stage=0)
