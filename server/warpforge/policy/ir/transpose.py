@@ -523,8 +523,8 @@ def _binding(k: Kernel, s: Summary, names: list[str], coords: dict[str, Node], f
         lp = next((x for x in s.loops if x.var == counters[0]), None)
         node = _loop_of(k, counters[0], chain_nodes)
         if lp is None or node is None:
-            return NotLegal(f"an index moves with `{counters[0]}`, a loop the store is not in: the kernel sums or walks "
-                            "over it, it does not copy one element per position")
+            return NotLegal(f"an index moves with `{counters[0]}`, a loop the store is not in: the kernel sums or "
+                            "walks over it, it does not copy one element per position")
         if lp.start.strip() != "0" or not lp.bound.startswith("< "):
             return NotLegal(f"the loop over `{lp.var}` does not run `{lp.var} = 0; {lp.var} < bound`", lp.line)
         bound = lp.bound[2:].strip()
