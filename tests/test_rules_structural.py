@@ -451,7 +451,7 @@ __global__ void tr(const float* a, float* b, int h, int w, float scale)
     ("b[x * h + y] = scale * a[w * y + x];", True),
     ("b[y * w + x] = a[y * w + x];", False),  # a copy: both sides already coalesce
     ("b[x * h + y] = a[x * h + y];", False),  # reads strided: not the transpose shape
-    ("b[x * h + y] = a[y * w + x] + a[y * w + x];", False),  # two reads
+    ("b[x * h + y] = a[y * w + x] + a[y * w + x];", True),  # two reads of the source: both from the tile
 ])
 def test_smem_transpose_shapes(stmt: str, want: bool) -> None:
     text = TRANSPOSE.format(stmt=stmt).replace("// @warpforge arg w = W", "// @warpforge arg w = W\n"
