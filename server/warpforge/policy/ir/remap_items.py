@@ -130,7 +130,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     """The plan to give each item a group of threads that split its loops, or why it is not legal."""
     targs = template_args or {}
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
-    if blocking:
+    if blocking and blocking != ["atomics"]:  # atomic updates alone are checked below (``_atomic_updates``)
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
                         stage=0)
     items = [p for p in s.parallel if is_item(p.index) and p.form in ("guard", "exit", "unguarded", "grid-stride")]
@@ -151,10 +151,15 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         # loop) ends this thread's later items: a group per item walks other items, so other work would end
         out = _leaves(body)
         if out is not None:
-            return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` ends this thread's walk over the items (line "
-                            f"{k.line(out)}): under another mapping it would end other items' work", k.line(out))
+            jump = k.t(out).split()[0].rstrip(';')
+            return NotLegal(f"`{jump}` ends this thread's walk over the items (line {k.line(out)}): under another "
+                            "mapping it would end other items' work" + (
+                                " (it is a `continue` only where the launch gives each thread at most one item at "
+                                "every size of the spec, and nothing follows the loop)" if jump == "return" else ""),
+                            k.line(out))
         outside = [st for st in top if st is not loop]
         block, lane_at, form = _item_block(statements(body), dim.var, k), loop.start_byte, "grid-stride"
+        item_loop: Node | None = loop
     else:
         decl = _declaration_of(dim.var, top, k)
         if decl is None:
@@ -163,6 +168,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         after = top[top.index(decl_stmt) + 1:]
         outside = top[:top.index(decl_stmt)]
         block, lane_at, form = _item_block(after, dim.var, k), decl_stmt.end_byte, "top"
+        item_loop = None
     stride_node = None if step is None else (step[0], step[1])
     for n in walk(k.body, ("field_expression",)):
         obj = n.child_by_field_name("argument")
@@ -176,11 +182,22 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                         k.line(n))
     if not block:
         return NotLegal("no work per item after the index", dim.line)
-    sts, extra = block
+    sts, extra, conds = block
     outside += extra
-    loops = [st for st in sts if st.type == "for_statement"]
+    held = _holders(sts, k)
+    if isinstance(held, NotLegal):
+        return held
+    holders, loops, branch_conds = held
     if not loops:
-        return NotLegal("no serial loop at the top of the item's work", dim.line)
+        return NotLegal("no serial loop at the top of the item's work (or in branches around it)", dim.line)
+    exits = [st for st in sts + outside if st.type == "if_statement" and st.start_byte < holders[-1].start_byte
+             and next(walk(st, ("return_statement", "continue_statement")), None) is not None]
+    for cond, what in [*((c, "guard around") for c in conds), *((c, "branch around") for c in branch_conds),
+                       *((_cond_of(st), "early exit from") for st in exits)]:
+        if cond is not None and not _one_per_item(cond, dim.var, k, s):
+            return NotLegal(f"the condition `{k.t(unparen(cond))}` of the {what} the item's work (line {k.line(cond)}) "
+                            "is not one value per item: the threads sharing the item would take different branches "
+                            "(its shuffles and stores need all of them)", k.line(cond))
     other = next((st for st in sts if st.type in ("while_statement", "do_statement")), None)
     if other is not None:
         return NotLegal("a `while`/`do` loop over the item the IR could not make a counted `for`", k.line(other))
@@ -199,9 +216,13 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if isinstance(got, NotLegal):
             return got
         split[i] = got
-    tail_sts = sts[sts.index(loops[-1]) + 1:]
-    pre = [st for st in sts if st.start_byte < loops[-1].start_byte and st not in loops] + outside
-    stores = _pre_stores(accesses, pre, lane_at, k)
+    atomics = _atomic_updates(k, accesses, split) if blocking else (frozenset(), frozenset())
+    if isinstance(atomics, NotLegal):
+        return atomics
+    calls, targets = atomics
+    tail_sts = sts[sts.index(holders[-1]) + 1:]
+    pre = [st for st in sts if st.start_byte < holders[-1].start_byte and st not in holders] + outside
+    stores = _pre_stores(accesses, pre, lane_at, k, item_loop)
     if isinstance(stores, NotLegal):
         return stores
     legal = _independent(accesses, split, loops, derived, k)
@@ -210,14 +231,15 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     for st in [*pre, *(lp.child_by_field_name("body") for lp in loops)]:
         if st is None:
             continue
-        hidden = _hidden_write(st, k)
+        hidden = _hidden_write(st, k, calls)
         if hidden is not None:
             return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every thread of the "
                             "item's group would run it", k.line(hidden))
     strided = _profit(accesses, split, loops, derived, k)
     if isinstance(strided, NotLegal):
         return strided
-    writes = [tuple(sorted({a.param for a in accesses if a.stored and a.loop == i})) for i in range(len(loops))]
+    writes = [tuple(sorted({a.param for a in accesses if (a.stored or a.at in targets) and a.loop == i}))
+              for i in range(len(loops))]
     plans = tuple(SplitLoop(p.var, p.start, p.init_value, p.update, p.end, p.reductions, w, p.span, p.first)
                   for p, w in zip(split, writes, strict=True))
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
@@ -225,7 +247,60 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                     k.line(loops[0]), tuple(sorted(stores)))
 
 
-def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) -> list[int] | NotLegal:
+#: atomic updates that commute (the element's final value does not depend on their order), result unused
+_COMMUTING = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicAnd", "atomicOr", "atomicXor"})
+
+
+def _atomic_updates(k: Kernel, accesses: list[_Acc], split: list[SplitLoop]
+                    ) -> tuple[frozenset[int], frozenset[int]] | NotLegal:
+    """The kernel's atomics, where all are per-element updates the group may split like plain stores: (where
+    each call starts, where each target element's subscript starts), or why not.
+
+    ``atomicAdd(&p[e], v);`` (or ``atomicMax``, ..., a statement of its own: the old value unused) inside the loop
+    the group splits runs once per iteration under the remap as before, by one thread of the group instead of the
+    item's only thread; the updates commute, so the element's final value is the same (a float sum is
+    reassociated, as the verifier's tolerances allow). Other threads' updates of the same element (items sharing a
+    target, ``p[map[i]*C + j]``) stay atomic. ``p`` must be touched by nothing but such updates (a plain read or
+    write would meet another lane's update in another order)."""
+    calls: set[int] = set()
+    targets: set[int] = set()
+    for call in walk(k.body, ("call_expression",)):
+        fn, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
+        name = k.t(fn) if fn is not None else ""
+        if not name.startswith("atomic"):
+            continue
+        line = k.line(call)
+        if name not in _COMMUTING:
+            return NotLegal(f"`{name}` (line {line}) is not an update that commutes with the others: the threads "
+                            "of the item's group would make them in another order", line)
+        parent = call.parent
+        if parent is None or parent.type != "expression_statement":
+            return NotLegal(f"the value `{name}` returns is used (line {line}): it depends on the order of the "
+                            "updates, which the group changes", line)
+        first = unparen(args.named_children[0]) if args is not None and args.named_children else None
+        while first is not None and first.type == "cast_expression":  # ``(int*)&p[e]``
+            value = first.child_by_field_name("value")
+            first = unparen(value) if value is not None else None
+        sub = first.named_children[-1] if first is not None and first.type == "pointer_expression" \
+            and k.t(first).startswith("&") else None
+        target = next((a for a in accesses if sub is not None and a.at == sub.start_byte), None)
+        if target is None or sub is None or sub.type != "subscript_expression":
+            return NotLegal(f"`{k.t(call)}` (line {line}) does not update an element `&p[e]` of a parameter", line)
+        lp = split[target.loop] if target.loop >= 0 else None
+        if lp is None or not lp.span[0] <= call.start_byte < lp.span[1]:
+            return NotLegal(f"`{k.t(call)}` (line {line}) is not in the loop the item's group splits: every thread "
+                            "of the group would make it", line)
+        calls.add(call.start_byte)
+        targets.add(target.at)
+    for a in accesses:
+        if a.at not in targets and any(t.param == a.param for t in accesses if t.at in targets):
+            return NotLegal(f"`{a.param}` is updated atomically and also touched as `{a.text}` (line {a.line}): a "
+                            "lane may meet another lane's update in another order", a.line)
+    return frozenset(calls), frozenset(targets)
+
+
+def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel, item_loop: Node | None = None
+                ) -> list[int] | NotLegal:
     """The plain stores before the item's loops that lane 0 can make for the group: where their statements start.
 
     A masked item (``if (t2 > t) { out[idx] = -INFINITY; return; }``, llm.c's causal attention) writes its
@@ -233,7 +308,8 @@ def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) 
     reads nothing but the item), so each would make the store; guarded by ``lane == 0`` it happens once, as
     before. That is exact when the store is a statement of its own, ``a[e] = v;`` (not ``+=``, which lane 0
     alone already makes right, but a read of ``a`` is refused below anyway), after the lane is declared, outside
-    any loop, and ``a`` is read nowhere in the kernel (another lane would read it before lane 0 wrote it)."""
+    any loop (but the grid-stride loop over the items, ``item_loop``: one iteration is one item), and ``a`` is
+    read nowhere in the kernel (another lane would read it before lane 0 wrote it)."""
     pre_spans = [(st.start_byte, st.end_byte) for st in pre]
     read = {a.param for a in accesses if a.loaded}
     out: list[int] = []
@@ -251,7 +327,7 @@ def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) 
             return NotLegal(why + (f", and `{a.param}` is read too (by a lane before lane 0 wrote it)"
                                    if a.param in read else ""), a.line)
         cur = node.parent
-        while cur is not None and cur is not k.body:
+        while cur is not None and cur is not k.body and cur != item_loop:
             if cur.type in _LOOPS:
                 return NotLegal(why + " (in a loop)", a.line)
             cur = cur.parent
@@ -285,19 +361,96 @@ def _grid_stride(var: str, top: list[Node], k: Kernel) -> tuple[Node, Node, tupl
     return NotLegal(f"the grid-stride loop over `{var}` is not at the top of the body")
 
 
-def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list[Node]] | None:
-    """The statements of the item's work: ``sts``, or the body of a guard ``if (item < n) { ... }`` that is
-    the last statement (no ``else``), followed down; and the statements passed on the way (run by all)."""
+def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list[Node], list[Node]] | None:
+    """The statements of the item's work: ``sts``, or followed down the ``if`` that is the last statement and
+    holds the loops: ``if (c) { ... }`` (no ``else``), or ``if (c) { S } else { ... }`` with no loop in ``S``
+    (an early exit ``if (c) { S; continue; }`` the IR made a guard); the statements passed on the way (run by
+    all, ``S`` included), and the conditions of the ``if``s followed (one value per item: checked by the caller).
+    """
     passed: list[Node] = []
-    while sts and sts[-1].type == "if_statement" and sts[-1].child_by_field_name("alternative") is None:
+    conds: list[Node] = []
+    while sts and sts[-1].type == "if_statement":
         cond, cons = sts[-1].child_by_field_name("condition"), sts[-1].child_by_field_name("consequence")
-        if cond is None or cons is None or not any(st.type == "for_statement" for st in walk(cons, ("for_statement",))):
+        alt = _else(sts[-1])
+        if cond is None or cons is None or any(_has_loop(st) for st in sts[:-1]):
             break
-        if any(st.type == "for_statement" for st in sts[:-1]):
+        if alt is None and _has_loop(cons):
+            passed += sts[:-1]
+            sts = statements(cons)
+        elif alt is not None and _has_loop(alt) and not _has_loop(cons):
+            passed += [*sts[:-1], cons]
+            sts = statements(alt)
+        else:
             break
-        passed += sts[:-1]
-        sts = statements(cons)
-    return (sts, passed) if sts else None
+        conds.append(cond)
+    return (sts, passed, conds) if sts else None
+
+
+def _has_loop(n: Node) -> bool:
+    return next(walk(n, ("for_statement",)), None) is not None
+
+
+def _else(st: Node) -> Node | None:
+    """The statement of an ``if``'s ``else`` (None without one)."""
+    alt = st.child_by_field_name("alternative")
+    if alt is not None and alt.type == "else_clause":
+        alt = alt.named_children[0] if alt.named_children else None
+    return alt
+
+
+def _cond_of(st: Node) -> Node | None:
+    c = st.child_by_field_name("condition")
+    if c is not None and c.type == "condition_clause":
+        v = c.child_by_field_name("value")
+        c = v if v is not None else (c.named_children[-1] if c.named_children else None)
+    return c
+
+
+def _holders(sts: list[Node], k: Kernel) -> tuple[list[Node], list[Node], list[Node]] | NotLegal:
+    """The item's top-level statements that hold its loops: a loop, or an ``if``/``else`` chain whose branches
+    hold only loops (``if (mode == MAX) { for ... } else { for ... }``: every thread of the item's group takes
+    the same branch where the condition is one value per item, so each branch's loops are split like the
+    others); the loops in order, and the branches' conditions."""
+    holders: list[Node] = []
+    loops: list[Node] = []
+    conds: list[Node] = []
+
+    def flatten(st: Node) -> bool:
+        if st.type == "for_statement":
+            loops.append(st)
+            return True
+        if st.type == "compound_statement":
+            return all(flatten(x) for x in statements(st))
+        if st.type == "if_statement":
+            cond, cons, alt = _cond_of(st), st.child_by_field_name("consequence"), _else(st)
+            if cond is None or cons is None:
+                return False
+            conds.append(cond)
+            return flatten(cons) and (alt is None or flatten(alt))
+        return st.type == "expression_statement" and not st.named_children  # `;`
+
+    for st in sts:
+        if st.type == "for_statement" or (st.type == "if_statement" and _has_loop(st)):
+            if not flatten(st):
+                return NotLegal("a branch around the item's loops holds other statements than loops (line "
+                                f"{k.line(st)}): only a branch of loops can be split like a loop", k.line(st))
+            holders.append(st)
+    return holders, loops, conds
+
+
+def _one_per_item(cond: Node, item: str, k: Kernel, s: Summary) -> bool:
+    """Whether ``cond`` is one value per item (the same in every thread of the item's group): it reads no thread
+    coordinate, loop counter or written local, only the item, scalar parameters, locals computed from those,
+    and elements of arrays the kernel never writes (``map[i]`` loaded at the item's own index)."""
+    params, uniform = params_of(k)
+    got = scope_of(k, uniform, set())
+    # the item itself is one value in its whole group, written or not (``w /= 2`` runs alike in every thread)
+    base = Scope(got.values, got.counters, got.uniform, got.varying - {item}, got.data)
+    pointers = {n for n, _, ptr, _ in params if ptr}
+    views = _views(k, pointers, base)
+    written = {a.param for a in s.accesses if a.kind != "read"}
+    return next(walk(cond, ("call_expression", "assignment_expression", "update_expression")), None) is None \
+        and _per_item(cond, k, base, {item}, pointers, views, written, block_uniform=True)
 
 
 def _leaves(body: Node) -> Node | None:
@@ -442,13 +595,14 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
 
 
 def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[str],
-              views: Mapping[str, tuple[str, list[Node]]], written: set[str]) -> bool:
+              views: Mapping[str, tuple[str, list[Node]]], written: set[str], block_uniform: bool = False) -> bool:
     """Whether a local's value is one value per item: no thread coordinate or counter, only parameters the
-    kernel never writes read, and only locals that are per item themselves."""
+    kernel never writes read, and only locals that are per item themselves. ``block_uniform``: the block's
+    coordinates and the launch's sizes (the same in every thread of a block, so of an item's group) count too."""
     for n in walk(v, ("field_expression", "identifier")):
         if n.type == "field_expression":
             a = n.child_by_field_name("argument")
-            if a is not None and k.t(a) in COORDS:
+            if a is not None and k.t(a) in COORDS and not (block_uniform and k.t(a) != "threadIdx"):
                 return False
             continue
         name = k.t(n)
@@ -458,7 +612,7 @@ def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[st
             if views.get(name, (name, []))[0] in written:
                 return False
         elif name in base.values and name not in atoms and name not in base.uniform \
-                and not _per_item(base.values[name], k, base, atoms, pointers, views, written):
+                and not _per_item(base.values[name], k, base, atoms, pointers, views, written, block_uniform):
             return False
     return True
 
