@@ -449,8 +449,9 @@ def _one_per_item(cond: Node, item: str, k: Kernel, s: Summary) -> bool:
     pointers = {n for n, _, ptr, _ in params if ptr}
     views = _views(k, pointers, base)
     written = {a.param for a in s.accesses if a.kind != "read"}
-    return next(walk(cond, ("call_expression", "assignment_expression", "update_expression")), None) is None \
-        and _per_item(cond, k, base, {item}, pointers, views, written, block_uniform=True)
+    effect = next((n for n in walk(cond, ("call_expression", "assignment_expression", "update_expression"))
+                   if not misparsed_assignment(n, k.data)), None)  # ``a < 0 || a >= n`` reads as a template
+    return effect is None and _per_item(cond, k, base, {item}, pointers, views, written, block_uniform=True)
 
 
 def _leaves(body: Node) -> Node | None:
