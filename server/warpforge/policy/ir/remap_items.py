@@ -232,6 +232,12 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if st is None:
             continue
         hidden = _hidden_write(st, k, calls)
+        if hidden is not None and hidden.type == "call_expression" and any(
+                lp.span[0] <= hidden.start_byte < lp.span[1] for lp in split):
+            # in a split loop each call runs once, as before: what is unknown is whether its writes commute
+            return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) hands an address to a function the IR could "
+                            "not inline: whether its update commutes with the other threads' (an atomic one) is "
+                            "unknown", k.line(hidden))
         if hidden is not None:
             return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every thread of the "
                             "item's group would run it", k.line(hidden))
