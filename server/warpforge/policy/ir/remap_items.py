@@ -15,6 +15,13 @@ value per item, the same in all lanes):
 * the item is ``blockIdx.x*blockDim.x + threadIdx.x``, declared once at the top (guard, early exit or none)
   or a grid-stride loop ``for (i = that; i < n; i += blockDim.x*gridDim.x)``, and no other use of
   ``threadIdx.x``/``blockIdx.x``/``gridDim.x``;
+* the item's work may sit behind guards (``if (c) { ... }``, or the ``else`` of ``if (c) { S } else { ... }`` that
+  ``pass_item_exits`` makes of an early ``continue``), and its loops in the branches of an ``if``/``else`` chain
+  holding only loops (``if (mode == MAX) { for ... } else { for ... }``); every such condition, and that of an
+  early exit before the loops, must be **one value per item** (``_one_per_item``): all threads of the item's
+  group then take the same branch, so the shuffles after a split loop and lane 0's stores are reached by all;
+* atomics only as commuting per-element updates (``atomicAdd(&p[e], v);``) in a split loop, ``p`` touched by
+  nothing else (``_atomic_updates``): each still runs once per iteration, by one thread of the group;
 * the item's loops are ``for (j = a; j < b; j++)`` at the item's top level, with no ``break``/``return``
   out of them (``continue`` only skips an iteration); a loop carries no outer variable but accumulators
   (``acc += e``, ``acc = max/min(acc, e)``, ``if (e > acc) acc = e;`` of a shuffle type), combined over the
