@@ -95,7 +95,8 @@ def test_exits_and_branches_are_remapped_and_build(case: str) -> None:
     children = pol.propose_sync(pol.root_candidate())
     assert children and {c.family for c in children} == {family}, (case, pol.errors)
     for child in children:
-        assert "wfl_lane" in child.definition and "+= 32)" in child.definition or "+= blockDim.x)" in child.definition
+        assert "wfl_lane" in child.definition
+        assert ("+= 32)" if child.steps[-1].endswith(":warp") else "+= blockDim.x)") in child.definition
         got = ca.EvaluatorBuild(pol).check(child)
         assert got.ok, (case, child.steps, got.stage, got.reason[-2000:], child.definition)
 

@@ -47,7 +47,8 @@ SIG = ("__global__ void {name}(float* out, const float* g, const int* dest, cons
        "  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += blockDim.x * gridDim.x) {{\n"
        "    int to = dest[r];\n")
 
-SCATTER = SPEC.format(out="inout", rows="M", mode=1) + SIG.format(name="scatter_reduce") + """    if (to == -1) continue;
+SCATTER = SPEC.format(out="inout", rows="M", mode=1) + SIG.format(name="scatter_reduce") + """\
+    if (to == -1) continue;
     const float* src = g + (r % 997) * width;
     float* dst = out + to * width;
     if (mode == 1) {
@@ -81,7 +82,8 @@ MASKED_COPY = SPEC.format(out="out", rows="N", mode=0) + SIG.format(name="masked
 }
 """
 
-NEIGHBOUR_DOT = SPEC.format(out="in", rows="N", mode=0) + SIG.format(name="neighbour_dot") + """    if (to < 0 || to >= n) return;
+NEIGHBOUR_DOT = SPEC.format(out="in", rows="N", mode=0) + SIG.format(name="neighbour_dot") + """\
+    if (to < 0 || to >= n) return;
     float acc = 0.0f;
     for (int c = 0; c < width; c++) acc += g[to * width + c] * out[r * width + c];
     flag[r] = acc;

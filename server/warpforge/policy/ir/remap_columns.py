@@ -154,7 +154,8 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
     loops = [st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")]
     branch = next((st for st in rest if st.type == "if_statement" and next(walk(st, ("for_statement",)), None)), None)
     if not loops and branch is not None:
-        return NotLegal(f"the item's loop is inside a branch `if {k.t(branch.child_by_field_name('condition') or branch)}` (line "
+        test = k.t(branch.child_by_field_name("condition") or branch)
+        return NotLegal(f"the item's loop is inside a branch `if {test}` (line "
                         f"{k.line(branch)}): the barrier that ends each pass would be in it, and every thread must "
                         "reach it", k.line(branch))
     if len(loops) != 1 or loops[0].type != "for_statement":

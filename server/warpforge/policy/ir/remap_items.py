@@ -50,7 +50,7 @@ from tree_sitter import Node
 
 from ...cuda.poly import Poly, padd
 from ...cuda.tree import element_use, misparsed_assignment, plain_assignment, unparen, walk
-from .affine import COORDS, NonAffine, Scope, poly
+from .affine import NonAffine, Scope, poly
 from .passes import Kernel, declared_names, statements
 from .remap import (
     NotLegal,
@@ -62,6 +62,7 @@ from .remap import (
     is_item,
     lvalue_name,
 )
+from .remap_conditions import atomic_updates, cond_of, else_of, has_loop, holders, one_per_item, per_item
 from .summary import Summary, _views, params_of, scope_of
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -191,17 +192,17 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         return NotLegal("no work per item after the index", dim.line)
     sts, extra, conds = block
     outside += extra
-    held = _holders(sts, k)
+    held = holders(sts, k)
     if isinstance(held, NotLegal):
         return held
-    holders, loops, branch_conds = held
+    holding, loops, branch_conds = held
     if not loops:
         return NotLegal("no serial loop at the top of the item's work (or in branches around it)", dim.line)
-    exits = [st for st in sts + outside if st.type == "if_statement" and st.start_byte < holders[-1].start_byte
+    exits = [st for st in sts + outside if st.type == "if_statement" and st.start_byte < holding[-1].start_byte
              and next(walk(st, ("return_statement", "continue_statement")), None) is not None]
     for cond, what in [*((c, "guard around") for c in conds), *((c, "branch around") for c in branch_conds),
-                       *((_cond_of(st), "early exit from") for st in exits)]:
-        if cond is not None and not _one_per_item(cond, dim.var, k, s):
+                       *((cond_of(st), "early exit from") for st in exits)]:
+        if cond is not None and not one_per_item(cond, dim.var, k, s):
             return NotLegal(f"the condition `{k.t(unparen(cond))}` of the {what} the item's work (line {k.line(cond)}) "
                             "is not one value per item: the threads sharing the item would take different branches "
                             "(its shuffles and stores need all of them)", k.line(cond))
@@ -223,12 +224,12 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if isinstance(got, NotLegal):
             return got
         split[i] = got
-    atomics = _atomic_updates(k, accesses, split) if blocking else (frozenset(), frozenset())
+    atomics = atomic_updates(k, accesses, split) if blocking else (frozenset(), frozenset())
     if isinstance(atomics, NotLegal):
         return atomics
     calls, targets = atomics
-    tail_sts = sts[sts.index(holders[-1]) + 1:]
-    pre = [st for st in sts if st.start_byte < holders[-1].start_byte and st not in holders] + outside
+    tail_sts = sts[sts.index(holding[-1]) + 1:]
+    pre = [st for st in sts if st.start_byte < holding[-1].start_byte and st not in holding] + outside
     stores = _pre_stores(accesses, pre, lane_at, k, item_loop)
     if isinstance(stores, NotLegal):
         return stores
@@ -258,58 +259,6 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
     return ItemPlan(dim.var, form, (value.start_byte, value.end_byte), lane_at, step, plans, tail, strided,
                     k.line(loops[0]), tuple(sorted(stores)))
-
-
-#: atomic updates that commute (the element's final value does not depend on their order), result unused
-_COMMUTING = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicAnd", "atomicOr", "atomicXor"})
-
-
-def _atomic_updates(k: Kernel, accesses: list[_Acc], split: list[SplitLoop]
-                    ) -> tuple[frozenset[int], frozenset[int]] | NotLegal:
-    """The kernel's atomics, where all are per-element updates the group may split like plain stores: (where
-    each call starts, where each target element's subscript starts), or why not.
-
-    ``atomicAdd(&p[e], v);`` (or ``atomicMax``, ..., a statement of its own: the old value unused) inside the loop
-    the group splits runs once per iteration under the remap as before, by one thread of the group instead of the
-    item's only thread; the updates commute, so the element's final value is the same (a float sum is
-    reassociated, as the verifier's tolerances allow). Other threads' updates of the same element (items sharing a
-    target, ``p[map[i]*C + j]``) stay atomic. ``p`` must be touched by nothing but such updates (a plain read or
-    write would meet another lane's update in another order)."""
-    calls: set[int] = set()
-    targets: set[int] = set()
-    for call in walk(k.body, ("call_expression",)):
-        fn, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
-        name = k.t(fn) if fn is not None else ""
-        if not name.startswith("atomic"):
-            continue
-        line = k.line(call)
-        if name not in _COMMUTING:
-            return NotLegal(f"`{name}` (line {line}) is not an update that commutes with the others: the threads "
-                            "of the item's group would make them in another order", line)
-        parent = call.parent
-        if parent is None or parent.type != "expression_statement":
-            return NotLegal(f"the value `{name}` returns is used (line {line}): it depends on the order of the "
-                            "updates, which the group changes", line)
-        first = unparen(args.named_children[0]) if args is not None and args.named_children else None
-        while first is not None and first.type == "cast_expression":  # ``(int*)&p[e]``
-            value = first.child_by_field_name("value")
-            first = unparen(value) if value is not None else None
-        sub = first.named_children[-1] if first is not None and first.type == "pointer_expression" \
-            and k.t(first).startswith("&") else None
-        target = next((a for a in accesses if sub is not None and a.at == sub.start_byte), None)
-        if target is None or sub is None or sub.type != "subscript_expression":
-            return NotLegal(f"`{k.t(call)}` (line {line}) does not update an element `&p[e]` of a parameter", line)
-        lp = split[target.loop] if target.loop >= 0 else None
-        if lp is None or not lp.span[0] <= call.start_byte < lp.span[1]:
-            return NotLegal(f"`{k.t(call)}` (line {line}) is not in the loop the item's group splits: every thread "
-                            "of the group would make it", line)
-        calls.add(call.start_byte)
-        targets.add(target.at)
-    for a in accesses:
-        if a.at not in targets and any(t.param == a.param for t in accesses if t.at in targets):
-            return NotLegal(f"`{a.param}` is updated atomically and also touched as `{a.text}` (line {a.line}): a "
-                            "lane may meet another lane's update in another order", a.line)
-    return frozenset(calls), frozenset(targets)
 
 
 def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel, item_loop: Node | None = None
@@ -384,87 +333,19 @@ def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list
     conds: list[Node] = []
     while sts and sts[-1].type == "if_statement":
         cond, cons = sts[-1].child_by_field_name("condition"), sts[-1].child_by_field_name("consequence")
-        alt = _else(sts[-1])
-        if cond is None or cons is None or any(_has_loop(st) for st in sts[:-1]):
+        alt = else_of(sts[-1])
+        if cond is None or cons is None or any(has_loop(st) for st in sts[:-1]):
             break
-        if alt is None and _has_loop(cons):
+        if alt is None and has_loop(cons):
             passed += sts[:-1]
             sts = statements(cons)
-        elif alt is not None and _has_loop(alt) and not _has_loop(cons):
+        elif alt is not None and has_loop(alt) and not has_loop(cons):
             passed += [*sts[:-1], cons]
             sts = statements(alt)
         else:
             break
         conds.append(cond)
     return (sts, passed, conds) if sts else None
-
-
-def _has_loop(n: Node) -> bool:
-    return next(walk(n, ("for_statement",)), None) is not None
-
-
-def _else(st: Node) -> Node | None:
-    """The statement of an ``if``'s ``else`` (None without one)."""
-    alt = st.child_by_field_name("alternative")
-    if alt is not None and alt.type == "else_clause":
-        alt = alt.named_children[0] if alt.named_children else None
-    return alt
-
-
-def _cond_of(st: Node) -> Node | None:
-    c = st.child_by_field_name("condition")
-    if c is not None and c.type == "condition_clause":
-        v = c.child_by_field_name("value")
-        c = v if v is not None else (c.named_children[-1] if c.named_children else None)
-    return c
-
-
-def _holders(sts: list[Node], k: Kernel) -> tuple[list[Node], list[Node], list[Node]] | NotLegal:
-    """The item's top-level statements that hold its loops: a loop, or an ``if``/``else`` chain whose branches
-    hold only loops (``if (mode == MAX) { for ... } else { for ... }``: every thread of the item's group takes
-    the same branch where the condition is one value per item, so each branch's loops are split like the
-    others); the loops in order, and the branches' conditions."""
-    holders: list[Node] = []
-    loops: list[Node] = []
-    conds: list[Node] = []
-
-    def flatten(st: Node) -> bool:
-        if st.type == "for_statement":
-            loops.append(st)
-            return True
-        if st.type == "compound_statement":
-            return all(flatten(x) for x in statements(st))
-        if st.type == "if_statement":
-            cond, cons, alt = _cond_of(st), st.child_by_field_name("consequence"), _else(st)
-            if cond is None or cons is None:
-                return False
-            conds.append(cond)
-            return flatten(cons) and (alt is None or flatten(alt))
-        return st.type == "expression_statement" and not st.named_children  # `;`
-
-    for st in sts:
-        if st.type == "for_statement" or (st.type == "if_statement" and _has_loop(st)):
-            if not flatten(st):
-                return NotLegal("a branch around the item's loops holds other statements than loops (line "
-                                f"{k.line(st)}): only a branch of loops can be split like a loop", k.line(st))
-            holders.append(st)
-    return holders, loops, conds
-
-
-def _one_per_item(cond: Node, item: str, k: Kernel, s: Summary) -> bool:
-    """Whether ``cond`` is one value per item (the same in every thread of the item's group): it reads no thread
-    coordinate, loop counter or written local, only the item, scalar parameters, locals computed from those,
-    and elements of arrays the kernel never writes (``map[i]`` loaded at the item's own index)."""
-    params, uniform = params_of(k)
-    got = scope_of(k, uniform, set())
-    # the item itself is one value in its whole group, written or not (``w /= 2`` runs alike in every thread)
-    base = Scope(got.values, got.counters, got.uniform, got.varying - {item}, got.data)
-    pointers = {n for n, _, ptr, _ in params if ptr}
-    views = _views(k, pointers, base)
-    written = {a.param for a in s.accesses if a.kind != "read"}
-    effect = next((n for n in walk(cond, ("call_expression", "assignment_expression", "update_expression"))
-                   if not misparsed_assignment(n, k.data)), None)  # ``a < 0 || a >= n`` reads as a template
-    return effect is None and _per_item(cond, k, base, {item}, pointers, views, written, block_uniform=True)
 
 
 def _leaves(body: Node) -> Node | None:
@@ -569,7 +450,7 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
     for _ in range(len(candidates) + 1):
         changed = False
         for name, v in candidates.items():
-            if name in atoms or not _per_item(v, k, base, atoms, pointers, views, written):
+            if name in atoms or not per_item(v, k, base, atoms, pointers, views, written):
                 continue
             scope = Scope(base.values, base.counters, base.uniform | atoms, base.varying, k.data)
             try:
@@ -606,29 +487,6 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
         inner_loop = _innermost(sub, k)
         out.append(_Acc(param, stored, loaded, index, k.line(sub), sub.start_byte, where, inner_loop, k.t(sub)))
     return out, derived
-
-
-def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[str],
-              views: Mapping[str, tuple[str, list[Node]]], written: set[str], block_uniform: bool = False) -> bool:
-    """Whether a local's value is one value per item: no thread coordinate or counter, only parameters the
-    kernel never writes read, and only locals that are per item themselves. ``block_uniform``: the block's
-    coordinates and the launch's sizes (the same in every thread of a block, so of an item's group) count too."""
-    for n in walk(v, ("field_expression", "identifier")):
-        if n.type == "field_expression":
-            a = n.child_by_field_name("argument")
-            if a is not None and k.t(a) in COORDS and not (block_uniform and k.t(a) != "threadIdx"):
-                return False
-            continue
-        name = k.t(n)
-        if (name in base.counters and name not in atoms) or name in base.varying:  # atoms: a grid-stride item
-            return False
-        if name in pointers or name in views:
-            if views.get(name, (name, []))[0] in written:
-                return False
-        elif name in base.values and name not in atoms and name not in base.uniform \
-                and not _per_item(base.values[name], k, base, atoms, pointers, views, written, block_uniform):
-            return False
-    return True
 
 
 def _innermost(n: Node, k: Kernel) -> str:
