@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, needs_nvcc
 from warpforge.cuda import SourceText, parse
+from warpforge.policy.ir.atomic_helpers import atomic_helpers
 from warpforge.policy.ir.remap import NotLegal
 from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import element_remap, lane_remap
@@ -77,6 +78,53 @@ PROPOSED: dict[str, tuple[str, str]] = {
         "    for (int c = 0; c < width; c++) acc += g[to * width + c] * g[r * width + c];\n    flag[r] = acc;\n"),
         "lane_remap"),
 }
+
+
+#: a float maximum the hardware lacks, as a compare-and-swap loop, and a sum wrapper: overloaded per type, so the
+#: inliner keeps the calls; ``atomic_helpers`` reads both as atomic updates that commute
+HELPERS = """__device__ __forceinline__ void upd_max(float* where, float v) {
+  int* bits = reinterpret_cast<int*>(where);
+  int seen = *bits, want;
+  do {
+    want = seen;
+    seen = atomicCAS(bits, want, __float_as_int(fmaxf(v, __int_as_float(want))));
+  } while (want != seen);
+}
+__device__ __forceinline__ void upd_max(double* where, double v) {
+  unsigned long long* bits = (unsigned long long*)where;
+  unsigned long long seen = *bits, want;
+  do {
+    want = seen;
+    seen = atomicCAS(bits, want, __double_as_longlong(fmax(v, __longlong_as_double(want))));
+  } while (want != seen);
+}
+__device__ __forceinline__ void upd_sum(float* where, float v) { atomicAdd(where, v); }
+__device__ __forceinline__ void upd_sum(double* where, double v) { atomicAdd(where, v); }
+"""
+PROPOSED["helper_updates_branch"] = (HELPERS + grid_stride(
+    "    int to = dest[r];\n    if (to < 0) continue;\n    const float* src = g + r * width;\n"
+    "    float* dst = out + to * width;\n    if (mode == 1) {\n"
+    "      for (int c = 0; c < width; c++) upd_max(&dst[c], src[c]);\n    } else {\n"
+    "      for (int c = 0; c < width; c++) upd_sum(&dst[c], src[c]);\n    }\n",
+    SPEC.replace("arg out: out", "arg out: inout")), "element_remap")
+
+
+def test_atomic_helpers_are_read_from_the_file() -> None:
+    assert atomic_helpers(HELPERS) == {"upd_max", "upd_sum"}
+    # an exchange through compare-and-swap (the new value ignores the old one) does not commute
+    assert "upd_max" not in atomic_helpers(HELPERS.replace("__float_as_int(fmaxf(v, __int_as_float(want)))",
+                                                           "__float_as_int(v)"))
+    # a compare-and-swap that is not retried may lose an update
+    assert "upd_max" not in atomic_helpers(HELPERS.replace("} while (want != seen);", "} while (false);"))
+    # a helper that also writes memory is no update of its address alone
+    assert "upd_sum" not in atomic_helpers(HELPERS.replace("{ atomicAdd(where, v); }",
+                                                           "{ atomicAdd(where, v); where[1] = v; }"))
+
+
+def test_an_unknown_helper_is_declined_for_what_is_unknown() -> None:
+    # neither helper is defined in the file: what their calls write is unknown
+    text = PROPOSED["helper_updates_branch"][0].replace(HELPERS, "")
+    assert "hands an address to a function the IR could not inline" in reason(text)
 
 
 def policy(text: str, family: str) -> OfflinePolicy:

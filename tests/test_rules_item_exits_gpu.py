@@ -4,6 +4,7 @@ correctness runs at the spec size and the perturbed size, odd sizes, and timing)
 
 * a scatter-reduce on a mode parameter (a lookup that skips an item with ``continue``, then one loop of atomic
   updates per mode into a gathered row): ``element_remap`` gives each item a warp, each branch's loop split;
+* the same with a float maximum through a compare-and-swap helper;
 * its gradient, an ``else if`` chain of gathered row copies: ``element_remap``;
 * a store before a ``return`` (each thread has one item at the spec's launch): lane 0 makes the store;
 * a per-item dot product behind a ``return`` on a neighbour index out of range: ``lane_remap``.
@@ -60,6 +61,29 @@ SCATTER = SPEC.format(out="inout", rows="M", mode=1) + SIG.format(name="scatter_
 }
 """
 
+#: a float maximum through a compare-and-swap helper (``atomic_helpers`` reads it as an atomic update that commutes)
+SCATTER_MAX = """\
+__device__ __forceinline__ void upd_max(float* where, float v) {
+  int* bits = reinterpret_cast<int*>(where);
+  int seen = *bits, want;
+  do {
+    want = seen;
+    seen = atomicCAS(bits, want, __float_as_int(fmaxf(v, __int_as_float(want))));
+  } while (want != seen);
+}
+""" + SPEC.format(out="inout", rows="M", mode=2) + SIG.format(name="scatter_max") + """\
+    if (to == -1) continue;
+    const float* src = g + (r % 997) * width;
+    float* dst = out + to * width;
+    if (mode == 2) {
+      for (int c = 0; c < width; c++) upd_max(&dst[c], src[c]);
+    } else {
+      for (int c = 0; c < width; c++) atomicAdd(&dst[c], src[c]);
+    }
+  }
+}
+"""
+
 GRADIENT = SPEC.format(out="out", rows="N", mode=1) + SIG.format(name="reduce_grad") + """    if (to == -1) {
       continue;
     }
@@ -94,6 +118,7 @@ NEIGHBOUR_DOT = SPEC.format(out="in", rows="N", mode=0) + SIG.format(name="neigh
 
 @pytest.mark.parametrize(("text", "kernel", "family"), [
     (SCATTER, "scatter_reduce", "element_remap"),
+    (SCATTER_MAX, "scatter_max", "element_remap"),
     (GRADIENT, "reduce_grad", "element_remap"),
     (MASKED_COPY, "masked_copy", "element_remap"),
     (NEIGHBOUR_DOT, "neighbour_dot", "lane_remap"),

@@ -22,6 +22,7 @@ from tree_sitter import Node
 
 from ...cuda.tree import misparsed_assignment, unparen, walk
 from .affine import COORDS, Scope
+from .atomic_helpers import COMMUTING
 from .passes import Kernel, statements
 from .remap import NotLegal
 from .summary import Summary, _views, params_of, scope_of
@@ -122,11 +123,8 @@ def one_per_item(cond: Node, item: str, k: Kernel, s: Summary) -> bool:
 
 
 #: atomic updates that commute (the element's final value does not depend on their order), result unused
-_COMMUTING = frozenset({"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicAnd", "atomicOr", "atomicXor"})
-
-
-def atomic_updates(k: Kernel, accesses: list[_Acc], split: list[SplitLoop]
-                    ) -> tuple[frozenset[int], frozenset[int]] | NotLegal:
+def atomic_updates(k: Kernel, accesses: list[_Acc], split: list[SplitLoop], helpers: frozenset[str] = frozenset()
+                   ) -> tuple[frozenset[int], frozenset[int]] | NotLegal:
     """The kernel's atomics, where all are per-element updates the group may split like plain stores: (where
     each call starts, where each target element's subscript starts), or why not.
 
@@ -135,16 +133,17 @@ def atomic_updates(k: Kernel, accesses: list[_Acc], split: list[SplitLoop]
     item's only thread; the updates commute, so the element's final value is the same (a float sum is
     reassociated, as the verifier's tolerances allow). Other threads' updates of the same element (items sharing a
     target, ``p[map[i]*C + j]``) stay atomic. ``p`` must be touched by nothing but such updates (a plain read or
-    write would meet another lane's update in another order)."""
+    write would meet another lane's update in another order). ``helpers`` name the file's functions that are such
+    updates themselves (``atomic_helpers``: mmcv's ``reduceMax(&p[e], v)``, a compare-and-swap maximum)."""
     calls: set[int] = set()
     targets: set[int] = set()
     for call in walk(k.body, ("call_expression",)):
         fn, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
         name = k.t(fn) if fn is not None else ""
-        if not name.startswith("atomic"):
+        if not name.startswith("atomic") and name not in helpers:
             continue
         line = k.line(call)
-        if name not in _COMMUTING:
+        if name not in COMMUTING and name not in helpers:
             return NotLegal(f"`{name}` (line {line}) is not an update that commutes with the others: the threads "
                             "of the item's group would make them in another order", line)
         parent = call.parent

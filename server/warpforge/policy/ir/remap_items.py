@@ -134,8 +134,10 @@ class _Acc:
     text: str
 
 
-def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> ItemPlan | NotLegal:
-    """The plan to give each item a group of threads that split its loops, or why it is not legal."""
+def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None,
+               helpers: frozenset[str] = frozenset()) -> ItemPlan | NotLegal:
+    """The plan to give each item a group of threads that split its loops, or why it is not legal. ``helpers``:
+    the file's atomic-update functions (``atomic_helpers``), whose calls are atomic updates too."""
     targs = template_args or {}
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
     if blocking and blocking != ["atomics"]:  # atomic updates alone are checked below (``_atomic_updates``)
@@ -224,7 +226,9 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if isinstance(got, NotLegal):
             return got
         split[i] = got
-    atomics = atomic_updates(k, accesses, split) if blocking else (frozenset(), frozenset())
+    helped = helpers and any(k.t(c.child_by_field_name("function") or c) in helpers
+                             for c in walk(k.body, ("call_expression",)))
+    atomics = atomic_updates(k, accesses, split, helpers) if blocking or helped else (frozenset(), frozenset())
     if isinstance(atomics, NotLegal):
         return atomics
     calls, targets = atomics
