@@ -133,8 +133,10 @@ def one_item_each(loop: Node, var: str, k: Kernel, env: PassEnv) -> str | None:
     for size, (grid, block, values) in enumerate(zip(env.grids, env.blocks, env.values, strict=False)):
         try:
             n = parse_expr(bound).evaluate(values)
-        except (ExprError, ValueError):
-            return f"the bound `{bound}` is not a number at the spec's sizes (only scalar parameters it gives count)"
+        except (ExprError, ValueError) as e:
+            first = str(e).splitlines()[0]
+            return (f"the bound `{bound}` could not be evaluated at the spec's sizes ({first}; only the scalar "
+                    "parameters the spec gives as numbers count)")
         threads = grid[0] * block[0]
         if n > threads:
             at = "the perturbed size" if size else "the spec's size"
