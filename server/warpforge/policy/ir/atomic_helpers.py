@@ -47,7 +47,7 @@ def _helpers(text: str) -> frozenset[str]:
         while decl is not None and decl.type != "function_declarator":
             decl = decl.child_by_field_name("declarator")
         nm = decl.child_by_field_name("declarator") if decl is not None else None
-        if nm is None or "__device__" not in head or "__global__" in head:
+        if decl is None or nm is None or "__device__" not in head or "__global__" in head:
             continue
         name = node_text(nm, data)
         verdict[name] = verdict.get(name, True) and _is_update(fn, decl, data)
@@ -75,7 +75,10 @@ def _is_update(fn: Node, decl: Node, data: bytes) -> bool:
     if body is None or len(params) != 2 or not params[0][1] or params[1][1]:
         return False
     address, val = params[0][0], params[1][0]
-    t = lambda n: node_text(n, data)  # noqa: E731
+
+    def t(n: Node) -> str:
+        return node_text(n, data)
+
     aliases = {address}
     for d in walk(body, ("init_declarator",)):
         v, nm = d.child_by_field_name("value"), d.child_by_field_name("declarator")
