@@ -214,13 +214,15 @@ COLUMN = ROWS + K + ("  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i 
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
      "  for (int j = 0; j < cols; j++) s = s * 0.5f + A[i * cols + j];\n  y[i] = s;\n}\n",
      "is not updated as"),
+    # per-iteration atomic updates are element_remap's (they commute: a lane may make any of them)
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n"
-     "  for (int j = 0; j < cols; j++) atomicAdd(&y[i], A[i * cols + j] * x[j]);\n}\n", "atomics"),
+     "  for (int j = 0; j < cols; j++) atomicAdd(&y[i], A[i * cols + j] * x[j]);\n}\n", "element_remap's"),
     (ROWS + K + "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i >= rows) return;\n  float s = 0.0f;\n"
      "  for (int j = 0; j < cols; j++) s += A[i * cols + j];\n  y[i] = s + gridDim.x;\n}\n", "gridDim.x"),
-    # a return in the walk over the items that the IR could not make a guard (it reads memory): it ends this
-    # thread's later items, and a group per item walks others
-    (ROWS + K + "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += blockDim.x * gridDim.x) {\n"
+    # a return in the walk over the items that the IR could not make a guard (the launch gives a thread several
+    # items): it ends this thread's later items, and a group per item walks others
+    (ROWS.replace("grid=cdiv(R, 128)", "grid=min(cdiv(R, 128), 8)") + K +
+     "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += blockDim.x * gridDim.x) {\n"
      "    if (A[i * cols] < 0.0f) return;\n    float s = 0.0f;\n"
      "    for (int j = 0; j < cols; j++) s += A[i * cols + j];\n    y[i] = s;\n  }\n}\n", "walk over the items"),
     # a second loop that writes the row is element_remap's

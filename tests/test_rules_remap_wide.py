@@ -217,10 +217,11 @@ def test_masked_item_declines(text: str, words: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "family", "words"), [
-    # a pass that stops early would skip the barrier the other threads wait at
+    # a pass that stops early would skip the barrier the other threads wait at (the IR makes the `continue` a
+    # guard, ``item_exits``: the barrier would be inside it)
     (stride("    if (img[e] < 0) continue;\n    float t = 0;\n"
             "    for (int pl = 0; pl < planes; ++pl) t += img[pl * pixels + e % pixels];\n    res[e] = t;\n"),
-     "column_remap", "leaves a pass over the items early"),
+     "column_remap", "the item's loop is inside a branch `if (!(img[e] < 0))`"),
     # the counter changed in the body is not a grid-stride loop over the items any more
     (stride("    float t = 0;\n    for (int pl = 0; pl < planes; ++pl) t += img[pl * pixels + e % pixels];\n"
             "    res[e] = t;\n    e += 0;\n"), "column_remap", "written in its body"),

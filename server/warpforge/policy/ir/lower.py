@@ -30,6 +30,7 @@ from . import (  # noqa: F401  (they register the passes)
     pass_coordinates,
     pass_dead,
     pass_exits,
+    pass_item_exits,
     pass_loops,
     pass_mapping,
     pass_memory,
@@ -48,8 +49,8 @@ from .summary import Summary, summarize
 #: what exposes code to the others comes first (instantiation, inlining), memory folding last
 ORDER = ("template_arguments", "file_constants", "signature_typedefs", "inline_calls", "hoisted_loop_variable",
          "counter_before_loop", "while_to_for", "loop_private_scalars", "sticky_loop_return", "single_pass_loop",
-         "offset_stepped_loop", "copy_propagation", "block_items", "thread_index", "grid_stride_loop", "dead_locals",
-         "unstage_tiles",
+         "item_exits", "offset_stepped_loop", "copy_propagation", "block_items", "thread_index", "grid_stride_loop",
+         "dead_locals", "unstage_tiles",
          "output_coordinates",
          "induction_variable", "view_offset", "register_accumulator")
 
@@ -165,6 +166,8 @@ def lower(source: str, kernel_name: str, *, path: str | None = None, spec: Kerne
         env.blocks, env.values, env.names = _launch_facts(
             spec, tuple(block) if block is not None else spec.launch.block,
             [p.name for p in kernel.params if not p.is_pointer], tunables)
+        if launch_grid:
+            env.grids = _grid_facts(spec, tuple(launch_grid), tunables)
     passes = [REGISTRY[p] for p in ORDER]
     applied: list[str] = []
     skipped: list[tuple[str, str, int]] = []
@@ -245,6 +248,24 @@ def _launch_facts(spec: KernelSpec, block: tuple[str, ...], scalars: Sequence[st
         values.append(vals)
         names.append({n: v for n, v in env.items() if n in tunable_names and isinstance(v, int)})
     return tuple(blocks), tuple(values), tuple(names)
+
+
+def _grid_facts(spec: KernelSpec, grid: tuple[str, ...], tunables: Mapping[str, str] | None
+                ) -> tuple[tuple[int, int, int], ...]:
+    """The launch's grid as numbers (padded to three) at the spec's size and its perturbed one; empty when one
+    cannot be evaluated (``item_exits`` then keeps a ``return`` in a pass over the items)."""
+    out: list[tuple[int, int, int]] = []
+    for perturbed in (False, True):
+        try:
+            env = spec.size_values(perturbed, dict(tunables) if tunables else None)
+            dims = [parse_expr(e).evaluate(env) for e in grid]
+        except (ExprError, ValueError):
+            return ()
+        if not dims or len(dims) > 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+            return ()
+        ints = [int(d) for d in dims] + [1] * (3 - len(dims))
+        out.append((ints[0], ints[1], ints[2]))
+    return tuple(out)
 
 
 def _arg_values(spec: KernelSpec, scalars: Sequence[str]) -> dict[str, str]:

@@ -49,6 +49,8 @@ class PassEnv:
     grid_dims: int = 0
     #: the launch's block at each size of the spec (the spec's size, then the perturbed one); empty when unknown
     blocks: tuple[tuple[int, int, int], ...] = ()
+    #: the launch's grid at each size of the spec (as ``blocks``), padded to three; empty when unknown
+    grids: tuple[tuple[int, int, int], ...] = ()
     #: at each size of the spec (as ``blocks``): the kernel's scalar parameters the spec gives as numbers
     values: tuple[dict[str, int], ...] = ()
     #: at each size of the spec (as ``blocks``): the spec's numeric tunables, which the text keeps as names

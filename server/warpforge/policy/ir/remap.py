@@ -299,13 +299,14 @@ def _header(loop: Node, k: Kernel) -> tuple[tuple[int, int], tuple[int, int]]:
     return parts[1], parts[2]
 
 
-def _hidden_write(node: Node, k: Kernel) -> Node | None:
+def _hidden_write(node: Node, k: Kernel, allowed: frozenset[int] = frozenset()) -> Node | None:
     """A write the summary's accesses do not show: through a pointer (``*p = v``, ``p->f = v``) or a call
-    handed a pointer or an address (a function the IR could not inline may write through it)."""
+    handed a pointer or an address (a function the IR could not inline may write through it). Calls starting at
+    a byte in ``allowed`` (atomic updates the caller checked) are not counted."""
     writable = {n for n, _, ptr, const in params_of(k)[0] if ptr and not const}
     values = _value_locals(k)
     for n in walk(node, ("assignment_expression", "update_expression", "call_expression")):
-        if misparsed_assignment(n, k.data):
+        if misparsed_assignment(n, k.data) or n.start_byte in allowed:
             continue
         if n.type == "call_expression":
             fn = n.child_by_field_name("function")

@@ -152,6 +152,12 @@ def plan_columns(k: Kernel, s: Summary, template_args: Mapping[str, str] | None 
             exit_node is None or not (exit_node.start_byte <= r.start_byte < exit_node.end_byte))), None):
         return NotLegal("a `return` besides the early exit before the barrier: every thread must reach it")
     loops = [st for st in rest if st.type in ("for_statement", "while_statement", "do_statement")]
+    branch = next((st for st in rest if st.type == "if_statement" and next(walk(st, ("for_statement",)), None)), None)
+    if not loops and branch is not None:
+        test = k.t(branch.child_by_field_name("condition") or branch)
+        return NotLegal(f"the item's loop is inside a branch `if {test}` (line "
+                        f"{k.line(branch)}): the barrier that ends each pass would be in it, and every thread must "
+                        "reach it", k.line(branch))
     if len(loops) != 1 or loops[0].type != "for_statement":
         return NotLegal("not exactly one counted loop over the item" if loops else "no serial loop over the item",
                         k.line(loops[-1]) if loops else dim.line)

@@ -15,6 +15,13 @@ value per item, the same in all lanes):
 * the item is ``blockIdx.x*blockDim.x + threadIdx.x``, declared once at the top (guard, early exit or none)
   or a grid-stride loop ``for (i = that; i < n; i += blockDim.x*gridDim.x)``, and no other use of
   ``threadIdx.x``/``blockIdx.x``/``gridDim.x``;
+* the item's work may sit behind guards (``if (c) { ... }``, or the ``else`` of ``if (c) { S } else { ... }`` that
+  ``pass_item_exits`` makes of an early ``continue``), and its loops in the branches of an ``if``/``else`` chain
+  holding only loops (``if (mode == MAX) { for ... } else { for ... }``); every such condition, and that of an
+  early exit before the loops, must be **one value per item** (``_one_per_item``): all threads of the item's
+  group then take the same branch, so the shuffles after a split loop and lane 0's stores are reached by all;
+* atomics only as commuting per-element updates (``atomicAdd(&p[e], v);``) in a split loop, ``p`` touched by
+  nothing else (``_atomic_updates``): each still runs once per iteration, by one thread of the group;
 * the item's loops are ``for (j = a; j < b; j++)`` at the item's top level, with no ``break``/``return``
   out of them (``continue`` only skips an iteration); a loop carries no outer variable but accumulators
   (``acc += e``, ``acc = max/min(acc, e)``, ``if (e > acc) acc = e;`` of a shuffle type), combined over the
@@ -43,7 +50,7 @@ from tree_sitter import Node
 
 from ...cuda.poly import Poly, padd
 from ...cuda.tree import element_use, misparsed_assignment, plain_assignment, unparen, walk
-from .affine import COORDS, NonAffine, Scope, poly
+from .affine import NonAffine, Scope, poly
 from .passes import Kernel, declared_names, statements
 from .remap import (
     NotLegal,
@@ -55,6 +62,7 @@ from .remap import (
     is_item,
     lvalue_name,
 )
+from .remap_conditions import atomic_updates, cond_of, else_of, has_loop, holders, one_per_item, per_item
 from .summary import Summary, _views, params_of, scope_of
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -126,11 +134,13 @@ class _Acc:
     text: str
 
 
-def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None) -> ItemPlan | NotLegal:
-    """The plan to give each item a group of threads that split its loops, or why it is not legal."""
+def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = None,
+               helpers: frozenset[str] = frozenset()) -> ItemPlan | NotLegal:
+    """The plan to give each item a group of threads that split its loops, or why it is not legal. ``helpers``:
+    the file's atomic-update functions (``atomic_helpers``), whose calls are atomic updates too."""
     targs = template_args or {}
     blocking = [n for n in s.notes if n in ("shared memory", "barriers", "shuffles", "atomics")]
-    if blocking:
+    if blocking and blocking != ["atomics"]:  # atomic updates alone are checked below (``_atomic_updates``)
         return NotLegal(f"the kernel uses {', '.join(blocking)}: threads of a block would see another mapping",
                         stage=0)
     items = [p for p in s.parallel if is_item(p.index) and p.form in ("guard", "exit", "unguarded", "grid-stride")]
@@ -151,10 +161,15 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         # loop) ends this thread's later items: a group per item walks other items, so other work would end
         out = _leaves(body)
         if out is not None:
-            return NotLegal(f"`{k.t(out).split()[0].rstrip(';')}` ends this thread's walk over the items (line "
-                            f"{k.line(out)}): under another mapping it would end other items' work", k.line(out))
+            jump = k.t(out).split()[0].rstrip(';')
+            return NotLegal(f"`{jump}` ends this thread's walk over the items (line {k.line(out)}): under another "
+                            "mapping it would end other items' work" + (
+                                " (it is a `continue` only where the launch gives each thread at most one item at "
+                                "every size of the spec, and nothing follows the loop)" if jump == "return" else ""),
+                            k.line(out))
         outside = [st for st in top if st is not loop]
         block, lane_at, form = _item_block(statements(body), dim.var, k), loop.start_byte, "grid-stride"
+        item_loop: Node | None = loop
     else:
         decl = _declaration_of(dim.var, top, k)
         if decl is None:
@@ -163,6 +178,7 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         after = top[top.index(decl_stmt) + 1:]
         outside = top[:top.index(decl_stmt)]
         block, lane_at, form = _item_block(after, dim.var, k), decl_stmt.end_byte, "top"
+        item_loop = None
     stride_node = None if step is None else (step[0], step[1])
     for n in walk(k.body, ("field_expression",)):
         obj = n.child_by_field_name("argument")
@@ -176,11 +192,22 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                         k.line(n))
     if not block:
         return NotLegal("no work per item after the index", dim.line)
-    sts, extra = block
+    sts, extra, conds = block
     outside += extra
-    loops = [st for st in sts if st.type == "for_statement"]
+    held = holders(sts, k)
+    if isinstance(held, NotLegal):
+        return held
+    holding, loops, branch_conds = held
     if not loops:
-        return NotLegal("no serial loop at the top of the item's work", dim.line)
+        return NotLegal("no serial loop at the top of the item's work (or in branches around it)", dim.line)
+    exits = [st for st in sts + outside if st.type == "if_statement" and st.start_byte < holding[-1].start_byte
+             and next(walk(st, ("return_statement", "continue_statement")), None) is not None]
+    for cond, what in [*((c, "guard around") for c in conds), *((c, "branch around") for c in branch_conds),
+                       *((cond_of(st), "early exit from") for st in exits)]:
+        if cond is not None and not one_per_item(cond, dim.var, k, s):
+            return NotLegal(f"the condition `{k.t(unparen(cond))}` of the {what} the item's work (line {k.line(cond)}) "
+                            "is not one value per item: the threads sharing the item would take different branches "
+                            "(its shuffles and stores need all of them)", k.line(cond))
     other = next((st for st in sts if st.type in ("while_statement", "do_statement")), None)
     if other is not None:
         return NotLegal("a `while`/`do` loop over the item the IR could not make a counted `for`", k.line(other))
@@ -199,9 +226,15 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
         if isinstance(got, NotLegal):
             return got
         split[i] = got
-    tail_sts = sts[sts.index(loops[-1]) + 1:]
-    pre = [st for st in sts if st.start_byte < loops[-1].start_byte and st not in loops] + outside
-    stores = _pre_stores(accesses, pre, lane_at, k)
+    helped = helpers and any(k.t(c.child_by_field_name("function") or c) in helpers
+                             for c in walk(k.body, ("call_expression",)))
+    atomics = atomic_updates(k, accesses, split, helpers) if blocking or helped else (frozenset(), frozenset())
+    if isinstance(atomics, NotLegal):
+        return atomics
+    calls, targets = atomics
+    tail_sts = sts[sts.index(holding[-1]) + 1:]
+    pre = [st for st in sts if st.start_byte < holding[-1].start_byte and st not in holding] + outside
+    stores = _pre_stores(accesses, pre, lane_at, k, item_loop)
     if isinstance(stores, NotLegal):
         return stores
     legal = _independent(accesses, split, loops, derived, k)
@@ -210,14 +243,21 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
     for st in [*pre, *(lp.child_by_field_name("body") for lp in loops)]:
         if st is None:
             continue
-        hidden = _hidden_write(st, k)
+        hidden = _hidden_write(st, k, calls)
+        if hidden is not None and hidden.type == "call_expression" and any(
+                lp.span[0] <= hidden.start_byte < lp.span[1] for lp in split):
+            # in a split loop each call runs once, as before: what is unknown is whether its writes commute
+            return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) hands an address to a function the IR could "
+                            "not inline: whether its update commutes with the other threads' (an atomic one) is "
+                            "unknown", k.line(hidden))
         if hidden is not None:
             return NotLegal(f"`{k.t(hidden)}` (line {k.line(hidden)}) may write memory, and every thread of the "
                             "item's group would run it", k.line(hidden))
     strided = _profit(accesses, split, loops, derived, k)
     if isinstance(strided, NotLegal):
         return strided
-    writes = [tuple(sorted({a.param for a in accesses if a.stored and a.loop == i})) for i in range(len(loops))]
+    writes = [tuple(sorted({a.param for a in accesses if (a.stored or a.at in targets) and a.loop == i}))
+              for i in range(len(loops))]
     plans = tuple(SplitLoop(p.var, p.start, p.init_value, p.update, p.end, p.reductions, w, p.span, p.first)
                   for p, w in zip(split, writes, strict=True))
     tail = (tail_sts[0].start_byte, tail_sts[-1].end_byte) if tail_sts else None
@@ -225,7 +265,8 @@ def plan_items(k: Kernel, s: Summary, template_args: Mapping[str, str] | None = 
                     k.line(loops[0]), tuple(sorted(stores)))
 
 
-def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) -> list[int] | NotLegal:
+def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel, item_loop: Node | None = None
+                ) -> list[int] | NotLegal:
     """The plain stores before the item's loops that lane 0 can make for the group: where their statements start.
 
     A masked item (``if (t2 > t) { out[idx] = -INFINITY; return; }``, llm.c's causal attention) writes its
@@ -233,7 +274,8 @@ def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) 
     reads nothing but the item), so each would make the store; guarded by ``lane == 0`` it happens once, as
     before. That is exact when the store is a statement of its own, ``a[e] = v;`` (not ``+=``, which lane 0
     alone already makes right, but a read of ``a`` is refused below anyway), after the lane is declared, outside
-    any loop, and ``a`` is read nowhere in the kernel (another lane would read it before lane 0 wrote it)."""
+    any loop (but the grid-stride loop over the items, ``item_loop``: one iteration is one item), and ``a`` is
+    read nowhere in the kernel (another lane would read it before lane 0 wrote it)."""
     pre_spans = [(st.start_byte, st.end_byte) for st in pre]
     read = {a.param for a in accesses if a.loaded}
     out: list[int] = []
@@ -251,7 +293,7 @@ def _pre_stores(accesses: list[_Acc], pre: list[Node], lane_at: int, k: Kernel) 
             return NotLegal(why + (f", and `{a.param}` is read too (by a lane before lane 0 wrote it)"
                                    if a.param in read else ""), a.line)
         cur = node.parent
-        while cur is not None and cur is not k.body:
+        while cur is not None and cur is not k.body and cur != item_loop:
             if cur.type in _LOOPS:
                 return NotLegal(why + " (in a loop)", a.line)
             cur = cur.parent
@@ -285,19 +327,29 @@ def _grid_stride(var: str, top: list[Node], k: Kernel) -> tuple[Node, Node, tupl
     return NotLegal(f"the grid-stride loop over `{var}` is not at the top of the body")
 
 
-def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list[Node]] | None:
-    """The statements of the item's work: ``sts``, or the body of a guard ``if (item < n) { ... }`` that is
-    the last statement (no ``else``), followed down; and the statements passed on the way (run by all)."""
+def _item_block(sts: list[Node], item: str, k: Kernel) -> tuple[list[Node], list[Node], list[Node]] | None:
+    """The statements of the item's work: ``sts``, or followed down the ``if`` that is the last statement and
+    holds the loops: ``if (c) { ... }`` (no ``else``), or ``if (c) { S } else { ... }`` with no loop in ``S``
+    (an early exit ``if (c) { S; continue; }`` the IR made a guard); the statements passed on the way (run by
+    all, ``S`` included), and the conditions of the ``if``s followed (one value per item: checked by the caller).
+    """
     passed: list[Node] = []
-    while sts and sts[-1].type == "if_statement" and sts[-1].child_by_field_name("alternative") is None:
+    conds: list[Node] = []
+    while sts and sts[-1].type == "if_statement":
         cond, cons = sts[-1].child_by_field_name("condition"), sts[-1].child_by_field_name("consequence")
-        if cond is None or cons is None or not any(st.type == "for_statement" for st in walk(cons, ("for_statement",))):
+        alt = else_of(sts[-1])
+        if cond is None or cons is None or any(has_loop(st) for st in sts[:-1]):
             break
-        if any(st.type == "for_statement" for st in sts[:-1]):
+        if alt is None and has_loop(cons):
+            passed += sts[:-1]
+            sts = statements(cons)
+        elif alt is not None and has_loop(alt) and not has_loop(cons):
+            passed += [*sts[:-1], cons]
+            sts = statements(alt)
+        else:
             break
-        passed += sts[:-1]
-        sts = statements(cons)
-    return (sts, passed) if sts else None
+        conds.append(cond)
+    return (sts, passed, conds) if sts else None
 
 
 def _leaves(body: Node) -> Node | None:
@@ -402,7 +454,7 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
     for _ in range(len(candidates) + 1):
         changed = False
         for name, v in candidates.items():
-            if name in atoms or not _per_item(v, k, base, atoms, pointers, views, written):
+            if name in atoms or not per_item(v, k, base, atoms, pointers, views, written):
                 continue
             scope = Scope(base.values, base.counters, base.uniform | atoms, base.varying, k.data)
             try:
@@ -439,28 +491,6 @@ def _item_accesses(k: Kernel, s: Summary, item: str, loops: list[Node]
         inner_loop = _innermost(sub, k)
         out.append(_Acc(param, stored, loaded, index, k.line(sub), sub.start_byte, where, inner_loop, k.t(sub)))
     return out, derived
-
-
-def _per_item(v: Node, k: Kernel, base: Scope, atoms: set[str], pointers: set[str],
-              views: Mapping[str, tuple[str, list[Node]]], written: set[str]) -> bool:
-    """Whether a local's value is one value per item: no thread coordinate or counter, only parameters the
-    kernel never writes read, and only locals that are per item themselves."""
-    for n in walk(v, ("field_expression", "identifier")):
-        if n.type == "field_expression":
-            a = n.child_by_field_name("argument")
-            if a is not None and k.t(a) in COORDS:
-                return False
-            continue
-        name = k.t(n)
-        if (name in base.counters and name not in atoms) or name in base.varying:  # atoms: a grid-stride item
-            return False
-        if name in pointers or name in views:
-            if views.get(name, (name, []))[0] in written:
-                return False
-        elif name in base.values and name not in atoms and name not in base.uniform \
-                and not _per_item(base.values[name], k, base, atoms, pointers, views, written):
-            return False
-    return True
 
 
 def _innermost(n: Node, k: Kernel) -> str:

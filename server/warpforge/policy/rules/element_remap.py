@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir.atomic_helpers import atomic_helpers
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import NotLegal, zero_of
 from ..ir.remap_items import ItemPlan, plan_items
@@ -56,7 +57,7 @@ def item_plan(ctx: RuleContext) -> tuple[Kernel, ItemPlan] | NotLegal:
     if PREFIX in k.text:
         return NotLegal("already bound to lanes")
     targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
-    plan = plan_items(k, summarize(k, targs), targs)
+    plan = plan_items(k, summarize(k, targs), targs, atomic_helpers(ctx.source.text))
     return plan if isinstance(plan, NotLegal) else (k, plan)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir.atomic_helpers import atomic_helpers
 from ..ir.passes import Kernel, find_kernel, splice
 from ..ir.remap import LanePlan, NotLegal, plan_lanes, zero_of
 from ..ir.remap_items import ItemPlan, plan_items
@@ -77,7 +78,7 @@ def analysis(ctx: RuleContext) -> _Shape | NotLegal:
         # the one-loop plan reads accesses off the summary, whose indices are affine in the thread's
         # coordinates; ``plan_items`` holds the item fixed, so a per-item local the summary cannot expand
         # (``k = id % c`` in ``in[i + h*w*(k + b*c)]``) is one value there: it may accept what this declined
-        wider = plan_items(k, s, targs)
+        wider = plan_items(k, s, targs, atomic_helpers(ctx.source.text))
         if isinstance(wider, NotLegal):
             return wider if any(w in plan.reason for w in _FORMS) else plan
         if wider.writes:
