@@ -169,8 +169,16 @@ __global__ void point_grads(const float* g, float* loc, float* att, int points)
 }
 """
 
+#: the same with both arrays in one dynamic shared block: a view of it and a second view at an offset (mmcv keeps
+#: its two caches this way)
+OFFSET_VIEW = (STEPPED_INDEX.replace("__global__ void point_grads(", "__global__ void point_grads_view(")
+               .replace("launch grid=1, block=128", "launch grid=1, block=128, smem=3 * 128 * sizeof(float)")
+               .replace("    __shared__ float pair[2 * 128];\n    __shared__ float w[128];\n",
+                        "    extern __shared__ int raw[];\n    float* pair = reinterpret_cast<float*>(raw);\n"
+                        "    float* w = pair + 2 * blockDim.x;\n"))
+
 ACCEPTED = {"channel_mean": CHANNEL_MEAN, "bias_grad": BIAS_GRAD, "pair_sums": PAIRS_FROM_ONE,
-            "block_max": BLOCK_MAX, "point_grads": STEPPED_INDEX}
+            "block_max": BLOCK_MAX, "point_grads": STEPPED_INDEX, "point_grads_view": OFFSET_VIEW}
 
 
 def _policy(text: str, kernel: str) -> OfflinePolicy:
@@ -279,6 +287,11 @@ def test_the_rewritten_folds_compile(kernel: str) -> None:
     # the stepped index is used after the loop
     (STEPPED_INDEX.replace("att[p] = ga;", "att[p] = ga + sid;"), "point_grads",
      "the loop's variable `sid` is read after the loop"),
+    # a store between the barrier and the fold (through any name: it could be another view of the partials, which
+    # every thread would then read while one thread may still be writing)
+    (OFFSET_VIEW.replace("        if (tid == 0) {\n            float gw",
+                         "        if (tid == 5) loc[0] = 0.0f;\n        if (tid == 0) {\n            float gw"),
+     "point_grads_view", "or writing memory in between"),
     # the step changes between iterations
     (STEPPED_INDEX.replace("sid += 2;", "sid += t;"), "point_grads",
      "the index `sid` is not the loop's variable with uniform offsets"),

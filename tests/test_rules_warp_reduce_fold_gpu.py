@@ -26,6 +26,7 @@ from test_rules_warp_reduce_fold import (  # noqa: E402
     BIAS_GRAD,
     BLOCK_MAX,
     CHANNEL_MEAN,
+    OFFSET_VIEW,
     PAIRS_FROM_ONE,
     STEPPED_INDEX,
 )
@@ -45,6 +46,7 @@ SMALL_MAPS = (CHANNEL_MEAN.replace("size C = 64", "size C = 256").replace("size 
     (PAIRS_FROM_ONE, "pair_sums"),
     (BLOCK_MAX, "block_max"),
     (STEPPED_INDEX, "point_grads"),
+    (OFFSET_VIEW, "point_grads_view"),
 ])
 def test_rewritten_fold_verifies(gpu_backend: Backend, tmp_path: Path, text: str, kernel: str) -> None:
     children, errors = proposed(tmp_path / f"{kernel}.cu", text, kernel, {"warp_reduce"})

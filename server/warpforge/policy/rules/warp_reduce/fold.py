@@ -371,6 +371,18 @@ def _after_uses(body: Node, loop: Node, var: str, data: bytes) -> bool:
                for n in walk(body))
 
 
+def _writes_memory(st: Node) -> bool:
+    """A store through a subscript, a dereference or a member (any array may be another name of the partials':
+    a thread writing one the others then read would race once every thread reads them)."""
+    for n in walk(st):
+        if n.type in ("assignment_expression", "update_expression"):
+            target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+            if target is not None and unparen(target).type in ("subscript_expression", "pointer_expression",
+                                                               "field_expression"):
+                return True
+    return False
+
+
 def fold_legal(body: Node, fold: Fold, data: bytes, th: Threads) -> str | None:
     """Why the fold may not be rewritten where it stands, or None."""
     parent = fold.node.parent
@@ -384,12 +396,13 @@ def fold_legal(body: Node, fold: Fold, data: bytes, th: Threads) -> str | None:
         if is_barrier(s, data, th):
             barrier = s
             break
-        if arrays & (written_names(s, data) | {node_text(n, data) for n in walk(s) if n.type == "identifier"}):
+        if arrays & (written_names(s, data) | {node_text(n, data) for n in walk(s) if n.type == "identifier"}) \
+                or _writes_memory(s):
             break
     if barrier is None:
         return ("no block barrier precedes the `if` in its block with nothing touching "
-                f"`{', '.join(sorted(arrays))}` in between (every thread must reach the new code, and the "
-                "partials must be complete)")
+                f"`{', '.join(sorted(arrays))}` or writing memory in between (every thread must reach the new "
+                "code, and the partials must be complete)")
     if any(n.type == "return_statement" and n.start_byte < fold.node.start_byte for n in walk(body)):
         return "a `return` comes before the fold: threads that left would miss the new barrier"
     for v in (fold.var, *fold.inductions):

@@ -25,6 +25,7 @@ from tree_sitter import Node
 from ....cuda.tree import node_text, walk
 from .._structural import (
     all_names,
+    binary_parts,
     is_1d,
     is_zero_literal,
     resolved_type,
@@ -32,6 +33,7 @@ from .._structural import (
     single_decl,
     statements,
     subscript_parts,
+    unparen,
     written_names,
 )
 from .._util import kernel_body
@@ -169,13 +171,46 @@ def _type_of(ctx: RuleContext, body: Node, data: bytes) -> dict[str, str]:
     return out
 
 
+def _offset_views(body: Node, data: bytes, shared: dict[str, str], uniform: Uniform) -> dict[str, str]:
+    """Pointers into shared memory at a uniform offset (``T* w = sh + 2 * blockDim.x;``, ``&sh[e]``), never
+    reassigned: name -> element type. A fold only reads its array, so a second name for part of a shared buffer
+    (mmcv keeps two arrays in one ``extern __shared__`` block this way) is as good as the buffer; the tree's
+    rewrite, which writes, keeps to ``shared_buffers``' single names."""
+    out = dict(shared)
+    written = written_names(body, data)
+    for d in walk(body, ("declaration",)):
+        one = single_decl(d, data)
+        if one is None or not one.pointer or one.value is None or one.name in written or one.name in out:
+            continue
+        v = unparen(one.value)
+        base: Node | None = None
+        offset: Node | None = None
+        b = binary_parts(v, data)
+        if b is not None and b[1] == "+":
+            for x, y in ((b[0], b[2]), (b[2], b[0])):
+                if node_text(unparen(x), data) in out:
+                    base, offset = x, y
+                    break
+        elif v.type == "pointer_expression" and node_text(v, data).lstrip().startswith("&"):
+            sp = subscript_parts(unparen(v.child_by_field_name("argument") or v), data)
+            if sp is not None and node_text(unparen(sp[0]), data) in out:
+                base, offset = sp[0], sp[1]
+        if base is None or offset is None or not uniform(offset):
+            continue
+        kind = " ".join(one.type.replace("const ", "").split())
+        if kind == out[node_text(unparen(base), data)]:
+            out[one.name] = kind
+    return out
+
+
 def _folds(ctx: RuleContext, body: Node, data: bytes, th: Threads, shared: dict[str, str]) -> list[Fold]:
     """The serial folds of shared partials the rewrite may replace (each other one declined in words)."""
     uniform = Uniform(body, data)
     types = _type_of(ctx, body, data)
+    views = _offset_views(body, data, shared, uniform)
     out: list[Fold] = []
     for st in walk(body, ("if_statement",)):
-        f = match_fold(st, data, th, shared, lambda t: resolved_type(ctx, t), uniform, types.get)
+        f = match_fold(st, data, th, views, lambda t: resolved_type(ctx, t), uniform, types.get)
         if f is None:
             continue
         why = fold_legal(body, f, data, th)
