@@ -11,14 +11,12 @@ from __future__ import annotations
 import pytest
 
 from conftest import needs_nvcc
+from test_rules_warp_reduce import _children, _policy  # the same policy and variants, one family
 from warpforge.compiler.build import compile_cubin
-from warpforge.cuda import SourceText, parse
 from warpforge.cuda.extract import standalone
-from warpforge.policy.offline import OfflinePolicy
 from warpforge.policy.rules import REGISTRY, load
 from warpforge.policy.rules._why import Stage
 from warpforge.policy.whynot import ask
-from warpforge.spec.resolve import load_spec
 
 #: per channel, a block of 512 threads strides over batch x spatial; thread 0 folds the 512 partials into a
 #: global mean (the loop variable declared at the top, C89 style, and reused)
@@ -179,28 +177,6 @@ OFFSET_VIEW = (STEPPED_INDEX.replace("__global__ void point_grads(", "__global__
 
 ACCEPTED = {"channel_mean": CHANNEL_MEAN, "bias_grad": BIAS_GRAD, "pair_sums": PAIRS_FROM_ONE,
             "block_max": BLOCK_MAX, "point_grads": STEPPED_INDEX, "point_grads_view": OFFSET_VIEW}
-
-
-def _policy(text: str, kernel: str) -> OfflinePolicy:
-    src = SourceText(text)
-    model = parse(src.data)
-    k = model.kernel(kernel)
-    assert k is not None
-    return OfflinePolicy("fixture.cu", src, model, k, load_spec("fixture.cu", kernel, text=text),
-                         families={"warp_reduce"})
-
-
-def _children(text: str, kernel: str) -> dict[str, str]:
-    load()
-    pol = _policy(text, kernel)
-    ctx = pol.context(pol.root_candidate())
-    rule = REGISTRY["warp_reduce"]
-    out: dict[str, str] = {}
-    for param in rule.variants(ctx):
-        c = rule.apply(ctx, param)
-        assert c is not None
-        out[param] = c.definition
-    return out
 
 
 @pytest.mark.parametrize("kernel", sorted(ACCEPTED))

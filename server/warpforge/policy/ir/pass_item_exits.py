@@ -29,7 +29,7 @@ from tree_sitter import Node
 from ...cuda.tree import unparen, walk, written_names
 from ...spec.expr import ExprError
 from ...spec.expr import parse as parse_expr
-from .passes import Changed, Kernel, PassEnv, Result, Skipped, register, splice, statements
+from .passes import Changed, Kernel, PassEnv, Result, Skipped, loop_counter, register, splice, statements
 
 _ITEM = frozenset({"blockIdx.x*blockDim.x+threadIdx.x", "blockDim.x*blockIdx.x+threadIdx.x",
                    "threadIdx.x+blockIdx.x*blockDim.x", "threadIdx.x+blockDim.x*blockIdx.x"})
@@ -42,17 +42,11 @@ def _squash(s: str) -> str:
 
 def item_loop(st: Node, k: Kernel) -> str | None:
     """The counter of ``for (int i = <the thread's global x index>; i < n; i += blockDim.x * gridDim.x)``."""
-    if st.type != "for_statement":
+    upd = st.child_by_field_name("update") if st.type == "for_statement" else None
+    head = loop_counter(st)
+    if head is None or upd is None:
         return None
-    init, upd = st.child_by_field_name("initializer"), st.child_by_field_name("update")
-    if init is None or upd is None or init.type != "declaration":
-        return None
-    ds = init.children_by_field_name("declarator")
-    if len(ds) != 1 or ds[0].type != "init_declarator":
-        return None
-    name, value = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-    if name is None or value is None or name.type != "identifier":
-        return None
+    name, value = head
     var = k.t(name)
     u = unparen(upd)
     if _squash(k.t(unparen(value))).strip("()") not in _ITEM or u.type != "assignment_expression":

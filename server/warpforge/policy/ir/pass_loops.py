@@ -11,7 +11,19 @@ from __future__ import annotations
 from tree_sitter import Node
 
 from ...cuda.tree import unparen, walk, written_names
-from .passes import Changed, Kernel, PassEnv, Result, Skipped, declared_names, idents, register, splice, statements
+from .passes import (
+    Changed,
+    Kernel,
+    PassEnv,
+    Result,
+    Skipped,
+    declared_names,
+    idents,
+    loop_counter,
+    register,
+    splice,
+    statements,
+)
 
 _LOOPS = ("for_statement", "while_statement", "do_statement", "for_range_loop")
 
@@ -204,15 +216,11 @@ def _index_like(var: str, k: Kernel) -> bool:
 
 def _counted(f: Node, k: Kernel) -> str | None:
     """The counter of ``for (T j = 0; j < E; j++)`` (``++j``, ``j += 1``), not written in the body."""
-    init, cond, upd, body = (f.child_by_field_name(x) for x in ("initializer", "condition", "update", "body"))
-    if init is None or cond is None or upd is None or body is None or init.type != "declaration":
+    cond, upd, body = (f.child_by_field_name(x) for x in ("condition", "update", "body"))
+    head = loop_counter(f)
+    if head is None or cond is None or upd is None or body is None:
         return None
-    ds = init.children_by_field_name("declarator")
-    if len(ds) != 1 or ds[0].type != "init_declarator":
-        return None
-    name, value = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
-    if name is None or value is None or name.type != "identifier":
-        return None
+    name, value = head
     j = k.t(name)
     if k.t(value).strip().rstrip("uUlL") != "0":
         return None

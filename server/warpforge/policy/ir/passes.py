@@ -163,6 +163,21 @@ def statements(node: Node | None) -> list[Node]:
     return [c for c in node.named_children if c.type != "comment"]
 
 
+def loop_counter(loop: Node) -> tuple[Node, Node] | None:
+    """``(name, start)`` of a ``for`` whose initializer declares exactly one variable with a start value
+    (``for (int j = a; ...)``), else None: the header the loop passes read before judging its bound and step."""
+    init = loop.child_by_field_name("initializer") if loop.type == "for_statement" else None
+    if init is None or init.type != "declaration":
+        return None
+    ds = init.children_by_field_name("declarator")
+    if len(ds) != 1 or ds[0].type != "init_declarator":
+        return None
+    name, value = ds[0].child_by_field_name("declarator"), ds[0].child_by_field_name("value")
+    if name is None or value is None or name.type != "identifier":
+        return None
+    return name, value
+
+
 def idents(node: Node, data: bytes, name: str | None = None) -> list[Node]:
     """Identifier nodes (of ``name``) in a subtree, in document order."""
     return [n for n in walk(node, ("identifier",)) if name is None or node_text(n, data) == name]
