@@ -466,5 +466,5 @@ def test_an_explicit_specialization_gets_its_primary_template(tmp_path: Path) ->
     assert rc == 0, err
     assert b"channel_sum" in cubin
     # the primary template itself is extracted as before (no declaration of itself)
-    primary = [k for k in model.kernels if k.name == "channel_sum"][0]
+    primary = next(k for k in model.kernels if k.name == "channel_sum")
     assert standalone(SPECIALIZED, model, primary).count("channel_sum(") == 1
