@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from ...cuda.candidate import Candidate
-from ..ir.passes import Kernel
+from ..ir.passes import Kernel, find_kernel
 from ..ir.remap import NotLegal
 from ._structural import launch_ok, with_body
 from .base import Rule, RuleContext
@@ -29,6 +29,20 @@ class _OnKernel(Protocol):
 
 
 K = TypeVar("K", bound=_OnKernel)
+
+
+def ir_kernel(ctx: RuleContext, prefixes: tuple[str, ...], done: str) -> tuple[Kernel, dict[str, str]] | NotLegal:
+    """The candidate's kernel as the IR passes read it, with the spec's template arguments by parameter name, or
+    why there is none. The start every IR-planned rule shares: ``done`` is the reason when a name of one of
+    ``prefixes`` shows the rewrite (or one it excludes) has already been applied."""
+    if ctx.cand_kernel is None:
+        return NotLegal("the candidate does not parse")
+    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
+    if k is None:
+        return NotLegal("the kernel's body does not parse")
+    if any(p in k.text for p in prefixes):
+        return NotLegal(done)
+    return k, {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
 
 
 def analysed(got: K | NotLegal) -> tuple[K, bytes] | None:

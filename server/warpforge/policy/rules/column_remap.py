@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.passes import Kernel, splice
 from ..ir.remap import NotLegal, zero_of
 from ..ir.remap_columns import ColumnPlan, StrideItems, Walk, plan_columns
 from ..ir.summary import summarize
 from . import register
 from ._structural import dims_values
-from ._structural_rule import Launch, StructuralRule, analysed, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting, ir_kernel
 from .base import RuleContext
 
 PREFIX = "wfc_"
@@ -45,14 +45,10 @@ class _Shape:
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     """The candidate's kernel and its column plan, or why there is none."""
-    if ctx.cand_kernel is None:
-        return NotLegal("the candidate does not parse")
-    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
-    if k is None:
-        return NotLegal("the kernel's body does not parse")
-    if PREFIX in k.text or "wfl_" in k.text:
-        return NotLegal("already remapped")
-    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    got = ir_kernel(ctx, (PREFIX, "wfl_"), "already remapped")
+    if isinstance(got, NotLegal):
+        return got
+    k, targs = got
     plan = plan_columns(k, summarize(k, targs), targs)
     return plan if isinstance(plan, NotLegal) else _Shape(k, plan)
 

@@ -39,13 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.atomic_helpers import atomic_helpers
-from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.passes import Kernel, splice
 from ..ir.remap import LanePlan, NotLegal, plan_lanes, zero_of
 from ..ir.remap_items import ItemPlan, plan_items
 from ..ir.summary import Summary, summarize
 from . import register
 from ._structural import dims_values
-from ._structural_rule import Launch, StructuralRule, analysed, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting, ir_kernel
 from .base import RuleContext
 from .element_remap import group_launches, rewrite_items
 
@@ -64,14 +64,10 @@ class _Shape:
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     """The candidate's IR summary and the lane plan on it, or why there is none."""
-    if ctx.cand_kernel is None:
-        return NotLegal("the candidate does not parse")
-    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
-    if k is None:
-        return NotLegal("the kernel's body does not parse")
-    if PREFIX in k.text:
-        return NotLegal("already bound to lanes")
-    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    got = ir_kernel(ctx, (PREFIX,), "already bound to lanes")
+    if isinstance(got, NotLegal):
+        return got
+    k, targs = got
     s = summarize(k, targs)
     plan = plan_lanes(k, s, targs)
     if isinstance(plan, NotLegal):

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from ...cuda.tree import walk
 from ...spec.model import Role
-from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.passes import Kernel, splice
 from ..ir.remap import NotLegal
 from ..ir.stage import StagePlan, TransposePlan, footprint, plan_stage, plan_transpose, swapped
 from ..ir.summary import params_of, summarize
 from . import register
 from ._structural import dims_values, in_kernel_terms, written_names
-from ._structural_rule import Launch, StructuralRule, analysed, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting, ir_kernel
 from ._util import kernel_body
 from .base import RuleContext
 
@@ -75,14 +75,10 @@ def _length(ctx: RuleContext, param: str) -> str | None:
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     """The candidate's staging plan and the block it runs in, or why there is none."""
-    if ctx.cand_kernel is None:
-        return NotLegal("the candidate does not parse")
-    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
-    if k is None:
-        return NotLegal("the kernel's body does not parse")
-    if PREFIX in k.text:
-        return NotLegal("already staged in shared memory")
-    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    got = ir_kernel(ctx, (PREFIX,), "already staged in shared memory")
+    if isinstance(got, NotLegal):
+        return got
+    k, targs = got
     blocks = dims_values(ctx, ctx.block)
     if blocks is None:
         return NotLegal("the launch's block does not evaluate at the spec's sizes")

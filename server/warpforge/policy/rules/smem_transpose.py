@@ -36,14 +36,14 @@ from tree_sitter import Node
 
 from ...cuda.tree import element_use, unparen, walk
 from ...spec.model import Role
-from ..ir.passes import Kernel, find_kernel, splice
+from ..ir.passes import Kernel, splice
 from ..ir.probe import indices
 from ..ir.remap import NotLegal
 from ..ir.summary import params_of, summarize
 from ..ir.transpose import Binding, TransposePlan, plan_transpose
 from . import register
 from ._structural import binary_parts, dims_values, envs, failing_bound, scalar_value_expr, upper_bound
-from ._structural_rule import Launch, StructuralRule, analysed, fitting
+from ._structural_rule import Launch, StructuralRule, analysed, fitting, ir_kernel
 from ._util import eval_expr
 from .base import RuleContext
 
@@ -91,14 +91,10 @@ def _coverage(ctx: RuleContext, b: Binding) -> str:
 
 def analysis(ctx: RuleContext) -> _Shape | NotLegal:
     """The candidate's transpose plan and its launch extents, or why there is none."""
-    if ctx.cand_kernel is None:
-        return NotLegal("the candidate does not parse")
-    k = find_kernel(ctx.candidate.definition, ctx.kernel.name)
-    if k is None:
-        return NotLegal("the kernel's body does not parse")
-    if PREFIX in k.text:
-        return NotLegal("already staged through a tile")
-    targs = {p.name: a for p, a in zip(ctx.cand_kernel.template_params, ctx.spec.template_args, strict=False)}
+    head = ir_kernel(ctx, (PREFIX,), "already staged through a tile")
+    if isinstance(head, NotLegal):
+        return head
+    k, targs = head
     plan = plan_transpose(k, summarize(k, targs), targs)
     if isinstance(plan, NotLegal):
         return (_rows_moved(ctx, k) if "not affine" in plan.reason else None) or plan
