@@ -232,3 +232,50 @@ def test_a_variant_verified_alone_beside_an_unguarded_original_is_evaluated_at_t
         source=ev.original.source.replace("const float* x", "const float* __restrict__ x"), family="restrict")))
     assert var.status == "ok", var.reason
     assert any("fails at the plain perturbed size" in n and "N=943616" in n for n in var.notes), var.notes
+
+
+# A long sum per row (one thread per row, 16 384 terms of uniform(-1, 1)): LANES=32 adds the same terms in 32
+# interleaved partials (a warp's order), SKIP=1 leaves the last term out (a wrong bound).
+LONGSUM = """#ifndef LANES
+#define LANES 1
+#endif
+#ifndef SKIP
+#define SKIP 0
+#endif
+{TOL}// @warpforge size B = 2048
+// @warpforge size K = 16384
+// @warpforge arg x: in float[B*K]
+// @warpforge arg out: out float[B]
+// @warpforge arg rows = B
+// @warpforge arg cols = K
+// @warpforge launch grid=cdiv(B, 128), block=128
+__global__ void longsum(const float* x, float* out, int rows, int cols) {{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float part[LANES];
+    for (int l = 0; l < LANES; ++l) part[l] = 0.0f;
+    for (int j = 0; j < cols - SKIP; ++j) part[j % LANES] += x[(size_t)r * cols + j];
+    float s = 0.0f;
+    for (int l = 0; l < LANES; ++l) s += part[l];
+    out[r] = s;
+}}
+"""
+
+
+def test_a_reordered_long_sum_verifies_with_the_default_norm_and_a_dropped_term_does_not(
+        open_kernel: Open, loop: asyncio.AbstractEventLoop) -> None:
+    ev = open_kernel(LONGSUM.format(TOL=""), "longsum")
+
+    def evaluate(e: Evaluator, **defines: str) -> str:
+        r = loop.run_until_complete(e.evaluate(e.original.derive(defines=defines, family="-".join(defines))))
+        return r.status + ": " + r.reason
+
+    # the kernel sums, no tol is written: outputs are compared with a floor of 1e-5 of their largest magnitude
+    assert evaluate(ev, LANES="32").startswith("ok")
+    wrong = evaluate(ev, SKIP="1")
+    assert wrong.startswith("incorrect") and "norm=1e-05 x max|want|" in wrong, wrong
+    # where the user states the tolerance without a norm, the same reordering is out of it: the floor is what
+    # lets it verify (and this test can fail)
+    strict = open_kernel(LONGSUM.format(TOL="// @warpforge tol rtol=1e-4 atol=1e-5\n"), "longsum")
+    again = evaluate(strict, LANES="32")
+    assert again.startswith("incorrect") and "norm" not in again, again

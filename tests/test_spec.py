@@ -110,7 +110,7 @@ def test_reference_spec_details() -> None:
     saxpy = load_spec(Path(KERNEL_FILES[0]).parent / "saxpy.cu", "saxpy")
     assert [(a.name, a.role) for a in saxpy.args] == [("n", Role.SCALAR), ("a", Role.SCALAR), ("x", Role.IN),
                                                       ("y", Role.INOUT)]
-    assert saxpy.tolerance == (1e-5, 1e-6)
+    assert saxpy.tolerance == (1e-5, 1e-6, 0.0)
     r = saxpy.resolve()
     assert (r.flops, r.bytes) == (2.0 * (1 << 25), 3.0 * (1 << 25) * 4)
     reduce = load_spec(Path(KERNEL_FILES[0]).parent / "reduce_sum.cu", "reduce_sum")
@@ -122,7 +122,7 @@ def test_reference_spec_details() -> None:
     hist = load_spec(Path(KERNEL_FILES[0]).parent / "histogram.cu", "histogram_atomic")
     data = hist.resolve(perturbed=True).args[0]
     assert data.distribution is not None and (data.distribution.kind, data.distribution.b) == ("int", 231.0)
-    assert hist.tolerance_for(hist.args[1]) == (0.0, 0.0)  # integers: exact
+    assert hist.tolerance_for(hist.args[1]) == (0.0, 0.0, 0.0)  # integers: exact
 
 
 # ------------------------------------------------------------------------------ inference from host code
@@ -305,7 +305,7 @@ def test_annotation_overrides_inference_field_by_field() -> None:
     assert [(a.name, a.role.value, a.source) for a in spec.args] == [
         ("x", "in", "inferred"), ("y", "out", "annotation"), ("a", "scalar", "inferred"), ("n", "scalar", "inferred")]
     assert spec.launch.source == "annotation" and spec.launch.line == 12
-    assert spec.tolerance == (1e-3, 0.0)
+    assert spec.tolerance == (1e-3, 0.0, 0.0)
     r = spec.resolve()
     assert r.sizes == {"n": 1000} and r.grid == (8, 1, 1) and r.args[0].count == 1000
     p = spec.resolve(perturbed=True)
@@ -593,7 +593,7 @@ def test_to_json_is_plain_data() -> None:
                            "line": 13}]
     assert d["args"][1] == {"name": "out", "role": "inout", "dtype": "float32", "count": "1", "value": None,
                             "distribution": "zeros", "align": 16, "source": "annotation", "line": 16, "tol": None}
-    assert d["launch"]["grid"] == ["cdiv(N, BLOCK_SIZE)"] and d["tolerance"] == [1e-4, 1e-5]
+    assert d["launch"]["grid"] == ["cdiv(N, BLOCK_SIZE)"] and d["tolerance"] == [1e-4, 1e-5, 0.0]
     assert d["tunables"][0]["values"] == ["256", "128", "512", "1024"]
     assert d["seeds"] == [0, 1, 2] and d["flops"] == "N" and d["bytes"] == "N * sizeof(float)"
 

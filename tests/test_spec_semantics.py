@@ -232,13 +232,15 @@ def test_a_per_argument_tolerance_applies_to_that_output_only() -> None:
     spec = spec_of(TWO_OUT.format(TOL=""))
     y, dw = spec.arg("y"), spec.arg("dw")
     assert y is not None and dw is not None
-    assert spec.tolerance_for(y) == (1e-4, 1e-5)  # float's default, untouched by dw's
-    assert spec.tolerance_for(dw) == (1e-4, 2e-3)  # its own atol, the default rtol
+    # float's default, untouched by dw's; the kernel sums (an atomicAdd), so the default norm too
+    assert spec.tolerance_for(y) == (1e-4, 1e-5, 1e-5)
+    assert spec.tolerance_for(dw) == (1e-4, 2e-3, 1e-5)  # its own atol, the default rtol and norm
     # the spec-level tol stays the default of every output without its own
     spec = spec_of(TWO_OUT.format(TOL="// @warpforge tol rtol=1e-3 atol=1e-6\n"))
     y, dw = spec.arg("y"), spec.arg("dw")
     assert y is not None and dw is not None
-    assert spec.tolerance_for(y) == (1e-3, 1e-6) and spec.tolerance_for(dw) == (1e-3, 2e-3)
+    # (a spec-level tol is the whole statement: no norm unless it says one)
+    assert spec.tolerance_for(y) == (1e-3, 1e-6, 0.0) and spec.tolerance_for(dw) == (1e-3, 2e-3, 0.0)
 
 
 def test_a_per_argument_tolerance_round_trips_and_changes_the_spec_hash() -> None:

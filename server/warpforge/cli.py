@@ -138,13 +138,14 @@ def _print_spec(spec: KernelSpec) -> None:
         pv = str(rp.sizes[s.name]) if rp is not None else str(r.sizes[s.name])
         t.add_row(s.name, s.expr, str(r.sizes[s.name]), pv, how[s.name], s.source)
     con.print(t)
+    from .gpu.compare import tolerance_text  # numpy, only for this table
+
     t = Table(title="arguments", show_edge=False)
     for col in ("name", "role", "dtype", "length / value", "data", "tolerance", "from"):
         t.add_column(col)
     for a, ra in zip(spec.args, r.args, strict=True):
         if a.is_buffer:
-            rt, at = spec.tolerance_for(a)
-            tol = "exact" if rt == 0 and at == 0 else f"rtol={rt:g} atol={at:g}"
+            tol = tolerance_text(*spec.tolerance_for(a))
             data = "poison" if a.distribution is None else str(a.distribution)
             t.add_row(a.name, a.role.value, a.dtype, f"{a.count} = {ra.count}", data,
                       tol if a.writable else "", a.source)

@@ -68,6 +68,10 @@ class BufferReport:
     original_unwritten: int = 0
     #: whether the first mismatch is at such an element (its ``want`` is the poison, not a value)
     first_never_written: bool = False
+    #: the ``norm`` component and the output's largest finite magnitude in the original's run: the comparison
+    #: allowed ``atol + norm * scale`` (``normwise_atol``)
+    norm: float = 0.0
+    scale: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -75,7 +79,7 @@ class BufferReport:
 
     def summary(self) -> str:
         """One line for people."""
-        tol = "exact" if self.rtol == 0 and self.atol == 0 else f"rtol={self.rtol:g} atol={self.atol:g}"
+        tol = tolerance_text(self.rtol, self.atol, self.norm, self.scale)
         errs = f"max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g} ({tol})"
         if self.ok:
             return f"`{self.name}`: all {self.count} elements match; {errs}"
@@ -200,6 +204,35 @@ def compare(
         want_v = float(to_float64(want[first : first + 1], dtype)[0])
     return BufferReport(name, dtype, n, bad, unw, nanbad, max_abs, max_rel, first, got_v, want_v, rtol, atol,
                         orig_unw, first_never)
+
+
+def tolerance_text(rtol: float, atol: float, norm: float = 0.0, scale: float | None = None) -> str:
+    """A tolerance for people: ``exact``, ``rtol=1e-4 atol=1e-5``, and the ``norm`` part where it is set (with
+    the output's largest magnitude, where one was measured)."""
+    if rtol == 0 and atol == 0 and norm == 0:
+        return "exact"
+    text = f"rtol={rtol:g} atol={atol:g}"
+    if norm:
+        text += f" norm={norm:g}" + (f" x max|want| {scale:.3g}" if scale is not None else "")
+    return text
+
+
+def normwise_atol(atol: float, norm: float, scale: float) -> float:
+    """The absolute floor an output is compared with: ``atol`` plus ``norm`` times its largest magnitude in
+    the original's run (``scale``; see ``spec.model.DEFAULT_NORMS`` for why). A scale that is not finite (an
+    output holding only NaN or inf) adds nothing."""
+    if norm <= 0 or not math.isfinite(scale) or scale <= 0:
+        return atol
+    return atol + norm * scale
+
+
+def largest_magnitude(values: npt.NDArray[Any], dtype: str) -> float:
+    """The largest finite ``|value|`` of an output (0 when it has none): ``scale`` of ``normwise_atol``."""
+    if not values.size or not is_float(dtype):
+        return 0.0
+    v = np.abs(to_float64(values, dtype))
+    v = v[np.isfinite(v)]
+    return float(v.max()) if v.size else 0.0
 
 
 def sensitivity_tolerance(tol: tuple[float, float], largest_change: float) -> tuple[float, float]:

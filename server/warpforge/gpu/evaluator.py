@@ -70,7 +70,7 @@ from .supervisor import Msg
 from .timing import Speedup, TimingSettings, speedup, summarize
 
 #: bump when a change to the engine changes verdicts, so cached evaluations are not reused
-ENGINE_VERSION = "9"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
+ENGINE_VERSION = "10"  # 2: tail-sensitivity runs, automatic graph timing, ncu confirmation of winners; 3: derived
 # sizes perturbed once (the odd size of `N = B*T` is B'*T'), fixed sizes hold what they derive from, elements the
 # original never writes counted apart; 4: inputs from the counter-based
 # generator (gpu/generator.py); 5: read-only inputs shared in place and checksummed after every verification
@@ -78,7 +78,9 @@ ENGINE_VERSION = "9"  # 2: tail-sensitivity runs, automatic graph timing, ncu co
 # and outputs reset before each, in graph mode too), the back-to-back figure beside it; 7: inputs kept in their
 # declared domain in the sensitivity run (int(lo, hi) floats reflected), the original checked on every run at baseline;
 # 8: an original that fails at the perturbed size only is verified at aligned perturbed sizes (``_aligned_baseline``);
-# 9: a launch written for whole blocks (``grid = N / 16``) keeps its perturbed sizes whole (``launch_alignment``)
+# 9: a launch written for whole blocks (``grid = N / 16``) keeps its perturbed sizes whole (``launch_alignment``);
+# 10: the outputs of a kernel that sums are compared with a floor of ``norm`` times their largest magnitude
+# (``spec.model.DEFAULT_NORMS``): a reordered sum that verified nowhere before can verify now
 #: the least time left (s) in which a winner's Nsight Compute confirmation is started
 CONFIRM_MIN_SECONDS = 12.0
 #: the least time left (s) in which a winner's back-to-back ("hot") figure is measured

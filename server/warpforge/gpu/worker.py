@@ -160,13 +160,16 @@ class _Module:
 class _Oracle:
     bufs: dict[str, _Buf]
     guard: list[str]
+    #: per output, its largest finite magnitude (the ``norm`` tolerance's scale), measured when first needed
+    scales: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class _Problem:
     id: str
     layouts: dict[str, Layout]
-    tolerances: dict[str, tuple[float, float]]
+    #: per output (rtol, atol, norm): ``spec.model.KernelSpec.tolerance_for``
+    tolerances: dict[str, tuple[float, float, float]]
     pristine: dict[tuple[str, int, bool], dict[str, _Buf]] = field(default_factory=dict)
     #: per pristine set, the checksum of each ``in`` buffer shared in place, taken when the set was drawn
     sums: dict[tuple[str, int, bool], dict[str, int]] = field(default_factory=dict)
@@ -466,7 +469,8 @@ class Engine:
         prob = self.problems.get(pid)
         if prob is None:
             prob = _Problem(pid, dict(payload["layouts"]),
-                            {k: (float(v[0]), float(v[1])) for k, v in payload["tolerances"].items()})
+                            {k: (float(v[0]), float(v[1]), float(v[2]) if len(v) > 2 else 0.0)
+                             for k, v in payload["tolerances"].items()})
             self.problems[pid] = prob
         self.problems.move_to_end(pid)
         return prob
@@ -759,18 +763,40 @@ class Engine:
         return oracle
 
     # ----------------------------------------------------------------- comparison
-    def _compare(self, a: ArgLayout, got: int, want: int, tol: tuple[float, float], timeout: float) -> cmp.BufferReport:
-        rtol, atol = tol
+    def _tolerance(self, prob: _Problem, oracle: _Oracle, a: ArgLayout) -> tuple[float, float, float, float]:
+        """(rtol, atol, norm, scale) for output ``a`` against ``oracle``: the spec's tolerance and, where it
+        has a ``norm`` part, the largest finite magnitude of that output in the original's run (measured once
+        per oracle: one copy of the output to the host)."""
+        rtol, atol, norm = prob.tolerances.get(a.name, (0.0, 0.0, 0.0))
+        if norm <= 0:
+            return rtol, atol, 0.0, 0.0
+        scale = oracle.scales.get(a.name)
+        if scale is None:
+            count = int(a.count or 0)
+            w = np.empty(count, dtype=storage_dtype(a.dtype))
+            if count:
+                self.cuda.memcpy_dtoh(w, oracle.bufs[a.name].ptr)
+            scale = oracle.scales[a.name] = cmp.largest_magnitude(w, a.dtype)
+        return rtol, atol, norm, scale
+
+    def _compare(self, a: ArgLayout, got: int, want: int, tol: tuple[float, float, float, float],
+                 timeout: float) -> cmp.BufferReport:
+        """``got`` against ``want`` element by element; ``tol`` is (rtol, atol, norm, scale) (``_tolerance``):
+        the absolute floor is ``atol + norm * scale``, and the report names both parts."""
+        rtol, atol, norm, scale = tol
+        floor = cmp.normwise_atol(atol, norm, scale)
         count = int(a.count or 0)
         if self.device_compare:
-            return self._compare_device(a.name, a.dtype, count, got, want, rtol, atol, timeout)
-        store = storage_dtype(a.dtype)
-        g = np.empty(count, dtype=store)
-        w = np.empty(count, dtype=store)
-        if count:
-            self.cuda.memcpy_dtoh(g, got)
-            self.cuda.memcpy_dtoh(w, want)
-        return cmp.compare(a.name, g, w, a.dtype, rtol, atol)
+            rep = self._compare_device(a.name, a.dtype, count, got, want, rtol, floor, timeout)
+        else:
+            store = storage_dtype(a.dtype)
+            g = np.empty(count, dtype=store)
+            w = np.empty(count, dtype=store)
+            if count:
+                self.cuda.memcpy_dtoh(g, got)
+                self.cuda.memcpy_dtoh(w, want)
+            rep = cmp.compare(a.name, g, w, a.dtype, rtol, floor)
+        return replace(rep, atol=atol, norm=norm, scale=scale) if norm > 0 else rep
 
     def _compare_device(self, name: str, dtype: str, count: int, got: int, want: int, rtol: float, atol: float,
                         timeout: float) -> cmp.BufferReport:
@@ -1004,16 +1030,16 @@ class Engine:
                             original=itself)
             report: Msg = {"variant": variant, "seed": seed, "label": layout.label, "sizes": layout.describe(),
                            "guard": run.guard, "oracle_guard": oracle.guard, "buffers": [], "tail": tail}
-            tols = {a.name: prob.tolerances.get(a.name, (0.0, 0.0)) for a in layout.writable}
+            tols = {a.name: self._tolerance(prob, oracle, a) for a in layout.writable}
             if tail:
                 changes = self._tail_changes(prob, omod, oref, variant, seed, oracle, timeout)
                 report["tail_changes"] = {k: n for k, (n, _) in changes.items()}
-                tols = {k: sensitivity_tolerance(tols[k], changes[k][1]) for k in tols}
+                tols = {k: (*sensitivity_tolerance(tols[k][:2], changes[k][1]), *tols[k][2:]) for k in tols}
             if det is not None and not tail and (variant, seed) == (det[0], int(det[1])) and determinism is None:
                 again = self._run(prob, smod, _launch_of(sref["launch"][variant]), variant, seed, timeout,
                                   original=itself)
                 determinism = [self._compare(a, again.bufs[a.name].ptr, run.bufs[a.name].ptr,
-                                             prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+                                             self._tolerance(prob, oracle, a), timeout)
                                for a in layout.writable]
                 report["guard"] = run.guard + [g for g in again.guard if g not in run.guard]
                 self._retire(again.own())
@@ -1047,8 +1073,11 @@ class Engine:
         plain = self._oracle(prob, omod, _launch_of(oref["launch"][variant]), variant, seed, timeout)
         out: dict[str, tuple[int, float]] = {}
         for a in prob.layouts[variant].writable:
-            rep = self._compare(a, perturbed.bufs[a.name].ptr, plain.bufs[a.name].ptr,
-                                prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+            # the count of changed elements at the spec's own (rtol, atol): the ``norm`` floor is for the
+            # rounding of a reordered sum, not for whether the original depends on the perturbed elements
+            rtol, atol, _ = prob.tolerances.get(a.name, (0.0, 0.0, 0.0))
+            rep = self._compare(a, perturbed.bufs[a.name].ptr, plain.bufs[a.name].ptr, (rtol, atol, 0.0, 0.0),
+                                timeout)
             out[a.name] = (rep.mismatches, rep.max_abs)
         return out
 
@@ -1061,7 +1090,7 @@ class Engine:
             ref = self._alloc(a.nbytes, guarded=False)
             try:
                 self._poison(ref, a.dtype)
-                rep = self._compare(a, oracle.bufs[a.name].ptr, ref.ptr, (0.0, 0.0), timeout)
+                rep = self._compare(a, oracle.bufs[a.name].ptr, ref.ptr, (0.0, 0.0, 0.0, 0.0), timeout)
             finally:
                 self._retire([ref])
             out[a.name] = int(a.count or 0) - rep.mismatches
@@ -1270,7 +1299,7 @@ class Engine:
                 launch(i, si)
                 self._sync(timeout)
                 outputs.append([self._compare(a, sets[si][a.name].ptr, oracle.bufs[a.name].ptr,
-                                              prob.tolerances.get(a.name, (0.0, 0.0)), timeout)
+                                              self._tolerance(prob, oracle, a), timeout)
                                 for a in layout.writable])
         for bufs in sets:
             self._retire(list(bufs.values()))

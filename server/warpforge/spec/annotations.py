@@ -15,6 +15,7 @@ from ..cuda.rewrite import TextEdit, make_edit
 from ..cuda.text import SourceText, Span
 from .expr import ExprError, is_constant, parse
 from .model import (
+    TOL_KEYS,
     ArgSpec,
     Distribution,
     LaunchSpec,
@@ -51,7 +52,7 @@ class Annotation:
     sizes: list[SizeSpec] = field(default_factory=list)
     args: dict[str, ArgSpec] = field(default_factory=dict)
     launch: LaunchSpec | None = None
-    tolerance: tuple[float, float] | None = None
+    tolerance: tuple[float, float, float] | None = None
     tunables: list[Tunable] = field(default_factory=list)
     template_args: tuple[str, ...] = ()
     seeds: tuple[int, ...] | None = None
@@ -312,10 +313,10 @@ def _arg(rest: str, file: str, line: int, params: dict[str, Param], kernel: Kern
             raise SpecError(file, line, f"`{name}` has no length", f"write `arg {name}: {role.value} {dtype_txt}[N]`")
         dist = None
         align = 16
-        tol: tuple[float | None, float | None] | None = None
+        tol: tuple[float | None, float | None, float | None] | None = None
         tokens = _split_top(tail, " ") if tail.strip() else []
         if "tol" in tokens:
-            # `tol rtol=R atol=A` ends the line: what follows `tol` is this output's tolerance.
+            # `tol rtol=R atol=A norm=N` ends the line: what follows `tol` is this output's tolerance.
             at = tokens.index("tol")
             tol = _arg_tol(tokens[at + 1:], name, role, file, line)
             tokens = tokens[:at]
@@ -380,41 +381,42 @@ def _launch(rest: str, file: str, line: int) -> LaunchSpec:
     )
 
 
-def _arg_tol(parts: list[str], name: str, role: Role, file: str, line: int) -> tuple[float | None, float | None]:
-    """One output's tolerance, the tail of its ``arg`` line: ``tol atol=2e-3`` or ``tol rtol=1e-3 atol=1e-4``.
-    A tolerance left out keeps the default for this argument (the spec-level ``tol``, else the dtype's)."""
+def _arg_tol(parts: list[str], name: str, role: Role, file: str,
+             line: int) -> tuple[float | None, float | None, float | None]:
+    """One output's tolerance, the tail of its ``arg`` line: ``tol atol=2e-3`` or ``tol rtol=1e-3 atol=1e-4``
+    (``norm=1e-5`` too). A component left out keeps the default for this argument (the spec-level ``tol``, else
+    the dtype's)."""
     if role is Role.IN:
         raise SpecError(file, line, f"`{name}` is an input: it is never compared, so a tolerance means nothing",
                         f"drop `tol ...` from `arg {name}`, or make it `out`/`inout` if the kernel writes it")
     if not parts:
         raise SpecError(file, line, f"`tol` of `{name}` gives no tolerance",
-                        f"write `arg {name}: ... tol atol=1e-3` (rtol=, atol= or both)")
+                        f"write `arg {name}: ... tol atol=1e-3` (rtol=, atol=, norm= or any of them)")
     return _tol_parts(" ".join(parts), file, line)
 
 
-def _tol_parts(rest: str, file: str, line: int) -> tuple[float | None, float | None]:
-    rtol = atol = None
+def _tol_parts(rest: str, file: str, line: int) -> tuple[float | None, float | None, float | None]:
+    got: dict[str, float] = {}
     for part in _split_top(rest.replace(" ", ","), ","):
         key, eq, value = part.partition("=")
-        if not eq or key.strip() not in ("rtol", "atol"):
-            raise SpecError(file, line, f"cannot read `{part}` in tol", "write `tol rtol=1e-4 atol=1e-5`")
-        v = _number(value.strip(), file, line, key.strip())
+        key = key.strip()
+        if not eq or key not in TOL_KEYS:
+            raise SpecError(file, line, f"cannot read `{part}` in tol",
+                            "write `tol rtol=1e-4 atol=1e-5` (and `norm=1e-5` for a long sum)")
+        v = _number(value.strip(), file, line, key)
         if v < 0:
-            raise SpecError(file, line, f"{key.strip()} must not be negative, got {value.strip()}",
-                            f"write {key.strip()}={value.strip().lstrip('-')}")
-        if key.strip() == "rtol":
-            rtol = v
-        else:
-            atol = v
-    if rtol is None and atol is None:
+            raise SpecError(file, line, f"{key} must not be negative, got {value.strip()}",
+                            f"write {key}={value.strip().lstrip('-')}")
+        got[key] = v
+    if not got:
         raise SpecError(file, line, "tol gives no tolerance", "write `tol rtol=1e-4 atol=1e-5`")
-    return rtol, atol
+    return got.get("rtol"), got.get("atol"), got.get("norm")
 
 
-def _tol(rest: str, file: str, line: int) -> tuple[float, float]:
+def _tol(rest: str, file: str, line: int) -> tuple[float, float, float]:
     """The spec-level tolerance: a component left out is 0 (``tol atol=0`` is an exact comparison)."""
-    rtol, atol = _tol_parts(rest, file, line)
-    return (rtol if rtol is not None else 0.0, atol if atol is not None else 0.0)
+    rtol, atol, norm = _tol_parts(rest, file, line)
+    return (rtol or 0.0, atol or 0.0, norm or 0.0)
 
 
 #: a type name as a value: `float`, `__half`, `unsigned int`, `float4`, `T*` (identifiers, optional `*`s)

@@ -100,6 +100,19 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float64": (1e-10, 1e-12),
 }
 
+#: the components of a tolerance, in the order of its tuple (``KernelSpec.tolerance_for``, ``tol`` lines)
+TOL_KEYS = ("rtol", "atol", "norm")
+
+#: the default ``norm`` per dtype for the outputs of a kernel that sums (``KernelSpec.reduces``): an element also
+#: passes within ``norm * max|want|``, the largest magnitude of that output. Why: a sum of K terms added in
+#: another order (a block tree, warp shuffles: every structural rewrite of a reduction) differs from the
+#: sequential sum by rounding errors that scale with the terms' magnitudes, not with the result's, and where
+#: terms cancel the result is far smaller than they are (darknet's bias gradient, 10 816 terms of +-1: results near
+#: 0.2, reordering errors near 1.5e-4, against the default atol 1e-5; on an H200). The fixed ``atol`` assumes outputs
+#: of magnitude 1; this floor follows the output's own scale. It adds nothing where outputs are at most 1 (a
+#: softmax), and a wrong element — off by a term, a row, an index — is off by far more than 1e-5 of the scale.
+DEFAULT_NORMS: dict[str, float] = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3, "float64": 1e-13}
+
 DEFAULT_SEEDS = (0, 1, 2)
 
 
@@ -171,9 +184,9 @@ class ArgSpec:
     align: int = 16
     source: str = "annotation"
     line: int | None = None
-    #: this output's own (rtol, atol) (``arg dw: out float[C] tol atol=2e-3``); a component left None takes
-    #: the spec's default for this argument (the spec-level ``tol``, else the dtype's)
-    tol: tuple[float | None, float | None] | None = None
+    #: this output's own (rtol, atol, norm) (``arg dw: out float[C] tol atol=2e-3``); a component left None
+    #: takes the spec's default for this argument (the spec-level ``tol``, else the dtype's)
+    tol: tuple[float | None, float | None, float | None] | None = None
 
     @property
     def is_buffer(self) -> bool:
@@ -255,13 +268,16 @@ class KernelSpec:
     sizes: tuple[SizeSpec, ...]
     args: tuple[ArgSpec, ...]
     launch: LaunchSpec
-    tolerance: tuple[float, float] | None = None
+    tolerance: tuple[float, float, float] | None = None
     tunables: tuple[Tunable, ...] = ()
     template_args: tuple[str, ...] = ()
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     flops: str | None = None
     bytes: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: the kernel has a serial loop over memory or a reduction (``cuda.loopclass``): its float outputs may be
+    #: sums whose rounding depends on the order of addition, so they get the dtype's default ``norm``
+    reduces: bool = False
 
     # ----------------------------------------------------------------- queries
     @property
@@ -280,14 +296,24 @@ class KernelSpec:
     def arg(self, name: str) -> ArgSpec | None:
         return next((a for a in self.args if a.name == name), None)
 
-    def tolerance_for(self, arg: ArgSpec) -> tuple[float, float]:
-        """(rtol, atol) the comparison uses for ``arg``: its own ``tol`` where given, else the spec-level
-        ``tol``, else the dtype's default. One atomic sum's loose tolerance loosens only that output."""
-        base = self.tolerance if self.tolerance is not None else DEFAULT_TOLERANCES.get(arg.dtype, (0.0, 0.0))
+    def tolerance_for(self, arg: ArgSpec) -> tuple[float, float, float]:
+        """(rtol, atol, norm) the comparison uses for ``arg``: its own ``tol`` where given, else the spec-level
+        ``tol``, else the dtype's default. One atomic sum's loose tolerance loosens only that output.
+
+        An element passes when ``|got - want| <= atol + rtol * |want| + norm * max|want|`` (``max|want|`` the
+        largest finite magnitude of that output in the original's run). The dtype's default ``norm`` applies
+        to a kernel that sums (``reduces``) where the spec writes no ``tol`` at all: a spec-level ``tol`` is the
+        user's whole statement, so a component it leaves out is 0."""
+        if self.tolerance is not None:
+            base = self.tolerance
+        else:
+            rtol, atol = DEFAULT_TOLERANCES.get(arg.dtype, (0.0, 0.0))
+            base = (rtol, atol, DEFAULT_NORMS.get(arg.dtype, 0.0) if self.reduces else 0.0)
         if arg.tol is None:
             return base
-        rtol, atol = arg.tol
-        return (base[0] if rtol is None else rtol, base[1] if atol is None else atol)
+        own = arg.tol
+        return (base[0] if own[0] is None else own[0], base[1] if own[1] is None else own[1],
+                base[2] if own[2] is None else own[2])
 
     @property
     def symbolic(self) -> bool:
@@ -601,13 +627,14 @@ class KernelSpec:
                 align = f" align={a.align}" if a.align != 16 else ""
                 ctype = C_SPELLING.get(a.dtype, a.dtype)
                 tol = "" if a.tol is None else " tol" + "".join(
-                    f" {k}={number_text(v)}" for k, v in zip(("rtol", "atol"), a.tol, strict=True) if v is not None)
+                    f" {k}={number_text(v)}" for k, v in zip(TOL_KEYS, a.tol, strict=True) if v is not None)
                 lines.append(f"{p}arg {a.name}: {a.role.value} {ctype}[{a.count}]{dist}{align}{tol}")
             else:
                 lines.append(f"{p}arg {a.name} = {a.value}")
         lines.append(f"{p}launch {_launch_text(self.launch)}")
         if self.tolerance is not None:
-            lines.append(f"{p}tol rtol={number_text(self.tolerance[0])} atol={number_text(self.tolerance[1])}")
+            norm = f" norm={number_text(self.tolerance[2])}" if self.tolerance[2] else ""
+            lines.append(f"{p}tol rtol={number_text(self.tolerance[0])} atol={number_text(self.tolerance[1])}{norm}")
         for t in self.tunables:
             lines.append(f"{p}tune {t.name} = {', '.join(t.values)}")
         if self.template_args:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..compiler.files import read_text_regular
 from ..cuda.access import index_bounds
+from ..cuda.loopclass import classify
 from ..cuda.model import DeclKind, FileModel, Kernel, Param
 from ..cuda.normalize import file_facts
 from ..cuda.parser import parse
@@ -510,10 +511,19 @@ def build_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         flops=ann.flops,
         bytes=ann.bytes,
         notes=tuple(notes),
+        reduces=_sums(src, kernel),
     )
     file_names = {n for d in model.declarations if d.kind is DeclKind.MACRO for n in d.names}
     _validate(spec, ann.lines, limits, file_names | set(enum_values), ann.template_args)
     return spec
+
+
+def _sums(src: SourceText, kernel: Kernel) -> bool:
+    """Whether the kernel has a serial loop over memory or a reduction (``cuda.loopclass``, the test the wide
+    yardstick and the WF113 hint use): its float outputs get the dtype's default ``norm``
+    (``KernelSpec.tolerance_for``). A syntactic test on the definition as written, deliberately broad: the
+    ``norm`` floor scales with the output and adds nothing to an output of magnitude 1 or less."""
+    return classify(src.slice(kernel.span)).counts
 
 
 def _validate(spec: KernelSpec, lines: dict[str, int] | None = None,
@@ -751,7 +761,7 @@ def draft_spec(src: SourceText, model: FileModel, kernel: Kernel, file: str,
         guesses["template"] = inf.template_guess[1] if inf.template_guess else "no launch instantiates the template"
     spec = KernelSpec(file, kernel.name, tuple(sizes.values()), tuple(args), launch, ann.tolerance,
                       tuple(ann.tunables), tuple(targs), ann.seeds or DEFAULT_SEEDS, ann.flops, ann.bytes,
-                      ("guessed: check every line",))
+                      ("guessed: check every line",), _sums(src, kernel))
     return _typed(Draft(spec, guesses, host), src, model, kernel)
 
 
