@@ -15,6 +15,7 @@ import pytest
 
 from warpforge.cuda import SourceText, parse
 from warpforge.gpu import compare as cmp
+from warpforge.gpu.tolerance import normwise_atol, tolerance_text
 from warpforge.spec import KernelSpec, SpecError, build_spec
 from warpforge.spec.model import DEFAULT_NORMS
 
@@ -122,7 +123,7 @@ def test_a_reordered_long_sum_passes_with_the_norm_floor_and_fails_without() -> 
     assert not plain.ok and plain.max_abs < 2e-3, plain.summary()
     scale = cmp.largest_magnitude(seq, "float32")
     assert scale == pytest.approx(float(np.abs(seq).max()))
-    floor = cmp.normwise_atol(atol, DEFAULT_NORMS["float32"], scale)
+    floor = normwise_atol(atol, DEFAULT_NORMS["float32"], scale)
     assert floor > atol
     ok = cmp.compare("out", lanes, seq, "float32", rtol, floor)
     assert ok.ok, ok.summary()
@@ -131,7 +132,7 @@ def test_a_reordered_long_sum_passes_with_the_norm_floor_and_fails_without() -> 
 def test_the_norm_floor_still_catches_a_sum_that_drops_a_term() -> None:
     seq, _, x = _sums(512, 16384, 1)
     short = (seq - x[:, -1]).astype(np.float32)  # the last term left out (an off-by-one bound)
-    floor = cmp.normwise_atol(1e-5, DEFAULT_NORMS["float32"], cmp.largest_magnitude(seq, "float32"))
+    floor = normwise_atol(1e-5, DEFAULT_NORMS["float32"], cmp.largest_magnitude(seq, "float32"))
     rep = cmp.compare("out", short, seq, "float32", 1e-4, floor)
     # every row whose last term is larger than the floor is caught: nearly all of them
     assert rep.mismatches > 500, rep.summary()
@@ -142,7 +143,7 @@ def test_the_scale_ignores_what_is_not_a_finite_number_and_the_report_names_the_
     assert cmp.largest_magnitude(v, "float32") == 250.0
     assert cmp.largest_magnitude(np.array([], dtype=np.float32), "float32") == 0.0
     assert cmp.largest_magnitude(np.array([7, -9], dtype=np.int32), "int32") == 0.0  # integers: no norm
-    assert cmp.normwise_atol(1e-5, 1e-5, float("inf")) == 1e-5
+    assert normwise_atol(1e-5, 1e-5, float("inf")) == 1e-5
     rep = cmp.BufferReport("out", "float32", 8, rtol=1e-4, atol=1e-5, norm=1e-5, scale=250.0)
     assert "rtol=0.0001 atol=1e-05 norm=1e-05 x max|want| 250" in rep.summary()
-    assert cmp.tolerance_text(0.0, 0.0) == "exact"
+    assert tolerance_text(0.0, 0.0) == "exact"

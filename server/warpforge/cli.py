@@ -25,6 +25,7 @@ from .commands.inputs import launch_limits, load_file, parse_failure, pick_kerne
 from .cuda import Kernel, KernelNotFound, SourceText
 from .cuda.rewrite import apply_edits
 from .exitcodes import CliError, ExitCode, error_json
+from .gpu.tolerance import tolerance_text
 from .spec import KernelSpec, SpecError, build_spec
 from .spec.annotations import annotation_edits, has_annotation
 from .spec.elsewhere import find_host, search_roots
@@ -138,8 +139,6 @@ def _print_spec(spec: KernelSpec) -> None:
         pv = str(rp.sizes[s.name]) if rp is not None else str(r.sizes[s.name])
         t.add_row(s.name, s.expr, str(r.sizes[s.name]), pv, how[s.name], s.source)
     con.print(t)
-    from .gpu.compare import tolerance_text  # numpy, only for this table
-
     t = Table(title="arguments", show_edge=False)
     for col in ("name", "role", "dtype", "length / value", "data", "tolerance", "from"):
         t.add_column(col)

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from . import generator
 from .inputs import is_float, poison_scalar, storage_dtype, to_float64
+from .tolerance import tolerance_text
 
 #: kind codes shared with DEVICE_SOURCE
 KIND_FLOAT, KIND_BFLOAT16, KIND_SIGNED, KIND_UNSIGNED = 0, 1, 2, 3
@@ -204,26 +205,6 @@ def compare(
         want_v = float(to_float64(want[first : first + 1], dtype)[0])
     return BufferReport(name, dtype, n, bad, unw, nanbad, max_abs, max_rel, first, got_v, want_v, rtol, atol,
                         orig_unw, first_never)
-
-
-def tolerance_text(rtol: float, atol: float, norm: float = 0.0, scale: float | None = None) -> str:
-    """A tolerance for people: ``exact``, ``rtol=1e-4 atol=1e-5``, and the ``norm`` part where it is set (with
-    the output's largest magnitude, where one was measured)."""
-    if rtol == 0 and atol == 0 and norm == 0:
-        return "exact"
-    text = f"rtol={rtol:g} atol={atol:g}"
-    if norm:
-        text += f" norm={norm:g}" + (f" x max|want| {scale:.3g}" if scale is not None else "")
-    return text
-
-
-def normwise_atol(atol: float, norm: float, scale: float) -> float:
-    """The absolute floor an output is compared with: ``atol`` plus ``norm`` times its largest magnitude in
-    the original's run (``scale``; see ``spec.model.DEFAULT_NORMS`` for why). A scale that is not finite (an
-    output holding only NaN or inf) adds nothing."""
-    if norm <= 0 or not math.isfinite(scale) or scale <= 0:
-        return atol
-    return atol + norm * scale
 
 
 def largest_magnitude(values: npt.NDArray[Any], dtype: str) -> float:

@@ -93,6 +93,7 @@ from .timing import (
     speedup,
     use_graphs,
 )
+from .tolerance import normwise_atol
 
 Msg = dict[str, Any]
 Launch = tuple[tuple[int, int, int], tuple[int, int, int], int]
@@ -784,7 +785,7 @@ class Engine:
         """``got`` against ``want`` element by element; ``tol`` is (rtol, atol, norm, scale) (``_tolerance``):
         the absolute floor is ``atol + norm * scale``, and the report names both parts."""
         rtol, atol, norm, scale = tol
-        floor = cmp.normwise_atol(atol, norm, scale)
+        floor = normwise_atol(atol, norm, scale)
         count = int(a.count or 0)
         if self.device_compare:
             rep = self._compare_device(a.name, a.dtype, count, got, want, rtol, floor, timeout)
